@@ -1,0 +1,246 @@
+"""The checkpoint format: a folder with the Keras unzipped save, a card and a model card.
+
+    <name>/
+      config.json, metadata.json, model.weights.h5   Keras 3 unzipped save (keras.saving, zipped=False)
+      explorer.json                                  the card: variant, config, dataset, metrics, history
+      README.md                                      Hugging Face model card with front matter
+
+The same layout is used locally and on the Hub, so a snapshot of a Hub repo is loaded like a folder.
+Folders are written under a temporary name and renamed into place: a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+CARD = "explorer.json"
+MODEL_FILES = ("config.json", "metadata.json", "model.weights.h5")
+FORMAT = "explorer-vit-checkpoint"
+FORMAT_VERSION = 1
+_TMP_PREFIX = ".tmp-"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+# Layer classes a checkpoint of ours may contain; anything else is refused before Keras builds it.
+_OUR_LAYERS = {"ImagePreprocessing", "ShiftedPatchTokenization", "PatchEncoder", "LocalitySelfAttention"}
+_KERAS_LAYERS = {"InputLayer", "LayerNormalization", "MultiHeadAttention", "Add", "Dense", "Dropout",
+                 "Flatten", "GlobalAveragePooling1D"}
+
+
+class CheckpointError(ValueError):
+    """A folder that is not a loadable checkpoint of ours; the message says which file and why."""
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def versions() -> dict:
+    import keras
+    out = {"keras": keras.__version__, "backend": keras.backend.backend()}
+    try:
+        import tensorflow as tf
+        out["tensorflow"] = tf.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def validate_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise CheckpointError(f"checkpoint name {name!r} must be 1-96 letters, digits, '.', '_' or '-', "
+                              f"starting with a letter or digit")
+    return name
+
+
+def unique_dir(parent: str | os.PathLike, name: str) -> Path:
+    """`parent/name`, or `parent/name-2`, `-3`, ... : a new checkpoint never replaces an old one."""
+    parent, name = Path(parent), validate_name(name)
+    candidate, n = parent / name, 1
+    while candidate.exists():
+        n += 1
+        candidate = parent / f"{name}-{n}"
+    return candidate
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.iterdir():
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+
+
+def model_card(card: dict) -> str:
+    """README.md for the Hub: front matter, then what the model is and how it did."""
+    metrics = card.get("metrics", {})
+    dataset = card.get("dataset", {})
+    training = card.get("training", {})
+    lines = ["---", "library_name: keras", "license: apache-2.0", "pipeline_tag: image-classification",
+             "tags:", "- vision-transformer", "- shifted-patch-tokenization",
+             "- locality-self-attention", "- keras", f"datasets:\n- {dataset.get('name', 'unknown')}"]
+    if "test_top1" in metrics:
+        lines += ["model-index:", f"- name: {card.get('name')}", "  results:",
+                  "  - task:", "      type: image-classification",
+                  "    dataset:", f"      name: {dataset.get('name')}", f"      type: {dataset.get('name')}",
+                  "    metrics:", "    - type: accuracy", f"      value: {metrics['test_top1']:.4f}",
+                  "      name: test top-1"]
+    lines += ["---", "", f"# {card.get('name')}", "",
+              f"A **{card.get('variant')}** Vision Transformer (preset `{card.get('preset')}`) from the "
+              "SPT/LSA ViT Explorer: Shifted Patch Tokenization and Locality Self-Attention "
+              "([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)).", "",
+              "| | |", "|---|---|",
+              f"| dataset | {dataset.get('name')} ({dataset.get('num_classes')} classes) |"]
+    if dataset.get("note"):
+        lines.append(f"| data note | {dataset['note']} |")
+    for key, label in (("test_top1", "test top-1"), ("test_top5", "test top-5"),
+                       ("val_top1", "validation top-1")):
+        if key in metrics:
+            lines.append(f"| {label} | {100 * metrics[key]:.2f} % |")
+    for key, label, fmt in (("epochs", "epochs", "{}"), ("wall_time_s", "training wall time (s)", "{:.0f}"),
+                            ("images_per_second", "training images/s", "{:.0f}"),
+                            ("device", "device", "{}")):
+        if training.get(key) is not None:
+            lines.append(f"| {label} | {fmt.format(training[key])} |")
+    lines.append(f"| parameters | {card.get('parameters')} |")
+    lines += ["", "Load it with the explorer (`explorer.checkpoints.load_checkpoint`) or plain Keras "
+              "after `import explorer.layers`: `keras.saving.load_model(folder)`.", ""]
+    return "\n".join(lines)
+
+
+def write_checkpoint(model, folder: str | os.PathLike, card: dict) -> Path:
+    """Saves `model` and its card as a new checkpoint folder, atomically; returns the final path.
+
+    The folder must not exist yet. Everything is written to a hidden sibling first and renamed into
+    place at the end, so an interrupted or failing write (full disk, killed process) leaves no
+    checkpoint, and never a partial one.
+    """
+    import keras
+
+    folder = Path(folder)
+    validate_name(folder.name)
+    if folder.exists():
+        raise CheckpointError(f"{folder} already exists; checkpoints are never overwritten")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f"{_TMP_PREFIX}{folder.name}-{uuid.uuid4().hex[:8]}"
+    card = {**card, "format": FORMAT, "format_version": FORMAT_VERSION, "name": folder.name,
+            "parameters": int(model.count_params()), "versions": versions(),
+            "created": card.get("created") or _now()}
+    try:
+        keras.saving.save_model(model, str(tmp), zipped=False)
+        (tmp / CARD).write_text(json.dumps(card, indent=2, sort_keys=False))
+        (tmp / "README.md").write_text(model_card(card))
+        _fsync_tree(tmp)
+        os.rename(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def update_card(folder: str | os.PathLike, **changes) -> dict:
+    """Merges `changes` into a checkpoint's card (and model card), replacing each file atomically."""
+    folder = Path(folder)
+    card = read_card(folder)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(card.get(key), dict):
+            card[key] = {**card[key], **value}
+        else:
+            card[key] = value
+    for name, text in ((CARD, json.dumps(card, indent=2)), ("README.md", model_card(card))):
+        tmp = folder / f"{_TMP_PREFIX}{name}"
+        tmp.write_text(text)
+        os.replace(tmp, folder / name)
+    return card
+
+
+def read_card(folder: str | os.PathLike) -> dict:
+    folder = Path(folder)
+    path = folder / CARD
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a folder")
+    if not path.is_file():
+        raise CheckpointError(f"{folder} is not an explorer checkpoint: it has no {CARD}")
+    try:
+        card = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(card, dict) or card.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not an explorer checkpoint card (format is not {FORMAT!r})")
+    return card
+
+
+def is_checkpoint(folder: str | os.PathLike) -> bool:
+    folder = Path(folder)
+    return (not folder.name.startswith(".") and (folder / CARD).is_file()
+            and all((folder / f).is_file() for f in MODEL_FILES))
+
+
+def list_checkpoints(root: str | os.PathLike) -> list[Path]:
+    """Every checkpoint folder under `root` (any depth), sorted; temporary folders are skipped."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if is_checkpoint(dirpath):
+            found.append(Path(dirpath))
+            dirnames[:] = []
+    return sorted(found)
+
+
+def _check_architecture(folder: Path) -> None:
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e})") from None
+    if config.get("class_name") != "Functional":
+        raise CheckpointError(f"{path}: the model is a {config.get('class_name')!r}, not one of ours "
+                              f"(a Functional ViT)")
+    layers = config.get("config", {}).get("layers", [])
+    classes = {layer.get("class_name") for layer in layers}
+    unknown = sorted(str(c) for c in classes - _OUR_LAYERS - _KERAS_LAYERS)
+    if unknown:
+        raise CheckpointError(f"{path}: layers {unknown} are not part of an explorer ViT; refusing to "
+                              f"build it")
+    if "ShiftedPatchTokenization" not in classes:
+        raise CheckpointError(f"{path}: no ShiftedPatchTokenization layer; not an explorer ViT")
+
+
+def load_folder(folder: str | os.PathLike):
+    """(model, card) from a checkpoint folder; always `safe_mode=True`."""
+    import keras
+    import explorer.layers  # noqa: F401  (registers the custom layers)
+
+    folder = Path(folder)
+    card = read_card(folder)
+    missing = [f for f in MODEL_FILES if not (folder / f).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} is missing {', '.join(missing)}")
+    _check_architecture(folder)
+    try:
+        model = keras.saving.load_model(str(folder), compile=False, safe_mode=True)
+    except Exception as e:
+        raise CheckpointError(f"cannot load the model in {folder}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    return model, card
+
+
+def load_checkpoint(ref: str | os.PathLike, cache_dir: str | None = None):
+    """(model, card) from a local folder, `owner/name`, `owner/name@revision` or `hf://owner/name`."""
+    path = Path(ref)
+    if path.is_dir():
+        return load_folder(path)
+    from explorer import hub
+    text = str(ref)
+    if text.startswith("hf://") or hub.looks_like_repo_id(text):
+        return load_folder(hub.download(text, cache_dir=cache_dir))
+    if any(sep in text for sep in ("/", "\\")) or text.startswith("."):
+        raise CheckpointError(f"{text} is not a folder")
+    raise CheckpointError(f"{text!r} is neither a checkpoint folder nor a Hub id (owner/name[@revision])")

@@ -1,0 +1,97 @@
+"""Builds the vanilla / SPT / LSA / SPT+LSA Vision Transformers from a ViTConfig."""
+
+from __future__ import annotations
+
+import keras
+
+from explorer.config import ViTConfig
+from explorer.layers import (ImagePreprocessing, LocalitySelfAttention, PatchEncoder,
+                             ShiftedPatchTokenization)
+
+TOKENIZER = "tokenizer"
+HEAD = "head"
+
+
+def attention_layer_name(block: int) -> str:
+    return f"block{block}_attention"
+
+
+def _mlp(x, units, dropout, prefix):
+    for i, width in enumerate(units):
+        x = keras.layers.Dense(width, activation="gelu", name=f"{prefix}_dense{i}")(x)
+        x = keras.layers.Dropout(dropout, name=f"{prefix}_dropout{i}")(x)
+    return x
+
+
+def build_vit(config: ViTConfig, num_classes: int, name: str | None = None) -> keras.Model:
+    """A Keras functional ViT that takes raw (batch, image_size, image_size, 3) pixels, returns logits.
+
+    Every attention layer is called with `return_attention_scores=True`, so the per-head attention
+    of each block is a named node of the graph (`block{i}_attention`) that a probe model can expose
+    without changing the weights or running anything twice.
+    """
+    if not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    inputs = keras.Input((config.image_size, config.image_size, 3), name="image")
+    x = ImagePreprocessing(config.input_size, config.mean, config.std, name="preprocess")(inputs)
+    tokens, _ = ShiftedPatchTokenization(config.patch_size, config.projection_dim,
+                                         shifted=config.use_spt, layer_norm_eps=config.layer_norm_eps,
+                                         name=TOKENIZER)(x)
+    encoded = PatchEncoder(config.num_patches, config.projection_dim, name="position")(tokens)
+    for block in range(config.num_layers):
+        prefix = f"block{block}"
+        x1 = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name=f"{prefix}_norm1")(encoded)
+        attention_args = dict(num_heads=config.num_heads, key_dim=config.key_dim,
+                              dropout=config.dropout, name=attention_layer_name(block))
+        if config.use_lsa:
+            attention = LocalitySelfAttention(tau_mode=config.tau_mode, diagonal_mask=True,
+                                              **attention_args)
+        else:
+            attention = keras.layers.MultiHeadAttention(**attention_args)
+        attended, _ = attention(x1, x1, return_attention_scores=True)
+        x2 = keras.layers.Add(name=f"{prefix}_add1")([attended, encoded])
+        x3 = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name=f"{prefix}_norm2")(x2)
+        x3 = _mlp(x3, config.mlp_units, config.dropout, f"{prefix}_mlp")
+        encoded = keras.layers.Add(name=f"{prefix}_add2")([x3, x2])
+    x = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name="final_norm")(encoded)
+    if config.head == "flatten":
+        x = keras.layers.Flatten(name="flatten")(x)
+    else:
+        x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
+    x = keras.layers.Dropout(config.head_dropout, name="head_dropout")(x)
+    x = _mlp(x, config.head_units, config.head_dropout, "head_mlp")
+    logits = keras.layers.Dense(num_classes, name=HEAD)(x)
+    return keras.Model(inputs, logits, name=name or f"vit_{config.variant}")
+
+
+def attention_layers(model: keras.Model) -> list[keras.layers.Layer]:
+    """The model's attention layers in block order."""
+    layers, block = [], 0
+    while True:
+        try:
+            layers.append(model.get_layer(attention_layer_name(block)))
+        except ValueError:
+            return layers
+        block += 1
+
+
+def tau_values(model: keras.Model) -> list[list[float]]:
+    """Learned temperature of every LSA layer: one list per layer (one value, or one per head)."""
+    result = []
+    for layer in attention_layers(model):
+        tau = getattr(layer, "tau", None)
+        if tau is not None:
+            result.append([float(v) for v in keras.ops.convert_to_numpy(tau).reshape(-1)])
+    return result
+
+
+def replace_head(model: keras.Model, num_classes: int, freeze_backbone: bool = False) -> keras.Model:
+    """The same backbone (shared weights) with a fresh classifier for `num_classes` classes."""
+    head = model.get_layer(HEAD)
+    features = head.input
+    logits = keras.layers.Dense(num_classes, name=HEAD)(features)
+    new_model = keras.Model(model.inputs, logits, name=model.name)
+    for layer in new_model.layers:
+        if layer.name != HEAD:
+            layer.trainable = not freeze_backbone
+    return new_model

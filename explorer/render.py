@@ -1,0 +1,483 @@
+"""Pictures for the explorer: numpy/PIL images for per-request views, matplotlib figures for plots."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import matplotlib
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from PIL import Image, ImageDraw, ImageFont
+
+CMAP = "inferno"
+SHIFTS = ("left-up", "left-down", "right-up", "right-down")
+# (rows, cols) the content moves by, in units of `shift`; must match explorer.layers.SHIFT_DIRECTIONS.
+SHIFT_DIRECTIONS = {"left-up": (-1, -1), "left-down": (1, -1), "right-up": (-1, 1), "right-down": (1, 1)}
+
+BAR_WIDTH = 14
+# A white gap separates the colour bar from the picture so the bar's dark end is not read as image.
+BAR_GAP = 2
+COLORBAR_WIDTH = BAR_GAP + BAR_WIDTH
+QUERY_COLOR = (0, 255, 255)  # cyan is absent from inferno, so the outline never blends into the map
+MODEL_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+NO_LSA_TEXT = "no LSA layers in the loaded models"
+
+_WHITE = (255, 255, 255)
+_BLACK = (0, 0, 0)
+_GRID_TARGET_WIDTH = 320
+_LINESTYLES = ("-", "--", ":", "-.")
+
+
+# ---------------------------------------------------------------------------------------------- images
+
+
+def _rgb(image: np.ndarray) -> np.ndarray:
+    """(H, W), (H, W, 1), (H, W, 3) or (H, W, 4) pixels on the 0-255 scale as uint8 (H, W, 3)."""
+    a = np.asarray(image)
+    if a.ndim == 2:
+        a = a[..., None]
+    if a.ndim != 3 or a.shape[2] not in (1, 3, 4):
+        raise ValueError(f"expected an (H, W), (H, W, 1), (H, W, 3) or (H, W, 4) image, got shape {a.shape}")
+    if a.shape[2] == 1:
+        a = np.repeat(a, 3, axis=2)
+    a = a[..., :3]
+    if a.dtype != np.uint8:
+        a = np.clip(np.rint(a), 0, 255).astype(np.uint8)
+    return a
+
+
+def shift_image(image: np.ndarray, mode: str, shift: int) -> np.ndarray:
+    """Moves the content diagonally by `shift` pixels, zero-padding the uncovered border.
+
+    out[i, j] = image[i - dy*shift, j - dx*shift] inside the image, else 0, with (dy, dx) from
+    SHIFT_DIRECTIONS: the same as the model's keras layer. Any dtype, any trailing axes.
+    """
+    if mode not in SHIFT_DIRECTIONS:
+        raise ValueError(f"unknown shift mode {mode!r}; expected one of {SHIFTS}")
+    if shift < 0:
+        raise ValueError(f"shift must be >= 0, got {shift}")
+    image = np.asarray(image)
+    out = np.zeros_like(image)
+    h, w = image.shape[:2]
+    if shift >= h or shift >= w:
+        return out
+    dy, dx = (d * shift for d in SHIFT_DIRECTIONS[mode])
+    out[max(dy, 0):h + min(dy, 0), max(dx, 0):w + min(dx, 0)] = \
+        image[max(-dy, 0):h - max(dy, 0), max(-dx, 0):w - max(dx, 0)]
+    return out
+
+
+def spt_views(image: np.ndarray, patch_size: int) -> dict[str, np.ndarray]:
+    """The image and its four diagonal half-patch shifts, in the order SPT concatenates them."""
+    image = np.asarray(image)
+    views = {"original": image}
+    views.update((mode, shift_image(image, mode, patch_size // 2)) for mode in SHIFTS)
+    return views
+
+
+def grid_scale(width: int, patch_size: int, gap: int = 2) -> int:
+    """The default upscale of patch_grid: the largest that keeps the grid within ~320 px, at least 1."""
+    cols = width // patch_size
+    return max(1, (_GRID_TARGET_WIDTH - (cols - 1) * gap) // width)
+
+
+def patch_position(row: int, col: int, patch_size: int, gap: int, scale: int) -> tuple[int, int]:
+    """Top-left (y0, x0) of patch (row, col) in a patch_grid picture."""
+    step = patch_size * scale + gap
+    return row * step, col * step
+
+
+def patch_grid(image: np.ndarray, patch_size: int, gap: int = 2, scale: int | None = None,
+               background: tuple[int, int, int] = _WHITE) -> np.ndarray:
+    """The image cut into patches, each upscaled by `scale` (nearest), with `gap` background pixels between.
+
+    Gaps lie only between patches, not around the outside, so the picture is
+    rows * patch_size * scale + (rows - 1) * gap pixels high (likewise wide).
+    """
+    rgb = _rgb(image)
+    h, w = rgb.shape[:2]
+    if patch_size < 1 or h % patch_size or w % patch_size:
+        raise ValueError(f"image size {h}x{w} is not a multiple of patch_size {patch_size}")
+    if gap < 0:
+        raise ValueError(f"gap must be >= 0, got {gap}")
+    scale = grid_scale(w, patch_size, gap) if scale is None else int(scale)
+    if scale < 1:
+        raise ValueError(f"scale must be >= 1, got {scale}")
+    rows, cols, side = h // patch_size, w // patch_size, patch_size * scale
+    patches = rgb.reshape(rows, patch_size, cols, patch_size, 3)
+    if scale > 1:
+        patches = patches.repeat(scale, axis=1).repeat(scale, axis=3)
+    # Each patch owns a (side + gap)^2 tile whose trailing gap is background; one reshape lays them out.
+    tiles = np.empty((rows, side + gap, cols, side + gap, 3), np.uint8)
+    tiles[:] = np.asarray(background, np.uint8)
+    tiles[:, :side, :, :side] = patches
+    grid = tiles.reshape(rows * (side + gap), cols * (side + gap), 3)
+    return np.ascontiguousarray(grid[:grid.shape[0] - gap, :grid.shape[1] - gap])
+
+
+def spt_grids(image: np.ndarray, patch_size: int, gap: int = 2,
+              scale: int | None = None) -> dict[str, np.ndarray]:
+    """patch_grid of each of the spt_views, all at the same scale."""
+    views = spt_views(image, patch_size)
+    return {name: patch_grid(view, patch_size, gap, scale) for name, view in views.items()}
+
+
+@functools.cache
+def colormap_lut() -> np.ndarray:
+    """The app's colormap as a read-only (256, 3) uint8 table; matplotlib is consulted only once."""
+    lut = (matplotlib.colormaps[CMAP](np.linspace(0.0, 1.0, 256))[:, :3] * 255 + 0.5).astype(np.uint8)
+    lut.setflags(write=False)
+    return lut
+
+
+def colorize(values: np.ndarray, vmin: float | None = None, vmax: float | None = None) -> np.ndarray:
+    """Values mapped through the colormap LUT to uint8 (..., 3); NaN maps to the low end.
+
+    vmin/vmax default to the finite min/max; a zero span maps everything to the low end.
+    """
+    v = np.asarray(values, np.float32)
+    finite = v[np.isfinite(v)]
+    if vmin is None:
+        vmin = float(finite.min()) if finite.size else 0.0
+    if vmax is None:
+        vmax = float(finite.max()) if finite.size else 0.0
+    span = vmax - vmin
+    t = (v - vmin) * (255.0 / span) if span > 0 else np.zeros_like(v)
+    index = np.clip(np.nan_to_num(t, nan=0.0, posinf=255.0, neginf=0.0), 0, 255) + 0.5
+    return colormap_lut()[index.astype(np.uint8)]
+
+
+# ------------------------------------------------------------------------------------------------ text
+
+
+@functools.cache
+def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    return ImageFont.load_default()
+
+
+@functools.cache
+def _line_box() -> tuple[int, int]:
+    """(top, bottom) of a text line, so every label shares one baseline whatever its letters."""
+    _, top, _, bottom = _font().getbbox("Ag|j0")
+    return int(top), int(bottom)
+
+
+@functools.lru_cache(maxsize=512)
+def _text_mask(text: str, rotate: bool = False) -> np.ndarray:
+    """Anti-aliased coverage (0-1 float32) of `text`; rotated it reads bottom to top."""
+    top, bottom = _line_box()
+    width = max(1, int(np.ceil(_font().getlength(text))))
+    im = Image.new("L", (width, bottom - top), 0)
+    ImageDraw.Draw(im).text((0, -top), text, fill=255, font=_font())
+    if rotate:
+        im = im.transpose(Image.Transpose.ROTATE_90)
+    mask = np.asarray(im, np.float32) / 255.0
+    mask.setflags(write=False)
+    return mask
+
+
+def _paint(canvas: np.ndarray, mask: np.ndarray, y: int, x: int, color: tuple[int, int, int]) -> None:
+    """Blends `color` into canvas through `mask` placed at (y, x), clipped to the canvas."""
+    h, w = canvas.shape[:2]
+    y0, x0 = max(y, 0), max(x, 0)
+    y1, x1 = min(y + mask.shape[0], h), min(x + mask.shape[1], w)
+    if y1 <= y0 or x1 <= x0:
+        return
+    m = mask[y0 - y:y1 - y, x0 - x:x1 - x, None]
+    region = canvas[y0:y1, x0:x1]
+    region[:] = (region * (1.0 - m) + np.asarray(color, np.float32) * m + 0.5).astype(np.uint8)
+
+
+def label_image(image: np.ndarray, text: str, background: tuple[int, int, int] = _WHITE,
+                color: tuple[int, int, int] = _BLACK, margin: int = 3) -> np.ndarray:
+    """The image with a one-line caption strip above it (PIL default font, left-aligned)."""
+    rgb = _rgb(image)
+    mask = _text_mask(text)
+    strip = np.empty((mask.shape[0] + 2 * margin, rgb.shape[1], 3), np.uint8)
+    strip[:] = np.asarray(background, np.uint8)
+    _paint(strip, mask, margin, margin, color)
+    return np.concatenate([strip, rgb], axis=0)
+
+
+def _format_value(value: float) -> str:
+    return f"{value:.2g}"
+
+
+# -------------------------------------------------------------------------------------------- overlays
+
+
+@functools.lru_cache(maxsize=64)
+def _cell_index(cells: int, size: int) -> np.ndarray:
+    """For each of `size` output pixels, the attention cell it shows (nearest upscale)."""
+    index = (np.arange(size) * cells) // size
+    index.setflags(write=False)
+    return index
+
+
+def _cell_bounds(index: int, cells: int, size: int) -> tuple[int, int]:
+    return index * size // cells, (index + 1) * size // cells
+
+
+def _resized(image: np.ndarray, size: int) -> np.ndarray:
+    rgb = _rgb(image)
+    if rgb.shape[:2] == (size, size):
+        return rgb
+    return np.asarray(Image.fromarray(rgb).resize((size, size), Image.Resampling.BILINEAR))
+
+
+def _overlay(base: np.ndarray, attention: np.ndarray, alpha: float, vmax: float | None,
+             query: tuple[int, int] | None) -> tuple[np.ndarray, float]:
+    """The colorized map blended over a square base picture, and the vmax used."""
+    a = np.asarray(attention, np.float32)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"attention must be a square (g, g) map, got shape {a.shape}")
+    if vmax is None:
+        finite = a[np.isfinite(a)]
+        vmax = float(finite.max()) if finite.size else 0.0
+    cells, size = a.shape[0], base.shape[0]
+    index = _cell_index(cells, size)
+    heat = colorize(a, 0.0, vmax)[index[:, None], index[None, :]]
+    out = (base * np.float32(1.0 - alpha) + heat * np.float32(alpha) + 0.5).astype(np.uint8)
+    if query is not None:
+        _outline_cell(out, query, cells)
+    return out, vmax
+
+
+def _outline_cell(canvas: np.ndarray, query: tuple[int, int], cells: int, width: int = 2) -> None:
+    row, col = query
+    if not (0 <= row < cells and 0 <= col < cells):
+        raise ValueError(f"query {query} is outside the {cells}x{cells} patch grid")
+    size = canvas.shape[0]
+    y0, y1 = _cell_bounds(row, cells, size)
+    x0, x1 = _cell_bounds(col, cells, size)
+    for ys, xs in ((slice(y0, y0 + width), slice(x0, x1)), (slice(y1 - width, y1), slice(x0, x1)),
+                   (slice(y0, y1), slice(x0, x0 + width)), (slice(y0, y1), slice(x1 - width, x1))):
+        canvas[ys, xs] = QUERY_COLOR
+
+
+@functools.lru_cache(maxsize=32)
+def _bar(height: int) -> np.ndarray:
+    """The colour bar gradient, high values on top, BAR_WIDTH wide."""
+    index = (np.arange(height - 1, -1, -1) * 255) // max(height - 1, 1)
+    bar = np.repeat(colormap_lut()[index][:, None, :], BAR_WIDTH, axis=1)
+    bar.setflags(write=False)
+    return bar
+
+
+def _colorbar(height: int, top_label: str, bottom_label: str = "0") -> np.ndarray:
+    """The app's colour bar strip: white gap, gradient, labels written along the bar at its two ends.
+
+    Labels run bottom to top inside the bar so the strip stays narrow: black on the bright top end,
+    white on the dark bottom end.
+    """
+    strip = np.full((height, COLORBAR_WIDTH, 3), 255, np.uint8)
+    strip[:, BAR_GAP:] = _bar(height)
+    top, bottom = _text_mask(top_label, rotate=True), _text_mask(bottom_label, rotate=True)
+    x = BAR_GAP + (BAR_WIDTH - top.shape[1]) // 2
+    _paint(strip, top, 3, x, _BLACK)
+    _paint(strip, bottom, height - 3 - bottom.shape[0], x, _WHITE)
+    return strip
+
+
+def attention_overlay(image: np.ndarray, attention: np.ndarray, query: tuple[int, int] | None = None,
+                      size: int = 256, alpha: float = 0.6, vmax: float | None = None,
+                      colorbar: bool = True) -> np.ndarray:
+    """A (g, g) attention map over the image, both at size x size; optional query outline and colour bar.
+
+    The map is upscaled nearest (patches are the unit) and coloured from 0 to vmax (default: its max).
+    `query` is the (row, col) patch outlined in cyan. With the colour bar the result is
+    (size, size + COLORBAR_WIDTH, 3).
+    """
+    out, vmax = _overlay(_resized(image, size), attention, alpha, vmax, query)
+    if not colorbar:
+        return out
+    return np.concatenate([out, _colorbar(size, _format_value(vmax))], axis=1)
+
+
+def head_sheet(image: np.ndarray, maps: np.ndarray, query: tuple[int, int] | None = None, cell: int = 96,
+               gap: int = 4, row_labels: Sequence[str] | None = None, col_labels: Sequence[str] | None = None,
+               title: str | None = None) -> np.ndarray:
+    """A layer x head grid of overlays of maps (L, H, g, g), each cell coloured from 0 to its own max.
+
+    Rows are labelled "L0".. and columns "h0".. by default; one colour bar on the right reads 0..max.
+    """
+    maps = np.asarray(maps)
+    if maps.ndim != 4:
+        raise ValueError(f"maps must be (layers, heads, g, g), got shape {maps.shape}")
+    layers, heads = maps.shape[:2]
+    row_labels = [f"L{i}" for i in range(layers)] if row_labels is None else list(row_labels)
+    col_labels = [f"h{j}" for j in range(heads)] if col_labels is None else list(col_labels)
+    if len(row_labels) != layers or len(col_labels) != heads:
+        raise ValueError(f"need {layers} row labels and {heads} column labels, "
+                         f"got {len(row_labels)} and {len(col_labels)}")
+    row_masks = [_text_mask(t) for t in row_labels]
+    col_masks = [_text_mask(t) for t in col_labels]
+    margin = 3
+    left = max(m.shape[1] for m in row_masks) + 2 * margin if layers else margin
+    top = _text_mask("0").shape[0] + 2 * margin
+    step = cell + gap
+    height = top + layers * step - gap + margin
+    width = left + heads * step + BAR_WIDTH + margin
+    sheet = np.full((height, width, 3), 255, np.uint8)
+
+    base = _resized(image, cell)
+    for i in range(layers):
+        y = top + i * step
+        _paint(sheet, row_masks[i], y + (cell - row_masks[i].shape[0]) // 2, margin, _BLACK)
+        for j in range(heads):
+            x = left + j * step
+            sheet[y:y + cell, x:x + cell] = _overlay(base, maps[i, j], 0.6, None, query)[0]
+    for j, mask in enumerate(col_masks):
+        _paint(sheet, mask, margin, left + j * step + (cell - mask.shape[1]) // 2, _BLACK)
+    if layers:
+        # The cell gap already separates the bar from the pictures, so its own white gap is dropped.
+        bar_x = left + heads * step
+        bar = _colorbar(height - margin - top, "max")[:, BAR_GAP:]
+        sheet[top:height - margin, bar_x:bar_x + BAR_WIDTH] = bar
+    return sheet if title is None else label_image(sheet, title)
+
+
+# ----------------------------------------------------------------------------------------------- plots
+
+
+def model_color(index: int) -> str:
+    """Colour of the index-th model: blue, orange, then the rest of tab10."""
+    return MODEL_COLORS[index % len(MODEL_COLORS)]
+
+
+def _figure(figsize: tuple[float, float] = (6.0, 3.6)) -> Figure:
+    return Figure(figsize=figsize, layout="constrained")
+
+
+def _no_data(fig: Figure, text: str) -> Figure:
+    ax = fig.axes[0] if fig.axes else fig.add_subplot()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.35")
+    return fig
+
+
+def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -> Figure:
+    """Each model's per-layer mean over heads as a line, its heads as small dots of the same colour."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    for k, (name, values) in enumerate(per_model.items()):
+        v = np.asarray(values, np.float64)
+        if v.ndim == 1:
+            v = v[:, None]
+        layers = np.arange(v.shape[0])
+        color = model_color(k)
+        ax.plot(layers, np.nanmean(v, axis=1), color=color, marker="o", label=name)
+        ax.scatter(np.repeat(layers, v.shape[1]), v.ravel(), color=color, s=12, alpha=0.45, linewidths=0)
+    ax.set_xlabel("layer")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    if per_model:
+        ax.legend()
+    return fig
+
+
+def plot_attention_distance(per_model: dict[str, np.ndarray], pixels_label: str = "pixels") -> Figure:
+    """Mean attention distance per layer for each model's (L, H) array; dots are single heads."""
+    return _per_layer_plot(per_model, f"mean attention distance ({pixels_label})", "Attention distance")
+
+
+def plot_entropy(per_model: dict[str, np.ndarray]) -> Figure:
+    """Attention entropy (nats) per layer for each model's (L, H) array; dots are single heads."""
+    return _per_layer_plot(per_model, "attention entropy (nats)", "Attention entropy")
+
+
+def plot_tau(per_model: dict[str, list[list[float]]], initial: dict[str, float]) -> Figure:
+    """Learned LSA temperature per layer (dots per head), dashed at each model's initial sqrt(d_k)."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    # Colours follow the model's position among all loaded models, so they match the other plots.
+    shown = [(k, name, tau) for k, (name, tau) in enumerate(per_model.items()) if tau]
+    if not shown:
+        return _no_data(fig, NO_LSA_TEXT)
+    for k, name, tau in shown:
+        color = model_color(k)
+        layers = np.arange(len(tau))
+        ax.plot(layers, [float(np.mean(t)) for t in tau], color=color, marker="o", label=name)
+        xs = [layer for layer, t in zip(layers, tau) if len(t) > 1 for _ in t]
+        ys = [v for t in tau if len(t) > 1 for v in t]
+        if xs:
+            ax.scatter(xs, ys, color=color, s=12, alpha=0.45, linewidths=0)
+        if name in initial:
+            ax.axhline(initial[name], color=color, linestyle="--", linewidth=1,
+                       label=f"initial √d_k = {initial[name]:.3g}")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("temperature τ")
+    ax.set_title("Learned LSA temperature")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def plot_tau_history(per_model: dict[str, list[dict]]) -> Figure:
+    """Mean tau of each layer over epochs: colour by layer (viridis), line style by model."""
+    fig = _figure()
+    ax = fig.add_subplot()
+    series: dict[str, list[tuple[list[float], list[float]]]] = {}
+    for name, history in per_model.items():
+        points = [(float(e["epoch"]), [float(np.mean(t)) for t in e["tau"]]) for e in history if e.get("tau")]
+        if not points:
+            continue
+        layers = max(len(means) for _, means in points)
+        series[name] = [([x for x, m in points if len(m) > layer],
+                         [m[layer] for _, m in points if len(m) > layer]) for layer in range(layers)]
+    if not series:
+        return _no_data(fig, NO_LSA_TEXT)
+    layers = max(len(s) for s in series.values())
+    colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, layers))
+    for k, (name, per_layer) in enumerate(series.items()):
+        style = _LINESTYLES[k % len(_LINESTYLES)]
+        for layer, (xs, ys) in enumerate(per_layer):
+            ax.plot(xs, ys, color=colors[layer], linestyle=style, marker="." if len(xs) == 1 else None)
+    # Proxy handles keep the legend at models + layers entries instead of one per line.
+    handles = [Line2D([], [], color="0.2", linestyle=_LINESTYLES[k % len(_LINESTYLES)], label=name)
+               for k, name in enumerate(series)]
+    handles += [Line2D([], [], color=colors[layer], label=f"L{layer}") for layer in range(layers)]
+    ax.legend(handles=handles, fontsize="small", ncols=2)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("mean temperature τ")
+    ax.set_title("LSA temperature during training")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_training(history: list[dict]) -> Figure:
+    """Loss and top-1 accuracy per epoch, train solid and validation dashed; missing keys are skipped."""
+    fig = _figure((8.0, 3.4))
+    axes = fig.subplots(1, 2)
+    panels = ((axes[0], "loss", ("loss", "val_loss")), (axes[1], "top-1 accuracy", ("top1", "val_top1")))
+    for ax, ylabel, keys in panels:
+        for color, key in zip(MODEL_COLORS, keys):
+            points = [(e.get("epoch", i), e[key]) for i, e in enumerate(history) if e.get(key) is not None]
+            if points:
+                xs, ys = zip(*points)
+                ax.plot(xs, ys, color=color, marker="o", linestyle="--" if key.startswith("val_") else "-",
+                        label=key)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend()
+        else:
+            ax.text(0.5, 0.5, "no epochs yet", ha="center", va="center", transform=ax.transAxes, color="0.35")
+    return fig
+
+
+def figure_to_array(fig: Figure) -> np.ndarray:
+    """The figure rendered by Agg as an RGB uint8 (H, W, 3) array."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()

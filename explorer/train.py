@@ -1,0 +1,421 @@
+"""Training and fine-tuning: the keras.io recipe with its schedule really driving AdamW.
+
+    python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
+    python -m explorer.train --base checkpoints/cifar10-spt_lsa --dataset my_images.zip --freeze-backbone
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
+from explorer.data import Dataset, augment_batch, load_dataset
+
+JPEG_NOTE = ("pixels decoded from a public JPEG copy of CIFAR (mean abs error 5.8/255 against the "
+             "originals)")
+
+
+class Cancelled(Exception):
+    """The run was cancelled; nothing was saved."""
+
+
+@dataclass
+class TrainConfig:
+    """The recipe. keras.io: AdamW lr 1e-3, weight decay 1e-4, batch 256, 10 % warmup then cosine."""
+
+    epochs: int = 30
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    warmup_fraction: float = 0.1
+    label_smoothing: float = 0.1
+    validation_fraction: float = 0.1
+    augment: bool = True
+    seed: int = 0
+    max_seconds: float | None = None
+    max_steps: int | None = None
+    train_subset: int | None = None
+    freeze_backbone: bool = False
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate <= 1):
+            raise ValueError(f"learning_rate must be in (0, 1], got {self.learning_rate!r}")
+        if not 0 <= self.weight_decay < 1:
+            raise ValueError(f"weight_decay must be in [0, 1), got {self.weight_decay!r}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if not 0 <= self.validation_fraction < 1:
+            raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction!r}")
+        for name in ("max_seconds", "max_steps", "train_subset"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive when given, got {value!r}")
+
+
+def _keras():
+    import keras
+    return keras
+
+
+def device_name() -> str:
+    """"GPU (name)" when the backend sees an accelerator, else "CPU"."""
+    keras = _keras()
+    backend = keras.backend.backend()
+    try:
+        if backend == "tensorflow":
+            import tensorflow as tf
+            gpus = tf.config.list_physical_devices("GPU")
+            return f"GPU ({gpus[0].name})" if gpus else "CPU"
+        if backend == "jax":
+            import jax
+            device = jax.devices()[0]
+            return "CPU" if device.platform == "cpu" else f"GPU ({device.device_kind})"
+        if backend == "torch":
+            import torch
+            return f"GPU ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "CPU"
+    except Exception:
+        pass
+    return "CPU"
+
+
+def warmup_cosine_class():
+    keras = _keras()
+
+    @keras.saving.register_keras_serializable(package="explorer")
+    class WarmUpCosine(keras.optimizers.schedules.LearningRateSchedule):
+        """Linear warmup to `peak`, then cosine decay to 0 at `total_steps` (keras.io)."""
+
+        def __init__(self, peak, total_steps, warmup_steps):
+            self.peak = float(peak)
+            self.total_steps = int(total_steps)
+            self.warmup_steps = int(warmup_steps)
+
+        def __call__(self, step):
+            ops = keras.ops
+            step = ops.cast(step, "float32")
+            warm = float(self.warmup_steps)
+            progress = ops.clip((step - warm) / max(self.total_steps - warm, 1.0), 0.0, 1.0)
+            cosine = 0.5 * self.peak * (1.0 + ops.cos(math.pi * progress))
+            if not self.warmup_steps:
+                return cosine
+            return ops.where(step < warm, self.peak * step / warm, cosine)
+
+        def get_config(self):
+            return {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps}
+
+    return WarmUpCosine
+
+
+def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle):
+    """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch."""
+    keras = _keras()
+
+    class Batches(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__()
+            self.rng = np.random.default_rng(seed)
+            self.order = self.rng.permutation(len(x)) if shuffle else np.arange(len(x))
+
+        def __len__(self):
+            return math.ceil(len(x) / batch_size)
+
+        def __getitem__(self, i):
+            index = np.sort(self.order[i * batch_size:(i + 1) * batch_size])
+            images = x[index]
+            if augment:
+                images = augment_batch(images, self.rng)
+            return images.astype("float32"), np.eye(num_classes, dtype="float32")[y[index]]
+
+        def on_epoch_end(self):
+            if shuffle:
+                self.order = self.rng.permutation(len(x))
+
+    return Batches()
+
+
+def split_validation(x, y, fraction, seed):
+    if not fraction:
+        return (x, y), None
+    order = np.random.default_rng(seed + 1).permutation(len(x))
+    n_val = max(1, int(round(len(x) * fraction)))
+    val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
+    return (x[train], y[train]), (x[val], y[val])
+
+
+def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
+                   progress: Callable[[dict], None] | None, cancel: threading.Event | None,
+                   state: dict, backup: str | None = None):
+    keras = _keras()
+    from explorer.models import tau_values
+
+    class Recorder(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            state["start"] = time.perf_counter()
+            state["steps"] = 0
+            state["epoch_start"] = time.perf_counter()
+
+        def on_epoch_begin(self, epoch, logs=None):
+            state["epoch_start"] = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            state["steps"] += 1
+            elapsed = time.perf_counter() - state["start"]
+            if cancel is not None and cancel.is_set():
+                state["cancelled"] = True
+                self.model.stop_training = True
+            if tc.max_steps and state["steps"] >= tc.max_steps:
+                state["stopped_by"] = "max_steps"
+                self.model.stop_training = True
+            if tc.max_seconds and elapsed >= tc.max_seconds:
+                state["stopped_by"] = "max_seconds"
+                self.model.stop_training = True
+            if progress is not None:
+                progress({"kind": "batch", "step": state["steps"],
+                          "total_steps": steps_per_epoch * tc.epochs, "epoch": state.get("epoch", 0),
+                          "loss": float((logs or {}).get("loss", float("nan"))), "elapsed": elapsed})
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs = dict(logs or {})
+            state["epoch"] = epoch + 1
+            record = {"epoch": epoch + 1,
+                      "time_s": round(time.perf_counter() - state["epoch_start"], 2),
+                      "learning_rate": float(keras.ops.convert_to_numpy(
+                          self.model.optimizer.learning_rate)),
+                      **{k: float(v) for k, v in logs.items() if k != "learning_rate"},
+                      "tau": tau_values(self.model)}
+            history.append(record)
+            if backup:
+                # Crash insurance for long runs: the latest weights and history, overwritten per epoch.
+                Path(backup).parent.mkdir(parents=True, exist_ok=True)
+                self.model.save_weights(f"{backup}.weights.h5")
+                Path(f"{backup}.history.json").write_text(json.dumps(history, indent=1))
+            if progress is not None:
+                progress({"kind": "epoch", **record})
+
+    return [Recorder()]
+
+
+def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
+        progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
+        backup: str | None = None) -> dict:
+    """Trains `model` in place on `dataset` with the recipe; returns the run's record (no saving)."""
+    keras = _keras()
+    keras.utils.set_random_seed(tc.seed)
+    x, y = dataset.x_train, dataset.y_train
+    if tc.train_subset and tc.train_subset < len(x):
+        keep = np.sort(np.random.default_rng(tc.seed).permutation(len(x))[:tc.train_subset])
+        x, y = x[keep], y[keep]
+    (x_train, y_train), val = split_validation(x, y, tc.validation_fraction, tc.seed)
+    num_classes = dataset.num_classes
+    train_batches = make_batches(x_train, y_train, num_classes, tc.batch_size, tc.augment, tc.seed, True)
+    val_batches = (make_batches(val[0], val[1], num_classes, max(tc.batch_size, 256), False, tc.seed, False)
+                   if val is not None else None)
+    steps_per_epoch = len(train_batches)
+    total_steps = steps_per_epoch * tc.epochs
+    if tc.max_steps:
+        total_steps = min(total_steps, tc.max_steps)
+    schedule = warmup_cosine_class()(tc.learning_rate, total_steps, int(tc.warmup_fraction * total_steps))
+    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=tc.weight_decay)
+    # Temperatures, norms, biases and position embeddings are not decayed towards zero.
+    optimizer.exclude_from_weight_decay(var_names=["tau", "bias", "gamma", "beta", "position_embedding"])
+    top5 = min(5, num_classes)
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                            label_smoothing=tc.label_smoothing),
+                  metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
+                           keras.metrics.TopKCategoricalAccuracy(k=top5, name="top5")])
+    history: list[dict] = []
+    state: dict = {"cancelled": False, "stopped_by": None}
+    callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, backup)
+    start = time.perf_counter()
+    model.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose,
+              callbacks=callbacks)
+    wall = time.perf_counter() - start
+    if state["cancelled"]:
+        raise Cancelled("training was cancelled; no checkpoint was written")
+    images_seen = min(state["steps"] * tc.batch_size, len(x_train) * max(len(history), 1))
+    metrics = {}
+    if history:
+        last = history[-1]
+        metrics.update({k: last[k] for k in ("top1", "top5", "loss") if k in last})
+        metrics.update({k.replace("val_", "val_"): last[k] for k in ("val_top1", "val_top5", "val_loss")
+                        if k in last})
+    return {"history": history, "metrics": metrics, "steps": state["steps"],
+            "stopped_by": state["stopped_by"], "epochs_done": len(history),
+            "training": {"epochs": len(history), "planned_epochs": tc.epochs, "steps": state["steps"],
+                         "wall_time_s": round(wall, 1),
+                         "images_per_second": round(images_seen / wall, 1) if wall > 0 else None,
+                         "train_images": int(len(x_train)),
+                         "validation_images": int(len(val[0])) if val is not None else 0,
+                         "device": device_name(), "recipe": asdict(tc)}}
+
+
+def evaluate_model(model, x, y, batch_size: int = 500) -> dict:
+    """Top-1, top-5 and per-class accuracy of `model` on uint8 images `x` with labels `y`."""
+    logits = predict_logits(model, x, batch_size)
+    return accuracy_metrics(logits, y)
+
+
+def predict_logits(model, x, batch_size: int = 500) -> np.ndarray:
+    out = [np.asarray(model.predict_on_batch(x[i:i + batch_size].astype("float32")))
+           for i in range(0, len(x), batch_size)]
+    return np.concatenate(out) if out else np.zeros((0, model.output_shape[-1]), "float32")
+
+
+def accuracy_metrics(logits: np.ndarray, y: np.ndarray) -> dict:
+    y = np.asarray(y)
+    num_classes = logits.shape[-1]
+    top1 = logits.argmax(-1) == y
+    k = min(5, num_classes)
+    topk = (np.argsort(-logits, axis=-1)[:, :k] == y[:, None]).any(-1)
+    per_class = [float(top1[y == c].mean()) if (y == c).any() else None for c in range(num_classes)]
+    return {"top1": float(top1.mean()), "top5": float(topk.mean()), "per_class": per_class,
+            "count": int(len(y))}
+
+
+def train_new(config: ViTConfig, preset: str, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
+              name: str | None = None, verbose: int = 1, progress=None, cancel=None,
+              backup: str | None = None) -> dict:
+    """Builds a fresh model, trains it, evaluates on the test split and writes a checkpoint."""
+    from explorer.models import build_vit
+    _keras().utils.set_random_seed(tc.seed)
+    model = build_vit(config, dataset.num_classes)
+    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup)
+    return _finish(model, record, config, preset, dataset, out_dir,
+                   name or f"{dataset.name}-{config.variant}", base=None)
+
+
+def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
+              name: str | None = None, verbose: int = 1, progress=None, cancel=None) -> dict:
+    """Continues training a checkpoint on `dataset`; a new head when the class count differs."""
+    from explorer.checkpoints import load_checkpoint
+    from explorer.models import replace_head
+    model, card = load_checkpoint(base)
+    config = ViTConfig.from_dict(card["config"])
+    if dataset.x_train.shape[1:3] != (config.image_size, config.image_size):
+        raise ValueError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
+                         f"{config.image_size}x{config.image_size}")
+    if model.output_shape[-1] != dataset.num_classes or tc.freeze_backbone:
+        model = replace_head(model, dataset.num_classes, freeze_backbone=tc.freeze_backbone) \
+            if model.output_shape[-1] != dataset.num_classes else _freeze(model)
+    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel)
+    return _finish(model, record, config, card.get("preset"), dataset, out_dir,
+                   name or f"{card.get('name', 'model')}-ft-{dataset.name}",
+                   base={"name": card.get("name"), "source": str(base)})
+
+
+def _freeze(model):
+    from explorer.models import HEAD
+    for layer in model.layers:
+        if layer.name != HEAD:
+            layer.trainable = False
+    return model
+
+
+def _finish(model, record, config, preset, dataset, out_dir, name, base) -> dict:
+    from explorer.checkpoints import unique_dir, write_checkpoint
+    test = evaluate_model(model, dataset.x_test, dataset.y_test) if len(dataset.x_test) else None
+    metrics = dict(record["metrics"])
+    if test is not None:
+        metrics.update(test_top1=test["top1"], test_top5=test["top5"], test_per_class=test["per_class"],
+                       test_count=test["count"])
+    is_cifar = dataset.name in ("cifar10", "cifar100")
+    card = {"variant": config.variant, "preset": preset, "config": config.to_dict(),
+            "dataset": {"name": dataset.name, "num_classes": dataset.num_classes,
+                        "source": "CIFAR python-pickle folder" if is_cifar else Path(dataset.source).name,
+                        "train_images": record["training"]["train_images"],
+                        "validation_images": record["training"]["validation_images"],
+                        "test_images": int(len(dataset.x_test)),
+                        "note": JPEG_NOTE if is_cifar and "shared" in dataset.source else ""},
+            "class_names": list(dataset.class_names), "metrics": metrics,
+            "history": record["history"], "training": record["training"], "base": base}
+    folder = write_checkpoint(model, unique_dir(out_dir, name), card)
+    return {"checkpoint": str(folder), "metrics": metrics, "history": record["history"],
+            "training": record["training"]}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m explorer.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="cifar-small", choices=sorted(PRESETS))
+    p.add_argument("--variant", default="spt_lsa", choices=VARIANTS)
+    p.add_argument("--tau-mode", default="layer", choices=("layer", "head"))
+    p.add_argument("--base", help="checkpoint folder or Hub id to fine-tune instead of a fresh model")
+    p.add_argument("--dataset", default="cifar10",
+                   help="cifar10, cifar100, a folder of class folders, or a zip of them")
+    p.add_argument("--data-dir", help="folder holding the CIFAR pickles (else $EXPLORER_DATA_DIR, "
+                                      "~/.keras/datasets, then a download)")
+    p.add_argument("--out", default="checkpoints", help="where the checkpoint folder is written")
+    p.add_argument("--name", help="checkpoint folder name (default: <dataset>-<variant>)")
+    p.add_argument("--epochs", type=int, default=TrainConfig.epochs)
+    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
+    p.add_argument("--lr", type=float, default=TrainConfig.learning_rate)
+    p.add_argument("--weight-decay", type=float, default=TrainConfig.weight_decay)
+    p.add_argument("--warmup", type=float, default=TrainConfig.warmup_fraction)
+    p.add_argument("--label-smoothing", type=float, default=TrainConfig.label_smoothing)
+    p.add_argument("--val-fraction", type=float, default=TrainConfig.validation_fraction)
+    p.add_argument("--no-augment", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--subset", type=int, help="train on this many images only")
+    p.add_argument("--test-subset", type=int, help="evaluate on this many test images only")
+    p.add_argument("--max-seconds", type=float, help="stop after this much training time")
+    p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    p.add_argument("--freeze-backbone", action="store_true")
+    p.add_argument("--threads", type=int, help="CPU threads for TensorFlow (default: all)")
+    p.add_argument("--backup", help="path prefix where weights and history are saved after every epoch")
+    p.add_argument("--verbose", type=int, default=1)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+        try:
+            import tensorflow as tf
+            tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+            tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+        except ImportError:
+            pass
+    tc = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
+                     weight_decay=args.weight_decay, warmup_fraction=args.warmup,
+                     label_smoothing=args.label_smoothing, validation_fraction=args.val_fraction,
+                     augment=not args.no_augment, seed=args.seed, max_seconds=args.max_seconds,
+                     max_steps=args.max_steps, train_subset=args.subset,
+                     freeze_backbone=args.freeze_backbone)
+    dataset = load_dataset(args.dataset, args.data_dir)
+    if args.test_subset:
+        dataset = dataset.subset(test=args.test_subset, seed=args.seed)
+    print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
+          f"{dataset.num_classes} classes; device {device_name()}", flush=True)
+    if args.base:
+        result = fine_tune(args.base, dataset, tc, args.out, args.name, verbose=args.verbose)
+    else:
+        config = get_preset(args.preset, variant=args.variant, tau_mode=args.tau_mode)
+        result = train_new(config, args.preset, dataset, tc, args.out, args.name, verbose=args.verbose,
+                           backup=args.backup)
+    m = result["metrics"]
+    print(f"wrote {result['checkpoint']}: test top-1 {m.get('test_top1', float('nan')):.4f}, "
+          f"top-5 {m.get('test_top5', float('nan')):.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Tests of explorer.render: shifts, patch grids, colour mapping, overlays and plots."""
+
+from __future__ import annotations
+
+import time
+
+import matplotlib
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from explorer import render
+
+RNG = np.random.default_rng(0)
+
+
+def _image(h: int = 12, w: int = 12) -> np.ndarray:
+    return RNG.integers(1, 256, size=(h, w, 3), dtype=np.uint8)  # no zeros, so padding is detectable
+
+
+# Independent of the implementation: explicit slices for shift 2 on a 12x12 image.
+EXPECTED_SLICES = {
+    "left-up": ((slice(0, 10), slice(0, 10)), (slice(2, 12), slice(2, 12))),
+    "left-down": ((slice(2, 12), slice(0, 10)), (slice(0, 10), slice(2, 12))),
+    "right-up": ((slice(0, 10), slice(2, 12)), (slice(2, 12), slice(0, 10))),
+    "right-down": ((slice(2, 12), slice(2, 12)), (slice(0, 10), slice(0, 10))),
+}
+
+
+@pytest.mark.parametrize("mode", render.SHIFTS)
+def test_shift_image_matches_explicit_slicing(mode):
+    image = _image()
+    out = render.shift_image(image, mode, 2)
+    (oy, ox), (iy, ix) = EXPECTED_SLICES[mode]
+    np.testing.assert_array_equal(out[oy, ox], image[iy, ix])
+    padded = np.ones(image.shape[:2], bool)
+    padded[oy, ox] = False
+    assert padded.sum() == 12 * 12 - 10 * 10
+    assert (out[padded] == 0).all()
+    assert out.dtype == image.dtype and out.shape == image.shape
+
+
+def test_shift_image_left_up_moves_content_up_and_left():
+    image = np.zeros((6, 6, 1), np.float32)
+    image[3, 4] = 7.0
+    out = render.shift_image(image, "left-up", 1)
+    assert out[2, 3, 0] == 7.0 and out.sum() == 7.0
+
+
+def test_shift_image_edge_cases():
+    image = _image(4, 4)
+    np.testing.assert_array_equal(render.shift_image(image, "right-down", 0), image)
+    assert (render.shift_image(image, "right-down", 4) == 0).all()
+    with pytest.raises(ValueError, match="unknown shift mode 'up'"):
+        render.shift_image(image, "up", 1)
+
+
+def test_spt_views_order_and_shift():
+    image = _image()
+    views = render.spt_views(image, 6)
+    assert list(views) == ["original", *render.SHIFTS]
+    np.testing.assert_array_equal(views["original"], image)
+    np.testing.assert_array_equal(views["right-down"][3:, 3:], image[:9, :9])
+
+
+def test_patch_grid_places_patches_and_gaps():
+    image, p, gap, scale = _image(12, 8), 4, 3, 2
+    grid = render.patch_grid(image, p, gap=gap, scale=scale, background=(1, 2, 3))
+    assert grid.shape == (3 * p * scale + 2 * gap, 2 * p * scale + gap, 3)
+    covered = np.zeros(grid.shape[:2], bool)
+    for r in range(3):
+        for c in range(2):
+            y0, x0 = render.patch_position(r, c, p, gap, scale)
+            expected = image[r * p:(r + 1) * p, c * p:(c + 1) * p].repeat(scale, 0).repeat(scale, 1)
+            np.testing.assert_array_equal(grid[y0:y0 + p * scale, x0:x0 + p * scale], expected)
+            covered[y0:y0 + p * scale, x0:x0 + p * scale] = True
+    assert (grid[~covered] == (1, 2, 3)).all()
+    assert (~covered).sum() > 0
+
+
+def test_patch_grid_default_scale_and_errors():
+    grid = render.patch_grid(_image(72, 72), 6)
+    assert 256 <= grid.shape[1] <= 320
+    assert render.patch_grid(_image(24, 24), 6, scale=1).shape == (24 + 3 * 2, 24 + 3 * 2, 3)
+    with pytest.raises(ValueError, match="13x12.*patch_size 4"):
+        render.patch_grid(_image(13, 12), 4)
+
+
+def test_spt_grids_match_patch_grid_of_views():
+    image = _image()
+    grids = render.spt_grids(image, 4, scale=2)
+    views = render.spt_views(image, 4)
+    assert list(grids) == list(views)
+    for name in grids:
+        np.testing.assert_array_equal(grids[name], render.patch_grid(views[name], 4, scale=2))
+
+
+def test_colorize_ends_nan_and_constant():
+    cmap = matplotlib.colormaps[render.CMAP]
+    low, high = (np.round(np.asarray(cmap(x)[:3]) * 255) for x in (0.0, 1.0))
+    out = render.colorize(np.array([[2.0, 5.0], [np.nan, 3.5]]))
+    assert out.dtype == np.uint8 and out.shape == (2, 2, 3)
+    np.testing.assert_array_equal(out[0, 0], low)
+    np.testing.assert_array_equal(out[0, 1], high)
+    np.testing.assert_array_equal(out[1, 0], low)
+    assert not (out[1, 1] == low).all() and not (out[1, 1] == high).all()
+    with np.errstate(all="raise"):
+        constant = render.colorize(np.full((3, 3), 0.25))
+    assert (constant == low).all()
+    np.testing.assert_array_equal(render.colorize(np.array([0.0, 10.0]), vmin=0, vmax=5)[1], high)
+
+
+def test_attention_overlay_shape_query_and_hot_cell():
+    image = np.full((32, 32, 3), 128, np.uint8)
+    attention = np.zeros((8, 8), np.float32)
+    attention[5, 2] = 1.0
+    out = render.attention_overlay(image, attention, query=(1, 6), size=256)
+    assert out.shape == (256, 256 + render.COLORBAR_WIDTH, 3) and out.dtype == np.uint8
+    cyan = np.array(render.QUERY_COLOR)
+    # Cell (1, 6) spans rows 32..63 and columns 192..223; its 2-px outline is cyan, its inside is not.
+    assert (out[32:34, 192:224] == cyan).all() and (out[32:64, 222:224] == cyan).all()
+    assert not (out[40:56, 200:216] == cyan).all(axis=-1).any()
+    brightness = out[:, :256].astype(int).sum(axis=-1)
+    hottest = np.unravel_index(np.argmax(brightness), brightness.shape)
+    assert hottest[0] // 32 == 5 and hottest[1] // 32 == 2
+    assert render.attention_overlay(image, attention, colorbar=False, size=100).shape == (100, 100, 3)
+    with pytest.raises(ValueError):
+        render.attention_overlay(image, attention, query=(8, 0))
+
+
+def test_attention_overlay_colorbar_runs_from_low_to_high():
+    bar = render.attention_overlay(_image(), np.ones((4, 4)), size=128)[:, 128 + render.BAR_GAP:]
+    lut = render.colormap_lut()
+    assert bar.shape == (128, render.BAR_WIDTH, 3)
+    # The labels sit inside the bar, so its first column is pure gradient: top = high end, bottom = low.
+    np.testing.assert_array_equal(bar[:, 0], lut[(np.arange(127, -1, -1) * 255) // 127])
+    assert (bar[2:20, 1:-1].sum(axis=-1) < 150).any()  # the black max label on the bright end
+    assert (bar[-20:-2, 1:-1].sum(axis=-1) > 600).any()  # the white "0" on the dark end
+
+
+def test_per_request_code_needs_no_matplotlib(monkeypatch):
+    render.colorize(np.zeros(1))
+
+    def forbidden(*_args, **_kwargs):
+        raise AssertionError("matplotlib called per request")
+
+    monkeypatch.setattr(render.matplotlib, "colormaps", forbidden)
+    render.attention_overlay(_image(), RNG.random((3, 3)), query=(0, 0), size=97)
+    render.head_sheet(_image(), RNG.random((2, 2, 3, 3)), cell=37)
+
+
+def test_attention_overlay_is_fast():
+    image, attention = _image(72, 72), RNG.random((12, 12))
+    render.attention_overlay(image, attention, query=(3, 3))
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        render.attention_overlay(image, attention, query=(3, 3))
+        times.append(time.perf_counter() - start)
+    # Generous against a busy machine; the real figure is ~2 ms.
+    assert min(times) < 0.02
+
+
+def test_head_sheet_grows_with_layers_and_heads():
+    image = _image(72, 72)
+    small = render.head_sheet(image, RNG.random((2, 3, 12, 12)), cell=40, gap=4)
+    taller = render.head_sheet(image, RNG.random((3, 3, 12, 12)), cell=40, gap=4)
+    wider = render.head_sheet(image, RNG.random((2, 4, 12, 12)), cell=40, gap=4)
+    assert small.dtype == np.uint8 and small.ndim == 3
+    assert taller.shape[0] - small.shape[0] == 44 and taller.shape[1] == small.shape[1]
+    assert wider.shape[1] - small.shape[1] == 44 and wider.shape[0] == small.shape[0]
+    titled = render.head_sheet(image, RNG.random((2, 3, 12, 12)), cell=40, title="attention")
+    assert titled.shape[0] > small.shape[0] and titled.shape[1] == small.shape[1]
+    with pytest.raises(ValueError):
+        render.head_sheet(image, RNG.random((2, 3, 12, 12)), row_labels=["a"])
+
+
+def test_head_sheet_normalises_each_cell():
+    maps = np.zeros((1, 2, 4, 4))
+    maps[0, 0, 0, 0], maps[0, 1, 0, 0] = 1.0, 0.01
+    sheet = render.head_sheet(np.zeros((8, 8, 3), np.uint8), maps, cell=40, gap=4)
+    high = render.colormap_lut()[255].astype(int) * 0.6
+    # Both cells' hot corner gets the top colour because each cell is scaled by its own max.
+    corners = sheet[sheet.shape[0] - 3 - 40 + 2, [-3 - 14 - 4 - 40 - 4 - 40 + 2, -3 - 14 - 4 - 40 + 2]]
+    np.testing.assert_allclose(corners, np.tile(high, (2, 1)), atol=1)
+
+
+def _legend_texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_per_layer_plots():
+    data = {"vanilla": RNG.random((6, 4)) * 20, "spt_lsa": RNG.random((6, 4)), "third": RNG.random((6, 4))}
+    for fig in (render.plot_attention_distance(data), render.plot_entropy(data)):
+        assert isinstance(fig, Figure)
+        ax = fig.axes[0]
+        lines = ax.get_lines()
+        assert len(lines) == 3 and _legend_texts(ax) == list(data)
+        assert [line.get_color() for line in lines] == ["#1f77b4", "#ff7f0e", "#2ca02c"]
+        np.testing.assert_allclose(lines[0].get_ydata(), data["vanilla"].mean(axis=1))
+        assert len(ax.collections) == 3 and len(ax.collections[0].get_offsets()) == 24
+    assert "pixels" in render.plot_attention_distance(data).axes[0].get_ylabel()
+    assert "nats" in render.plot_entropy(data).axes[0].get_ylabel()
+
+
+def test_plot_tau():
+    per_model = {"vanilla": [], "lsa": [[5.0], [5.5], [6.0]], "lsa_head": [[5.0, 6.0], [4.0, 4.5]]}
+    fig = render.plot_tau(per_model, {"lsa": 8.0, "lsa_head": 8.0})
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    assert len(lines) == 4  # a tau line and a dashed initial line for each model that has tau
+    assert lines[0].get_color() == "#ff7f0e"  # colour follows the model's position among all models
+    dashed = [line for line in lines if line.get_linestyle() == "--"]
+    assert len(dashed) == 2 and all(np.allclose(line.get_ydata(), 8.0) for line in dashed)
+    assert "initial √d_k = 8" in _legend_texts(ax)
+    np.testing.assert_allclose(lines[2].get_ydata(), [5.5, 4.25])
+    assert len(ax.collections) == 1 and len(ax.collections[0].get_offsets()) == 4
+
+
+@pytest.mark.parametrize("plot", [lambda: render.plot_tau({"vanilla": []}, {}),
+                                  lambda: render.plot_tau_history({"vanilla": [{"epoch": 1, "tau": []}]})])
+def test_no_lsa_text(plot):
+    fig = plot()
+    assert [t.get_text() for t in fig.axes[0].texts] == [render.NO_LSA_TEXT]
+    assert not fig.axes[0].get_lines()
+
+
+def test_plot_tau_history():
+    history = [{"epoch": e, "tau": [[8.0 - e], [8.0 - 2 * e, 8.0]]} for e in range(1, 4)]
+    fig = render.plot_tau_history({"lsa": history, "spt_lsa": history[:2], "vanilla": []})
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    assert len(lines) == 4  # two layers for each of the two models with tau
+    np.testing.assert_allclose(lines[1].get_ydata(), [(6 + 8) / 2, (4 + 8) / 2, (2 + 8) / 2])
+    assert {line.get_linestyle() for line in lines[:2]} != {line.get_linestyle() for line in lines[2:]}
+    assert not np.allclose(lines[0].get_color(), lines[1].get_color())  # colour by layer
+    assert _legend_texts(ax) == ["lsa", "spt_lsa", "L0", "L1"]
+
+
+def test_plot_training_skips_missing_keys():
+    history = [{"epoch": 1, "loss": 2.0, "top1": 0.3},
+               {"epoch": 2, "loss": 1.5, "val_loss": 1.7, "top1": 0.4}]
+    fig = render.plot_training(history)
+    loss_ax, acc_ax = fig.axes
+    assert _legend_texts(loss_ax) == ["loss", "val_loss"] and _legend_texts(acc_ax) == ["top1"]
+    np.testing.assert_array_equal(loss_ax.get_lines()[1].get_xdata(), [2])
+    single = render.plot_training([{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "top1": 0.5, "val_top1": 0.4}])
+    assert [len(ax.get_lines()) for ax in single.axes] == [2, 2]
+
+
+def test_figure_to_array():
+    fig = render.plot_training([{"epoch": 1, "loss": 1.0}])
+    array = render.figure_to_array(fig)
+    width, height = fig.get_size_inches() * fig.dpi
+    assert array.dtype == np.uint8 and array.shape == (round(height), round(width), 3)
+    assert (array < 255).any()

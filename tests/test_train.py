@@ -1,0 +1,136 @@
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import keras
+import numpy as np
+import pytest
+
+from explorer.checkpoints import list_checkpoints, load_checkpoint
+from explorer.models import build_vit
+from explorer.train import (Cancelled, TrainConfig, accuracy_metrics, fine_tune, fit, predict_logits,
+                            train_new, warmup_cosine_class)
+from tests.conftest import ROOT, tiny_config
+
+
+def test_warmup_cosine_shape():
+    schedule = warmup_cosine_class()(1e-3, total_steps=100, warmup_steps=10)
+    lr = [float(schedule(s)) for s in (0, 5, 10, 55, 100)]
+    assert lr[0] == 0 and lr[1] == pytest.approx(5e-4) and lr[2] == pytest.approx(1e-3)
+    assert lr[3] == pytest.approx(5e-4, rel=1e-3) and lr[4] == pytest.approx(0, abs=1e-9)
+    assert schedule.get_config() == {"peak": 1e-3, "total_steps": 100, "warmup_steps": 10}
+
+
+def test_the_schedule_drives_the_optimizer(cifar10):
+    model = build_vit(tiny_config(), 10)
+    record = fit(model, cifar10.subset(train=256, test=0), TrainConfig(epochs=2, batch_size=64,
+                                                                       validation_fraction=0), verbose=0)
+    lrs = [h["learning_rate"] for h in record["history"]]
+    # 8 steps, 10 % warmup (0 steps -> cosine from the peak): the LR after epoch 1 is mid-cosine.
+    assert lrs[0] == pytest.approx(0.5e-3, rel=0.05) and lrs[1] == pytest.approx(0, abs=1e-8)
+    assert "tau" in record["history"][0] and {"loss", "top1", "top5"} <= set(record["history"][0])
+
+
+def test_history_records_tau_of_every_layer(cifar10):
+    model = build_vit(tiny_config(variant="spt_lsa", tau_mode="head"), 10)
+    record = fit(model, cifar10.subset(train=128, test=0),
+                 TrainConfig(epochs=2, batch_size=64, learning_rate=1e-2), verbose=0)
+    taus = [h["tau"] for h in record["history"]]
+    assert len(taus[0]) == 2 and len(taus[0][0]) == 2
+    assert taus[0] != taus[1]
+    assert {"val_loss", "val_top1", "val_top5"} <= set(record["history"][0])
+
+
+def test_step_budget_stops_early(cifar10):
+    model = build_vit(tiny_config(), 10)
+    record = fit(model, cifar10.subset(train=512, test=0), TrainConfig(epochs=5, batch_size=32, max_steps=3,
+                                                                       validation_fraction=0), verbose=0)
+    assert record["steps"] == 3 and record["stopped_by"] == "max_steps" and record["epochs_done"] == 1
+
+
+def test_cancel_raises_and_writes_nothing(cifar10, tmp_path):
+    cancel = threading.Event()
+
+    def progress(event):
+        if event["kind"] == "batch" and event["step"] == 2:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        train_new(tiny_config(), "tiny", cifar10.subset(train=512, test=32),
+                  TrainConfig(epochs=3, batch_size=32), tmp_path, verbose=0, progress=progress, cancel=cancel)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_cli_on_512_images_writes_a_loadable_checkpoint(tmp_path, data_dir):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "explorer.train", "--preset", "tiny", "--variant", "spt_lsa",
+                          "--data-dir", str(data_dir), "--subset", "512", "--test-subset", "200",
+                          "--epochs", "1", "--batch-size", "64", "--out", str(tmp_path), "--verbose", "0"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [folder] = list_checkpoints(tmp_path)
+    assert f"wrote {folder}" in out.stdout
+    model, card = load_checkpoint(folder)
+    from explorer.data import load_cifar
+    ds = load_cifar("cifar10", data_dir).subset(test=200, seed=0)
+    metrics = accuracy_metrics(predict_logits(model, ds.x_test), ds.y_test)
+    assert metrics["top1"] == card["metrics"]["test_top1"]
+    assert metrics["per_class"] == card["metrics"]["test_per_class"]
+    assert card["dataset"]["train_images"] == 461 and card["training"]["epochs"] == 1
+    assert len(card["history"]) == 1 and len(card["history"][0]["tau"]) == 2
+
+
+def test_train_new_checkpoint_predicts_like_the_trained_model(cifar10, tmp_path, images):
+    model_holder = {}
+    import explorer.train as train_module
+    original = train_module._finish
+
+    def spy(model, *args, **kwargs):
+        model_holder["model"] = model
+        return original(model, *args, **kwargs)
+
+    train_module._finish = spy
+    try:
+        result = train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=16),
+                           TrainConfig(epochs=1, batch_size=64), tmp_path, verbose=0)
+    finally:
+        train_module._finish = original
+    loaded, _ = load_checkpoint(result["checkpoint"])
+    np.testing.assert_allclose(predict_logits(loaded, images), predict_logits(model_holder["model"], images),
+                               atol=1e-5)
+
+
+def test_fine_tune_to_a_new_class_count_with_a_frozen_backbone(tiny_checkpoints, cifar10, tmp_path):
+    base_model, base_card = load_checkpoint(tiny_checkpoints["spt_lsa"])
+    three = cifar10.subset(train=300, test=60, seed=3)
+    keep_train, keep_test = three.y_train < 3, three.y_test < 3
+    from explorer.data import Dataset
+    ds = Dataset("three", three.x_train[keep_train], three.y_train[keep_train], three.x_test[keep_test],
+                 three.y_test[keep_test], three.class_names[:3])
+    result = fine_tune(tiny_checkpoints["spt_lsa"], ds, TrainConfig(epochs=1, batch_size=32,
+                                                                    freeze_backbone=True), tmp_path, verbose=0)
+    model, card = load_checkpoint(result["checkpoint"])
+    assert model.output_shape == (None, 3) and card["class_names"] == three.class_names[:3]
+    assert card["base"]["name"] == base_card["name"] and card["variant"] == "spt_lsa"
+    # the frozen backbone kept its weights, tau included
+    np.testing.assert_array_equal(model.get_layer("block0_attention").tau.numpy(),
+                                  base_model.get_layer("block0_attention").tau.numpy())
+    assert not np.array_equal(model.get_layer("head").kernel.numpy()[:, :3],
+                              base_model.get_layer("head").kernel.numpy()[:, :3])
+
+
+def test_fine_tune_same_classes_keeps_the_head(tiny_checkpoints, cifar10, tmp_path):
+    result = fine_tune(tiny_checkpoints["vanilla"], cifar10.subset(train=128, test=16),
+                       TrainConfig(epochs=1, batch_size=64), tmp_path, verbose=0)
+    model, card = load_checkpoint(result["checkpoint"])
+    assert model.output_shape == (None, 10) and card["base"]["name"] == "tiny-vanilla"
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(epochs=0), "epochs"), (dict(batch_size=-1), "batch_size"),
+                                             (dict(learning_rate=0), "learning_rate"),
+                                             (dict(max_steps=0), "max_steps")])
+def test_invalid_train_config(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
