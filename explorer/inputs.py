@@ -1,0 +1,88 @@
+"""Decoding user uploads into model inputs: any format, mode or size, with a clear error otherwise."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+MAX_UPLOAD_BYTES = int(os.environ.get("EXPLORER_MAX_UPLOAD_MB", "25")) * 2**20
+MAX_PIXELS = int(os.environ.get("EXPLORER_MAX_PIXELS", str(40_000_000)))
+
+
+class ImageInputError(ValueError):
+    """An upload that cannot be used as an image; the message says why, in the user's terms."""
+
+
+def _to_rgb(img):
+    from PIL import Image
+    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        # 16-bit and float images: scale to 8 bits instead of letting convert() saturate at 255.
+        a = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if img.mode.startswith("I;16") or a.max() > 255 else 255.0
+        if img.mode == "F" and a.max() <= 1.0:
+            top = 1.0
+        a = np.clip(a / top * 255.0, 0, 255).astype(np.uint8)
+        return Image.fromarray(a).convert("RGB")
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        # Transparent pixels become white, as a browser shows them on a white page.
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return img.convert("RGB")
+
+
+def load_image(path: str | os.PathLike, size: int = 32, preview: int = 256,
+               max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """(model input uint8 (size, size, 3), preview uint8 RGB at most `preview` px) from an image file.
+
+    EXIF rotation is applied, the first frame of an animation is used, transparency is composited on
+    white, 16-bit images are scaled to 8 bits; the image is squashed to a square the way the
+    training images were resized.
+    """
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    path = Path(path)
+    name = path.name
+    try:
+        nbytes = path.stat().st_size
+    except OSError:
+        raise ImageInputError(f"{name}: the upload did not arrive (no file)") from None
+    if nbytes == 0:
+        raise ImageInputError(f"{name} is empty (0 bytes)")
+    if nbytes > max_bytes:
+        raise ImageInputError(f"{name} is {nbytes / 2**20:.1f} MB; the limit is {max_bytes / 2**20:.0f} MB")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                width, height = img.size
+                if width * height > max_pixels:
+                    raise ImageInputError(f"{name} is {width}x{height} pixels "
+                                          f"({width * height / 1e6:.0f} MP); the limit is "
+                                          f"{max_pixels / 1e6:.0f} MP")
+                if width < 1 or height < 1:
+                    raise ImageInputError(f"{name} has no pixels ({width}x{height})")
+                img.seek(0)  # first frame of an animated GIF/PNG/WebP
+                if img.format == "JPEG":
+                    img.draft("RGB", (max(preview, size) * 2, max(preview, size) * 2))
+                img.load()
+                img = ImageOps.exif_transpose(img)
+                rgb = _to_rgb(img)
+    except ImageInputError:
+        raise
+    except UnidentifiedImageError:
+        raise ImageInputError(f"{name} is not an image PIL can read (is it really "
+                              f"{path.suffix or 'an image'}?)") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ImageInputError(f"{name} is too large to decode safely") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as e:
+        raise ImageInputError(f"{name} is damaged or truncated ({e})") from None
+    model_input = np.asarray(rgb.resize((size, size), Image.BILINEAR), dtype=np.uint8)
+    shown = rgb.copy()
+    shown.thumbnail((preview, preview), Image.BILINEAR)
+    return model_input, np.asarray(shown, dtype=np.uint8)

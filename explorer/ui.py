@@ -1,0 +1,648 @@
+"""The Gradio app: two model slots and the Compare, Patches, Attention, Tau and Fine-tune tabs.
+
+Handlers are plain methods of `Explorer` (unit-testable without a server); `build_demo` lays out the
+Blocks and wires every event with an `api_name`, so each one is callable through gradio_client.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+
+from explorer import render
+from explorer.checkpoints import CheckpointError
+from explorer.config import PRESETS, VARIANTS, get_preset
+from explorer.data import DatasetError, find_cifar, load_cifar, read_image_zip
+from explorer.inputs import ImageInputError, load_image
+from explorer.workbench import (Busy, FineTuneRunner, ModelStore, ResultCache, analyze_pair, env_int,
+                                query_patch, square, top_k)
+
+PROJECT = Path(__file__).resolve().parents[1]
+DEFAULT_A = "cifar10-vanilla"
+DEFAULT_B = "cifar10-spt_lsa"
+SCRATCH = "(from scratch)"
+ZIP = "zip of class folders"
+HEAD_ALL, HEAD_MEAN = "all heads", "mean of heads"
+_SAMPLE_NAME = re.compile(r"^(cifar10|cifar100)-test-(\d+)-")
+QUERY_PICKER = 224
+
+
+def _fmt_pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def default_data_dir() -> str | None:
+    """$EXPLORER_DATA_DIR, else a `shared/data` folder beside the project (this repo's layout)."""
+    if os.environ.get("EXPLORER_DATA_DIR"):
+        return os.environ["EXPLORER_DATA_DIR"]
+    beside = PROJECT.parent / "shared" / "data"
+    return str(beside) if beside.is_dir() else None
+
+
+class Explorer:
+    """State shared by all sessions: the model cache, probe results, datasets and the fine-tune runner."""
+
+    def __init__(self, root: str | os.PathLike | None = None, data_dir: str | None = None,
+                 default_a: str = DEFAULT_A, default_b: str = DEFAULT_B):
+        self.root = Path(root or os.environ.get("EXPLORER_CHECKPOINTS", PROJECT / "checkpoints"))
+        self.data_dir = data_dir if data_dir is not None else default_data_dir()
+        self.store = ModelStore(self.root)
+        self.cache = ResultCache()
+        self.runner = FineTuneRunner(self.root / "finetuned")
+        self.default_a, self.default_b = default_a, default_b
+        self.max_epochs = env_int("EXPLORER_MAX_EPOCHS", 30)
+        self.max_images = env_int("EXPLORER_MAX_IMAGES", 50_000)
+        self.max_zip_mb = env_int("EXPLORER_MAX_ZIP_MB", 200)
+        self.samples_dir = Path(tempfile.mkdtemp(prefix="explorer-samples-"))
+        self._datasets: dict[str, object] = {}
+        self._data_lock = threading.Lock()
+
+    # --- models -----------------------------------------------------------------------------------
+
+    def choices(self) -> list[str]:
+        return self.store.choices()
+
+    def initial_refs(self) -> tuple[str | None, str | None]:
+        choices = self.choices()
+        pick = lambda want, fallback: want if want in choices else (fallback if fallback in choices else None)
+        a = pick(self.default_a, choices[0] if choices else None)
+        b = pick(self.default_b, choices[-1] if choices else None)
+        return a, b
+
+    def preload(self) -> None:
+        for ref in self.initial_refs():
+            if ref:
+                self.store.get(ref)
+
+    def card_markdown(self, ref: str | None, error: str | None = None) -> str:
+        lines = []
+        if error:
+            lines.append(f"**⚠ {error}**")
+        if not ref:
+            if not self.choices():
+                lines.append(f"No checkpoints under `{self.root}` yet. Train one with "
+                             "`python -m explorer.train`, start a run in the Fine-tune tab, or type a Hub "
+                             "id (`owner/name@revision`).")
+            return "\n\n".join(lines)
+        lm = self.store.get(ref)
+        s = lm.summary()
+        tau = f", tau per {s['tau_mode']}" if s["tau_mode"] else ""
+        lines.append(f"**{s['name']}** · `{s['variant']}`{tau} · {s['dataset']} ({s['classes']} classes) · "
+                     f"{s['parameters']:,} parameters · test top-1 **{_fmt_pct(s['test_top1'])}**, "
+                     f"top-5 {_fmt_pct(s['test_top5'])}"
+                     + (f" · {s['epochs']} epochs" if s["epochs"] else ""))
+        return "\n\n".join(lines)
+
+    def load_slot(self, ref: str, previous: str | None):
+        """Loads `ref` into a slot; on failure the previous model stays, with the reason shown."""
+        try:
+            self.store.get(ref)
+        except (CheckpointError, ValueError, OSError) as e:
+            shown = previous if previous else None
+            return shown, shown, self.card_markdown(shown, error=f"could not load {ref!r}: {e}")
+        return ref, ref, self.card_markdown(ref)
+
+    def refresh(self, a: str | None, b: str | None):
+        choices = self.choices()
+        return (gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
+                gr.update(choices=[SCRATCH] + choices))
+
+    def _pair(self, a: str, b: str):
+        try:
+            return self.store.get(a), self.store.get(b)
+        except (CheckpointError, ValueError, OSError) as e:
+            raise gr.Error(f"model not available: {e}") from None
+
+    # --- images -----------------------------------------------------------------------------------
+
+    def _image(self, file) -> tuple[np.ndarray, np.ndarray]:
+        if file is None:
+            raise gr.Error("No image yet: upload one or take a sample from the test set.")
+        try:
+            return load_image(file)
+        except ImageInputError as e:
+            raise gr.Error(str(e)) from None
+
+    def take_image(self, file):
+        """Preview of an upload (or a clear reason why it cannot be used)."""
+        if file is None:
+            return None, ""
+        try:
+            _, preview = load_image(file)
+        except ImageInputError as e:
+            return None, f"**⚠ {e}**"
+        return (square(preview, 224) if max(preview.shape[:2]) * 2 <= 224 else preview), ""
+
+    def dataset(self, name: str):
+        with self._data_lock:
+            if name not in self._datasets:
+                self._datasets[name] = load_cifar(name, self.data_dir, download=False)
+            return self._datasets[name]
+
+    def sample_dataset_name(self, ref_b: str | None) -> str:
+        try:
+            name = self.store.get(ref_b).card.get("dataset", {}).get("name") if ref_b else None
+        except (CheckpointError, ValueError, OSError):
+            name = None
+        return name if name in ("cifar10", "cifar100") else "cifar10"
+
+    def sample(self, class_name: str, ref_b: str | None, seed: float | None = None):
+        """A test image (random, or of one class) saved as PNG, its preview and its true label."""
+        from PIL import Image
+        name = self.sample_dataset_name(ref_b)
+        try:
+            ds = self.dataset(name)
+        except DatasetError as e:
+            raise gr.Error(f"no {name} data here, so no samples: {e}") from None
+        rng = np.random.default_rng(None if seed is None or seed < 0 else int(seed))
+        if class_name and class_name != "random":
+            if class_name not in ds.class_names:
+                raise gr.Error(f"{class_name!r} is not a {name} class")
+            candidates = np.flatnonzero(ds.y_test == ds.class_names.index(class_name))
+        else:
+            candidates = np.arange(len(ds.y_test))
+        index = int(rng.choice(candidates))
+        label = ds.class_names[ds.y_test[index]]
+        path = self.samples_dir / f"{name}-test-{index:05d}-{label}.png"
+        Image.fromarray(ds.x_test[index]).save(path)
+        return str(path), square(ds.x_test[index], 224), f"True label: **{label}** ({name} test image #{index})"
+
+    def true_label(self, file) -> str | None:
+        match = _SAMPLE_NAME.match(Path(str(file)).name)
+        if not match:
+            return None
+        try:
+            ds = self.dataset(match.group(1))
+            return ds.class_names[ds.y_test[int(match.group(2))]]
+        except (DatasetError, IndexError):
+            return None
+
+    # --- compare ----------------------------------------------------------------------------------
+
+    def compare(self, file, ref_a: str, ref_b: str):
+        image, _ = self._image(file)
+        a, b = self._pair(ref_a, ref_b)
+        results = []
+        for lm in (a, b):
+            result, seconds, cached = self.cache.get(lm, image)
+            results.append((top_k(lm, result), seconds, cached))
+        (top_a, t_a, c_a), (top_b, t_b, c_b) = results
+        pred_a, pred_b = next(iter(top_a)), next(iter(top_b))
+        truth = self.true_label(file)
+        agree = "✔ both say" if pred_a == pred_b else "✘ they disagree:"
+        lines = [f"{agree} **{pred_a}**" + ("" if pred_a == pred_b else f" (A) vs **{pred_b}** (B)")]
+        if truth:
+            lines.append(f"True label **{truth}** · A {'✔' if pred_a == truth else '✘'} · "
+                         f"B {'✔' if pred_b == truth else '✘'}")
+        timing = lambda t, c: "cached" if c else f"{1000 * t:.0f} ms"
+        lines.append(f"Time: A {timing(t_a, c_a)} · B {timing(t_b, c_b)} (logits and all attention maps "
+                     "in one call)")
+        return top_a, top_b, "\n\n".join(lines)
+
+    def disagreements(self, ref_a: str, ref_b: str, count: float):
+        """Both models over N test images: accuracies, per-class differences, where they disagree."""
+        from explorer.train import accuracy_metrics, predict_logits
+        count = int(count or 0)
+        if count < 1:
+            raise gr.Error("choose at least one test image")
+        a, b = self._pair(ref_a, ref_b)
+        if a.class_names != b.class_names:
+            raise gr.Error("the two models predict different classes; compare models of one dataset")
+        name = self.sample_dataset_name(ref_b)
+        try:
+            ds = self.dataset(name)
+        except DatasetError as e:
+            raise gr.Error(f"no {name} data here: {e}") from None
+        if len(a.class_names) != ds.num_classes:
+            raise gr.Error(f"the models predict {len(a.class_names)} classes but {name} has {ds.num_classes}")
+        count = min(count, len(ds.x_test))
+        x, y = ds.x_test[:count], ds.y_test[:count]
+        preds = []
+        for lm in (a, b):
+            with lm.lock:
+                preds.append(predict_logits(lm.model, x))
+        m_a, m_b = accuracy_metrics(preds[0], y), accuracy_metrics(preds[1], y)
+        p_a, p_b = preds[0].argmax(-1), preds[1].argmax(-1)
+        differ = np.flatnonzero(p_a != p_b)
+        summary = (f"On the first **{count}** {name} test images: A **{_fmt_pct(m_a['top1'])}** top-1, "
+                   f"B **{_fmt_pct(m_b['top1'])}** top-1; they disagree on **{len(differ)}** "
+                   f"({100 * len(differ) / count:.1f} %): A right {int((p_a[differ] == y[differ]).sum())}, "
+                   f"B right {int((p_b[differ] == y[differ]).sum())}, neither "
+                   f"{int(((p_a[differ] != y[differ]) & (p_b[differ] != y[differ])).sum())}.")
+        rows = [[cls, _fmt_pct(pa), _fmt_pct(pb), "–" if pa is None else f"{100 * (pb - pa):+.1f}"]
+                for cls, pa, pb in zip(ds.class_names, m_a["per_class"], m_b["per_class"])]
+        table = pd.DataFrame(rows, columns=["class", "A top-1", "B top-1", "B − A (points)"])
+        names = ds.class_names
+        gallery = [(square(x[i], 96), f"#{i} true {names[y[i]]} · A {names[p_a[i]]} · B {names[p_b[i]]}")
+                   for i in differ[:24]]
+        return summary, table, gallery
+
+    # --- patches ----------------------------------------------------------------------------------
+
+    def patches(self, file, ref_a: str, ref_b: str):
+        """The vanilla grid and the five SPT views, at the patch size of the SPT model in use."""
+        image, preview = self._image(file)
+        a, b = self._pair(ref_a, ref_b)
+        lm = b if b.config.use_spt or not a.config.use_spt else a
+        config = lm.config
+        # The grids show the image as the model sees it: resized to its working size.
+        shown = square(preview, config.input_size) if config.input_size != config.image_size else image
+        grids = render.spt_grids(shown, config.patch_size)
+        note = (f"Patch size **{config.patch_size} px** on the {config.input_size}×{config.input_size} input "
+                f"of **{lm.name}**; each shifted view moves the image by half a patch "
+                f"({config.patch_size // 2} px), zeros where it was padded. SPT concatenates the five "
+                f"views' patches before the projection.")
+        return (render.patch_grid(shown, config.patch_size), *grids.values(), note)
+
+    # --- attention --------------------------------------------------------------------------------
+
+    def query_picker(self, file, qy: float, qx: float, ref_b: str):
+        """The image with the query patch outlined, for clicking a new query."""
+        if file is None:
+            return None
+        try:
+            _, preview = load_image(file)
+        except ImageInputError:
+            return None
+        config = self.store.get(ref_b).config
+        row, col = query_patch((qy, qx), config)
+        zero = np.zeros((config.grid_size, config.grid_size))
+        return render.attention_overlay(square(preview, QUERY_PICKER), zero, query=(row, col),
+                                        size=QUERY_PICKER, alpha=0.0, colorbar=False)
+
+    def select_query(self, evt: gr.SelectData, ref_b: str):
+        x, y = evt.index
+        size = self.store.get(ref_b).config.image_size
+        return float(y) * size / QUERY_PICKER, float(x) * size / QUERY_PICKER
+
+    def attention(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float):
+        image, preview = self._image(file)
+        a, b = self._pair(ref_a, ref_b)
+        try:
+            views = analyze_pair([a, b], self.cache, image, preview, int(layer or 0), head or HEAD_ALL,
+                                 (float(qy or 0), float(qx or 0)))
+        except ValueError as e:
+            raise gr.Error(str(e)) from None
+        va, vb = views[0]["view"], views[1]["view"]
+        caption = (f"Query patch row {vb.query[0]}, col {vb.query[1]} of B's {b.config.grid_size}×"
+                   f"{b.config.grid_size} grid (cyan). Layer {va.layer} for A, {vb.layer} for B; colours run "
+                   f"from 0 to each map's maximum. LSA models never attend to the query patch itself.")
+        return va.focus, vb.focus, va.sheet, vb.sheet, va.rollout, vb.rollout, caption
+
+    def locality(self, file, ref_a: str, ref_b: str, scope: str):
+        """Mean attention distance and entropy per layer, for this image or over test images."""
+        from explorer.probe import attention_entropy, mean_attention_distance
+        a, b = self._pair(ref_a, ref_b)
+        if scope == "this image":
+            image, _ = self._image(file)
+            batch = image[None]
+        else:
+            try:
+                batch = self.dataset(self.sample_dataset_name(ref_b)).x_test[:64]
+            except DatasetError as e:
+                raise gr.Error(f"no test images here: {e}") from None
+        distance, entropy = {}, {}
+        for tag, lm in (("A", a), ("B", b)):
+            with lm.lock:
+                attention = lm.probe(batch).attention
+            label = f"{tag}: {lm.label}"
+            distance[label] = mean_attention_distance(attention, lm.config.grid_size, lm.config.pixels_per_patch)
+            entropy[label] = attention_entropy(attention)
+        rows = [[name, f"{d.mean():.2f}", f"{e.mean():.3f}"] for (name, d), e in zip(distance.items(),
+                                                                                   entropy.values())]
+        table = pd.DataFrame(rows, columns=["model", "mean distance (px)", "mean entropy (nats)"])
+        return render.plot_attention_distance(distance), render.plot_entropy(entropy), table
+
+    # --- tau --------------------------------------------------------------------------------------
+
+    def tau(self, ref_a: str, ref_b: str):
+        """Tau per layer against sqrt(d_k), and over training, for every LSA model loaded."""
+        self._pair(ref_a, ref_b)
+        models = [lm for lm in self.store.loaded() if lm.config.use_lsa]
+        per_model = {lm.label: lm.probe.tau() for lm in models}
+        initial = {lm.label: lm.config.initial_tau for lm in models}
+        history = {lm.label: lm.card.get("history", []) for lm in models}
+        rows = []
+        for lm in models:
+            for layer, values in enumerate(per_model[lm.label]):
+                rows.append([lm.label, layer, ", ".join(f"{v:.3f}" for v in values),
+                             f"{lm.config.initial_tau:.3f}", f"{np.mean(values) / lm.config.initial_tau:.2f}"])
+        table = pd.DataFrame(rows, columns=["model", "layer", "tau", "initial √d_k", "ratio"])
+        return render.plot_tau(per_model, initial), render.plot_tau_history(history), table
+
+    # --- fine-tune --------------------------------------------------------------------------------
+
+    def _check_number(self, name: str, value, low, high, integer=True):
+        if value is None:
+            raise gr.Error(f"{name} is missing")
+        if integer and float(value) != int(value):
+            raise gr.Error(f"{name} must be a whole number, got {value}")
+        if not low <= value <= high:
+            raise gr.Error(f"{name} must be between {low} and {high}, got {value}")
+        return int(value) if integer else float(value)
+
+    def finetune_job(self, base: str, preset: str, variant: str, data: str, zip_file, epochs, lr,
+                     batch_size, subset, freeze: bool, name: str | None):
+        """Validates the form and returns (job, description) for the runner; errors are gr.Error."""
+        from explorer.config import ViTConfig
+        from explorer.train import TrainConfig, fine_tune, train_new
+        epochs = self._check_number("epochs", epochs, 1, self.max_epochs)
+        lr = self._check_number("learning rate", lr, 1e-6, 1.0, integer=False)
+        batch_size = self._check_number("batch size", batch_size, 1, 1024)
+        subset = self._check_number("images", subset, 2, self.max_images)
+        if name and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", name):
+            raise gr.Error("the run name may hold letters, digits, '.', '_' and '-' only")
+        if base == SCRATCH or not base:
+            if preset not in PRESETS or variant not in VARIANTS:
+                raise gr.Error(f"choose a preset from {sorted(PRESETS)} and a variant from {VARIANTS}")
+            config = get_preset(preset, variant=variant)
+            base_model = None
+        else:
+            base_model = self._pair(base, base)[0]
+            config = base_model.config
+        try:
+            if data == ZIP:
+                if zip_file is None:
+                    raise gr.Error("upload a zip of class folders (one sub-folder of images per class)")
+                ds = read_image_zip(zip_file, image_size=config.image_size, max_bytes=self.max_zip_mb * 2**20,
+                                    max_files=self.max_images * 2)
+            elif data in ("cifar10", "cifar100"):
+                ds = self.dataset(data)
+            else:
+                raise gr.Error(f"unknown data source {data!r}")
+        except DatasetError as e:
+            raise gr.Error(str(e)) from None
+        test = max(1, min(len(ds.x_test), subset // 5))
+        ds = ds.subset(train=subset, test=test, seed=0)
+        tc = TrainConfig(epochs=epochs, batch_size=min(batch_size, len(ds.x_train)), learning_rate=lr,
+                         train_subset=None, freeze_backbone=bool(freeze),
+                         validation_fraction=0.1 if len(ds.x_train) >= 20 else 0.0)
+        out = self.runner.out_dir
+        if base_model is None:
+            description = f"{variant} {preset} from scratch on {ds.name}, {epochs} epochs"
+            job = lambda progress, cancel: train_new(config, preset, ds, tc, out, name or None, verbose=0,
+                                                     progress=progress, cancel=cancel)
+        else:
+            description = f"{base_model.name} on {ds.name}, {epochs} epochs"
+            key = self.store.key(base)
+            job = lambda progress, cancel: fine_tune(key, ds, tc, out, name or None, verbose=0,
+                                                     progress=progress, cancel=cancel)
+        return job, description
+
+    def _run_status(self, s) -> str:
+        if s.status == "idle":
+            return "No run yet."
+        pct = 100 * s.step / s.total_steps if s.total_steps else 0
+        lines = [f"**{s.status}** · {s.description} · on **{s.device}**",
+                 f"step {s.step}/{s.total_steps} ({pct:.0f} %)"
+                 + (f" · loss {s.last_loss:.3f}" if s.last_loss is not None else "")
+                 + f" · {time.time() - s.started:.0f} s"]
+        if s.checkpoint:
+            ref = os.path.relpath(s.checkpoint, self.root)
+            lines.append(f"Saved as checkpoint **`{ref}`**; it is now in both model slots' lists.")
+        if s.status == "cancelled":
+            lines.append("Cancelled: nothing was saved.")
+        if s.error:
+            lines.append(f"**⚠ the run failed:** {s.error}")
+        return "\n\n".join(lines)
+
+    def _run_outputs(self, s, a, b):
+        per_layer_tau = {"this run": s.history[-1]["tau"]} if s.history and s.history[-1].get("tau") else {}
+        tau_plot = render.plot_tau_history({"this run": s.history}) if per_layer_tau else render.plot_tau({}, {})
+        choices = self.choices()
+        return (self._run_status(s), render.plot_training(s.history), tau_plot,
+                gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
+                gr.update(choices=[SCRATCH] + choices))
+
+    def finetune(self, base, preset, variant, data, zip_file, epochs, lr, batch_size, subset, freeze, name,
+                 a, b, progress=gr.Progress()):
+        """Starts a run and streams its progress until it ends (the run itself is not tied to this page)."""
+        job, description = self.finetune_job(base, preset, variant, data, zip_file, epochs, lr, batch_size,
+                                             subset, freeze, name)
+        try:
+            self.runner.start(job, description)
+        except Busy as e:
+            raise gr.Error(str(e)) from None
+        last_epochs = -1
+        while True:
+            s = self.runner.snapshot()
+            if s.total_steps:
+                progress(s.step / s.total_steps, desc=f"step {s.step}/{s.total_steps}")
+            if not s.running:
+                yield self._run_outputs(s, a, b)
+                return
+            if len(s.history) != last_epochs:
+                last_epochs = len(s.history)
+                yield self._run_outputs(s, a, b)
+            else:
+                yield (self._run_status(s),) + (gr.update(),) * 5
+            time.sleep(0.5)
+
+    def cancel(self):
+        if self.runner.cancel():
+            return "Cancelling: the run stops after the current step and saves nothing."
+        return "No run is going on."
+
+
+CSS = """
+.slot-card {min-height: 3.2em}
+footer {display: none !important}
+"""
+
+
+def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
+    ex = explorer or Explorer()
+    choices = ex.choices()
+    ref_a, ref_b = ex.initial_refs()
+
+    def card(ref):
+        try:
+            return ex.card_markdown(ref)
+        except (CheckpointError, ValueError, OSError) as e:
+            return f"**⚠ could not load {ref!r}: {e}**"
+
+    layers, heads, classes = 1, 1, ["random"]
+    for ref in (ref_a, ref_b):
+        try:
+            lm = ex.store.get(ref) if ref else None
+        except (CheckpointError, ValueError, OSError):
+            lm = None
+        if lm is not None:
+            layers, heads = max(layers, lm.config.num_layers), max(heads, lm.config.num_heads)
+    if ref_b:
+        try:
+            classes += ex.store.get(ref_b).class_names
+        except (CheckpointError, ValueError, OSError):
+            pass
+    data_present = find_cifar("cifar10", ex.data_dir) is not None
+
+    with gr.Blocks(title="SPT/LSA ViT Explorer") as demo:
+        gr.Markdown("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch "
+                    "Tokenization** and **Locality Self-Attention** "
+                    "([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)), trained on the same small "
+                    "dataset. Pick two models, give them an image, and look inside.")
+        prev_a, prev_b = gr.State(ref_a), gr.State(ref_b)
+        with gr.Row():
+            with gr.Column():
+                slot_a = gr.Dropdown(choices, value=ref_a, label="Model A", allow_custom_value=True,
+                                     info="a checkpoint, or a Hub id owner/name[@revision]")
+                card_a = gr.Markdown(card(ref_a), elem_classes="slot-card")
+            with gr.Column():
+                slot_b = gr.Dropdown(choices, value=ref_b, label="Model B", allow_custom_value=True,
+                                     info="a checkpoint, or a Hub id owner/name[@revision]")
+                card_b = gr.Markdown(card(ref_b), elem_classes="slot-card")
+        refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm")
+
+        with gr.Row():
+            with gr.Column(scale=1, min_width=260):
+                upload = gr.File(label="Image (any format or size)", file_types=["image"], type="filepath",
+                                 elem_id="upload")
+                preview = gr.Image(label="Input", interactive=False, height=224, elem_id="preview")
+                with gr.Row():
+                    sample_class = gr.Dropdown(classes, value="random", label="Test sample of class",
+                                               interactive=data_present, scale=2)
+                    sample_btn = gr.Button("Sample", interactive=data_present, scale=1, elem_id="sample")
+                sample_seed = gr.Number(-1, visible=False)
+                truth = gr.Markdown("" if data_present else "_No CIFAR data found, so no test samples "
+                                                            "(set EXPLORER_DATA_DIR)._")
+                image_note = gr.Markdown()
+            with gr.Column(scale=3):
+                with gr.Tabs():
+                    with gr.Tab("Compare", id="compare"):
+                        compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+                        with gr.Row():
+                            label_a = gr.Label(num_top_classes=5, label="Model A top-5", elem_id="label-a")
+                            label_b = gr.Label(num_top_classes=5, label="Model B top-5", elem_id="label-b")
+                        verdict = gr.Markdown(elem_id="verdict")
+                        with gr.Accordion("Find disagreements on the test set", open=False):
+                            n_test = gr.Slider(50, 2000, value=500, step=50, label="test images")
+                            dis_btn = gr.Button("Find disagreements", interactive=data_present)
+                            dis_summary = gr.Markdown()
+                            with gr.Row():
+                                dis_table = gr.Dataframe(label="per-class top-1", interactive=False)
+                                dis_gallery = gr.Gallery(label="where they disagree", columns=6, height=360)
+                    with gr.Tab("Patches", id="patches"):
+                        patch_note = gr.Markdown()
+                        with gr.Row():
+                            grid_plain = gr.Image(label="vanilla ViT patches", interactive=False)
+                        with gr.Row():
+                            grids = [gr.Image(label=f"SPT: {name}", interactive=False, min_width=120)
+                                     for name in ("original",) + render.SHIFTS]
+                        patches_btn = gr.Button("Show patches", elem_id="patches-btn")
+                    with gr.Tab("Attention", id="attention"):
+                        with gr.Row():
+                            with gr.Column(scale=1, min_width=240):
+                                picker = gr.Image(label="Click a patch to choose the query", interactive=False,
+                                                  height=QUERY_PICKER + 40, elem_id="picker")
+                                layer = gr.Dropdown(list(range(layers)), value=layers - 1, label="layer")
+                                head = gr.Dropdown([HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(heads)],
+                                                   value=HEAD_ALL, label="head")
+                                with gr.Row():
+                                    qy = gr.Number(16, label="query y (px of 32)", precision=1)
+                                    qx = gr.Number(16, label="query x (px of 32)", precision=1)
+                                attn_btn = gr.Button("Show attention", variant="primary", elem_id="attn-btn")
+                            with gr.Column(scale=3):
+                                attn_caption = gr.Markdown(elem_id="attn-caption")
+                                with gr.Row():
+                                    focus_a = gr.Image(label="A: from the query", interactive=False)
+                                    focus_b = gr.Image(label="B: from the query", interactive=False)
+                                with gr.Row():
+                                    rollout_a = gr.Image(label="A: attention rollout", interactive=False)
+                                    rollout_b = gr.Image(label="B: attention rollout", interactive=False)
+                        with gr.Row():
+                            sheet_a = gr.Image(label="A: layer × head", interactive=False)
+                            sheet_b = gr.Image(label="B: layer × head", interactive=False)
+                        with gr.Accordion("Locality: mean attention distance and entropy", open=True):
+                            scope = gr.Radio(["this image", "64 test images"], value="this image", label="over")
+                            loc_btn = gr.Button("Measure locality")
+                            with gr.Row():
+                                dist_plot = gr.Plot(label="mean attention distance")
+                                ent_plot = gr.Plot(label="attention entropy")
+                            loc_table = gr.Dataframe(interactive=False)
+                    with gr.Tab("Tau", id="tau"):
+                        gr.Markdown("LSA divides the attention logits by a learned temperature **tau** instead "
+                                    "of the fixed √d_k; a tau below √d_k sharpens attention.")
+                        tau_btn = gr.Button("Show tau")
+                        with gr.Row():
+                            tau_plot = gr.Plot(label="tau per layer")
+                            tau_hist = gr.Plot(label="tau over training")
+                        tau_table = gr.Dataframe(interactive=False)
+                    with gr.Tab("Fine-tune", id="finetune"):
+                        gr.Markdown(f"Short training runs in the background, one at a time; the result is "
+                                    f"saved as a new checkpoint. Limits here: {ex.max_epochs} epochs, "
+                                    f"{ex.max_images:,} images.")
+                        with gr.Row():
+                            ft_base = gr.Dropdown([SCRATCH] + choices, value=ref_b or SCRATCH, label="start from")
+                            ft_preset = gr.Dropdown(sorted(PRESETS), value="cifar-small", label="preset (scratch)")
+                            ft_variant = gr.Dropdown(list(VARIANTS), value="spt_lsa", label="variant (scratch)")
+                        with gr.Row():
+                            ft_data = gr.Radio(["cifar10", "cifar100", ZIP], value="cifar10", label="data")
+                            ft_zip = gr.File(label="zip of class folders", file_types=[".zip"], type="filepath")
+                        with gr.Row():
+                            ft_epochs = gr.Number(1, label="epochs", precision=0)
+                            ft_lr = gr.Number(5e-4, label="learning rate")
+                            ft_batch = gr.Number(64, label="batch size", precision=0)
+                            ft_subset = gr.Number(2048, label="training images", precision=0)
+                            ft_freeze = gr.Checkbox(False, label="freeze backbone")
+                            ft_name = gr.Textbox("", label="name (optional)")
+                        with gr.Row():
+                            ft_start = gr.Button("Start", variant="primary")
+                            ft_cancel = gr.Button("Cancel", variant="stop")
+                        ft_status = gr.Markdown("No run yet.")
+                        with gr.Row():
+                            ft_curves = gr.Plot(label="loss and accuracy")
+                            ft_tau = gr.Plot(label="tau per layer")
+
+        # --- wiring ---------------------------------------------------------------------------------
+        slot_a.change(ex.load_slot, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
+        slot_b.change(ex.load_slot, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model")
+        refresh_btn.click(ex.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh")
+        upload.change(ex.take_image, [upload], [preview, image_note], api_name="image")
+        sample_btn.click(ex.sample, [sample_class, slot_b, sample_seed], [upload, preview, truth],
+                         api_name="sample")
+        compare_inputs = [upload, slot_a, slot_b]
+        compare_outputs = [label_a, label_b, verdict]
+        compare_btn.click(ex.compare, compare_inputs, compare_outputs, api_name="compare",
+                          concurrency_limit=4)
+        upload.change(ex.compare, compare_inputs, compare_outputs, api_name=False, concurrency_limit=4)
+        dis_btn.click(ex.disagreements, [slot_a, slot_b, n_test], [dis_summary, dis_table, dis_gallery],
+                      api_name="disagreements")
+        patch_outputs = [grid_plain, *grids, patch_note]
+        patches_btn.click(ex.patches, compare_inputs, patch_outputs, api_name="patches", concurrency_limit=4)
+        upload.change(ex.patches, compare_inputs, patch_outputs, api_name=False, concurrency_limit=4)
+        attn_inputs = [upload, slot_a, slot_b, layer, head, qy, qx]
+        attn_outputs = [focus_a, focus_b, sheet_a, sheet_b, rollout_a, rollout_b, attn_caption]
+        attn_btn.click(ex.attention, attn_inputs, attn_outputs, api_name="attention", concurrency_limit=4)
+        for trigger in (layer.change, head.change, upload.change):
+            trigger(ex.attention, attn_inputs, attn_outputs, api_name=False, concurrency_limit=4)
+        picker_inputs = [upload, qy, qx, slot_b]
+        upload.change(ex.query_picker, picker_inputs, [picker], api_name=False)
+        picker.select(ex.select_query, [slot_b], [qy, qx], api_name=False).then(
+            ex.query_picker, picker_inputs, [picker], api_name=False).then(
+            ex.attention, attn_inputs, attn_outputs, api_name=False, concurrency_limit=4)
+        loc_inputs, loc_outputs = [upload, slot_a, slot_b, scope], [dist_plot, ent_plot, loc_table]
+        loc_btn.click(ex.locality, loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)
+        upload.change(ex.locality, loc_inputs, loc_outputs, api_name=False, concurrency_limit=2)
+        tau_btn.click(ex.tau, [slot_a, slot_b], [tau_plot, tau_hist, tau_table], api_name="tau")
+        for slot in (slot_a, slot_b):
+            slot.change(ex.tau, [slot_a, slot_b], [tau_plot, tau_hist, tau_table], api_name=False)
+        ft_start.click(ex.finetune, [ft_base, ft_preset, ft_variant, ft_data, ft_zip, ft_epochs, ft_lr, ft_batch,
+                                     ft_subset, ft_freeze, ft_name, slot_a, slot_b],
+                       [ft_status, ft_curves, ft_tau, slot_a, slot_b, ft_base], api_name="finetune",
+                       concurrency_limit=1, concurrency_id="finetune")
+        ft_cancel.click(ex.cancel, None, [ft_status], api_name="cancel", concurrency_limit=None)
+        demo.load(ex.tau, [slot_a, slot_b], [tau_plot, tau_hist, tau_table], api_name=False)
+    return demo
+
+
+def launch_kwargs() -> dict:
+    return {"server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+            "theme": gr.themes.Soft(), "css": CSS, "show_error": True}

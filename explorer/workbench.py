@@ -1,0 +1,325 @@
+"""What the app does, without the app: a cache of loaded models, one-call analysis of an image by a
+model pair, and a background fine-tuning runner. The UI and the benchmarks both call this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from explorer import render
+from explorer.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
+from explorer.config import ViTConfig
+from explorer.probe import (Probe, ProbeResult, attention_entropy, mean_attention_distance,
+                            query_attention, rollout, rollout_map)
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+@dataclass
+class LoadedModel:
+    """A checkpoint in memory with its compiled probe."""
+
+    ref: str
+    model: object
+    card: dict
+    config: ViTConfig
+    probe: Probe
+    load_seconds: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return self.card.get("name") or Path(self.ref).name
+
+    @property
+    def class_names(self) -> list[str]:
+        names = self.card.get("class_names") or []
+        count = self.model.output_shape[-1]
+        return list(names) if len(names) == count else [f"class {i}" for i in range(count)]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.config.variant})"
+
+    def summary(self) -> dict:
+        metrics = self.card.get("metrics", {})
+        return {"name": self.name, "variant": self.config.variant, "preset": self.card.get("preset"),
+                "dataset": self.card.get("dataset", {}).get("name"),
+                "classes": self.model.output_shape[-1], "parameters": int(self.model.count_params()),
+                "test_top1": metrics.get("test_top1"), "test_top5": metrics.get("test_top5"),
+                "epochs": self.card.get("training", {}).get("epochs"), "ref": self.ref,
+                "tau_mode": self.config.tau_mode if self.config.use_lsa else None}
+
+
+class ModelStore:
+    """Loads checkpoints once (per reference) and keeps the most recently used ones in memory.
+
+    A reference is a folder under `root` (relative or absolute) or a Hub id `owner/name[@revision]`.
+    Loading is serialised per reference, so concurrent requests for the same model load it once.
+    """
+
+    def __init__(self, root: str | os.PathLike, capacity: int = 8, cache_dir: str | None = None):
+        self.root = Path(root)
+        self.capacity = capacity
+        self.cache_dir = cache_dir
+        self._models: OrderedDict[str, LoadedModel] = OrderedDict()
+        self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}
+
+    def choices(self) -> list[str]:
+        """Every checkpoint under root, as references relative to it, newest runs last."""
+        return [str(p.relative_to(self.root)) for p in list_checkpoints(self.root)]
+
+    def key(self, ref: str) -> str:
+        if not isinstance(ref, str) or not ref.strip():
+            raise CheckpointError("no model chosen: pick a checkpoint or type a Hub id owner/name[@revision]")
+        ref = ref.strip()
+        local = self.root / ref
+        if local.is_dir():
+            return str(local.resolve())
+        if Path(ref).is_absolute() and Path(ref).is_dir():
+            return str(Path(ref).resolve())
+        return ref
+
+    def get(self, ref: str) -> LoadedModel:
+        key = self.key(ref)
+        with self._lock:
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key]
+            gate = self._loading.setdefault(key, threading.Lock())
+        with gate:
+            with self._lock:
+                if key in self._models:
+                    return self._models[key]
+            start = time.perf_counter()
+            model, card = load_checkpoint(key, cache_dir=self.cache_dir)
+            try:
+                config = ViTConfig.from_dict(card["config"])
+            except (KeyError, TypeError, ValueError) as e:
+                raise CheckpointError(f"{ref}: its card has no valid model config ({e})") from None
+            probe = Probe(model, config)
+            probe(np.zeros((1, config.image_size, config.image_size, 3), np.uint8))  # compile now
+            loaded = LoadedModel(ref.strip(), model, card, config, probe, time.perf_counter() - start)
+            with self._lock:
+                self._models[key] = loaded
+                while len(self._models) > self.capacity:
+                    self._models.popitem(last=False)
+                self._loading.pop(key, None)
+            return loaded
+
+    def loaded(self) -> list[LoadedModel]:
+        with self._lock:
+            return list(self._models.values())
+
+
+class ResultCache:
+    """Probe results per (model, image), so moving the query or the layer never reruns a model."""
+
+    def __init__(self, capacity: int = 128):
+        self.capacity = capacity
+        self._items: OrderedDict[tuple, ProbeResult] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, lm: LoadedModel, image: np.ndarray) -> tuple[ProbeResult, float, bool]:
+        """(result, seconds the model took, whether it came from the cache)."""
+        key = (id(lm), hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest())
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key], 0.0, True
+        start = time.perf_counter()
+        with lm.lock:
+            result = lm.probe(image[None])
+        elapsed = time.perf_counter() - start
+        with self._lock:
+            self._items[key] = result
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return result, elapsed, False
+
+
+def top_k(lm: LoadedModel, result: ProbeResult, k: int = 5) -> dict[str, float]:
+    probs = result.probabilities[0]
+    order = np.argsort(-probs)[:k]
+    names = lm.class_names
+    return {names[i]: float(probs[i]) for i in order}
+
+
+def query_patch(query_yx: tuple[float, float], config: ViTConfig) -> tuple[int, int]:
+    """The (row, col) of the patch under pixel (y, x) of the model's raw input image."""
+    y, x = query_yx
+    grid = config.grid_size
+    scale = grid / config.image_size
+    row = int(np.clip(np.floor(float(y) * scale), 0, grid - 1))
+    col = int(np.clip(np.floor(float(x) * scale), 0, grid - 1))
+    return row, col
+
+
+def square(image: np.ndarray, size: int) -> np.ndarray:
+    """The image squashed to size x size, as the model sees it; small images keep their pixels sharp."""
+    from PIL import Image
+    small = max(image.shape[:2]) * 2 <= size
+    return np.asarray(Image.fromarray(image).resize((size, size), Image.NEAREST if small else Image.BILINEAR))
+
+
+@dataclass
+class AttentionView:
+    """Everything the attention tab shows for one model and one image."""
+
+    layer: int
+    query: tuple[int, int]
+    focus: np.ndarray      # the chosen layer/head(s) from the query patch, overlaid
+    sheet: np.ndarray      # layer x head overview from the query patch
+    rollout: np.ndarray    # cumulative rollout over all layers, averaged over queries
+    distance: np.ndarray   # (layers, heads) mean attention distance, input pixels
+    entropy: np.ndarray    # (layers, heads) nats
+
+
+def attention_view(lm: LoadedModel, result: ProbeResult, display: np.ndarray, layer: int, head: str,
+                   query_yx: tuple[float, float], size: int = 224) -> AttentionView:
+    """Attention pictures and locality numbers of one model for one image (index 0 of `result`)."""
+    config = lm.config
+    grid = config.grid_size
+    attention = result.attention[0]
+    layer = int(np.clip(layer, 0, attention.shape[0] - 1))
+    row, col = query_patch(query_yx, config)
+    q = row * grid + col
+    maps = query_attention(attention, layer, q, grid)
+    if head == "all heads":
+        focus = render.head_sheet(display, maps[None], query=(row, col), cell=size // 2,
+                                  row_labels=[f"L{layer}"])
+    elif head == "mean of heads":
+        focus = render.attention_overlay(display, maps.mean(0), query=(row, col), size=size)
+    else:
+        index = int(str(head).split()[-1])
+        if not 0 <= index < maps.shape[0]:
+            raise ValueError(f"{lm.name} has {maps.shape[0]} heads; there is no head {index}")
+        focus = render.attention_overlay(display, maps[index], query=(row, col), size=size)
+    all_layers = np.stack([query_attention(attention, i, q, grid) for i in range(attention.shape[0])])
+    sheet = render.head_sheet(display, all_layers, query=(row, col), cell=72)
+    _, cumulative = rollout(attention)
+    rollout_image = render.attention_overlay(display, rollout_map(cumulative[-1], grid), size=size)
+    return AttentionView(layer, (row, col), focus, sheet, rollout_image,
+                         mean_attention_distance(attention, grid, config.pixels_per_patch),
+                         attention_entropy(attention))
+
+
+def analyze_pair(models: list[LoadedModel], cache: ResultCache, image: np.ndarray, display: np.ndarray,
+                 layer: int = 0, head: str = "all heads", query_yx=(16.0, 16.0)) -> list[dict]:
+    """The full per-image analysis for each model: top-5, timings, attention pictures, locality."""
+    shown = square(display, 224)
+    out = []
+    for lm in models:
+        result, seconds, cached = cache.get(lm, image)
+        out.append({"model": lm, "result": result, "top5": top_k(lm, result), "seconds": seconds,
+                    "cached": cached, "view": attention_view(lm, result, shown, layer, head, query_yx)})
+    return out
+
+
+# --- fine-tuning in the background -----------------------------------------------------------------
+
+
+class Busy(RuntimeError):
+    """A fine-tuning run is already going on."""
+
+
+@dataclass
+class RunState:
+    running: bool = False
+    status: str = "idle"
+    history: list = field(default_factory=list)
+    step: int = 0
+    total_steps: int = 0
+    last_loss: float | None = None
+    checkpoint: str | None = None
+    error: str | None = None
+    started: float = 0.0
+    device: str = ""
+    description: str = ""
+
+
+class FineTuneRunner:
+    """One training run at a time, on a background thread; progress is read with `snapshot()`."""
+
+    def __init__(self, out_dir: str | os.PathLike):
+        self.out_dir = Path(out_dir)
+        self._lock = threading.Lock()
+        self._state = RunState()
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.events: queue.Queue = queue.Queue()
+
+    def start(self, job, description: str) -> None:
+        """Runs `job(progress, cancel)` (which returns the train result dict) unless a run is going on."""
+        from explorer.train import device_name
+        with self._lock:
+            if self._state.running:
+                raise Busy(f"a fine-tuning run is already going on ({self._state.description}); "
+                           f"wait for it or cancel it")
+            self._cancel.clear()
+            self._state = RunState(running=True, status="starting", started=time.time(),
+                                   device=device_name(), description=description)
+            self._thread = threading.Thread(target=self._run, args=(job,), name="fine-tune", daemon=True)
+            self._thread.start()
+
+    def _progress(self, event: dict) -> None:
+        with self._lock:
+            s = self._state
+            if event["kind"] == "batch":
+                s.step, s.total_steps, s.last_loss = event["step"], event["total_steps"], event["loss"]
+                s.status = "training"
+            else:
+                s.history = s.history + [event]
+
+    def _run(self, job) -> None:
+        from explorer.train import Cancelled
+        try:
+            result = job(self._progress, self._cancel)
+            with self._lock:
+                self._state.checkpoint = result["checkpoint"]
+                self._state.status = "done"
+        except Cancelled:
+            with self._lock:
+                self._state.status = "cancelled"
+        except Exception as e:  # reported to the user; the app keeps serving
+            traceback.print_exc()
+            with self._lock:
+                self._state.status = "failed"
+                self._state.error = f"{type(e).__name__}: {e}"
+        finally:
+            with self._lock:
+                self._state.running = False
+
+    def cancel(self) -> bool:
+        with self._lock:
+            running = self._state.running
+        if running:
+            self._cancel.set()
+        return running
+
+    def wait(self, timeout: float | None = None) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def snapshot(self) -> RunState:
+        with self._lock:
+            s = self._state
+            return RunState(**{**s.__dict__, "history": list(s.history)})

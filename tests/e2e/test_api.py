@@ -1,0 +1,158 @@
+"""Every api_name of the launched app, through gradio_client."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from gradio_client import handle_file
+from PIL import Image
+
+from explorer.checkpoints import list_checkpoints, load_checkpoint
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+A, B = "cifar10-vanilla", "cifar10-spt_lsa"
+
+
+def _labels(result):
+    return [c["label"] for c in result["confidences"]]
+
+
+@pytest.fixture(scope="module")
+def upload(tmp_path_factory, cifar10):
+    path = tmp_path_factory.mktemp("up") / "my photo.jpg"
+    Image.fromarray(cifar10.x_test[7]).resize((200, 150)).save(path, quality=95)
+    return path
+
+
+def test_api_lists_every_endpoint(client):
+    names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
+    assert {"/compare", "/sample", "/patches", "/attention", "/locality", "/tau", "/finetune", "/cancel",
+            "/load_model", "/disagreements", "/refresh", "/image"} <= names
+
+
+def test_predict_on_an_upload(client, upload, cifar10):
+    label_a, label_b, verdict = client.predict(handle_file(str(upload)), A, B, api_name="/compare")
+    assert len(_labels(label_a)) == 5 and len(_labels(label_b)) == 5
+    assert set(_labels(label_a)) <= set(cifar10.class_names)
+    assert sum(c["confidence"] for c in label_b["confidences"]) <= 1.0 + 1e-6
+    assert "ms" in verdict or "cached" in verdict
+
+
+def test_predict_equals_the_model_run_locally(client, upload, app_checkpoints):
+    from explorer.inputs import load_image
+    from explorer.train import predict_logits
+    label_a, _, _ = client.predict(handle_file(str(upload)), A, B, api_name="/compare")
+    model, card = load_checkpoint(app_checkpoints / A)
+    logits = predict_logits(model, load_image(upload)[0][None])[0]
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    expected = card["class_names"][int(probs.argmax())]
+    assert label_a["label"] == expected
+    assert label_a["confidences"][0]["confidence"] == pytest.approx(float(probs.max()), abs=1e-5)
+
+
+def test_predict_on_a_dataset_sample(client, cifar10):
+    path, preview, truth = client.predict("cat", B, 3, api_name="/sample")
+    assert "True label: **cat**" in truth
+    index = int(truth.split("#")[1].split(")")[0])
+    assert cifar10.class_names[cifar10.y_test[index]] == "cat"
+    np.testing.assert_array_equal(np.asarray(Image.open(path)), cifar10.x_test[index])
+    _, _, verdict = client.predict(handle_file(path), A, B, api_name="/compare")
+    assert "True label **cat**" in verdict
+
+
+def test_patches(client, upload):
+    *images, note = client.predict(handle_file(str(upload)), A, B, api_name="/patches")
+    assert len(images) == 6 and "Patch size **4 px**" in note
+    shapes = {np.asarray(Image.open(p)).shape for p in images}
+    assert len(shapes) == 1  # the vanilla grid and the five shifted grids share a geometry
+
+
+def test_attention_for_a_chosen_query(client, upload):
+    out = client.predict(handle_file(str(upload)), A, B, 1, "head 1", 4.0, 30.0, api_name="/attention")
+    *images, caption = out
+    assert len(images) == 6 and all(np.asarray(Image.open(p)).ndim == 3 for p in images)
+    # 16 px input, 4 px patches: pixel (y=4, x=30) of the 32 px image lies in row 0, col 3
+    assert "row 0, col 3" in caption
+    with pytest.raises(Exception, match="head 7 is not in the list of choices"):
+        client.predict(handle_file(str(upload)), A, B, 1, "head 7", 4.0, 30.0, api_name="/attention")
+
+
+def test_locality_and_tau(client, upload):
+    distance, entropy, table = client.predict(handle_file(str(upload)), A, B, "this image", api_name="/locality")
+    assert distance["type"] == "matplotlib" and len(table["data"]) == 2
+    tau_plot, history_plot, tau_table = client.predict(A, B, api_name="/tau")
+    rows = tau_table["data"]
+    assert rows and all("spt_lsa" in r[0] for r in rows)  # only the LSA model has tau
+    assert {r[1] for r in rows} == {0, 1}
+
+
+def test_disagreements(client):
+    summary, table, gallery = client.predict(A, B, 100, api_name="/disagreements")
+    assert "first **100** cifar10 test images" in summary
+    assert len(table["data"]) == 10
+
+
+def test_bad_model_keeps_the_previous_one(client):
+    ref, card = client.predict("nobody/not-cached", api_name="/load_model")
+    assert ref == B and "could not load 'nobody/not-cached'" in card and "`spt_lsa`" in card
+
+
+def _wait_status(job, predicate, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        outputs = job.outputs()
+        if outputs and predicate(outputs[-1][0]):
+            return outputs[-1][0]
+        if job.done():
+            break
+        time.sleep(0.2)
+    raise AssertionError(f"status never matched; last outputs: {job.outputs()[-1:] if job.outputs() else None}")
+
+
+def test_fine_tune_produces_a_checkpoint_loadable_in_slot_b(client, app_checkpoints):
+    before = set(list_checkpoints(app_checkpoints))
+    result = client.predict(B, "tiny", "spt_lsa", "cifar10", None, 1, 1e-3, 32, 256, False, "e2e-run", A, B,
+                            api_name="/finetune")
+    status = result[0]
+    assert "**done**" in status and "finetuned/e2e-run" in status, status
+    new = set(list_checkpoints(app_checkpoints)) - before
+    assert [p.name for p in new] == ["e2e-run"]
+    ref, card = client.predict("finetuned/e2e-run", api_name="/load_model")
+    assert ref == "finetuned/e2e-run" and "**e2e-run**" in card
+    label_a, label_b, _ = client.predict(handle_file(_sample(client)), A, ref, api_name="/compare")
+    assert len(_labels(label_b)) == 5
+
+
+def _sample(client):
+    return client.predict("random", B, 1, api_name="/sample")[0]
+
+
+def test_cancel_mid_run_leaves_no_checkpoint(client, app_checkpoints):
+    before = sorted(list_checkpoints(app_checkpoints))
+    job = client.submit(SCRATCH := "(from scratch)", "tiny", "vanilla", "cifar10", None, 5, 1e-3, 16, 2048, False,
+                        "to-cancel", A, B, api_name="/finetune")
+    _wait_status(job, lambda s: "**training**" in s)
+    assert "Cancelling" in client.predict(api_name="/cancel")
+    status = _wait_status(job, lambda s: "**cancelled**" in s)
+    assert "nothing was saved" in status
+    assert sorted(list_checkpoints(app_checkpoints)) == before
+    assert not [p for p in (app_checkpoints / "finetuned").iterdir() if "to-cancel" in p.name]
+    # the next run starts cleanly
+    result = client.predict(SCRATCH, "tiny", "vanilla", "cifar10", None, 1, 1e-3, 32, 128, False, "after-cancel",
+                            A, B, api_name="/finetune")
+    assert "**done**" in result[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (dict(epochs=0), "epochs must be between 1"), (dict(epochs=-3), "epochs must be between 1"),
+    (dict(epochs=10_000), "epochs must be between 1"), (dict(lr=0), "learning rate"),
+    (dict(batch=0), "batch size"), (dict(subset=10**9), "images must be between"),
+    (dict(data="zip of class folders"), "upload a zip")])
+def test_bad_fine_tune_parameters(client, args, message):
+    values = dict(epochs=1, lr=1e-3, batch=32, subset=256, data="cifar10")
+    values.update(args)
+    with pytest.raises(Exception, match=message):
+        client.predict(B, "tiny", "spt_lsa", values["data"], None, values["epochs"], values["lr"], values["batch"],
+                       values["subset"], False, "", A, B, api_name="/finetune")
