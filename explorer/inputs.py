@@ -58,7 +58,8 @@ def load_image(path: str | os.PathLike, size: int = 32, preview: int = 256,
         raise ImageInputError(f"{name} is {nbytes / 2**20:.1f} MB; the limit is {max_bytes / 2**20:.0f} MB")
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            # Our own pixel cap (below PIL's) is checked from the header before anything is decoded.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(path) as img:
                 width, height = img.size
                 if width * height > max_pixels:
@@ -78,8 +79,8 @@ def load_image(path: str | os.PathLike, size: int = 32, preview: int = 256,
     except UnidentifiedImageError:
         raise ImageInputError(f"{name} is not an image PIL can read (is it really "
                               f"{path.suffix or 'an image'}?)") from None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise ImageInputError(f"{name} is too large to decode safely") from None
+    except Image.DecompressionBombError:
+        raise ImageInputError(f"{name} has far more pixels than the limit of {max_pixels / 1e6:.0f} MP") from None
     except (OSError, SyntaxError, ValueError, EOFError) as e:
         raise ImageInputError(f"{name} is damaged or truncated ({e})") from None
     model_input = np.asarray(rgb.resize((size, size), Image.BILINEAR), dtype=np.uint8)

@@ -1,0 +1,140 @@
+"""Every kind of upload: decoded into a (32, 32, 3) uint8 input, or refused with a clear message."""
+
+import io
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from explorer.inputs import ImageInputError, load_image
+
+
+def _save(tmp_path, name, image, **kwargs):
+    path = tmp_path / name
+    image.save(path, **kwargs)
+    return path
+
+
+def _png_bytes(image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_plain_rgb(tmp_path):
+    x, preview = load_image(_save(tmp_path, "a.png", Image.new("RGB", (64, 48), (10, 200, 30))))
+    assert x.shape == (32, 32, 3) and x.dtype == np.uint8 and tuple(x[5, 5]) == (10, 200, 30)
+    assert preview.shape == (48, 64, 3)
+
+
+@pytest.mark.parametrize("name, make, message", [
+    ("empty.png", lambda p: p.write_bytes(b""), "is empty"),
+    ("text.png", lambda p: p.write_text("hello, I am not a picture"), "not an image"),
+    ("truncated.png", lambda p: p.write_bytes(_png_bytes(Image.effect_noise((200, 200), 50))[:3000]),
+     "damaged or truncated"),
+    ("truncated.jpg", lambda p: p.write_bytes(_jpeg_bytes()[:2000]), "damaged or truncated"),
+])
+def test_broken_files_are_refused_clearly(tmp_path, name, make, message):
+    path = tmp_path / name
+    make(path)
+    with pytest.raises(ImageInputError, match=message) as e:
+        load_image(path)
+    assert name in str(e.value)
+
+
+def _jpeg_bytes() -> bytes:
+    buf = io.BytesIO()
+    Image.effect_noise((300, 300), 60).convert("RGB").save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ImageInputError, match="did not arrive"):
+        load_image(tmp_path / "gone.png")
+
+
+def test_one_pixel(tmp_path):
+    x, _ = load_image(_save(tmp_path, "1.png", Image.new("RGB", (1, 1), (255, 0, 0))))
+    assert (x == [255, 0, 0]).all()
+
+
+def test_huge_image_is_refused_from_its_header_fast(tmp_path):
+    path = _save(tmp_path, "huge.png", Image.new("1", (10_000, 10_000)))
+    start = time.perf_counter()
+    with pytest.raises(ImageInputError, match=r"10000x10000 pixels \(100 MP\); the limit is 40 MP"):
+        load_image(path)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_large_image_within_the_cap(tmp_path):
+    path = _save(tmp_path, "big.jpg", Image.new("RGB", (6000, 4000), (0, 0, 255)), quality=80)
+    x, preview = load_image(path)
+    assert x.shape == (32, 32, 3) and abs(int(x[10, 10, 2]) - 255) <= 2 and max(preview.shape) <= 256
+
+
+def test_upload_size_cap(tmp_path):
+    path = tmp_path / "big.png"
+    path.write_bytes(b"\0" * 2048)
+    with pytest.raises(ImageInputError, match="the limit is"):
+        load_image(path, max_bytes=1024)
+
+
+def test_grayscale(tmp_path):
+    x, _ = load_image(_save(tmp_path, "g.png", Image.new("L", (40, 40), 77)))
+    assert (x == 77).all()
+
+
+def test_rgba_transparent_becomes_white(tmp_path):
+    image = Image.new("RGBA", (40, 40), (255, 0, 0, 0))
+    image.paste((0, 0, 255, 255), (0, 0, 40, 20))
+    x, _ = load_image(_save(tmp_path, "t.png", image))
+    assert tuple(x[2, 2]) == (0, 0, 255) and tuple(x[-2, -2]) == (255, 255, 255)
+
+
+def test_palette(tmp_path):
+    image = Image.new("RGB", (40, 40), (200, 100, 50)).convert("P", palette=Image.ADAPTIVE, colors=4)
+    x, _ = load_image(_save(tmp_path, "p.png", image))
+    assert np.abs(x[5, 5].astype(int) - [200, 100, 50]).max() <= 8
+
+
+def test_palette_with_transparency(tmp_path):
+    image = Image.new("P", (20, 20), 0)
+    image.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    image.paste(1, (0, 0, 20, 10))
+    x, _ = load_image(_save(tmp_path, "pt.png", image, transparency=0))
+    assert tuple(x[2, 2]) == (255, 0, 0) and tuple(x[-2, -2]) == (255, 255, 255)
+
+
+def test_sixteen_bit_png_is_scaled_not_saturated(tmp_path):
+    a = np.zeros((32, 32), np.uint16)
+    a[:16] = 65535
+    a[16:] = 32768
+    x, _ = load_image(_save(tmp_path, "16.png", Image.fromarray(a)))
+    assert Image.open(tmp_path / "16.png").mode.startswith("I")
+    assert (x[2] == 255).all() and (np.abs(x[-2].astype(int) - 128) <= 1).all()
+
+
+def test_cmyk_jpeg(tmp_path):
+    x, _ = load_image(_save(tmp_path, "c.jpg", Image.new("CMYK", (40, 40), (0, 255, 255, 0)), quality=95))
+    assert x[10, 10, 0] > 200 and x[10, 10, 1] < 60 and x[10, 10, 2] < 60
+
+
+def test_animated_gif_uses_the_first_frame(tmp_path):
+    frames = [Image.new("RGB", (30, 30), c) for c in ((255, 0, 0), (0, 0, 255), (0, 255, 0))]
+    path = tmp_path / "anim.gif"
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=100, loop=0)
+    assert Image.open(path).n_frames == 3
+    x, _ = load_image(path)
+    assert x[15, 15, 0] > 200 and x[15, 15, 2] < 60
+
+
+def test_exif_rotation_is_applied(tmp_path):
+    image = Image.new("RGB", (40, 20), (255, 0, 0))
+    image.paste((0, 0, 255), (20, 0, 40, 20))  # left red, right blue
+    exif = Image.Exif()
+    exif[0x0112] = 6  # display rotated 90 degrees clockwise
+    path = _save(tmp_path, "rot.jpg", image, exif=exif.tobytes(), quality=95)
+    _, preview = load_image(path)
+    assert preview.shape[:2] == (40, 20)  # portrait after rotation
+    assert preview[2, 10, 0] > 200 and preview[-2, 10, 2] > 200  # red on top, blue at the bottom

@@ -1,0 +1,198 @@
+"""The app's handlers called directly (no server): what each returns, and every refusal."""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+
+import gradio as gr
+import numpy as np
+import pytest
+from PIL import Image
+
+from explorer.ui import SCRATCH, ZIP, Explorer, build_demo
+
+A, B = "cifar10-vanilla", "cifar10-spt_lsa"
+
+
+@pytest.fixture(scope="module")
+def ex(tmp_path_factory, tiny_checkpoints, data_dir):
+    root = tmp_path_factory.mktemp("ui") / "checkpoints"
+    root.mkdir()
+    for variant, path in tiny_checkpoints.items():
+        shutil.copytree(path, root / f"cifar10-{variant}")
+    return Explorer(root=root, data_dir=str(data_dir))
+
+
+@pytest.fixture(scope="module")
+def image_file(tmp_path_factory, cifar10):
+    path = tmp_path_factory.mktemp("img") / "cifar10-test-00042-x.png"
+    Image.fromarray(cifar10.x_test[42]).save(path)
+    return str(path)
+
+
+def test_defaults_and_cards(ex):
+    assert ex.initial_refs() == (A, B)
+    card = ex.card_markdown(B)
+    assert "`spt_lsa`" in card and "tau per layer" in card and "parameters" in card and "test top-1" in card
+
+
+def test_empty_checkpoint_folder_says_what_to_do(tmp_path):
+    empty = Explorer(root=tmp_path, data_dir=None)
+    assert empty.initial_refs() == (None, None)
+    assert "No checkpoints under" in empty.card_markdown(None) and "python -m explorer.train" in \
+        empty.card_markdown(None)
+    build_demo(empty)  # the app still builds and serves
+
+
+def test_compare_returns_both_top5_and_the_true_label(ex, image_file, cifar10):
+    top_a, top_b, verdict = ex.compare(image_file, A, B)
+    assert len(top_a) == 5 and len(top_b) == 5 and set(top_a) <= set(cifar10.class_names)
+    assert abs(sum(top_b.values()) - 1) < 1 and list(top_b.values()) == sorted(top_b.values(), reverse=True)
+    truth = cifar10.class_names[cifar10.y_test[42]]
+    assert f"True label **{truth}**" in verdict
+
+
+def test_results_are_cached_and_identical(ex, image_file):
+    first = ex.compare(image_file, A, B)
+    second = ex.compare(image_file, A, B)
+    assert first[:2] == second[:2] and "cached" in second[2]
+
+
+def test_load_failure_keeps_the_previous_model(ex, tmp_path):
+    ref, prev, card = ex.load_slot("nobody/nothing@main", B)
+    assert (ref, prev) == (B, B) and "could not load 'nobody/nothing@main'" in card and "`spt_lsa`" in card
+    broken = ex.root / "broken"
+    shutil.copytree(ex.root / A, broken)
+    (broken / "model.weights.h5").write_bytes(b"garbage")
+    try:
+        ref, _, card = ex.load_slot("broken", A)
+        assert ref == A and "cannot load the model" in card
+    finally:
+        shutil.rmtree(broken)
+
+
+def test_new_checkpoints_appear_without_a_restart(ex):
+    extra = ex.root / "finetuned" / "later-run"
+    shutil.copytree(ex.root / A, extra)
+    try:
+        a, b, base = ex.refresh(A, B)
+        assert "finetuned/later-run" in a["choices"] and "finetuned/later-run" in base["choices"]
+        assert base["choices"][0] == SCRATCH
+    finally:
+        shutil.rmtree(extra)
+
+
+def test_sample_by_class(ex, cifar10):
+    path, preview, truth = ex.sample("ship", B, 0)
+    index = int(truth.split("#")[1].rstrip(")"))
+    assert cifar10.class_names[cifar10.y_test[index]] == "ship" and "**ship**" in truth
+    assert preview.shape == (224, 224, 3)
+    np.testing.assert_array_equal(np.asarray(Image.open(path)), cifar10.x_test[index])
+    with pytest.raises(gr.Error, match="not a cifar10 class"):
+        ex.sample("dragon", B, 0)
+
+
+def test_sample_without_data(tiny_checkpoints, tmp_path):
+    shutil.copytree(tiny_checkpoints["vanilla"], tmp_path / "m")
+    no_data = Explorer(root=tmp_path, data_dir=str(tmp_path / "nowhere"))
+    with pytest.raises(gr.Error, match="no cifar10 data here"):
+        no_data.sample("random", "m", 0)
+
+
+def test_patches_use_the_spt_models_patch_size(ex, image_file, cifar10):
+    *grids, note = ex.patches(image_file, A, B)
+    assert len(grids) == 6 and "Patch size **4 px** on the 16×16 input" in note
+    assert len({g.shape for g in grids}) == 1
+
+
+def test_attention_views(ex, image_file):
+    focus_a, focus_b, sheet_a, sheet_b, roll_a, roll_b, caption = ex.attention(image_file, A, B, 1, "mean of heads",
+                                                                              31.0, 0.0)
+    assert "row 3, col 0" in caption
+    assert focus_a.shape == focus_b.shape and sheet_a.shape == sheet_b.shape and roll_a.ndim == 3
+    with pytest.raises(gr.Error, match="no head 9"):
+        ex.attention(image_file, A, B, 0, "head 9", 0, 0)
+
+
+def test_locality_and_tau(ex, image_file):
+    dist, ent, table = ex.locality(image_file, A, B, "this image")
+    assert list(table.columns) == ["model", "mean distance (px)", "mean entropy (nats)"] and len(table) == 2
+    dist64, _, _ = ex.locality(image_file, A, B, "64 test images")
+    assert len(dist.axes[0].get_lines()) >= 2
+    tau_plot, history_plot, tau_table = ex.tau(A, B)
+    assert set(tau_table["layer"]) == {0, 1} and all("spt_lsa" in m for m in tau_table["model"])
+    lm = ex.store.get(B)
+    assert tau_table["tau"][0] == f"{lm.probe.tau()[0][0]:.3f}"
+
+
+def test_disagreements(ex):
+    summary, table, gallery = ex.disagreements(A, B, 60)
+    assert "first **60** cifar10 test images" in summary and len(table) == 10
+    assert all(isinstance(caption, str) and "true" in caption for _, caption in gallery)
+    with pytest.raises(gr.Error, match="at least one"):
+        ex.disagreements(A, B, 0)
+
+
+@pytest.mark.parametrize("file, message", [(None, "No image yet")])
+def test_missing_image(ex, file, message):
+    with pytest.raises(gr.Error, match=message):
+        ex.compare(file, A, B)
+
+
+def test_bad_uploads_get_a_message_and_nothing_breaks(ex, tmp_path, image_file):
+    bad = tmp_path / "fake.png"
+    bad.write_text("not a png")
+    preview, note = ex.take_image(str(bad))
+    assert preview is None and "not an image PIL can read" in note
+    with pytest.raises(gr.Error, match="fake.png"):
+        ex.compare(str(bad), A, B)
+    assert len(ex.compare(image_file, A, B)[0]) == 5
+
+
+def _zip(tmp_path, members):
+    path = tmp_path / "data.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return str(path)
+
+
+def _form(**changes):
+    form = dict(base=B, preset="tiny", variant="spt_lsa", data="cifar10", zip_file=None, epochs=1, lr=1e-3,
+                batch_size=32, subset=256, freeze=False, name="")
+    form.update(changes)
+    return form
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(epochs=0), "epochs must be between 1 and"), (dict(epochs=-1), "epochs must be between"),
+    (dict(epochs=10**6), "epochs must be between"), (dict(lr=-1.0), "learning rate"),
+    (dict(batch_size=0), "batch size"), (dict(subset=10**9), "images must be between"),
+    (dict(subset=1), "images must be between"), (dict(epochs=None), "epochs is missing"),
+    (dict(epochs=2.5), "whole number"), (dict(name="../../etc"), "run name"),
+    (dict(data=ZIP), "upload a zip"), (dict(base=SCRATCH, preset="huge"), "choose a preset"),
+])
+def test_fine_tune_form_is_validated(ex, changes, message):
+    with pytest.raises(gr.Error, match=message):
+        ex.finetune_job(**_form(**changes))
+
+
+def test_fine_tune_zip_problems(ex, tmp_path):
+    png = Image.new("RGB", (8, 8))
+    import io
+    buf = io.BytesIO()
+    png.save(buf, format="PNG")
+    cases = [({"a.png": buf.getvalue(), "b.png": buf.getvalue()}, "needs class folders"),
+             ({"../x/a.png": buf.getvalue(), "c/b.png": buf.getvalue()}, "unsafe member path")]
+    for members, message in cases:
+        with pytest.raises(gr.Error, match=message):
+            ex.finetune_job(**_form(data=ZIP, zip_file=_zip(tmp_path, members)))
+    bomb = _zip(tmp_path, {"a/x.png": b"\0" * (300 * 2**20), "b/y.png": buf.getvalue()})
+    assert (tmp_path / "data.zip").stat().st_size < 2 * 2**20  # a real bomb: tiny on disk
+    with pytest.raises(gr.Error, match="expands to 300 MiB; the limit is 200 MiB"):
+        ex.finetune_job(**_form(data=ZIP, zip_file=bomb))
+
+
+def test_cancel_without_a_run(ex):
+    assert ex.cancel() == "No run is going on."
