@@ -126,7 +126,8 @@ def write_checkpoint(model, folder: str | os.PathLike, card: dict) -> Path:
     if folder.exists():
         raise CheckpointError(f"{folder} already exists; checkpoints are never overwritten")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.parent / f"{_TMP_PREFIX}{folder.name}-{uuid.uuid4().hex[:8]}"
+    clean_stale(folder.parent)
+    tmp = folder.parent / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-{folder.name}"
     card = {**card, "format": FORMAT, "format_version": FORMAT_VERSION, "name": folder.name,
             "parameters": int(model.count_params()), "versions": versions(),
             "created": card.get("created") or _now()}
@@ -136,10 +137,38 @@ def write_checkpoint(model, folder: str | os.PathLike, card: dict) -> Path:
         (tmp / "README.md").write_text(model_card(card))
         _fsync_tree(tmp)
         os.rename(tmp, folder)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write checkpoint {folder.name}: {e.strerror or e}; nothing was "
+                              f"saved") from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(parent: str | os.PathLike) -> list[Path]:
+    """Removes temporary folders left by writers that died (killed mid-write); returns them."""
+    removed = []
+    parent = Path(parent)
+    if not parent.is_dir():
+        return removed
+    for path in parent.glob(f"{_TMP_PREFIX}*"):
+        pid = path.name[len(_TMP_PREFIX):].split("-", 1)[0]
+        if path.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def update_card(folder: str | os.PathLike, **changes) -> dict:

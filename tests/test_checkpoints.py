@@ -46,7 +46,7 @@ def test_write_is_atomic_when_saving_fails(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(keras.saving, "save_model", broken)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(CheckpointError, match="could not write checkpoint x: No space left on device; nothing"):
         write_checkpoint(model, tmp_path / "x", {"variant": "vanilla"})
     assert list(tmp_path.iterdir()) == []
 
