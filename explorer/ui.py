@@ -172,7 +172,10 @@ class Explorer:
         index = int(rng.choice(candidates))
         label = ds.class_names[ds.y_test[index]]
         path = self.samples_dir / f"{name}-test-{index:05d}-{label}.png"
-        Image.fromarray(ds.x_test[index]).save(path)
+        if not path.exists():  # written under a temporary name: concurrent samplers never see half a file
+            tmp = path.with_name(f".{threading.get_ident()}-{path.name}")
+            Image.fromarray(ds.x_test[index]).save(tmp, format="PNG")
+            os.replace(tmp, path)
         return str(path), square(ds.x_test[index], 224), f"True label: **{label}** ({name} test image #{index})"
 
     def true_label(self, file) -> str | None:
@@ -452,6 +455,33 @@ class Explorer:
         return "No run is going on."
 
 
+def _atomic_image_cache() -> None:
+    """Makes Gradio's image cache write atomically.
+
+    Gradio names a cached output image by the hash of its bytes and rewrites the file in place on every
+    request, so two sessions producing the same picture at once can serve a half-rewritten file
+    ("Too much data for declared Content-Length"). Its file cache already renames into place; this
+    gives the image cache the same behaviour (and skips rewriting identical bytes).
+    """
+    from gradio import processing_utils as pu
+    if getattr(pu.save_pil_to_cache, "_explorer_atomic", False):
+        return
+
+    def save_pil_to_cache(img, cache_dir, name="image", format="webp"):
+        data = pu.encode_pil_to_bytes(img, format)
+        folder = Path(cache_dir) / pu.hash_bytes(data)
+        folder.mkdir(exist_ok=True, parents=True)
+        path = (folder / f"{name}.{format}").resolve()
+        if not (path.exists() and path.stat().st_size == len(data)):
+            tmp = folder / f".{name}.{threading.get_ident()}.{time.monotonic_ns()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        return str(path)
+
+    save_pil_to_cache._explorer_atomic = True
+    pu.save_pil_to_cache = save_pil_to_cache
+
+
 CSS = """
 .slot-card {min-height: 3.2em}
 footer {display: none !important}
@@ -460,6 +490,7 @@ footer {display: none !important}
 
 def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
     ex = explorer or Explorer()
+    _atomic_image_cache()
     choices = ex.choices()
     ref_a, ref_b = ex.initial_refs()
 

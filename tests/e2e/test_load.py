@@ -1,0 +1,83 @@
+"""20 concurrent clients x 10 mixed requests while a fine-tune runs: no errors, no mixed-up results."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from gradio_client import Client, handle_file
+from PIL import Image
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+A, B = "cifar10-vanilla", "cifar10-spt_lsa"
+
+
+def _file_digest(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def _canonical(kind, result):
+    """A comparable form of an endpoint's result (images by their bytes, timings dropped)."""
+    if kind == "compare":
+        label_a, label_b, verdict = result
+        return (label_a["label"], [(c["label"], round(c["confidence"], 6)) for c in label_a["confidences"]],
+                label_b["label"], [(c["label"], round(c["confidence"], 6)) for c in label_b["confidences"]],
+                verdict.split("\n\nTime:")[0])
+    *images, text = result
+    return tuple(_file_digest(p) for p in images) + (text,)
+
+
+def _call(client, kind, image, pair):
+    a, b = pair
+    if kind == "compare":
+        return client.predict(handle_file(image), a, b, api_name="/compare")
+    if kind == "attention":
+        return client.predict(handle_file(image), a, b, 1, "all heads", 9.0, 21.0, api_name="/attention")
+    return client.predict(handle_file(image), a, b, api_name="/patches")
+
+
+def test_concurrent_clients_during_a_fine_tune(app_url, cifar10, tmp_path):
+    images = []
+    for i in range(6):
+        path = tmp_path / f"img{i}.png"
+        Image.fromarray(cifar10.x_test[100 + i]).save(path)
+        images.append(str(path))
+    pairs = [(A, B), (B, A)]  # swapped slots must not leak into each other
+    kinds = ("compare", "attention", "patches")
+    rng = random.Random(7)
+    plan = [[(rng.choice(kinds), rng.choice(images), rng.choice(pairs)) for _ in range(10)] for _ in range(20)]
+
+    alone = Client(app_url, verbose=False)
+    expected = {}
+    for requests in plan:
+        for kind, image, pair in requests:
+            key = (kind, image, pair)
+            if key not in expected:
+                expected[key] = _canonical(kind, _call(alone, kind, image, pair))
+
+    job = alone.submit("(from scratch)", "tiny", "spt_lsa", "cifar10", None, 20, 1e-3, 16, 4096, False, "load-run",
+                       A, B, api_name="/finetune")
+    deadline = time.time() + 60
+    while time.time() < deadline and not any("**training**" in o[0] for o in job.outputs()):
+        time.sleep(0.2)
+    assert any("**training**" in o[0] for o in job.outputs()), "the fine-tune run did not start"
+
+    def client_session(requests):
+        client = Client(app_url, verbose=False)
+        return [(key, _canonical(key[0], _call(client, *key))) for key in requests]
+
+    try:
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            sessions = list(pool.map(client_session, plan))
+        assert not any("**done**" in o[0] or "**failed**" in o[0] for o in job.outputs()[-1:]), \
+            "the fine-tune ended before the load did; the test did not overlap them"
+    finally:
+        alone.predict(api_name="/cancel")
+        job.result() if not job.done() else None
+    results = [r for session in sessions for r in session]
+    assert len(results) == 200
+    for key, got in results:
+        assert got == expected[key], f"result of {key} differs under load"
