@@ -1,0 +1,62 @@
+"""Helpers shared by the benchmark scripts (not a test)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def data_dir() -> str:
+    return os.environ.get("EXPLORER_DATA_DIR", str(ROOT.parent / "shared" / "data"))
+
+
+def percentile(values, q) -> float:
+    import numpy as np
+    return float(np.percentile(np.asarray(values) * 1000.0, q))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_app(checkpoints: str | None = None, timeout: float = 180.0):
+    """Starts `python app.py` on a free port; returns (process, url, seconds until it answered)."""
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+           "EXPLORER_DATA_DIR": data_dir()}
+    if checkpoints:
+        env["EXPLORER_CHECKPOINTS"] = checkpoints
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    while time.perf_counter() - start < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app.py exited with {proc.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return proc, url, time.perf_counter() - start
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("app.py did not answer in time")
+
+
+def rss_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

@@ -1,0 +1,35 @@
+"""Time from `python app.py` to the first successful request, and resident memory after the app has
+loaded its default model pair.
+
+    python bench/startup.py [--checkpoints DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from _common import launch_app, rss_mib
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoints")
+    p.add_argument("--a", default="cifar10-vanilla")
+    p.add_argument("--b", default="cifar10-spt_lsa")
+    args = p.parse_args()
+    from gradio_client import Client
+    start = time.perf_counter()
+    proc, url, answered = launch_app(args.checkpoints)
+    try:
+        Client(url, verbose=False).predict(args.a, args.b, api_name="/tau")
+        first = time.perf_counter() - start
+        print(f"page answered after {answered:.1f} s; first successful request (/tau) after {first:.1f} s "
+              f"(goal <= 15 s)")
+        print(f"resident memory with the default pair loaded: {rss_mib(proc.pid):.0f} MiB")
+    finally:
+        proc.terminate()
+
+
+if __name__ == "__main__":
+    main()

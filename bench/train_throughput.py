@@ -1,0 +1,76 @@
+"""Training images/s: our loop (explorer.train.fit) against the seed's own loop (keras.io vit_small_ds,
+bench/seed_vit_small_ds.py) on the same preset geometry, data and batch size, measured in one run.
+
+    python bench/train_throughput.py [--preset cifar-small] [--variant spt_lsa] [--steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from _common import data_dir
+
+
+class Timer:
+    """Timestamps of batch ends; the rate is taken after `skip` warm-up batches."""
+
+    def __init__(self, skip):
+        self.skip, self.stamps = skip, []
+
+    def tick(self):
+        self.stamps.append(time.perf_counter())
+
+    def rate(self, batch_size):
+        stamps = self.stamps[self.skip:]
+        return (len(stamps) - 1) * batch_size / (stamps[-1] - stamps[0])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="cifar-small")
+    p.add_argument("--variant", default="spt_lsa", choices=("vanilla", "spt_lsa"))
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--skip", type=int, default=10)
+    args = p.parse_args()
+
+    import keras
+    from explorer.config import get_preset
+    from explorer.data import load_cifar
+    from explorer.models import build_vit
+    from explorer.train import TrainConfig, fit
+    from seed_vit_small_ds import build_seed_model, compile_seed
+
+    ds = load_cifar("cifar10", data_dir())
+    n = args.steps * args.batch_size
+    config = get_preset(args.preset, variant=args.variant)
+
+    ours = Timer(args.skip)
+    model = build_vit(config, ds.num_classes)
+    fit(model, ds.subset(train=n, test=0), TrainConfig(epochs=1, batch_size=args.batch_size,
+                                                        validation_fraction=0.0, max_steps=args.steps),
+        verbose=0, progress=lambda e: ours.tick() if e["kind"] == "batch" else None)
+
+    seed = Timer(args.skip)
+    keras.utils.set_random_seed(0)
+    x, y = ds.x_train[:n].astype("float32"), ds.y_train[:n]
+    seed_model = compile_seed(build_seed_model(
+        x, ds.num_classes, image_size=config.input_size, patch_size=config.patch_size,
+        projection_dim=config.projection_dim, num_heads=config.num_heads, key_dim=config.key_dim,
+        transformer_units=config.mlp_units, transformer_layers=config.num_layers, mlp_head_units=config.head_units,
+        vanilla=args.variant == "vanilla"))
+    seed_model.fit(x, y, batch_size=args.batch_size, epochs=1, verbose=0,
+                   callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seed.tick())])
+
+    r_ours, r_seed = ours.rate(args.batch_size), seed.rate(args.batch_size)
+    print(f"preset {args.preset} ({config.input_size} px, patch {config.patch_size}, {config.num_layers} blocks, "
+          f"dim {config.projection_dim}), {args.variant}, batch {args.batch_size}, {args.steps} steps "
+          f"(first {args.skip} skipped)")
+    print(f"seed loop (keras.io vit_small_ds): {r_seed:7.1f} images/s   params {seed_model.count_params():,}")
+    print(f"our loop (explorer.train.fit):     {r_ours:7.1f} images/s   params {model.count_params():,}")
+    print(f"ratio ours / seed = {r_ours / r_seed:.2f}  (goal >= 1.2)")
+
+
+if __name__ == "__main__":
+    main()
