@@ -12,6 +12,8 @@ from explorer.checkpoints import CheckpointError, load_checkpoint, update_card
 from explorer.data import DatasetError, load_dataset
 from explorer.train import accuracy_metrics, predict_logits
 
+CHECK_SET = 200
+
 
 def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | None = None,
              limit: int | None = None, store: bool = True) -> list[dict]:
@@ -27,12 +29,17 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
             raise CheckpointError(f"{ref} predicts {model.output_shape[-1]} classes but {name} has "
                                   f"{ds.num_classes}")
         x, y = (ds.x_test[:limit], ds.y_test[:limit]) if limit else (ds.x_test, ds.y_test)
-        metrics = accuracy_metrics(predict_logits(model, x), y)
+        logits = predict_logits(model, x)
+        metrics = accuracy_metrics(logits, y)
         results.append({"ref": str(ref), "card": card, "dataset": ds, "metrics": metrics})
         if store and card.get("dataset", {}).get("name") == name and not limit:
+            # A fixed check set (the first CHECK_SET test images) lets anyone verify the card quickly.
+            check = accuracy_metrics(logits[:CHECK_SET], y[:CHECK_SET])
             update_card(ref, metrics={"test_top1": metrics["top1"], "test_top5": metrics["top5"],
                                       "test_per_class": metrics["per_class"],
-                                      "test_count": metrics["count"]})
+                                      "test_count": metrics["count"],
+                                      "check_set": f"{name} test images 0-{CHECK_SET - 1}",
+                                      "check_top1": check["top1"], "check_top5": check["top5"]})
     return results
 
 
@@ -56,6 +63,19 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def markdown_table(results: list[dict]) -> str:
+    """The README's results table: one row per checkpoint, from its card and these metrics."""
+    rows = ["| model | variant | test top-1 | test top-5 | epochs | train time | images/s |",
+            "|---|---|---|---|---|---|---|"]
+    for r in results:
+        card, m = r["card"], r["metrics"]
+        training = card.get("training", {})
+        rows.append(f"| `{card.get('name')}` | {card.get('variant')} | **{100 * m['top1']:.2f} %** | "
+                    f"{100 * m['top5']:.2f} % | {training.get('epochs', '–')} | "
+                    f"{training.get('wall_time_s', 0) / 60:.0f} min | {training.get('images_per_second', '–')} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m explorer.evaluate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,6 +84,7 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir")
     p.add_argument("--limit", type=int, help="first N test images only (metrics are then not stored)")
     p.add_argument("--no-store", action="store_true", help="do not write the metrics into the cards")
+    p.add_argument("--markdown", action="store_true", help="also print a Markdown results table")
     args = p.parse_args(argv)
     try:
         results = evaluate(args.checkpoints, args.dataset, args.data_dir, args.limit,
@@ -72,6 +93,9 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_table(results))
+    if args.markdown:
+        print()
+        print(markdown_table(results))
     return 0
 
 

@@ -52,9 +52,9 @@ def looks_like_repo_id(text: str) -> bool:
 
 def is_offline() -> bool:
     """HF_HUB_OFFLINE as it is now (huggingface_hub reads it once, at import)."""
-    import huggingface_hub
+    from huggingface_hub import constants
     value = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
-    return value in ("1", "ON", "YES", "TRUE") or bool(huggingface_hub.constants.HF_HUB_OFFLINE)
+    return value in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE)
 
 
 def download(ref: str, cache_dir: str | None = None) -> Path:

@@ -196,3 +196,13 @@ def test_fine_tune_zip_problems(ex, tmp_path):
 
 def test_cancel_without_a_run(ex):
     assert ex.cancel() == "No run is going on."
+
+
+@pytest.mark.parametrize("ref", ["", "   ", "../etc/passwd", "owner/../x", "my model/with spaces",
+                                 "nobody/does-not-exist", "nobody/does-not-exist@v1", "hf://nobody/x"])
+def test_bad_hub_ids_answer_fast_and_keep_the_model(ex, ref):
+    import time
+    start = time.perf_counter()
+    slot, prev, card = ex.load_slot(ref, A)
+    assert time.perf_counter() - start < 2.0
+    assert (slot, prev) == (A, A) and "could not load" in card and "`vanilla`" in card

@@ -1,0 +1,66 @@
+"""The two checkpoints shipped in checkpoints/: present, small, complete cards, and honest numbers."""
+
+import numpy as np
+import pytest
+
+from explorer.checkpoints import list_checkpoints, load_checkpoint
+from explorer.config import ViTConfig
+from explorer.models import tau_values
+from explorer.train import accuracy_metrics, predict_logits
+from tests.conftest import ROOT
+
+SHIPPED = ROOT / "checkpoints"
+PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return {name: load_checkpoint(SHIPPED / name) for name in PAIR}
+
+
+def test_both_are_listed_and_small():
+    listed = {p.name for p in list_checkpoints(SHIPPED)}
+    assert set(PAIR) <= listed
+    for name in PAIR:
+        size = sum(p.stat().st_size for p in (SHIPPED / name).rglob("*") if p.is_file())
+        assert size <= 10 * 2**20, f"{name} is {size / 2**20:.1f} MiB"
+
+
+def test_cards_are_complete(shipped):
+    for name, (model, card) in shipped.items():
+        config = ViTConfig.from_dict(card["config"])
+        assert card["dataset"]["name"] == "cifar10" and "JPEG" in card["dataset"]["note"]
+        assert card["dataset"]["test_images"] == 10000 and card["dataset"]["validation_images"] == 5000
+        assert card["preset"] and card["variant"] == config.variant
+        training = card["training"]
+        assert training["epochs"] >= 1 and training["wall_time_s"] > 0 and training["images_per_second"] > 0
+        for key in ("test_top1", "test_top5", "check_top1"):
+            assert 0 < card["metrics"][key] <= 1, key
+        assert len(card["history"]) == training["epochs"]
+        for epoch in card["history"]:
+            assert {"loss", "top1", "val_top1", "tau"} <= set(epoch)
+            assert len(epoch["tau"]) == (config.num_layers if config.use_lsa else 0)
+        readme = (SHIPPED / name / "README.md").read_text()
+        assert readme.startswith("---") and "test top-1" in readme and "JPEG" in readme
+
+
+def test_same_recipe_only_the_variant_differs(shipped):
+    (_, vanilla), (_, lsa) = shipped["cifar10-vanilla"], shipped["cifar10-spt_lsa"]
+    assert vanilla["variant"] == "vanilla" and lsa["variant"] == "spt_lsa"
+    assert lsa["config"]["tau_mode"] == "layer"
+    differ = {k for k in vanilla["config"] if vanilla["config"][k] != lsa["config"][k]}
+    assert differ == {"variant"}
+    assert vanilla["training"]["recipe"] == lsa["training"]["recipe"]
+    assert vanilla["training"]["epochs"] == lsa["training"]["epochs"]
+
+
+def test_check_set_accuracy_matches_the_card(shipped, cifar10):
+    x, y = cifar10.x_test[:200], cifar10.y_test[:200]
+    for name, (model, card) in shipped.items():
+        metrics = accuracy_metrics(predict_logits(model, x), y)
+        assert abs(metrics["top1"] - card["metrics"]["check_top1"]) <= 0.01, name
+
+
+def test_tau_in_the_card_is_the_models_tau(shipped):
+    model, card = shipped["cifar10-spt_lsa"]
+    np.testing.assert_allclose(card["history"][-1]["tau"], tau_values(model), rtol=1e-6)
