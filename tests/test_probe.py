@@ -118,3 +118,14 @@ def test_query_and_received_attention_shapes(probes, images):
     received = received_attention(attention, 4)
     assert received.shape == (2, 2, 4, 4)
     np.testing.assert_allclose(received.reshape(2, 2, -1).sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["vanilla", "spt_lsa"])
+def test_probe_on_the_keras_io_preset(variant, images):
+    from explorer.config import get_preset
+    config = get_preset("keras-io", variant=variant, tau_mode="head")
+    result = Probe(build_vit(config, 100), config)(images[:1])
+    assert result.logits.shape == (1, 100)
+    assert result.attention.shape == (1, 8, 4, 144, 144)
+    assert result.patches.shape == (1, 144, 6 * 6 * (15 if variant == "spt_lsa" else 3))
+    assert config.pixels_per_patch == pytest.approx(6 * 32 / 72)
