@@ -22,6 +22,7 @@ from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS, VARIANTS, get_preset
 from explorer.data import DatasetError, find_cifar, load_cifar, read_image_zip
 from explorer.inputs import ImageInputError, load_image
+from explorer.train import device_name
 from explorer.workbench import (Busy, FineTuneRunner, ModelStore, ResultCache, analyze_pair, env_int,
                                 query_patch, square, top_k)
 
@@ -613,9 +614,9 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             tau_hist = gr.Plot(label="tau over training")
                         tau_table = gr.Dataframe(interactive=False)
                     with gr.Tab("Fine-tune", id="finetune"):
-                        gr.Markdown(f"Short training runs in the background, one at a time; the result is "
-                                    f"saved as a new checkpoint. Limits here: {ex.max_epochs} epochs, "
-                                    f"{ex.max_images:,} images.")
+                        gr.Markdown(f"Short training runs in the background, one at a time, on "
+                                    f"**{device_name()}**; the result is saved as a new checkpoint. Limits here: {ex.max_epochs} "
+                                    f"epochs, {ex.max_images:,} images.")
                         with gr.Row():
                             ft_base = gr.Dropdown([SCRATCH] + choices, value=ref_b or SCRATCH, label="start from")
                             ft_preset = gr.Dropdown(sorted(PRESETS), value="cifar-small", label="preset (scratch)")
