@@ -99,7 +99,7 @@ class Explorer:
         lines.append(f"**{s['name']}** · `{s['variant']}`{tau} · {s['dataset']} ({s['classes']} classes) · "
                      f"{s['parameters']:,} parameters · test top-1 **{_fmt_pct(s['test_top1'])}**, "
                      f"top-5 {_fmt_pct(s['test_top5'])}"
-                     + (f" · {s['epochs']} epochs" if s["epochs"] else ""))
+                     + (f" · {s['epochs']} epoch{'s' if s['epochs'] != 1 else ''}" if s["epochs"] else ""))
         return "\n\n".join(lines)
 
     def load_slot(self, ref: str, previous: str | None):
@@ -264,7 +264,7 @@ class Explorer:
                 f"of **{lm.name}**; each shifted view moves the image by half a patch "
                 f"({config.patch_size // 2} px), zeros where it was padded. SPT concatenates the five "
                 f"views' patches before the projection.")
-        return (render.patch_grid(shown, config.patch_size), *grids.values(), note)
+        return render.patch_grid(shown, config.patch_size), [(g, name) for name, g in grids.items()], note
 
     # --- attention --------------------------------------------------------------------------------
 
@@ -571,9 +571,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                         patch_note = gr.Markdown()
                         with gr.Row():
                             grid_plain = picture("vanilla ViT patches")
-                        with gr.Row():
-                            grids = [picture(f"SPT: {name}", min_width=120)
-                                     for name in ("original",) + render.SHIFTS]
+                        grids = gr.Gallery(format="png", label="SPT: the image and its four half-patch shifts",
+                                           columns=5, height=260, object_fit="contain", allow_preview=True)
                         patches_btn = gr.Button("Show patches", elem_id="patches-btn")
                     with gr.Tab("Attention", id="attention"):
                         with gr.Row():
@@ -602,16 +601,16 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             scope = gr.Radio(["this image", "64 test images"], value="this image", label="over")
                             loc_btn = gr.Button("Measure locality")
                             with gr.Row():
-                                dist_plot = gr.Plot(label="mean attention distance")
-                                ent_plot = gr.Plot(label="attention entropy")
+                                dist_plot = gr.Plot(label="mean attention distance", show_label=False)
+                                ent_plot = gr.Plot(label="attention entropy", show_label=False)
                             loc_table = gr.Dataframe(interactive=False)
                     with gr.Tab("Tau", id="tau"):
                         gr.Markdown("LSA divides the attention logits by a learned temperature **tau** instead "
                                     "of the fixed √d_k; a tau below √d_k sharpens attention.")
                         tau_btn = gr.Button("Show tau")
                         with gr.Row():
-                            tau_plot = gr.Plot(label="tau per layer")
-                            tau_hist = gr.Plot(label="tau over training")
+                            tau_plot = gr.Plot(label="tau per layer", show_label=False)
+                            tau_hist = gr.Plot(label="tau over training", show_label=False)
                         tau_table = gr.Dataframe(interactive=False)
                     with gr.Tab("Fine-tune", id="finetune"):
                         gr.Markdown(f"Short training runs in the background, one at a time, on "
@@ -636,8 +635,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             ft_cancel = gr.Button("Cancel", variant="stop")
                         ft_status = gr.Markdown("No run yet.")
                         with gr.Row():
-                            ft_curves = gr.Plot(label="loss and accuracy")
-                            ft_tau = gr.Plot(label="tau per layer")
+                            ft_curves = gr.Plot(label="loss and accuracy", show_label=False)
+                            ft_tau = gr.Plot(label="tau per layer", show_label=False)
 
         # --- wiring ---------------------------------------------------------------------------------
         slot_a.change(ex.load_slot, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
@@ -653,7 +652,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
         upload.change(ex.compare, compare_inputs, compare_outputs, api_name=False, concurrency_limit=4)
         dis_btn.click(ex.disagreements, [slot_a, slot_b, n_test], [dis_summary, dis_table, dis_gallery],
                       api_name="disagreements")
-        patch_outputs = [grid_plain, *grids, patch_note]
+        patch_outputs = [grid_plain, grids, patch_note]
         patches_btn.click(ex.patches, compare_inputs, patch_outputs, api_name="patches", concurrency_limit=4)
         upload.change(ex.patches, compare_inputs, patch_outputs, api_name=False, concurrency_limit=4)
         attn_inputs = [upload, slot_a, slot_b, layer, head, qy, qx]

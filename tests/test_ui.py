@@ -101,9 +101,10 @@ def test_sample_without_data(tiny_checkpoints, tmp_path):
 
 
 def test_patches_use_the_spt_models_patch_size(ex, image_file, cifar10):
-    *grids, note = ex.patches(image_file, A, B)
-    assert len(grids) == 6 and "Patch size **4 px** on the 16×16 input" in note
-    assert len({g.shape for g in grids}) == 1
+    plain, shifted, note = ex.patches(image_file, A, B)
+    assert [name for _, name in shifted] == ["original", "left-up", "left-down", "right-up", "right-down"]
+    assert "Patch size **4 px** on the 16×16 input" in note
+    assert len({plain.shape} | {g.shape for g, _ in shifted}) == 1
 
 
 def test_attention_views(ex, image_file):

@@ -63,9 +63,10 @@ def test_predict_on_a_dataset_sample(client, cifar10):
 
 
 def test_patches(client, upload):
-    *images, note = client.predict(handle_file(str(upload)), A, B, api_name="/patches")
-    assert len(images) == 6 and "Patch size **4 px**" in note
-    shapes = {np.asarray(Image.open(p)).shape for p in images}
+    plain, shifted, note = client.predict(handle_file(str(upload)), A, B, api_name="/patches")
+    assert [item["caption"] for item in shifted] == ["original", "left-up", "left-down", "right-up", "right-down"]
+    assert "Patch size **4 px**" in note
+    shapes = {np.asarray(Image.open(p)).shape for p in [plain] + [item["image"] for item in shifted]}
     assert len(shapes) == 1  # the vanilla grid and the five shifted grids share a geometry
 
 

@@ -27,7 +27,10 @@ def _canonical(kind, result):
                 label_b["label"], [(c["label"], round(c["confidence"], 6)) for c in label_b["confidences"]],
                 verdict.split("\n\nTime:")[0])
     *images, text = result
-    return tuple(_file_digest(p) for p in images) + (text,)
+    paths = []
+    for item in images:  # an image path, or a gallery: a list of {"image": path, "caption": ...}
+        paths += [(g["image"], g["caption"]) for g in item] if isinstance(item, list) else [(item, None)]
+    return tuple((_file_digest(p), caption) for p, caption in paths) + (text,)
 
 
 def _call(client, kind, image, pair):
