@@ -85,13 +85,15 @@ def tau_values(model: keras.Model) -> list[list[float]]:
     return result
 
 
-def replace_head(model: keras.Model, num_classes: int, freeze_backbone: bool = False) -> keras.Model:
-    """The same backbone (shared weights) with a fresh classifier for `num_classes` classes."""
-    head = model.get_layer(HEAD)
-    features = head.input
-    logits = keras.layers.Dense(num_classes, name=HEAD)(features)
-    new_model = keras.Model(model.inputs, logits, name=model.name)
-    for layer in new_model.layers:
+def freeze_backbone(model: keras.Model, frozen: bool = True) -> keras.Model:
+    """Makes every layer but the classifier head (un)trainable, in place."""
+    for layer in model.layers:
         if layer.name != HEAD:
-            layer.trainable = not freeze_backbone
-    return new_model
+            layer.trainable = not frozen
+    return model
+
+
+def replace_head(model: keras.Model, num_classes: int, freeze: bool = False) -> keras.Model:
+    """The same backbone (shared weights) with a fresh classifier for `num_classes` classes."""
+    logits = keras.layers.Dense(num_classes, name=HEAD)(model.get_layer(HEAD).input)
+    return freeze_backbone(keras.Model(model.inputs, logits, name=model.name), freeze)

@@ -255,8 +255,7 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     if history:
         last = history[-1]
         metrics.update({k: last[k] for k in ("top1", "top5", "loss") if k in last})
-        metrics.update({k.replace("val_", "val_"): last[k] for k in ("val_top1", "val_top5", "val_loss")
-                        if k in last})
+        metrics.update({k: last[k] for k in ("val_top1", "val_top5", "val_loss") if k in last})
     return {"history": history, "metrics": metrics, "steps": state["steps"],
             "stopped_by": state["stopped_by"], "epochs_done": len(history),
             "training": {"epochs": len(history), "planned_epochs": tc.epochs, "steps": state["steps"],
@@ -306,27 +305,20 @@ def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str 
               name: str | None = None, verbose: int = 1, progress=None, cancel=None) -> dict:
     """Continues training a checkpoint on `dataset`; a new head when the class count differs."""
     from explorer.checkpoints import load_checkpoint
-    from explorer.models import replace_head
+    from explorer.models import freeze_backbone, replace_head
     model, card = load_checkpoint(base)
     config = ViTConfig.from_dict(card["config"])
     if dataset.x_train.shape[1:3] != (config.image_size, config.image_size):
         raise ValueError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
                          f"{config.image_size}x{config.image_size}")
-    if model.output_shape[-1] != dataset.num_classes or tc.freeze_backbone:
-        model = replace_head(model, dataset.num_classes, freeze_backbone=tc.freeze_backbone) \
-            if model.output_shape[-1] != dataset.num_classes else _freeze(model)
+    if model.output_shape[-1] != dataset.num_classes:
+        model = replace_head(model, dataset.num_classes, freeze=tc.freeze_backbone)
+    elif tc.freeze_backbone:
+        freeze_backbone(model)
     record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel)
     return _finish(model, record, config, card.get("preset"), dataset, out_dir,
                    name or f"{card.get('name', 'model')}-ft-{dataset.name}",
                    base={"name": card.get("name"), "source": str(base)})
-
-
-def _freeze(model):
-    from explorer.models import HEAD
-    for layer in model.layers:
-        if layer.name != HEAD:
-            layer.trainable = False
-    return model
 
 
 def _finish(model, record, config, preset, dataset, out_dir, name, base) -> dict:

@@ -70,7 +70,7 @@ def test_keras_and_folder_saves_reload_equal_in_a_fresh_process(tmp_path, images
 
 def test_replace_head_keeps_backbone_weights_and_freezes_on_request():
     model = build_vit(tiny_config(variant="spt_lsa"), 10)
-    new = replace_head(model, 3, freeze_backbone=True)
+    new = replace_head(model, 3, freeze=True)
     assert new.output_shape == (None, 3)
     assert new.get_layer("tokenizer") is model.get_layer("tokenizer")
     assert {w.path for w in new.trainable_weights} == {"head/kernel", "head/bias"}
