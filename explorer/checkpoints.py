@@ -107,6 +107,16 @@ def model_card(card: dict) -> str:
         if training.get(key) is not None:
             lines.append(f"| {label} | {fmt.format(training[key])} |")
     lines.append(f"| parameters | {card.get('parameters')} |")
+    history = card.get("history") or []
+    if history:
+        lines += ["", "## Training history", "",
+                  "| epoch | loss | top-1 | val top-1 | learning rate | tau per layer |", "|---|---|---|---|---|---|"]
+        for e in history:
+            tau = "; ".join(", ".join(f"{v:.3f}" for v in layer) for layer in e.get("tau") or []) or "–"
+            cells = [f"{e[k]:.4f}" if isinstance(e.get(k), (int, float)) else "–"
+                     for k in ("loss", "top1", "val_top1")]
+            lr = f"{e['learning_rate']:.2e}" if isinstance(e.get("learning_rate"), (int, float)) else "–"
+            lines.append(f"| {e.get('epoch')} | {' | '.join(cells)} | {lr} | {tau} |")
     lines += ["", "Load it with the explorer (`explorer.checkpoints.load_checkpoint`) or plain Keras "
               "after `import explorer.layers`: `keras.saving.load_model(folder)`.", ""]
     return "\n".join(lines)

@@ -42,6 +42,8 @@ def test_cards_are_complete(shipped):
             assert len(epoch["tau"]) == (config.num_layers if config.use_lsa else 0)
         readme = (SHIPPED / name / "README.md").read_text()
         assert readme.startswith("---") and "test top-1" in readme and "JPEG" in readme
+        assert "## Training history" in readme
+        assert sum(line.startswith("| ") and line[2:3].isdigit() for line in readme.splitlines()) == training["epochs"]
 
 
 def test_same_recipe_only_the_variant_differs(shipped):
