@@ -315,8 +315,11 @@ class Explorer:
                 raise gr.Error(f"no test images here: {e}") from None
         distance, entropy = {}, {}
         for tag, lm in (("A", a), ("B", b)):
-            with lm.lock:
-                attention = lm.probe(batch).attention
+            if len(batch) == 1:  # the Compare/Attention tabs already ran the models on this image
+                attention = self.cache.get(lm, batch[0])[0].attention
+            else:
+                with lm.lock:
+                    attention = lm.probe(batch).attention
             label = f"{tag}: {lm.label}"
             distance[label] = mean_attention_distance(attention, lm.config.grid_size, lm.config.pixels_per_patch)
             entropy[label] = attention_entropy(attention)

@@ -147,3 +147,11 @@ def test_preprocessing_resizes_and_normalises():
     out = ops.convert_to_numpy(layer(np.full((1, 32, 32, 3), 150, "uint8")))
     assert out.shape == (1, 16, 16, 3)
     np.testing.assert_allclose(out, 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", SHIFTS)
+def test_render_draws_the_same_shifts_as_the_layer(mode):
+    from explorer import render
+    image = RNG.integers(0, 256, size=(16, 16, 3)).astype("float32")
+    expected = ops.convert_to_numpy(shift_images(image[None], mode, 3))[0]
+    np.testing.assert_array_equal(render.shift_image(image, mode, 3), expected)
