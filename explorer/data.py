@@ -31,6 +31,7 @@ class Dataset:
     y_test: np.ndarray
     class_names: list[str]
     source: str = ""
+    note: str = ""
 
     @property
     def num_classes(self) -> int:
@@ -48,7 +49,7 @@ class Dataset:
 
         x_train, y_train = pick(self.x_train, self.y_train, train)
         x_test, y_test = pick(self.x_test, self.y_test, test)
-        return Dataset(self.name, x_train, y_train, x_test, y_test, self.class_names, self.source)
+        return Dataset(self.name, x_train, y_train, x_test, y_test, self.class_names, self.source, self.note)
 
 
 def _unpickle(path: Path) -> dict:
@@ -113,7 +114,21 @@ def read_cifar(folder: str | os.PathLike, name: str) -> Dataset:
     for labels in (y_train, y_test):
         if labels.min() < 0 or labels.max() >= len(class_names):
             raise DatasetError(f"{folder}: labels outside 0..{len(class_names) - 1}")
-    return Dataset(name, x_train, y_train, x_test, y_test, class_names, str(folder))
+    return Dataset(name, x_train, y_train, x_test, y_test, class_names, str(folder), provenance_note(folder))
+
+
+JPEG_NOTE = ("pixels decoded from a public JPEG copy of CIFAR (mean abs error 5.8/255 against the "
+             "originals)")
+
+
+def provenance_note(folder: Path) -> str:
+    """What a README.md beside the data says about where its pixels come from (a JPEG copy, here)."""
+    readme = folder.parent / "README.md"
+    try:
+        text = readme.read_text(errors="replace")
+    except OSError:
+        return ""
+    return JPEG_NOTE if "JPEG" in text else ""
 
 
 def candidate_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:

@@ -22,9 +22,6 @@ import numpy as np
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
 from explorer.data import Dataset, augment_batch, load_dataset
 
-JPEG_NOTE = ("pixels decoded from a public JPEG copy of CIFAR (mean abs error 5.8/255 against the "
-             "originals)")
-
 
 class Cancelled(Exception):
     """The run was cancelled; nothing was saved."""
@@ -335,7 +332,7 @@ def _finish(model, record, config, preset, dataset, out_dir, name, base) -> dict
                         "train_images": record["training"]["train_images"],
                         "validation_images": record["training"]["validation_images"],
                         "test_images": int(len(dataset.x_test)),
-                        "note": JPEG_NOTE if is_cifar and "shared" in dataset.source else ""},
+                        "note": dataset.note},
             "class_names": list(dataset.class_names), "metrics": metrics,
             "history": record["history"], "training": record["training"], "base": base}
     folder = write_checkpoint(model, unique_dir(out_dir, name), card)

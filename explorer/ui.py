@@ -11,6 +11,7 @@ import re
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
@@ -22,6 +23,7 @@ from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS, VARIANTS, get_preset
 from explorer.data import DatasetError, find_cifar, load_cifar, read_image_zip
 from explorer.inputs import ImageInputError, load_image
+from explorer.probe import tau_table
 from explorer.train import device_name
 from explorer.workbench import (Busy, FineTuneRunner, ModelStore, ResultCache, analyze_pair, env_int,
                                 query_patch, square, top_k)
@@ -65,6 +67,8 @@ class Explorer:
         self.samples_dir = Path(tempfile.mkdtemp(prefix="explorer-samples-"))
         self._datasets: dict[str, object] = {}
         self._data_lock = threading.Lock()
+        self._decoded: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._decode_lock = threading.Lock()
 
     # --- models -----------------------------------------------------------------------------------
 
@@ -124,11 +128,28 @@ class Explorer:
 
     # --- images -----------------------------------------------------------------------------------
 
+    def decode(self, file) -> tuple[np.ndarray, np.ndarray]:
+        """(model input, preview) of an image file, decoded once: an upload fires five handlers."""
+        stat = os.stat(file) if os.path.exists(file) else None
+        key = (str(file), stat.st_mtime_ns if stat else 0, stat.st_size if stat else -1)
+        with self._decode_lock:
+            if key in self._decoded:
+                self._decoded.move_to_end(key)
+                return self._decoded[key]
+        image, preview = load_image(file)
+        image.setflags(write=False)  # shared between sessions
+        preview.setflags(write=False)
+        with self._decode_lock:
+            self._decoded[key] = (image, preview)
+            while len(self._decoded) > 32:
+                self._decoded.popitem(last=False)
+        return image, preview
+
     def _image(self, file) -> tuple[np.ndarray, np.ndarray]:
         if file is None:
             raise gr.Error("No image yet: upload one or take a sample from the test set.")
         try:
-            return load_image(file)
+            return self.decode(file)
         except ImageInputError as e:
             raise gr.Error(str(e)) from None
 
@@ -137,7 +158,7 @@ class Explorer:
         if file is None:
             return None, ""
         try:
-            _, preview = load_image(file)
+            _, preview = self.decode(file)
         except ImageInputError as e:
             return None, f"**⚠ {e}**"
         return (square(preview, 224) if max(preview.shape[:2]) * 2 <= 224 else preview), ""
@@ -273,7 +294,7 @@ class Explorer:
         if file is None:
             return None
         try:
-            _, preview = load_image(file)
+            _, preview = self.decode(file)
         except ImageInputError:
             return None
         config = self.store.get(ref_b).config
@@ -337,11 +358,9 @@ class Explorer:
         per_model = {lm.label: lm.probe.tau() for lm in models}
         initial = {lm.label: lm.config.initial_tau for lm in models}
         history = {lm.label: lm.card.get("history", []) for lm in models}
-        rows = []
-        for lm in models:
-            for layer, values in enumerate(per_model[lm.label]):
-                rows.append([lm.label, layer, ", ".join(f"{v:.3f}" for v in values),
-                             f"{lm.config.initial_tau:.3f}", f"{np.mean(values) / lm.config.initial_tau:.2f}"])
+        rows = [[lm.label, row["layer"], ", ".join(f"{v:.3f}" for v in row["tau"]), f"{row['initial']:.3f}",
+                 f"{row['mean_tau'] / row['initial']:.2f}"]
+                for lm in models for row in tau_table(lm.model, lm.config)]
         table = pd.DataFrame(rows, columns=["model", "layer", "tau", "initial √d_k", "ratio"])
         return render.plot_tau(per_model, initial), render.plot_tau_history(history), table
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import threading
 import time
 import traceback
@@ -40,7 +39,6 @@ class LoadedModel:
     card: dict
     config: ViTConfig
     probe: Probe
-    load_seconds: float
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -108,7 +106,6 @@ class ModelStore:
             with self._lock:
                 if key in self._models:
                     return self._models[key]
-            start = time.perf_counter()
             model, card = load_checkpoint(key, cache_dir=self.cache_dir)
             try:
                 config = ViTConfig.from_dict(card["config"])
@@ -116,7 +113,7 @@ class ModelStore:
                 raise CheckpointError(f"{ref}: its card has no valid model config ({e})") from None
             probe = Probe(model, config)
             probe(np.zeros((1, config.image_size, config.image_size, 3), np.uint8))  # compile now
-            loaded = LoadedModel(ref.strip(), model, card, config, probe, time.perf_counter() - start)
+            loaded = LoadedModel(ref.strip(), model, card, config, probe)
             with self._lock:
                 self._models[key] = loaded
                 while len(self._models) > self.capacity:
@@ -264,7 +261,6 @@ class FineTuneRunner:
         self._state = RunState()
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
-        self.events: queue.Queue = queue.Queue()
 
     def start(self, job, description: str) -> None:
         """Runs `job(progress, cancel)` (which returns the train result dict) unless a run is going on."""

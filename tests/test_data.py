@@ -123,3 +123,10 @@ def test_augment_batch_is_a_flip_or_translation_of_the_input():
         found = any((cand[dy:dy + 24, dx:dx + 24] == y[4:28, 4:28]).all()
                     for cand in (x, x[:, ::-1]) for dy in range(9) for dx in range(9))
         assert found
+
+
+def test_provenance_note_comes_from_the_datas_readme(cifar10, data_dir, tmp_path):
+    assert "JPEG copy" in cifar10.note and "JPEG" in (data_dir / "README.md").read_text()
+    shutil.copytree(data_dir / "cifar-100-python", tmp_path / "cifar-100-python")
+    assert load_cifar("cifar100", tmp_path, download=False).note == ""
+    assert cifar10.subset(train=10, test=10).note == cifar10.note
