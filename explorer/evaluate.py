@@ -1,6 +1,10 @@
 """Evaluates checkpoints side by side and stores the metrics in each checkpoint's card.
 
     python -m explorer.evaluate checkpoints/cifar10-vanilla checkpoints/cifar10-spt_lsa
+    python -m explorer.evaluate checkpoints/cifar10-vanilla checkpoints/cifar10-spt_lsa --locality 256
+
+--locality N also prints, per layer, what SPT/LSA are meant to change: the mean attention distance (in
+input pixels) and the attention entropy over the first N test images, and the learned tau.
 """
 
 from __future__ import annotations
@@ -8,16 +12,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+import numpy as np
+
 from explorer.checkpoints import CheckpointError, load_checkpoint, update_card
+from explorer.config import ViTConfig
 from explorer.data import DatasetError, load_dataset
+from explorer.probe import Probe, attention_entropy, mean_attention_distance
 from explorer.train import accuracy_metrics, predict_logits
 
 CHECK_SET = 200
 
 
 def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | None = None,
-             limit: int | None = None, store: bool = True) -> list[dict]:
-    """Top-1, top-5 and per-class accuracy of each checkpoint on its dataset's test split."""
+             limit: int | None = None, store: bool = True, locality_images: int = 0) -> list[dict]:
+    """Top-1, top-5 and per-class accuracy of each checkpoint on its dataset's test split; with
+    locality_images > 0 also its per-layer attention locality on the first that many test images."""
     results, datasets = [], {}
     for ref in refs:
         model, card = load_checkpoint(ref)
@@ -32,6 +41,8 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
         logits = predict_logits(model, x)
         metrics = accuracy_metrics(logits, y)
         results.append({"ref": str(ref), "card": card, "dataset": ds, "metrics": metrics})
+        if locality_images:
+            results[-1]["locality"] = locality(model, card, ds.x_test[:locality_images])
         if store and card.get("dataset", {}).get("name") == name and not limit:
             # A fixed check set (the first CHECK_SET test images) lets anyone verify the card quickly.
             check = accuracy_metrics(logits[:CHECK_SET], y[:CHECK_SET])
@@ -41,6 +52,39 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
                                       "check_set": f"{name} test images 0-{CHECK_SET - 1}",
                                       "check_top1": check["top1"], "check_top5": check["top5"]})
     return results
+
+
+def locality(model, card: dict, images: np.ndarray, batch_size: int = 64) -> dict:
+    """Per layer, averaged over heads, queries and images: mean attention distance (input pixels) and
+    attention entropy (nats); and the layer's tau (mean over heads; None for plain attention)."""
+    config = ViTConfig.from_dict(card["config"])
+    probe = Probe(model, config)
+    distance = entropy = 0.0
+    for start in range(0, len(images), batch_size):
+        attention = probe(images[start:start + batch_size]).attention
+        share = len(attention) / len(images)
+        distance = distance + share * mean_attention_distance(attention, config.grid_size, config.pixels_per_patch)
+        entropy = entropy + share * attention_entropy(attention)
+    taus = probe.tau()
+    return {"images": len(images), "distance": distance.mean(-1).tolist(), "entropy": entropy.mean(-1).tolist(),
+            "tau": [float(np.mean(t)) for t in taus] if taus else [None] * len(distance)}
+
+
+def _locality_rows(results: list[dict], width: int) -> list[str]:
+    layers = max(len(r["locality"]["distance"]) for r in results)
+    n = results[0]["locality"]["images"]
+    rows = [f"locality over the first {n} test images (per layer, mean of heads)"]
+    for key, label, fmt in (("distance", "distance px", ".1f"), ("entropy", "entropy", ".2f"), ("tau", "tau", ".2f")):
+        for layer in range(layers):
+            cells = []
+            for r in results:
+                values = r["locality"][key]
+                v = values[layer] if layer < len(values) else None
+                cells.append(f"{'-':>{width + 2}}" if v is None else f"{v:>{width + 2}{fmt}}")
+            rows.append(f"{f'{label} L{layer + 1}':<14}" + "".join(cells))
+    rows.append(f"{'distance mean':<14}" + "".join(
+        f"{float(np.mean(r['locality']['distance'])):>{width + 2}.1f}" for r in results))
+    return rows
 
 
 def format_table(results: list[dict]) -> str:
@@ -60,6 +104,8 @@ def format_table(results: list[dict]) -> str:
                 v = r["metrics"]["per_class"][c]
                 cells.append(f"{'-':>{width + 2}}" if v is None else f"{100 * v:>{width + 1}.1f}%")
             rows.append(f"{cls[:14]:<14}" + "".join(cells))
+    if all("locality" in r for r in results):
+        rows += _locality_rows(results, width)
     return "\n".join(rows)
 
 
@@ -85,10 +131,14 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, help="first N test images only (metrics are then not stored)")
     p.add_argument("--no-store", action="store_true", help="do not write the metrics into the cards")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown results table")
+    p.add_argument("--locality", type=int, default=0, metavar="N",
+                   help="also print per-layer attention distance, entropy and tau over the first N test images")
     args = p.parse_args(argv)
+    if args.locality < 0 or (args.limit is not None and args.limit < 1):
+        p.error("--locality and --limit take a positive number of images")
     try:
         results = evaluate(args.checkpoints, args.dataset, args.data_dir, args.limit,
-                           store=not args.no_store)
+                           store=not args.no_store, locality_images=args.locality)
     except (CheckpointError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -582,7 +582,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             label_b = gr.Label(num_top_classes=5, label="Model B top-5", elem_id="label-b")
                         verdict = gr.Markdown(elem_id="verdict")
                         with gr.Accordion("Find disagreements on the test set", open=False):
-                            n_test = gr.Slider(50, 2000, value=500, step=50, label="test images")
+                            n_test = gr.Slider(50, 10000, value=1000, step=50,
+                                               label="test images (the first N; 10,000 = all of them)")
                             dis_btn = gr.Button("Find disagreements", interactive=data_present)
                             dis_summary = gr.Markdown()
                             with gr.Row():
@@ -636,8 +637,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                         tau_table = gr.Dataframe(interactive=False)
                     with gr.Tab("Fine-tune", id="finetune"):
                         gr.Markdown(f"Short training runs in the background, one at a time, on "
-                                    f"**{device_name()}**; the result is saved as a new checkpoint. Limits here: {ex.max_epochs} "
-                                    f"epochs, {ex.max_images:,} images.")
+                                    f"**{device_name()}**; the result is saved as a new checkpoint. "
+                                    f"Limits here: {ex.max_epochs} epochs, {ex.max_images:,} images.")
                         with gr.Row():
                             ft_base = gr.Dropdown([SCRATCH] + choices, value=ref_b or SCRATCH, label="start from")
                             ft_preset = gr.Dropdown(sorted(PRESETS), value="cifar-small", label="preset (scratch)")

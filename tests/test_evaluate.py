@@ -3,6 +3,8 @@ import subprocess
 import sys
 import os
 
+import numpy as np
+
 from explorer.checkpoints import read_card
 from explorer.evaluate import evaluate, format_table, markdown_table
 from tests.conftest import ROOT
@@ -12,12 +14,13 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
     folders = [shutil.copytree(p, tmp_path / p.name) for p in tiny_checkpoints.values()]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "explorer.evaluate", *map(str, folders), "--data-dir", str(data_dir),
-                          "--markdown"], env=env, capture_output=True, text=True, timeout=300)
+                          "--markdown", "--locality", "8"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert "tiny-vanilla" in lines[0] and "tiny-spt_lsa" in lines[0]
     assert any(line.startswith("top1") for line in lines) and any(line.startswith("airplane") for line in lines)
     assert "| `tiny-spt_lsa` | spt_lsa |" in out.stdout
+    assert "locality over the first 8 test images" in out.stdout and "entropy L2" in out.stdout
     for folder in folders:
         card = read_card(folder)
         assert card["metrics"]["test_count"] == 10000 and len(card["metrics"]["test_per_class"]) == 10
@@ -31,3 +34,30 @@ def test_limit_does_not_store(tiny_checkpoints, tmp_path, data_dir):
     results = evaluate([str(folder)], data_dir=str(data_dir), limit=50)
     assert results[0]["metrics"]["count"] == 50 and read_card(folder) == before
     assert "50" in format_table(results) and markdown_table(results).count("\n") == 2
+
+
+def test_locality_per_layer(tiny_checkpoints, data_dir):
+    """Batched averages equal the one-batch numbers; tau only for LSA; the table gets the rows."""
+    from explorer.checkpoints import load_checkpoint
+    from explorer.config import ViTConfig
+    from explorer.evaluate import locality
+    from explorer.probe import Probe, attention_entropy, mean_attention_distance
+
+    results = evaluate([str(p) for p in tiny_checkpoints.values()], data_dir=str(data_dir), limit=20,
+                       store=False, locality_images=10)
+    by_variant = {r["card"]["variant"]: r["locality"] for r in results}
+    model, card = load_checkpoint(tiny_checkpoints["spt_lsa"])
+    config = ViTConfig.from_dict(card["config"])
+    images = results[0]["dataset"].x_test[:10]
+    attention = Probe(model, config)(images).attention
+    batched = locality(model, card, images, batch_size=3)
+    np.testing.assert_allclose(batched["distance"], mean_attention_distance(
+        attention, config.grid_size, config.pixels_per_patch).mean(-1), rtol=1e-5)
+    np.testing.assert_allclose(batched["entropy"], attention_entropy(attention).mean(-1), rtol=1e-5)
+    assert by_variant["spt_lsa"]["images"] == 10 and len(by_variant["spt_lsa"]["distance"]) == config.num_layers
+    np.testing.assert_allclose(by_variant["spt_lsa"]["distance"], batched["distance"], rtol=1e-5)
+    assert all(t > 0 for t in by_variant["spt_lsa"]["tau"]) and set(by_variant["vanilla"]["tau"]) == {None}
+    table = format_table(results)
+    assert "distance px L1" in table and "tau L2" in table and "distance mean" in table
+    tau_row = next(line for line in table.splitlines() if line.startswith("tau L1")).split()
+    assert tau_row[2] == "-" and float(tau_row[3]) > 0  # vanilla column, then spt_lsa column
