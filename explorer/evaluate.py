@@ -73,7 +73,8 @@ def locality(model, card: dict, images: np.ndarray, batch_size: int = 64) -> dic
 def _locality_rows(results: list[dict], width: int) -> list[str]:
     layers = max(len(r["locality"]["distance"]) for r in results)
     n = results[0]["locality"]["images"]
-    rows = [f"locality over the first {n} test images (per layer, mean of heads)"]
+    # Layers are numbered from 0, as in the app's Attention and Tau tabs.
+    rows = [f"locality over the first {n} test images (per layer L0..., mean of heads)"]
     for key, label, fmt in (("distance", "distance px", ".1f"), ("entropy", "entropy", ".2f"), ("tau", "tau", ".2f")):
         for layer in range(layers):
             cells = []
@@ -81,7 +82,7 @@ def _locality_rows(results: list[dict], width: int) -> list[str]:
                 values = r["locality"][key]
                 v = values[layer] if layer < len(values) else None
                 cells.append(f"{'-':>{width + 2}}" if v is None else f"{v:>{width + 2}{fmt}}")
-            rows.append(f"{f'{label} L{layer + 1}':<14}" + "".join(cells))
+            rows.append(f"{f'{label} L{layer}':<14}" + "".join(cells))
     rows.append(f"{'distance mean':<14}" + "".join(
         f"{float(np.mean(r['locality']['distance'])):>{width + 2}.1f}" for r in results))
     return rows

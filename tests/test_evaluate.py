@@ -20,7 +20,8 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
     assert "tiny-vanilla" in lines[0] and "tiny-spt_lsa" in lines[0]
     assert any(line.startswith("top1") for line in lines) and any(line.startswith("airplane") for line in lines)
     assert "| `tiny-spt_lsa` | spt_lsa |" in out.stdout
-    assert "locality over the first 8 test images" in out.stdout and "entropy L2" in out.stdout
+    assert "locality over the first 8 test images" in out.stdout
+    assert "entropy L1" in out.stdout and "entropy L2" not in out.stdout  # tiny: layers L0 and L1
     for folder in folders:
         card = read_card(folder)
         assert card["metrics"]["test_count"] == 10000 and len(card["metrics"]["test_per_class"]) == 10
@@ -58,6 +59,18 @@ def test_locality_per_layer(tiny_checkpoints, data_dir):
     np.testing.assert_allclose(by_variant["spt_lsa"]["distance"], batched["distance"], rtol=1e-5)
     assert all(t > 0 for t in by_variant["spt_lsa"]["tau"]) and set(by_variant["vanilla"]["tau"]) == {None}
     table = format_table(results)
-    assert "distance px L1" in table and "tau L2" in table and "distance mean" in table
-    tau_row = next(line for line in table.splitlines() if line.startswith("tau L1")).split()
+    assert "distance px L0" in table and "tau L1" in table and "distance mean" in table
+    tau_row = next(line for line in table.splitlines() if line.startswith("tau L0")).split()
     assert tau_row[2] == "-" and float(tau_row[3]) > 0  # vanilla column, then spt_lsa column
+
+
+def test_bad_image_counts_are_refused(capsys):
+    from explorer.evaluate import main
+    for args in (["--locality", "-1"], ["--limit", "0"]):
+        try:
+            main(["checkpoints/cifar10-vanilla", *args])
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError(f"{args} was accepted")
+        assert "take a positive number of images" in capsys.readouterr().err

@@ -38,7 +38,7 @@ def page(browser, app_url):
 
 def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     classes = set(cifar10.class_names)
-    image = tmp_path / "horse.png"
+    image = tmp_path / "bird.png"  # test image 13 is a bird
     Image.fromarray(cifar10.x_test[13]).resize((128, 128)).save(image)
     page.set_input_files("#upload input[type=file]", str(image))
     page.wait_for_selector("#preview img", timeout=30_000)
