@@ -107,6 +107,23 @@ def model_card(card: dict) -> str:
         if training.get(key) is not None:
             lines.append(f"| {label} | {fmt.format(training[key])} |")
     lines.append(f"| parameters | {card.get('parameters')} |")
+    stages = training.get("stages") or []
+    if len(stages) > 1:
+        lines += ["", "## Training stages", "",
+                  "Each stage continued the previous one's weights on the same data and held-out split, "
+                  "with a fresh optimizer and its own warmup + cosine schedule:", ""]
+        for i, stage in enumerate(stages, 1):
+            r = stage.get("recipe") or {}
+            wall = stage.get("wall_time_s") or 0
+            took = f"{wall / 60:.0f} min" if wall >= 60 else f"{wall:.0f} s"
+            plural = "" if stage.get("epochs") == 1 else "s"
+            augment = "crop + flip" if r.get("augment") else "none"
+            lines.append(f"- stage {i}: {stage.get('epochs')} epoch{plural}, "
+                         f"peak learning rate {r.get('learning_rate')}, "
+                         f"warmup {100 * (r.get('warmup_fraction') or 0):.0f} %, "
+                         f"weight decay {r.get('weight_decay')}, batch {r.get('batch_size')}, "
+                         f"label smoothing {r.get('label_smoothing')}, augmentation {augment}, "
+                         f"seed {r.get('seed')}; {took} at {stage.get('images_per_second')} images/s")
     history = card.get("history") or []
     if history:
         lines += ["", "## Training history", "",

@@ -2,6 +2,7 @@
 
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
     python -m explorer.train --base checkpoints/cifar10-spt_lsa --dataset my_images.zip --freeze-backbone
+    python -m explorer.train --base runs/cifar10-spt_lsa --continue --dataset cifar10 --epochs 50 --lr 5e-4
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
-from explorer.data import Dataset, augment_batch, load_dataset
+from explorer.data import Dataset, DatasetError, augment_batch, load_dataset
 
 
 class Cancelled(Exception):
@@ -299,23 +300,93 @@ def train_new(config: ViTConfig, preset: str, dataset: Dataset, tc: TrainConfig,
 
 
 def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
-              name: str | None = None, verbose: int = 1, progress=None, cancel=None) -> dict:
-    """Continues training a checkpoint on `dataset`; a new head when the class count differs."""
+              name: str | None = None, verbose: int = 1, progress=None, cancel=None,
+              backup: str | None = None, extend: bool = False) -> dict:
+    """Continues training a checkpoint on `dataset`; a new head when the class count differs.
+
+    With `extend`, this is a second stage of the base's own training rather than a fine-tune: the
+    dataset, its held-out split and the class list must be the base's, and the new checkpoint's history,
+    epoch count, wall time and throughput cover both stages (see `continued_record`).
+    """
     from explorer.checkpoints import load_checkpoint
     from explorer.models import freeze_backbone, replace_head
     model, card = load_checkpoint(base)
     config = ViTConfig.from_dict(card["config"])
     if dataset.x_train.shape[1:3] != (config.image_size, config.image_size):
-        raise ValueError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
+        raise DatasetError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
                          f"{config.image_size}x{config.image_size}")
+    if extend:
+        check_continuation(card, dataset, tc)
     if model.output_shape[-1] != dataset.num_classes:
         model = replace_head(model, dataset.num_classes, freeze=tc.freeze_backbone)
     elif tc.freeze_backbone:
         freeze_backbone(model)
-    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel)
+    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup)
+    if extend:
+        record = continued_record(card, record)
+        return _finish(model, record, config, card.get("preset"), dataset, out_dir,
+                       name or f"{card.get('name', 'model')}-{record['training']['epochs']}ep",
+                       base={"name": card.get("name"), "source": str(base), "continued": True,
+                             "epochs": len(card.get("history") or [])})
     return _finish(model, record, config, card.get("preset"), dataset, out_dir,
                    name or f"{card.get('name', 'model')}-ft-{dataset.name}",
                    base={"name": card.get("name"), "source": str(base)})
+
+
+def check_continuation(card: dict, dataset: Dataset, tc: TrainConfig) -> None:
+    """Refuses a continuation that would not be the same training: other data, classes or held-out split.
+
+    The split is a function of the number of images, the validation fraction and the seed, so those must
+    match the base's; otherwise images the base validated on would now be trained on.
+    """
+    recipe = (card.get("training") or {}).get("recipe") or {}
+    data = card.get("dataset") or {}
+    if not card.get("history") or not recipe:
+        raise DatasetError(f"{card.get('name')} has no training history or recipe to continue")
+    problems = []
+    if data.get("name") != dataset.name:
+        problems.append(f"it was trained on {data.get('name')!r}, not {dataset.name!r}")
+    if list(card.get("class_names") or []) != list(dataset.class_names):
+        problems.append("its class list differs from the dataset's")
+    for key in ("validation_fraction", "seed", "train_subset"):
+        if recipe.get(key) != getattr(tc, key):
+            problems.append(f"its {key} was {recipe.get(key)!r}, this run's is {getattr(tc, key)!r}")
+    n = len(dataset.x_train) if not tc.train_subset else min(tc.train_subset, len(dataset.x_train))
+    if data.get("train_images", 0) + data.get("validation_images", 0) != n:
+        problems.append(f"it saw {data.get('train_images', 0) + data.get('validation_images', 0)} "
+                        f"train+validation images, this dataset has {n}")
+    if tc.freeze_backbone:
+        problems.append("a continuation trains the whole model (drop --freeze-backbone)")
+    if problems:
+        raise DatasetError(f"cannot continue {card.get('name')}: " + "; ".join(problems)
+                         + " (use a plain fine-tune for a different setup)")
+
+
+def _stage(training: dict) -> dict:
+    return {k: training.get(k) for k in ("epochs", "steps", "wall_time_s", "images_per_second", "device",
+                                         "recipe")}
+
+
+def continued_record(base_card: dict, record: dict) -> dict:
+    """`record` (a run that continued `base_card`'s training) as one run: the base's history then this
+    run's, epochs numbered from the start and tagged with their stage; epochs, steps and wall time
+    summed; images/s over the whole; `recipe` stays the first stage's, `stages` lists every stage."""
+    before = [dict(e, stage=e.get("stage", 1)) for e in base_card.get("history") or []]
+    first = base_card.get("training") or {}
+    stages = [dict(s) for s in first.get("stages") or [_stage(first)]]
+    new = record["training"]
+    stages.append(_stage(new))
+    history = before + [dict(e, epoch=e["epoch"] + len(before), stage=len(stages)) for e in record["history"]]
+    wall = sum(s.get("wall_time_s") or 0 for s in stages)
+    images = sum((s.get("images_per_second") or 0) * (s.get("wall_time_s") or 0) for s in stages)
+    devices = list(dict.fromkeys(s.get("device") for s in stages if s.get("device")))
+    training = {**new, "epochs": len(history),
+                "planned_epochs": sum(s.get("epochs") or 0 for s in stages[:-1]) + new.get("planned_epochs", 0),
+                "steps": sum(s.get("steps") or 0 for s in stages),
+                "wall_time_s": round(wall, 1),
+                "images_per_second": round(images / wall, 1) if wall > 0 else None,
+                "device": "; ".join(devices), "recipe": stages[0]["recipe"], "stages": stages}
+    return {**record, "history": history, "training": training}
 
 
 def _finish(model, record, config, preset, dataset, out_dir, name, base) -> dict:
@@ -347,6 +418,9 @@ def parse_args(argv=None):
     p.add_argument("--variant", default="spt_lsa", choices=VARIANTS)
     p.add_argument("--tau-mode", default="layer", choices=("layer", "head"))
     p.add_argument("--base", help="checkpoint folder or Hub id to fine-tune instead of a fresh model")
+    p.add_argument("--continue", dest="extend", action="store_true",
+                   help="with --base: a second stage of the base's own training (same data and split); "
+                        "the new checkpoint's history and epochs include the base's")
     p.add_argument("--dataset", default="cifar10",
                    help="cifar10, cifar100, a folder of class folders, or a zip of them")
     p.add_argument("--data-dir", help="folder holding the CIFAR pickles (else $EXPLORER_DATA_DIR, "
@@ -370,7 +444,10 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, help="CPU threads for TensorFlow (default: all)")
     p.add_argument("--backup", help="path prefix where weights and history are saved after every epoch")
     p.add_argument("--verbose", type=int, default=1)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.extend and not args.base:
+        p.error("--continue needs --base: the checkpoint whose training it continues")
+    return args
 
 
 def main(argv=None) -> int:
@@ -389,17 +466,23 @@ def main(argv=None) -> int:
                      augment=not args.no_augment, seed=args.seed, max_seconds=args.max_seconds,
                      max_steps=args.max_steps, train_subset=args.subset,
                      freeze_backbone=args.freeze_backbone)
-    dataset = load_dataset(args.dataset, args.data_dir)
-    if args.test_subset:
-        dataset = dataset.subset(test=args.test_subset, seed=args.seed)
-    print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
-          f"{dataset.num_classes} classes; device {device_name()}", flush=True)
-    if args.base:
-        result = fine_tune(args.base, dataset, tc, args.out, args.name, verbose=args.verbose)
-    else:
-        config = get_preset(args.preset, variant=args.variant, tau_mode=args.tau_mode)
-        result = train_new(config, args.preset, dataset, tc, args.out, args.name, verbose=args.verbose,
-                           backup=args.backup)
+    from explorer.checkpoints import CheckpointError
+    try:
+        dataset = load_dataset(args.dataset, args.data_dir)
+        if args.test_subset:
+            dataset = dataset.subset(test=args.test_subset, seed=args.seed)
+        print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
+              f"{dataset.num_classes} classes; device {device_name()}", flush=True)
+        if args.base:
+            result = fine_tune(args.base, dataset, tc, args.out, args.name, verbose=args.verbose,
+                               backup=args.backup, extend=args.extend)
+        else:
+            config = get_preset(args.preset, variant=args.variant, tau_mode=args.tau_mode)
+            result = train_new(config, args.preset, dataset, tc, args.out, args.name, verbose=args.verbose,
+                               backup=args.backup)
+    except (CheckpointError, DatasetError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     m = result["metrics"]
     print(f"wrote {result['checkpoint']}: test top-1 {m.get('test_top1', float('nan')):.4f}, "
           f"top-5 {m.get('test_top5', float('nan')):.4f}", flush=True)

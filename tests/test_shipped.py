@@ -54,6 +54,9 @@ def test_same_recipe_only_the_variant_differs(shipped):
     assert differ == {"variant"}
     assert vanilla["training"]["recipe"] == lsa["training"]["recipe"]
     assert vanilla["training"]["epochs"] == lsa["training"]["epochs"]
+    stages = [[(s["epochs"], s["recipe"]) for s in card["training"].get("stages", [])] for card in (vanilla, lsa)]
+    assert stages[0] == stages[1]
+    assert [e.get("stage", 1) for e in vanilla["history"]] == [e.get("stage", 1) for e in lsa["history"]]
 
 
 def test_check_set_accuracy_matches_the_card(shipped, cifar10):

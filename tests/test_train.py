@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -10,8 +11,9 @@ import pytest
 
 from explorer.checkpoints import list_checkpoints, load_checkpoint
 from explorer.models import build_vit
-from explorer.train import (Cancelled, TrainConfig, accuracy_metrics, fine_tune, fit, predict_logits,
-                            train_new, warmup_cosine_class)
+from explorer.models import tau_values
+from explorer.train import (Cancelled, TrainConfig, accuracy_metrics, continued_record, fine_tune, fit,
+                            predict_logits, train_new, warmup_cosine_class)
 from tests.conftest import ROOT, tiny_config
 
 
@@ -134,3 +136,94 @@ def test_fine_tune_same_classes_keeps_the_head(tiny_checkpoints, cifar10, tmp_pa
 def test_invalid_train_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**kwargs)
+
+
+def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tmp_path):
+    base_model, base_card = load_checkpoint(tiny_checkpoints["spt_lsa"])
+    same = cifar10.subset(train=256, test=64, seed=1)  # the data and split the fixture trained on
+    result = fine_tune(tiny_checkpoints["spt_lsa"], same,
+                       TrainConfig(epochs=2, batch_size=64, validation_fraction=0.25, learning_rate=5e-4),
+                       tmp_path, verbose=0, extend=True)
+    model, card = load_checkpoint(result["checkpoint"])
+    assert card["name"] == "tiny-spt_lsa-3ep"
+    assert [e["epoch"] for e in card["history"]] == [1, 2, 3]
+    assert [e["stage"] for e in card["history"]] == [1, 2, 2]
+    assert card["history"][0]["top1"] == base_card["history"][0]["top1"]
+    training = card["training"]
+    assert training["epochs"] == 3 and len(training["stages"]) == 2
+    assert training["recipe"] == base_card["training"]["recipe"]
+    assert training["stages"][1]["recipe"]["learning_rate"] == 5e-4
+    assert training["wall_time_s"] == pytest.approx(
+        base_card["training"]["wall_time_s"] + training["stages"][1]["wall_time_s"], abs=0.11)
+    assert training["steps"] == base_card["training"]["steps"] + 2 * 3
+    assert card["base"] == {"name": "tiny-spt_lsa", "source": str(tiny_checkpoints["spt_lsa"]),
+                            "continued": True, "epochs": 1}
+    assert card["dataset"]["validation_images"] == base_card["dataset"]["validation_images"]
+    np.testing.assert_allclose(card["history"][-1]["tau"], tau_values(model), rtol=1e-6)
+    assert not np.allclose(model.get_layer("head").kernel.numpy(), base_model.get_layer("head").kernel.numpy())
+    readme = (tmp_path / card["name"] / "README.md").read_text()
+    assert "## Training stages" in readme and "- stage 2: 2 epochs, peak learning rate 0.0005" in readme
+    assert sum(line.startswith("| ") and line[2:3].isdigit() for line in readme.splitlines()) == 3
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(validation_fraction=0.1), "validation_fraction was 0.25, this run's is 0.1"),
+    (dict(seed=1), "seed was 0, this run's is 1"),
+    (dict(subset=200), "saw 256 train+validation images, this dataset has 200"),
+    (dict(freeze_backbone=True), "drop --freeze-backbone"),
+])
+def test_continue_refuses_other_data_or_split(tiny_checkpoints, cifar10, tmp_path, change, message):
+    from explorer.data import DatasetError
+    ds = cifar10.subset(train=change.pop("subset", 256), test=64, seed=1)
+    tc = TrainConfig(epochs=1, batch_size=64, **{"validation_fraction": 0.25, **change})
+    with pytest.raises(DatasetError, match=re.escape(message)):
+        fine_tune(tiny_checkpoints["vanilla"], ds, tc, tmp_path, verbose=0, extend=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_continue_refuses_other_classes(tiny_checkpoints, cifar10, tmp_path):
+    from explorer.data import Dataset, DatasetError
+    same = cifar10.subset(train=256, test=64, seed=1)
+    renamed = Dataset("cifar10", same.x_train, same.y_train, same.x_test, same.y_test,
+                      [f"class {i}" for i in range(10)])
+    with pytest.raises(DatasetError, match="class list differs"):
+        fine_tune(tiny_checkpoints["vanilla"], renamed, TrainConfig(epochs=1, validation_fraction=0.25),
+                  tmp_path, verbose=0, extend=True)
+
+
+def test_continued_record_accumulates_stages():
+    recipe = lambda lr: {"learning_rate": lr, "seed": 0}  # noqa: E731
+    base = {"history": [{"epoch": 1, "top1": 0.1}, {"epoch": 2, "top1": 0.2}],
+            "training": {"epochs": 2, "steps": 20, "wall_time_s": 100.0, "images_per_second": 10.0,
+                         "device": "CPU", "recipe": recipe(1e-3)}}
+    stage = lambda n, wall, ips: {"history": [{"epoch": i + 1, "top1": 0.5} for i in range(n)],  # noqa: E731
+                                  "metrics": {"top1": 0.5},
+                                  "training": {"epochs": n, "planned_epochs": n, "steps": 10 * n,
+                                               "wall_time_s": wall, "images_per_second": ips,
+                                               "device": "GPU", "recipe": recipe(5e-4)}}
+    two = continued_record(base, stage(1, 300.0, 30.0))
+    three = continued_record({"history": two["history"], "training": two["training"]}, stage(2, 100.0, 10.0))
+    assert [e["epoch"] for e in three["history"]] == [1, 2, 3, 4, 5]
+    assert [e["stage"] for e in three["history"]] == [1, 1, 2, 3, 3]
+    t = three["training"]
+    assert (t["epochs"], t["planned_epochs"], t["steps"], t["wall_time_s"]) == (5, 5, 50, 500.0)
+    assert t["images_per_second"] == (1000 + 9000 + 1000) / 500
+    assert t["device"] == "CPU; GPU" and t["recipe"] == recipe(1e-3)
+    assert [s["recipe"]["learning_rate"] for s in t["stages"]] == [1e-3, 5e-4, 5e-4]
+    assert base["history"][0] == {"epoch": 1, "top1": 0.1}  # inputs untouched
+
+
+def test_train_cli_continue_needs_a_base(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "explorer.train", "--continue", "--out", str(tmp_path)],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--continue needs --base" in out.stderr
+
+
+def test_train_cli_refuses_a_continuation_on_other_data(tiny_checkpoints, tmp_path, data_dir):
+    out = subprocess.run([sys.executable, "-m", "explorer.train", "--base", str(tiny_checkpoints["vanilla"]),
+                          "--continue", "--data-dir", str(data_dir), "--subset", "300", "--epochs", "1",
+                          "--out", str(tmp_path), "--verbose", "0"],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "error: cannot continue tiny-vanilla:" in out.stderr and "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == []
