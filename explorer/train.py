@@ -322,15 +322,13 @@ def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str 
     elif tc.freeze_backbone:
         freeze_backbone(model)
     record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup)
+    lineage = {"name": card.get("name"), "source": str(base)}
     if extend:
         record = continued_record(card, record)
-        return _finish(model, record, config, card.get("preset"), dataset, out_dir,
-                       name or f"{card.get('name', 'model')}-{record['training']['epochs']}ep",
-                       base={"name": card.get("name"), "source": str(base), "continued": True,
-                             "epochs": len(card.get("history") or [])})
+        lineage.update(continued=True, epochs=len(card["history"]))
+    suffix = f"{record['training']['epochs']}ep" if extend else f"ft-{dataset.name}"
     return _finish(model, record, config, card.get("preset"), dataset, out_dir,
-                   name or f"{card.get('name', 'model')}-ft-{dataset.name}",
-                   base={"name": card.get("name"), "source": str(base)})
+                   name or f"{card.get('name', 'model')}-{suffix}", base=lineage)
 
 
 def check_continuation(card: dict, dataset: Dataset, tc: TrainConfig) -> None:
