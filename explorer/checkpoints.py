@@ -98,6 +98,7 @@ def model_card(card: dict) -> str:
     if dataset.get("note"):
         lines.append(f"| data note | {dataset['note']} |")
     for key, label in (("test_top1", "test top-1"), ("test_top5", "test top-5"),
+                       ("test_top1_flip", "test top-1, image + mirror averaged"),
                        ("val_top1", "validation top-1")):
         if key in metrics:
             lines.append(f"| {label} | {100 * metrics[key]:.2f} % |")

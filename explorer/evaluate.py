@@ -3,6 +3,8 @@
     python -m explorer.evaluate checkpoints/cifar10-vanilla checkpoints/cifar10-spt_lsa
     python -m explorer.evaluate checkpoints/cifar10-vanilla checkpoints/cifar10-spt_lsa --locality 256
 
+--flip also scores each image averaged with its mirror image (horizontal-flip test-time augmentation),
+stored beside the plain single-view numbers, which stay the headline ones.
 --locality N also prints, per layer, what SPT/LSA are meant to change: the mean attention distance (in
 input pixels) and the attention entropy over the first N test images, and the learned tau.
 """
@@ -17,16 +19,18 @@ import numpy as np
 from explorer.checkpoints import CheckpointError, load_checkpoint, update_card
 from explorer.config import ViTConfig
 from explorer.data import DatasetError, load_dataset
-from explorer.probe import Probe, attention_entropy, mean_attention_distance
+from explorer.probe import Probe, attention_entropy, mean_attention_distance, softmax
 from explorer.train import accuracy_metrics, predict_logits
 
 CHECK_SET = 200
 
 
 def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | None = None,
-             limit: int | None = None, store: bool = True, locality_images: int = 0) -> list[dict]:
-    """Top-1, top-5 and per-class accuracy of each checkpoint on its dataset's test split; with
-    locality_images > 0 also its per-layer attention locality on the first that many test images."""
+             limit: int | None = None, store: bool = True, locality_images: int = 0,
+             flip: bool = False) -> list[dict]:
+    """Top-1, top-5 and per-class accuracy of each checkpoint on its dataset's test split; with flip
+    also with each image's probabilities averaged with its mirror image's; with locality_images > 0
+    also its per-layer attention locality on the first that many test images."""
     results, datasets = [], {}
     for ref in refs:
         model, card = load_checkpoint(ref)
@@ -41,6 +45,11 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
         logits = predict_logits(model, x)
         metrics = accuracy_metrics(logits, y)
         results.append({"ref": str(ref), "card": card, "dataset": ds, "metrics": metrics})
+        stored = {}
+        if flip:
+            mirrored = predict_logits(model, x[:, :, ::-1])
+            results[-1]["flip"] = accuracy_metrics(softmax(logits) + softmax(mirrored), y)
+            stored = {"test_top1_flip": results[-1]["flip"]["top1"], "test_top5_flip": results[-1]["flip"]["top5"]}
         if locality_images:
             results[-1]["locality"] = locality(model, card, ds.x_test[:locality_images])
         if store and card.get("dataset", {}).get("name") == name and not limit:
@@ -50,7 +59,7 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
                                       "test_per_class": metrics["per_class"],
                                       "test_count": metrics["count"],
                                       "check_set": f"{name} test images 0-{CHECK_SET - 1}",
-                                      "check_top1": check["top1"], "check_top5": check["top5"]})
+                                      "check_top1": check["top1"], "check_top5": check["top5"], **stored})
     return results
 
 
@@ -98,6 +107,10 @@ def format_table(results: list[dict]) -> str:
             f"{'images':<14}" + "".join(f"{r['metrics']['count']:>{width + 2}}" for r in results)]
     for key in ("top1", "top5"):
         rows.append(f"{key:<14}" + "".join(f"{100 * r['metrics'][key]:>{width + 1}.2f}%" for r in results))
+    if all("flip" in r for r in results):
+        for key in ("top1", "top5"):
+            rows.append(f"{key + ' +mirror':<14}" + "".join(f"{100 * r['flip'][key]:>{width + 1}.2f}%"
+                                                            for r in results))
     if all(r["dataset"].class_names == classes for r in results):
         for c, cls in enumerate(classes):
             cells = []
@@ -132,6 +145,8 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, help="first N test images only (metrics are then not stored)")
     p.add_argument("--no-store", action="store_true", help="do not write the metrics into the cards")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown results table")
+    p.add_argument("--flip", action="store_true",
+                   help="also score each image averaged with its mirror image (test-time augmentation)")
     p.add_argument("--locality", type=int, default=0, metavar="N",
                    help="also print per-layer attention distance, entropy and tau over the first N test images")
     args = p.parse_args(argv)
@@ -139,7 +154,7 @@ def main(argv=None) -> int:
         p.error("--locality and --limit take a positive number of images")
     try:
         results = evaluate(args.checkpoints, args.dataset, args.data_dir, args.limit,
-                           store=not args.no_store, locality_images=args.locality)
+                           store=not args.no_store, locality_images=args.locality, flip=args.flip)
     except (CheckpointError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,12 @@ from explorer.config import ViTConfig
 from explorer.models import TOKENIZER, attention_layers, tau_values
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Probabilities over the last axis, stable for large logits."""
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
 @dataclass
 class ProbeResult:
     """What one probe call returns for a batch of B images.
@@ -31,9 +37,7 @@ class ProbeResult:
 
     @property
     def probabilities(self) -> np.ndarray:
-        z = self.logits - self.logits.max(-1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(-1, keepdims=True)
+        return softmax(self.logits)
 
 
 class Probe:

@@ -341,6 +341,33 @@ def head_sheet(image: np.ndarray, maps: np.ndarray, query: tuple[int, int] | Non
     return sheet if title is None else label_image(sheet, title)
 
 
+def head_tiles(image: np.ndarray, maps: np.ndarray, query: tuple[int, int] | None = None, cell: int = 112,
+               columns: int = 2, gap: int = 4, labels: Sequence[str] | None = None) -> np.ndarray:
+    """The heads' maps (H, g, g) of one layer as captioned tiles, `columns` to a row, nearly square.
+
+    Each tile is coloured from 0 to its own max, like head_sheet's cells; one colour bar on the right
+    reads 0..max. A row that is not full is left white.
+    """
+    maps = np.asarray(maps)
+    if maps.ndim != 3:
+        raise ValueError(f"maps must be (heads, g, g), got shape {maps.shape}")
+    heads = maps.shape[0]
+    labels = [f"head {j}" for j in range(heads)] if labels is None else list(labels)
+    if len(labels) != heads or columns < 1:
+        raise ValueError(f"need {heads} labels and columns >= 1, got {len(labels)} and {columns}")
+    base = _resized(image, cell)
+    tiles = [label_image(_overlay(base, m, 0.6, None, query)[0], t) for m, t in zip(maps, labels)]
+    rows = -(-heads // columns)
+    th, tw = (tiles[0].shape[:2] if tiles else (cell, cell))
+    height, width = rows * (th + gap) - gap, min(columns, max(heads, 1)) * (tw + gap) - gap
+    sheet = np.full((height, width + gap + BAR_WIDTH, 3), 255, np.uint8)
+    for j, tile in enumerate(tiles):
+        y, x = (j // columns) * (th + gap), (j % columns) * (tw + gap)
+        sheet[y:y + th, x:x + tw] = tile
+    sheet[:, width + gap:] = _colorbar(height, "max")[:, BAR_GAP:]
+    return sheet
+
+
 # ----------------------------------------------------------------------------------------------- plots
 
 

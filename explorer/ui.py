@@ -508,12 +508,18 @@ def _atomic_image_cache() -> None:
 CSS = """
 .slot-card {min-height: 3.2em}
 footer {display: none !important}
+/* Output pictures carry their own captions (head, layer) along their top edge: keep Gradio's label and
+   buttons above the picture instead of floating over those captions. */
+.pic > label[data-testid="block-label"].float {position: static; margin-bottom: 4px}
+.pic .image-container > .icon-button-wrapper {position: static; justify-content: flex-end}
 """
 
 
-def picture(label: str, **kwargs) -> gr.Image:
-    """An output image; PNG because it encodes ~9x faster than Gradio's default WebP and keeps patch edges."""
-    return gr.Image(format="png", label=label, interactive=False, **kwargs)
+def picture(label: str, captioned: bool = True, **kwargs) -> gr.Image:
+    """An output image; PNG because it encodes ~9x faster than Gradio's default WebP and keeps patch edges.
+    A captioned one (the default) keeps Gradio's label and buttons off the captions drawn into it."""
+    return gr.Image(format="png", label=label, interactive=False, elem_classes="pic" if captioned else None,
+                    **kwargs)
 
 
 def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
@@ -564,7 +570,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
             with gr.Column(scale=1, min_width=260):
                 upload = gr.File(label="Image (any format or size)", file_types=["image"], type="filepath",
                                  elem_id="upload")
-                preview = picture("Input", height=224, elem_id="preview")
+                preview = picture("Input", captioned=False, height=224, elem_id="preview")
                 with gr.Row():
                     sample_class = gr.Dropdown(classes, value="random", label="Test sample of class",
                                                interactive=data_present, scale=2)
@@ -600,7 +606,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                     with gr.Tab("Attention", id="attention"):
                         with gr.Row():
                             with gr.Column(scale=1, min_width=240):
-                                picker = picture("Click a patch to choose the query",
+                                picker = picture("Click a patch to choose the query", captioned=False,
                                                   height=QUERY_PICKER + 40, elem_id="picker")
                                 layer = gr.Dropdown(list(range(layers)), value=layers - 1, label="layer")
                                 head = gr.Dropdown([HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(heads)],

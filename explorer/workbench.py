@@ -200,8 +200,9 @@ def attention_view(lm: LoadedModel, result: ProbeResult, display: np.ndarray, la
     q = row * grid + col
     maps = query_attention(attention, layer, q, grid)
     if head == "all heads":
-        focus = render.head_sheet(display, maps[None], query=(row, col), cell=size // 2,
-                                  row_labels=[f"L{layer}"])
+        # Tiles two to a row keep the picture nearly square, so each head stays legible in its box.
+        focus = render.head_tiles(display, maps, query=(row, col), cell=size // 2,
+                                  labels=[f"L{layer} head {j}" for j in range(len(maps))])
     elif head == "mean of heads":
         focus = render.attention_overlay(display, maps.mean(0), query=(row, col), size=size)
     else:

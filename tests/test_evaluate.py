@@ -14,7 +14,7 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
     folders = [shutil.copytree(p, tmp_path / p.name) for p in tiny_checkpoints.values()]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "explorer.evaluate", *map(str, folders), "--data-dir", str(data_dir),
-                          "--markdown", "--locality", "8"], env=env, capture_output=True, text=True, timeout=300)
+                          "--markdown", "--locality", "8", "--flip"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert "tiny-vanilla" in lines[0] and "tiny-spt_lsa" in lines[0]
@@ -27,6 +27,25 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
         assert card["metrics"]["test_count"] == 10000 and len(card["metrics"]["test_per_class"]) == 10
         assert card["metrics"]["check_set"] == "cifar10 test images 0-199" and 0 <= card["metrics"]["check_top1"] <= 1
         assert f"{100 * card['metrics']['test_top1']:.2f} %" in (folder / "README.md").read_text()
+        assert 0 < card["metrics"]["test_top1_flip"] <= 1 and 0 < card["metrics"]["test_top5_flip"] <= 1
+        assert f"image + mirror averaged | {100 * card['metrics']['test_top1_flip']:.2f} %" in (
+            folder / "README.md").read_text()
+    assert any(line.startswith("top1 +mirror") for line in lines)
+
+
+def test_flip_averages_each_image_with_its_mirror(tiny_checkpoints, data_dir):
+    from explorer.checkpoints import load_checkpoint
+    from explorer.probe import softmax
+    from explorer.train import accuracy_metrics
+
+    result = evaluate([str(tiny_checkpoints["spt_lsa"])], data_dir=str(data_dir), limit=64, flip=True)[0]
+    model, _ = load_checkpoint(tiny_checkpoints["spt_lsa"])
+    images, labels = result["dataset"].x_test[:64], result["dataset"].y_test[:64]
+    mirrored = np.stack([np.fliplr(im) for im in images])
+    probs = sum(softmax(np.asarray(model(batch.astype("float32")))) for batch in (images, mirrored))
+    expected = accuracy_metrics(probs, labels)
+    assert result["flip"]["top1"] == expected["top1"] and result["flip"]["top5"] == expected["top5"]
+    assert result["metrics"]["top1"] == accuracy_metrics(np.asarray(model(images.astype("float32"))), labels)["top1"]
 
 
 def test_limit_does_not_store(tiny_checkpoints, tmp_path, data_dir):

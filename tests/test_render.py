@@ -185,6 +185,25 @@ def test_head_sheet_normalises_each_cell():
     np.testing.assert_allclose(corners, np.tile(high, (2, 1)), atol=1)
 
 
+def test_head_tiles_wrap_into_rows_and_normalise_each_tile():
+    maps = np.zeros((3, 4, 4))
+    maps[0, 0, 0], maps[1, 0, 0], maps[2, 0, 0] = 1.0, 0.01, 0.5
+    sheet = render.head_tiles(np.zeros((8, 8, 3), np.uint8), maps, cell=40, columns=2, gap=4)
+    caption = render.label_image(np.zeros((40, 40, 3), np.uint8), "head 0").shape[0] - 40
+    tile = caption + 40
+    assert sheet.shape == (2 * tile + 4, 2 * 40 + 4 + 4 + render.BAR_WIDTH, 3)
+    high = render.colormap_lut()[255].astype(int) * 0.6
+    # Each tile's hot corner gets the top colour (own max); the fourth place of the 2x2 stays white.
+    hot = [sheet[caption + 2, 2], sheet[caption + 2, 44 + 2], sheet[tile + 4 + caption + 2, 2]]
+    np.testing.assert_allclose(hot, np.tile(high, (3, 1)), atol=1)
+    assert (sheet[tile + 4:, 44:84] == 255).all()
+    assert render.head_tiles(np.zeros((8, 8, 3), np.uint8), maps[:2], cell=40, columns=2).shape[0] == tile
+    with pytest.raises(ValueError):
+        render.head_tiles(np.zeros((8, 8, 3), np.uint8), maps, labels=["a"])
+    with pytest.raises(ValueError):
+        render.head_tiles(np.zeros((8, 8, 3), np.uint8), maps[0])
+
+
 def _legend_texts(ax) -> list[str]:
     return [t.get_text() for t in ax.get_legend().get_texts()]
 

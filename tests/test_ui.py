@@ -114,6 +114,10 @@ def test_attention_views(ex, image_file):
     assert focus_a.shape == focus_b.shape and sheet_a.shape == sheet_b.shape and roll_a.ndim == 3
     with pytest.raises(gr.Error, match="no head 9"):
         ex.attention(image_file, A, B, 0, "head 9", 0, 0)
+    heads = ex.store.get(B).config.num_heads
+    tiles = ex.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)[1]
+    # Every head of the layer as a captioned half-size tile, two to a row (the tiny model has two heads).
+    assert heads == 2 and tiles.shape[0] > 112 and 2 * 112 < tiles.shape[1] < 3 * 112
 
 
 def test_locality_and_tau(ex, image_file):

@@ -1,0 +1,76 @@
+"""Retakes the README's screenshots from the real app on the shipped checkpoints.
+
+    python docs/screenshots.py            # writes docs/compare.png and docs/screenshot.png
+
+Launches `python app.py` on 127.0.0.1 (offline, CIFAR test images from ../shared/data or
+$EXPLORER_DATA_DIR), drives Debian's headless Chromium with Playwright (apt-get install chromium), uploads
+CIFAR-10 test image 13 (a bird) at 128 px, and captures the Compare tab and the Attention tab with the
+bottom-right patch as the query.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from explorer.checkpoints import read_card  # noqa: E402
+from explorer.config import ViTConfig  # noqa: E402
+from explorer.data import load_dataset  # noqa: E402
+from tests.conftest import DATA_DIR  # noqa: E402
+from tests.e2e.conftest import start_app  # noqa: E402
+from tests.e2e.test_browser import CHROMIUM, FLAGS  # noqa: E402
+
+DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
+
+
+def main() -> int:
+    from playwright.sync_api import sync_playwright
+
+    work = Path(tempfile.mkdtemp(prefix="screenshots-"))
+    image = work / "bird.png"
+    Image.fromarray(load_dataset("cifar10", DATA_DIR).x_test[13]).resize((128, 128)).save(image)
+    (work / "checkpoints").symlink_to(ROOT / "checkpoints")
+    proc, url, log = start_app(work / "checkpoints")  # its log goes to `work`, kept if anything fails
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_selector("#upload input[type=file]", state="attached", timeout=60_000)
+            page.set_input_files("#upload input[type=file]", str(image))
+            page.wait_for_selector("#preview img", timeout=30_000)
+            page.click("#compare-btn")
+            page.wait_for_function(DONE, timeout=60_000)
+            page.wait_for_timeout(1000)
+            page.screenshot(path=str(ROOT / "docs" / "compare.png"))
+
+            page.get_by_role("tab", name="Attention").click()
+            picker = page.locator("#picker img").first
+            picker.wait_for(timeout=30_000)
+            box = picker.bounding_box()
+            side = min(box["width"], box["height"])
+            page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
+            last = ViTConfig.from_dict(read_card(ROOT / "checkpoints" / "cifar10-spt_lsa")["config"]).grid_size - 1
+            page.wait_for_function(
+                f"() => /row {last}, col {last}/.test((document.querySelector('#attn-caption') || {{}}).innerText || '')",
+                timeout=60_000)
+            page.wait_for_timeout(2000)
+            page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    shutil.rmtree(work)
+    print("wrote docs/compare.png and docs/screenshot.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
