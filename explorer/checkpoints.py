@@ -118,7 +118,7 @@ def model_card(card: dict) -> str:
             wall = stage.get("wall_time_s") or 0
             took = f"{wall / 60:.0f} min" if wall >= 60 else f"{wall:.0f} s"
             plural = "" if stage.get("epochs") == 1 else "s"
-            augment = "crop + flip" if r.get("augment") else "none"
+            augment = describe_augmentation(r)
             lines.append(f"- stage {i}: {stage.get('epochs')} epoch{plural}, "
                          f"peak learning rate {r.get('learning_rate')}, "
                          f"warmup {100 * (r.get('warmup_fraction') or 0):.0f} %, "
@@ -301,3 +301,15 @@ def load_checkpoint(ref: str | os.PathLike, cache_dir: str | None = None):
     if any(sep in text for sep in ("/", "\\")) or text.startswith("."):
         raise CheckpointError(f"{text} is not a folder")
     raise CheckpointError(f"{text!r} is neither a checkpoint folder nor a Hub id (owner/name[@revision])")
+
+
+def describe_augmentation(recipe: dict) -> str:
+    """A training recipe's augmentation in words, e.g. "crop + flip, CutMix 1.0 / mixup 0.2 on 50 % of batches"."""
+    parts = ["crop + flip"] if recipe.get("augment") else []
+    mixes = [f"{name} {recipe[key]:g}" for name, key in (("CutMix", "cutmix_alpha"), ("mixup", "mixup_alpha"))
+             if recipe.get(key)]
+    if mixes:
+        prob = recipe.get("mix_prob", 1.0)
+        parts.append(" / ".join(mixes) + ("" if prob >= 1 else f" on {100 * prob:.0f} % of batches"))
+    return ", ".join(parts) or "none"
+

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
-from explorer.data import Dataset, DatasetError, augment_batch, load_dataset
+from explorer.data import Dataset, DatasetError, augment_batch, load_dataset, mix_batch
 
 
 class Cancelled(Exception):
@@ -40,6 +40,9 @@ class TrainConfig:
     label_smoothing: float = 0.1
     validation_fraction: float = 0.1
     augment: bool = True
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mix_prob: float = 1.0
     seed: int = 0
     max_seconds: float | None = None
     max_steps: int | None = None
@@ -61,6 +64,12 @@ class TrainConfig:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if not 0 <= self.validation_fraction < 1:
             raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction!r}")
+        for name in ("mixup_alpha", "cutmix_alpha"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value <= 10):
+                raise ValueError(f"{name} must be in [0, 10] (0 = off), got {value!r}")
+        if not 0 < self.mix_prob <= 1:
+            raise ValueError(f"mix_prob must be in (0, 1], got {self.mix_prob!r}")
         for name in ("max_seconds", "max_steps", "train_subset"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -121,8 +130,11 @@ def warmup_cosine_class():
     return WarmUpCosine
 
 
-def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle):
-    """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch."""
+def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_alpha=0.0, cutmix_alpha=0.0,
+                 mix_prob=1.0):
+    """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch.
+
+    With a mixup or cutmix alpha, batches are also mixed (see data.mix_batch) and labels become soft."""
     keras = _keras()
 
     class Batches(keras.utils.PyDataset):
@@ -139,7 +151,8 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle):
             images = x[index]
             if augment:
                 images = augment_batch(images, self.rng)
-            return images.astype("float32"), np.eye(num_classes, dtype="float32")[y[index]]
+            images, labels = images.astype("float32"), np.eye(num_classes, dtype="float32")[y[index]]
+            return mix_batch(images, labels, self.rng, mixup_alpha, cutmix_alpha, mix_prob)
 
         def on_epoch_end(self):
             if shuffle:
@@ -222,7 +235,8 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
         x, y = x[keep], y[keep]
     (x_train, y_train), val = split_validation(x, y, tc.validation_fraction, tc.seed)
     num_classes = dataset.num_classes
-    train_batches = make_batches(x_train, y_train, num_classes, tc.batch_size, tc.augment, tc.seed, True)
+    train_batches = make_batches(x_train, y_train, num_classes, tc.batch_size, tc.augment, tc.seed, True,
+                                 tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob)
     val_batches = (make_batches(val[0], val[1], num_classes, max(tc.batch_size, 256), False, tc.seed, False)
                    if val is not None else None)
     steps_per_epoch = len(train_batches)
@@ -433,6 +447,13 @@ def parse_args(argv=None):
     p.add_argument("--label-smoothing", type=float, default=TrainConfig.label_smoothing)
     p.add_argument("--val-fraction", type=float, default=TrainConfig.validation_fraction)
     p.add_argument("--no-augment", action="store_true")
+    p.add_argument("--mixup", type=float, default=0.0, metavar="ALPHA",
+                   help="mixup with lam ~ Beta(ALPHA, ALPHA) (0 = off; 0.2-0.8 is usual)")
+    p.add_argument("--cutmix", type=float, default=0.0, metavar="ALPHA",
+                   help="CutMix with lam ~ Beta(ALPHA, ALPHA) (0 = off; 1.0 is usual); with --mixup too, "
+                        "each mixed batch uses one of the two at random")
+    p.add_argument("--mix-prob", type=float, default=1.0,
+                   help="fraction of batches that are mixed when --mixup or --cutmix is on")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--subset", type=int, help="train on this many images only")
     p.add_argument("--test-subset", type=int, help="evaluate on this many test images only")
@@ -450,6 +471,17 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        tc = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
+                         weight_decay=args.weight_decay, warmup_fraction=args.warmup,
+                         label_smoothing=args.label_smoothing, validation_fraction=args.val_fraction,
+                         augment=not args.no_augment, mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
+                         mix_prob=args.mix_prob, seed=args.seed, max_seconds=args.max_seconds,
+                         max_steps=args.max_steps, train_subset=args.subset,
+                         freeze_backbone=args.freeze_backbone)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.threads:
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
         try:
@@ -458,12 +490,6 @@ def main(argv=None) -> int:
             tf.config.threading.set_inter_op_parallelism_threads(args.threads)
         except ImportError:
             pass
-    tc = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
-                     weight_decay=args.weight_decay, warmup_fraction=args.warmup,
-                     label_smoothing=args.label_smoothing, validation_fraction=args.val_fraction,
-                     augment=not args.no_augment, seed=args.seed, max_seconds=args.max_seconds,
-                     max_steps=args.max_steps, train_subset=args.subset,
-                     freeze_backbone=args.freeze_backbone)
     from explorer.checkpoints import CheckpointError
     try:
         dataset = load_dataset(args.dataset, args.data_dir)

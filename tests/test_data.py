@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.data import (DatasetError, augment_batch, find_cifar, load_cifar, read_image_folder,
+from explorer.data import (DatasetError, augment_batch, find_cifar, load_cifar, mix_batch, read_image_folder,
                            read_image_zip)
 
 
@@ -123,6 +123,47 @@ def test_augment_batch_is_a_flip_or_translation_of_the_input():
         found = any((cand[dy:dy + 24, dx:dx + 24] == y[4:28, 4:28]).all()
                     for cand in (x, x[:, ::-1]) for dy in range(9) for dx in range(9))
         assert found
+
+
+def _labelled_constant_images(n=8, size=8):
+    # image i is filled with the value 10 * i and labelled class i, so any mix can be read back from its pixels
+    images = np.repeat(10.0 * np.arange(n, dtype="float32"), size * size * 3).reshape(n, size, size, 3)
+    return images, np.eye(n, dtype="float32")
+
+
+@pytest.mark.parametrize("method", ["mixup", "cutmix"])
+def test_mix_batch_labels_weigh_the_pixels_they_mixed(method):
+    images, labels = _labelled_constant_images()
+    kwargs = {"mixup_alpha": 0.4} if method == "mixup" else {"cutmix_alpha": 1.0}
+    seen_partial = False
+    for seed in range(20):
+        mixed, soft = mix_batch(images, labels, np.random.default_rng(seed), **kwargs)
+        assert mixed.shape == images.shape and mixed.dtype == images.dtype and soft.dtype == labels.dtype
+        np.testing.assert_allclose(soft.sum(axis=1), 1.0, rtol=1e-6)
+        assert (np.count_nonzero(soft, axis=1) <= 2).all() and (soft.argmax(axis=1) >= 0).all()
+        # each image's mean is the label-weighted mean of the two images mixed into it
+        np.testing.assert_allclose(mixed.mean(axis=(1, 2, 3)), soft @ (10.0 * np.arange(8)), rtol=1e-5, atol=1e-4)
+        for i in range(8):
+            own_and_partner = {10.0 * j for j in np.flatnonzero(soft[i])}
+            if method == "cutmix":  # every pixel comes whole from one of the two images, never a blend
+                assert set(np.unique(mixed[i])) <= own_and_partner
+            else:
+                assert np.ptp(mixed[i]) < 1e-4
+        seen_partial |= bool(((soft > 0.05) & (soft < 0.95)).any())
+    assert seen_partial
+    assert not np.shares_memory(mixed, images) and (images[3] == 30).all()  # the input batch is not touched
+
+
+def test_mix_batch_off_or_skipped_returns_the_batch_unchanged():
+    images, labels = _labelled_constant_images()
+    assert mix_batch(images, labels, np.random.default_rng(0))[0] is images
+    rng = np.random.default_rng(0)
+    results = [mix_batch(images, labels, rng, mixup_alpha=0.2, cutmix_alpha=1.0, prob=0.5) for _ in range(200)]
+    untouched = sum(out is images and soft is labels for out, soft in results)
+    assert 70 < untouched < 130  # about half the batches are mixed
+    cut = sum(out is not images and set(np.unique(out)) <= set(10.0 * np.arange(8)) and np.ptp(out[0]) > 0
+              for out, _ in results)
+    assert cut > 20  # and both methods are used when both alphas are set
 
 
 def test_provenance_note_comes_from_the_datas_readme(cifar10, data_dir, tmp_path):

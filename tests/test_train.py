@@ -9,11 +9,12 @@ import keras
 import numpy as np
 import pytest
 
-from explorer.checkpoints import list_checkpoints, load_checkpoint
+from explorer.checkpoints import describe_augmentation, list_checkpoints, load_checkpoint
 from explorer.models import build_vit
 from explorer.models import tau_values
 from explorer.train import (Cancelled, TrainConfig, accuracy_metrics, continued_record, fine_tune, fit,
-                            predict_logits, train_new, warmup_cosine_class)
+                            make_batches, predict_logits, split_validation, train_new,
+                            warmup_cosine_class)
 from tests.conftest import ROOT, tiny_config
 
 
@@ -132,7 +133,10 @@ def test_fine_tune_same_classes_keeps_the_head(tiny_checkpoints, cifar10, tmp_pa
 
 @pytest.mark.parametrize("kwargs, message", [(dict(epochs=0), "epochs"), (dict(batch_size=-1), "batch_size"),
                                              (dict(learning_rate=0), "learning_rate"),
-                                             (dict(max_steps=0), "max_steps")])
+                                             (dict(max_steps=0), "max_steps"),
+                                             (dict(mixup_alpha=-0.2), "mixup_alpha"),
+                                             (dict(cutmix_alpha=float("nan")), "cutmix_alpha"),
+                                             (dict(mix_prob=0), "mix_prob"), (dict(mix_prob=1.5), "mix_prob")])
 def test_invalid_train_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**kwargs)
@@ -142,7 +146,8 @@ def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tm
     base_model, base_card = load_checkpoint(tiny_checkpoints["spt_lsa"])
     same = cifar10.subset(train=256, test=64, seed=1)  # the data and split the fixture trained on
     result = fine_tune(tiny_checkpoints["spt_lsa"], same,
-                       TrainConfig(epochs=2, batch_size=64, validation_fraction=0.25, learning_rate=5e-4),
+                       TrainConfig(epochs=2, batch_size=64, validation_fraction=0.25, learning_rate=5e-4,
+                                   cutmix_alpha=1.0, mix_prob=0.5),
                        tmp_path, verbose=0, extend=True)
     model, card = load_checkpoint(result["checkpoint"])
     assert card["name"] == "tiny-spt_lsa-3ep"
@@ -163,6 +168,13 @@ def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tm
     assert not np.allclose(model.get_layer("head").kernel.numpy(), base_model.get_layer("head").kernel.numpy())
     readme = (tmp_path / card["name"] / "README.md").read_text()
     assert "## Training stages" in readme and "- stage 2: 2 epochs, peak learning rate 0.0005" in readme
+    assert "augmentation crop + flip, seed 0" in readme  # stage 1
+    assert "augmentation crop + flip, CutMix 1 on 50 % of batches, seed 0" in readme  # stage 2
+    assert training["stages"][1]["recipe"]["cutmix_alpha"] == 1.0
+    # CutMix touched the training batches only: validation scored the clean held-out images
+    _, (x_val, y_val) = split_validation(same.x_train, same.y_train, 0.25, 0)
+    assert accuracy_metrics(predict_logits(model, x_val), y_val)["top1"] == pytest.approx(
+        card["history"][-1]["val_top1"], abs=1e-6)
     assert sum(line.startswith("| ") and line[2:3].isdigit() for line in readme.splitlines()) == 3
 
 
@@ -189,6 +201,30 @@ def test_continue_refuses_other_classes(tiny_checkpoints, cifar10, tmp_path):
     with pytest.raises(DatasetError, match="class list differs"):
         fine_tune(tiny_checkpoints["vanilla"], renamed, TrainConfig(epochs=1, validation_fraction=0.25),
                   tmp_path, verbose=0, extend=True)
+
+
+def test_mixing_batches_have_soft_labels(cifar10):
+    x, y = cifar10.x_train[:256], cifar10.y_train[:256]
+    mixing = make_batches(x, y, 10, 64, True, 0, True, mixup_alpha=0.2, cutmix_alpha=1.0)
+    soft = np.concatenate([mixing[i][1] for i in range(len(mixing))])
+    np.testing.assert_allclose(soft.sum(axis=1), 1.0, rtol=1e-5)
+    assert ((soft > 0) & (soft < 1)).any(axis=1).mean() > 0.5
+
+
+def test_describe_augmentation():
+    assert describe_augmentation({"augment": True}) == "crop + flip"
+    assert describe_augmentation({"augment": False, "mixup_alpha": 0.0}) == "none"
+    assert describe_augmentation({"augment": True, "cutmix_alpha": 1.0, "mixup_alpha": 0.2, "mix_prob": 0.5}) == \
+        "crop + flip, CutMix 1 / mixup 0.2 on 50 % of batches"
+    assert describe_augmentation({"augment": False, "mixup_alpha": 0.8, "mix_prob": 1.0}) == "mixup 0.8"
+
+
+def test_train_cli_refuses_a_bad_recipe_before_loading_anything(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "explorer.train", "--mixup", "0.2", "--mix-prob", "0",
+                          "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path)],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "error: mix_prob must be in (0, 1], got 0.0" in out.stderr
+    assert "Traceback" not in out.stderr and list(tmp_path.iterdir()) == []
 
 
 def test_continued_record_accumulates_stages():
