@@ -606,8 +606,10 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                     with gr.Tab("Attention", id="attention"):
                         with gr.Row():
                             with gr.Column(scale=1, min_width=240):
-                                picker = picture("Click a patch to choose the query", captioned=False,
-                                                  height=QUERY_PICKER + 40, elem_id="picker")
+                                # The hint sits above the picture: a floating label would hide its top patches.
+                                gr.Markdown("**Click a patch** to choose the query", elem_id="picker-hint")
+                                picker = picture("query patch", captioned=False, show_label=False, buttons=[],
+                                                 height=QUERY_PICKER + 40, elem_id="picker")
                                 layer = gr.Dropdown(list(range(layers)), value=layers - 1, label="layer")
                                 head = gr.Dropdown([HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(heads)],
                                                    value=HEAD_ALL, label="head")
