@@ -1,5 +1,6 @@
-"""Time from `python app.py` to the first successful request, and resident memory after the app has
-loaded its default model pair.
+"""Time from `python app.py` to the first successful request, resident memory after the app has
+loaded its default model pair, and how long each checkpoint of the pair takes to load in this process
+(after `import keras`, which the app pays once).
 
     python bench/startup.py [--checkpoints DIR]
 """
@@ -29,6 +30,22 @@ def main():
         print(f"resident memory with the default pair loaded: {rss_mib(proc.pid):.0f} MiB")
     finally:
         proc.terminate()
+    load_times(args.checkpoints, (args.a, args.b))
+
+
+def load_times(checkpoints: str | None, names) -> None:
+    from pathlib import Path
+
+    from _common import ROOT
+    start = time.perf_counter()
+    import keras  # noqa: F401  (its import is start-up cost, not a checkpoint's)
+    from explorer.checkpoints import load_checkpoint
+    print(f"import keras + explorer: {time.perf_counter() - start:.1f} s")
+    folder = Path(checkpoints) if checkpoints else ROOT / "checkpoints"
+    for name in names:
+        start = time.perf_counter()
+        load_checkpoint(folder / name)
+        print(f"load {name}: {time.perf_counter() - start:.2f} s (goal < 2 s)")
 
 
 if __name__ == "__main__":
