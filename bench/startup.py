@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
-from _common import launch_app, rss_mib
+from _common import ROOT, launch_app, rss_mib
 
 
 def main():
@@ -34,9 +35,6 @@ def main():
 
 
 def load_times(checkpoints: str | None, names) -> None:
-    from pathlib import Path
-
-    from _common import ROOT
     start = time.perf_counter()
     import keras  # noqa: F401  (its import is start-up cost, not a checkpoint's)
     from explorer.checkpoints import load_checkpoint

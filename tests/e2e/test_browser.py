@@ -61,6 +61,8 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     picker = page.locator("#picker img").first
     picker.wait_for(timeout=30_000)
     box = picker.bounding_box()
+    hint = page.locator("#picker-hint").bounding_box()  # above the picture, never over its top patches
+    assert "Click a patch" in page.inner_text("#picker-hint") and hint["y"] + hint["height"] <= box["y"] + 1
     # The picture is centred in its box (object-fit: contain); click 40 % of its side right of and below
     # the centre: the bottom-right patch becomes the query.
     side = min(box["width"], box["height"])
