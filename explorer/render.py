@@ -480,24 +480,32 @@ def plot_tau_history(per_model: dict[str, list[dict]]) -> Figure:
     return fig
 
 
-def plot_training(history: list[dict]) -> Figure:
-    """Loss and top-1 accuracy per epoch, train solid and validation dashed; missing keys are skipped."""
+def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
+    """Loss and top-1 accuracy per epoch, train solid and validation dashed; missing keys are skipped.
+
+    Several runs (a dict of label -> history) share the axes, one colour per run, so a pair fine-tune's
+    two models can be compared epoch by epoch; epoch 0 (before any step) is drawn where it is given."""
+    runs = history if isinstance(history, dict) else {"": history}
     fig = _figure((8.0, 3.4))
     axes = fig.subplots(1, 2)
     panels = ((axes[0], "loss", ("loss", "val_loss")), (axes[1], "top-1 accuracy", ("top1", "val_top1")))
     for ax, ylabel, keys in panels:
-        for color, key in zip(MODEL_COLORS, keys):
-            points = [(e.get("epoch", i), e[key]) for i, e in enumerate(history) if e.get(key) is not None]
-            if points:
+        for k, (label, run) in enumerate(runs.items()):
+            for j, key in enumerate(keys):
+                points = [(e.get("epoch", i), e[key]) for i, e in enumerate(run) if e.get(key) is not None]
+                if not points:
+                    continue
                 xs, ys = zip(*points)
-                ax.plot(xs, ys, color=color, marker="o", linestyle="--" if key.startswith("val_") else "-",
-                        label=key)
+                color = MODEL_COLORS[k if label else j]
+                ax.plot(xs, ys, color=color, marker="o", markersize=3 if len(xs) > 12 else 5,
+                        linestyle="--" if key.startswith("val_") else "-",
+                        label=f"{label} {key}".strip())
         ax.set_xlabel("epoch")
         ax.set_ylabel(ylabel)
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
         if ax.get_lines():
-            ax.legend()
+            ax.legend(fontsize="small")
         else:
             ax.text(0.5, 0.5, "no epochs yet", ha="center", va="center", transform=ax.transAxes, color="0.35")
     return fig

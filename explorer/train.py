@@ -48,6 +48,8 @@ class TrainConfig:
     max_steps: int | None = None
     train_subset: int | None = None
     freeze_backbone: bool = False
+    head_init: str = "auto"
+    keep_best: bool = False
 
     def __post_init__(self):
         for name in ("epochs", "batch_size"):
@@ -74,6 +76,36 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive when given, got {value!r}")
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(f"head_init must be one of {HEAD_INITS}, got {self.head_init!r}")
+
+
+# How a fine-tune's classifier starts (see prepare_head): "auto" keeps the base's head for the base's own
+# classes, takes the base's rows when the new classes are some of the base's, else fits a linear probe.
+HEAD_INITS = ("auto", "probe", "new")
+# The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all.
+FT_TARGET_STEPS = 300
+FT_LEARNING_RATE = 1e-4
+FT_WEIGHT_DECAY = 0.05
+
+
+def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int | None = None,
+                     learning_rate: float | None = None, freeze_backbone: bool = False, **overrides) -> TrainConfig:
+    """The default recipe for fine-tuning a checkpoint on `n_images` training images (before the 10 %
+    validation split): a head that starts where it can already score (the base's rows, or a linear probe on
+    the frozen features), then the whole model at a low learning rate, with a batch size scaled to the data
+    so that even a few hundred images give about FT_TARGET_STEPS steps. Given values win."""
+    validation_fraction = overrides.pop("validation_fraction", 0.1 if n_images >= 20 else 0.0)
+    n_fit = max(1, n_images - int(round(n_images * validation_fraction)))
+    if batch_size is None:
+        batch_size = int(np.clip(2 ** round(math.log2(max(n_fit / 24, 1))), 16, 128))
+    batch_size = max(1, min(batch_size, n_fit))
+    if epochs is None:
+        epochs = int(np.clip(round(FT_TARGET_STEPS / math.ceil(n_fit / batch_size)), 1, 30))
+    return TrainConfig(**{"epochs": epochs, "batch_size": batch_size,
+                          "learning_rate": learning_rate or FT_LEARNING_RATE, "weight_decay": FT_WEIGHT_DECAY,
+                          "validation_fraction": validation_fraction, "freeze_backbone": freeze_backbone,
+                          "head_init": "auto", "keep_best": True, **overrides})
 
 
 def _keras():
@@ -134,6 +166,9 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_al
                  mix_prob=1.0):
     """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch.
 
+    Every batch has `batch_size` images, so a compiled step never meets a new shape (JAX compiles again for
+    each): a shuffled epoch's last batch is topped up from the start of its order; an unshuffled one
+    (validation) repeats images with sample weight 0, so they count for nothing.
     With a mixup or cutmix alpha, batches are also mixed (see data.mix_batch) and labels become soft."""
     keras = _keras()
 
@@ -148,10 +183,16 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_al
 
         def __getitem__(self, i):
             index = np.sort(self.order[i * batch_size:(i + 1) * batch_size])
+            real = len(index)
+            if real < batch_size:
+                index = np.concatenate([index, np.resize(self.order if shuffle else index, batch_size - real)])
             images = x[index]
             if augment:
                 images = augment_batch(images, self.rng)
             images, labels = images.astype("float32"), np.eye(num_classes, dtype="float32")[y[index]]
+            if not shuffle:
+                weights = (np.arange(batch_size) < real).astype("float32")
+                return images, labels, weights
             return mix_batch(images, labels, self.rng, mixup_alpha, cutmix_alpha, mix_prob)
 
         def on_epoch_end(self):
@@ -168,6 +209,15 @@ def split_validation(x, y, fraction, seed):
     n_val = max(1, int(round(len(x) * fraction)))
     val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
     return (x[train], y[train]), (x[val], y[val])
+
+
+def _better(record: dict, best: dict | None) -> bool:
+    """Whether an epoch's validation beats the best so far: higher top-1, then lower loss."""
+    if best is None:
+        return True
+    if record["val_top1"] != best["val_top1"]:
+        return record["val_top1"] > best["val_top1"]
+    return (record.get("val_loss") or 0.0) <= (best.get("val_loss") or float("inf"))
 
 
 def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
@@ -212,6 +262,9 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
                       **{k: float(v) for k, v in logs.items() if k != "learning_rate"},
                       "tau": tau_values(self.model)}
             history.append(record)
+            if tc.keep_best and "val_top1" in record and _better(record, state.get("best")):
+                state["best"] = {"epoch": epoch + 1, "val_top1": record["val_top1"],
+                                 "val_loss": record.get("val_loss"), "weights": self.model.get_weights()}
             if backup:
                 # Crash insurance for long runs: the latest weights and history, overwritten per epoch.
                 Path(backup).parent.mkdir(parents=True, exist_ok=True)
@@ -223,22 +276,32 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
     return [Recorder()]
 
 
-def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
-        progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
-        backup: str | None = None) -> dict:
-    """Trains `model` in place on `dataset` with the recipe; returns the run's record (no saving)."""
-    keras = _keras()
-    keras.utils.set_random_seed(tc.seed)
+def training_split(dataset: Dataset, tc: TrainConfig):
+    """((x_train, y_train), (x_val, y_val) or None): the recipe's subset and held-out split of the training
+    images, the same for the same recipe (fit and prepare_head both use it)."""
     x, y = dataset.x_train, dataset.y_train
     if tc.train_subset and tc.train_subset < len(x):
         keep = np.sort(np.random.default_rng(tc.seed).permutation(len(x))[:tc.train_subset])
         x, y = x[keep], y[keep]
-    (x_train, y_train), val = split_validation(x, y, tc.validation_fraction, tc.seed)
+    return split_validation(x, y, tc.validation_fraction, tc.seed)
+
+
+def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
+        progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
+        backup: str | None = None, start: dict | None = None) -> dict:
+    """Trains `model` in place on `dataset` with the recipe; returns the run's record (no saving).
+
+    `start` (metrics of the model before any step, see prepare_head) is reported as epoch 0."""
+    keras = _keras()
+    keras.utils.set_random_seed(tc.seed)
+    (x_train, y_train), val = training_split(dataset, tc)
     num_classes = dataset.num_classes
-    train_batches = make_batches(x_train, y_train, num_classes, tc.batch_size, tc.augment, tc.seed, True,
+    batch_size = min(tc.batch_size, len(x_train))
+    train_batches = make_batches(x_train, y_train, num_classes, batch_size, tc.augment, tc.seed, True,
                                  tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob)
-    val_batches = (make_batches(val[0], val[1], num_classes, max(tc.batch_size, 256), False, tc.seed, False)
-                   if val is not None else None)
+    # One validation batch when it fits (exact weighted loss, one compiled shape), else padded batches.
+    val_batches = (make_batches(val[0], val[1], num_classes, len(val[0]) if len(val[0]) <= 2048 else 512,
+                                False, tc.seed, False) if val is not None else None)
     steps_per_epoch = len(train_batches)
     total_steps = steps_per_epoch * tc.epochs
     if tc.max_steps:
@@ -255,17 +318,28 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
                            keras.metrics.TopKCategoricalAccuracy(k=top5, name="top5")])
     history: list[dict] = []
     state: dict = {"cancelled": False, "stopped_by": None}
+    if tc.keep_best and start is not None and "val_top1" in start:
+        # Step 0 competes too: a run that never beats the head it started from keeps that head.
+        state["best"] = {"epoch": 0, "val_top1": start["val_top1"], "val_loss": start.get("val_loss"),
+                         "weights": model.get_weights()}
     callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, backup)
-    start = time.perf_counter()
+    if start is not None and progress is not None:
+        progress({"kind": "epoch", "epoch": 0, **start})
+    began = time.perf_counter()
     model.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose,
               callbacks=callbacks)
-    wall = time.perf_counter() - start
-    if state["cancelled"]:
+    wall = time.perf_counter() - began
+    if state["cancelled"] or (cancel is not None and cancel.is_set()):
         raise Cancelled("training was cancelled; no checkpoint was written")
-    images_seen = min(state["steps"] * tc.batch_size, len(x_train) * max(len(history), 1))
+    images_seen = state["steps"] * batch_size
+    best = state.get("best")
+    kept = len(history)
+    if best is not None and best["epoch"] != len(history):
+        model.set_weights(best["weights"])
+        kept = best["epoch"]
     metrics = {}
     if history:
-        last = history[-1]
+        last = history[kept - 1] if kept >= 1 else start
         metrics.update({k: last[k] for k in ("top1", "top5", "loss") if k in last})
         metrics.update({k: last[k] for k in ("val_top1", "val_top5", "val_loss") if k in last})
     return {"history": history, "metrics": metrics, "steps": state["steps"],
@@ -273,7 +347,8 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
             "training": {"epochs": len(history), "planned_epochs": tc.epochs, "steps": state["steps"],
                          "wall_time_s": round(wall, 1),
                          "images_per_second": round(images_seen / wall, 1) if wall > 0 else None,
-                         "train_images": int(len(x_train)),
+                         "train_images": int(len(x_train)), "batch_size": batch_size,
+                         "start": start, "kept_epoch": kept,
                          "validation_images": int(len(val[0])) if val is not None else 0,
                          "device": device_name(), "recipe": asdict(tc)}}
 
@@ -316,14 +391,13 @@ def train_new(config: ViTConfig, preset: str, dataset: Dataset, tc: TrainConfig,
 def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
               backup: str | None = None, extend: bool = False) -> dict:
-    """Continues training a checkpoint on `dataset`; a new head when the class count differs.
+    """Continues training a checkpoint on `dataset`; its head is prepared by `prepare_head` first.
 
     With `extend`, this is a second stage of the base's own training rather than a fine-tune: the
     dataset, its held-out split and the class list must be the base's, and the new checkpoint's history,
     epoch count, wall time and throughput cover both stages (see `continued_record`).
     """
     from explorer.checkpoints import load_checkpoint
-    from explorer.models import freeze_backbone, replace_head
     model, card = load_checkpoint(base)
     config = ViTConfig.from_dict(card["config"])
     if dataset.x_train.shape[1:3] != (config.image_size, config.image_size):
@@ -331,11 +405,11 @@ def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str 
                          f"{config.image_size}x{config.image_size}")
     if extend:
         check_continuation(card, dataset, tc)
-    if model.output_shape[-1] != dataset.num_classes:
-        model = replace_head(model, dataset.num_classes, freeze=tc.freeze_backbone)
-    elif tc.freeze_backbone:
-        freeze_backbone(model)
-    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup)
+    model, start = prepare_head(model, card.get("class_names") or [], dataset, tc)
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("training was cancelled; no checkpoint was written")
+    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
+                 start=start)
     lineage = {"name": card.get("name"), "source": str(base)}
     if extend:
         record = continued_record(card, record)
@@ -345,6 +419,67 @@ def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str 
                    name or f"{card.get('name', 'model')}-{suffix}", base=lineage)
 
 
+def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
+    """Where each of `classes` sits in the base's class list (matched case-insensitively), or None when
+    any of them is not a base class."""
+    index = {str(c).strip().lower(): i for i, c in enumerate(base_classes)}
+    rows = [index.get(str(c).strip().lower()) for c in classes]
+    return None if not rows or None in rows else rows
+
+
+def pooled_features(model, x: np.ndarray, batch_size: int = 500) -> np.ndarray:
+    """What the classifier head sees (the pooled, normalised tokens) for uint8 images `x`."""
+    keras = _keras()
+    from explorer.models import HEAD
+    features = keras.Model(model.inputs, model.get_layer(HEAD).input)
+    return predict_logits(features, x, batch_size)
+
+
+def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConfig):
+    """(model, start metrics): the model with the head the fine-tune starts from, and how it scores.
+
+    With `tc.head_init` "auto": the base's own classes keep the base's head; classes that are all among
+    the base's take the base's rows for them (so step 0 scores what the base scores on them); any other
+    class list gets a linear probe (logistic regression on the frozen pooled features of the training
+    split and its mirror images, its L2 chosen on the validation split). A frozen backbone takes the
+    probe too, unless the base's rows already do better on the validation split. "probe" always fits the
+    probe; "new" is a freshly initialised head. The backbone is frozen when the recipe says so.
+    """
+    from explorer.linear import LinearHead, fit_probe
+    from explorer.models import HEAD, freeze_backbone, replace_head
+    n = dataset.num_classes
+    (x_fit, y_fit), val = training_split(dataset, tc)
+    same = model.output_shape[-1] == n and [str(c) for c in base_classes] == list(dataset.class_names)
+    rows = base_rows(base_classes, dataset.class_names) if len(base_classes) == model.output_shape[-1] else None
+    old = model.get_layer(HEAD)
+    kernel, bias = (np.asarray(w) for w in old.get_weights())
+    if not same:
+        model = replace_head(model, n)
+    head = model.get_layer(HEAD)
+    how = "kept" if same else "new"
+    if same and tc.head_init == "auto":
+        pass
+    elif rows is not None and tc.head_init == "auto":
+        head.set_weights([kernel[:, rows], bias[rows]])
+        how = "base rows"
+    if tc.head_init == "probe" or (tc.head_init == "auto" and (how == "new" or tc.freeze_backbone)):
+        features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]))
+        labels = np.concatenate([y_fit, y_fit])
+        val_features = pooled_features(model, val[0]) if val is not None else None
+        current = LinearHead(*(np.asarray(w, np.float64) for w in head.get_weights()), l2=0.0)
+        probe = fit_probe(features, labels, n, val_features, val[1] if val is not None else None,
+                          init=current if how != "new" else None)
+        keep_rows = (how in ("kept", "base rows") and val is not None
+                     and current.accuracy(val_features, val[1]) > probe.accuracy(val_features, val[1]))
+        if not keep_rows:
+            head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
+            how = f"linear probe (L2 {probe.l2:g})"
+    freeze_backbone(model, tc.freeze_backbone)
+    start = {"head": how}
+    if val is not None:
+        metrics = accuracy_metrics(predict_logits(model, val[0]), val[1])
+        start.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
+    return model, start
 def check_continuation(card: dict, dataset: Dataset, tc: TrainConfig) -> None:
     """Refuses a continuation that would not be the same training: other data, classes or held-out split.
 
@@ -403,7 +538,8 @@ def continued_record(base_card: dict, record: dict) -> dict:
 
 def _finish(model, record, config, preset, dataset, out_dir, name, base) -> dict:
     from explorer.checkpoints import unique_dir, write_checkpoint
-    test = evaluate_model(model, dataset.x_test, dataset.y_test) if len(dataset.x_test) else None
+    logits = predict_logits(model, dataset.x_test) if len(dataset.x_test) else None
+    test = accuracy_metrics(logits, dataset.y_test) if logits is not None else None
     metrics = dict(record["metrics"])
     if test is not None:
         metrics.update(test_top1=test["top1"], test_top5=test["top5"], test_per_class=test["per_class"],
@@ -420,7 +556,16 @@ def _finish(model, record, config, preset, dataset, out_dir, name, base) -> dict
             "history": record["history"], "training": record["training"], "base": base}
     folder = write_checkpoint(model, unique_dir(out_dir, name), card)
     return {"checkpoint": str(folder), "metrics": metrics, "history": record["history"],
-            "training": record["training"]}
+            "training": record["training"],
+            "test_predictions": logits.argmax(-1).tolist() if logits is not None else []}
+
+
+def _default_help(name: str) -> str:
+    recipe = {"epochs": f"about {FT_TARGET_STEPS} steps' worth", "batch_size": "scaled to the data (16-128)",
+              "learning_rate": str(FT_LEARNING_RATE), "weight_decay": str(FT_WEIGHT_DECAY)}
+    new = getattr(TrainConfig, name)
+    tuned = recipe.get(name, new)
+    return f"{new} (with --base, the fine-tune recipe: {tuned})" if tuned != new else str(new)
 
 
 def parse_args(argv=None):
@@ -439,13 +584,13 @@ def parse_args(argv=None):
                                       "~/.keras/datasets, then a download)")
     p.add_argument("--out", default="checkpoints", help="where the checkpoint folder is written")
     p.add_argument("--name", help="checkpoint folder name (default: <dataset>-<variant>)")
-    p.add_argument("--epochs", type=int, default=TrainConfig.epochs)
-    p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
-    p.add_argument("--lr", type=float, default=TrainConfig.learning_rate)
-    p.add_argument("--weight-decay", type=float, default=TrainConfig.weight_decay)
-    p.add_argument("--warmup", type=float, default=TrainConfig.warmup_fraction)
-    p.add_argument("--label-smoothing", type=float, default=TrainConfig.label_smoothing)
-    p.add_argument("--val-fraction", type=float, default=TrainConfig.validation_fraction)
+    p.add_argument("--epochs", type=int, help="default: " + _default_help("epochs"))
+    p.add_argument("--batch-size", type=int, help="default: " + _default_help("batch_size"))
+    p.add_argument("--lr", type=float, help="default: " + _default_help("learning_rate"))
+    p.add_argument("--weight-decay", type=float, help="default: " + _default_help("weight_decay"))
+    p.add_argument("--warmup", type=float, help="default: " + _default_help("warmup_fraction"))
+    p.add_argument("--label-smoothing", type=float, help="default: " + _default_help("label_smoothing"))
+    p.add_argument("--val-fraction", type=float, help="default: " + _default_help("validation_fraction"))
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--mixup", type=float, default=0.0, metavar="ALPHA",
                    help="mixup with lam ~ Beta(ALPHA, ALPHA) (0 = off; 0.2-0.8 is usual)")
@@ -471,14 +616,17 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # Only what was given on the command line; the rest comes from the recipe (TrainConfig's defaults, or
+    # for a fine-tune the short recipe, which needs the dataset's size first).
+    given = {k: v for k, v in dict(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
+                                   weight_decay=args.weight_decay, warmup_fraction=args.warmup,
+                                   label_smoothing=args.label_smoothing,
+                                   validation_fraction=args.val_fraction).items() if v is not None}
+    given.update(augment=not args.no_augment, mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
+                 mix_prob=args.mix_prob, seed=args.seed, max_seconds=args.max_seconds, max_steps=args.max_steps,
+                 train_subset=args.subset, freeze_backbone=args.freeze_backbone)
     try:
-        tc = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
-                         weight_decay=args.weight_decay, warmup_fraction=args.warmup,
-                         label_smoothing=args.label_smoothing, validation_fraction=args.val_fraction,
-                         augment=not args.no_augment, mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
-                         mix_prob=args.mix_prob, seed=args.seed, max_seconds=args.max_seconds,
-                         max_steps=args.max_steps, train_subset=args.subset,
-                         freeze_backbone=args.freeze_backbone)
+        tc = TrainConfig(**given)  # refuses a bad recipe before anything is loaded
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -497,6 +645,11 @@ def main(argv=None) -> int:
             dataset = dataset.subset(test=args.test_subset, seed=args.seed)
         print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
               f"{dataset.num_classes} classes; device {device_name()}", flush=True)
+        if args.base and not args.extend:
+            n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
+            tc = fine_tune_recipe(n, **given)
+            print(f"recipe: {tc.epochs} epochs of batch {tc.batch_size}, learning rate {tc.learning_rate}, "
+                  f"head {tc.head_init}{', backbone frozen' if tc.freeze_backbone else ''}", flush=True)
         if args.base:
             result = fine_tune(args.base, dataset, tc, args.out, args.name, verbose=args.verbose,
                                backup=args.backup, extend=args.extend)

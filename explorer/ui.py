@@ -21,21 +21,33 @@ import pandas as pd
 from explorer import render
 from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS, VARIANTS, get_preset
-from explorer.data import DatasetError, find_cifar, load_cifar, read_image_zip
+from explorer.data import DatasetError, find_cifar, load_cifar
+from explorer.finetune import ZIP, JobError, Limits, choose_backend, job_data, plan_job, report
 from explorer.inputs import ImageInputError, load_image
 from explorer.probe import tau_table
-from explorer.train import device_name
 from explorer.workbench import (Busy, FineTuneRunner, ModelStore, ResultCache, analyze_pair, env_int,
                                 query_patch, square, top_k)
 
 PROJECT = Path(__file__).resolve().parents[1]
 DEFAULT_A = "cifar10-vanilla"
 DEFAULT_B = "cifar10-spt_lsa"
-SCRATCH = "(from scratch)"
-ZIP = "zip of class folders"
+SCRATCH = "(a new model from scratch)"
+PAIR = "A and B (the two slots)"
 HEAD_ALL, HEAD_MEAN = "all heads", "mean of heads"
 _SAMPLE_NAME = re.compile(r"^(cifar10|cifar100)-test-(\d+)-")
 QUERY_PICKER = 224
+
+
+FINETUNE_HELP = """\
+Fine-tunes **both slots' models on the same data, split and recipe** (one after the other), or one
+checkpoint alone, in a separate training process ({where}); the new checkpoints go into the model slots,
+so every tab then compares them. Upload a zip with one folder of images per class; it is split 80/20 into
+training and held-out test images. **The default recipe** (every field at 0): the head starts where it can
+already score (the base's own rows when your classes are some of its classes, else a logistic regression
+on the frozen features), then the whole model trains at a low learning rate (1e-4, AdamW, warmup + cosine,
+crop + flip) for about 300 steps with a batch size scaled to your data, keeping the epoch that does best on
+a 10 % validation split. About a minute per model for 1,000 images on 2 CPU cores. Limits here:
+{epochs} epochs, {images:,} images."""
 
 
 def _fmt_pct(value) -> str:
@@ -61,9 +73,9 @@ class Explorer:
         self.cache = ResultCache()
         self.runner = FineTuneRunner(self.root / "finetuned")
         self.default_a, self.default_b = default_a, default_b
-        self.max_epochs = env_int("EXPLORER_MAX_EPOCHS", 30)
-        self.max_images = env_int("EXPLORER_MAX_IMAGES", 50_000)
-        self.max_zip_mb = env_int("EXPLORER_MAX_ZIP_MB", 200)
+        self.limits = Limits(max_epochs=env_int("EXPLORER_MAX_EPOCHS", 30),
+                             max_images=env_int("EXPLORER_MAX_IMAGES", 50_000),
+                             max_zip_mb=env_int("EXPLORER_MAX_ZIP_MB", 200))
         self.samples_dir = Path(tempfile.mkdtemp(prefix="explorer-samples-"))
         self._datasets: dict[str, object] = {}
         self._data_lock = threading.Lock()
@@ -74,6 +86,14 @@ class Explorer:
 
     def choices(self) -> list[str]:
         return self.store.choices()
+
+    def training_where(self) -> str:
+        """Where a fine-tune will run, as the tab says it."""
+        try:
+            backend, reason = choose_backend(self.runner.environ)
+        except JobError as e:
+            return f"⚠ {e}"
+        return f"Keras on {backend}; {reason}" if reason != "no GPU" else f"CPU, Keras on {backend}"
 
     def initial_refs(self) -> tuple[str | None, str | None]:
         choices = self.choices()
@@ -118,7 +138,7 @@ class Explorer:
     def refresh(self, a: str | None, b: str | None):
         choices = self.choices()
         return (gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
-                gr.update(choices=[SCRATCH] + choices))
+                gr.update(choices=[PAIR, SCRATCH] + choices))
 
     def _pair(self, a: str, b: str):
         try:
@@ -366,115 +386,110 @@ class Explorer:
 
     # --- fine-tune --------------------------------------------------------------------------------
 
-    def _check_number(self, name: str, value, low, high, integer=True):
-        if value is None:
-            raise gr.Error(f"{name} is missing")
-        if integer and float(value) != int(value):
-            raise gr.Error(f"{name} must be a whole number, got {value}")
-        if not low <= value <= high:
-            raise gr.Error(f"{name} must be between {low} and {high}, got {value}")
-        return int(value) if integer else float(value)
-
-    def finetune_job(self, base: str, preset: str, variant: str, data: str, zip_file, epochs, lr,
-                     batch_size, subset, freeze: bool, name: str | None):
-        """Validates the form and returns (job, description) for the runner; errors are gr.Error."""
-        from explorer.config import ViTConfig
-        from explorer.train import TrainConfig, fine_tune, train_new
-        epochs = self._check_number("epochs", epochs, 1, self.max_epochs)
-        lr = self._check_number("learning rate", lr, 1e-6, 1.0, integer=False)
-        batch_size = self._check_number("batch size", batch_size, 1, 1024)
-        subset = self._check_number("images", subset, 2, self.max_images)
-        if name and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", name):
-            raise gr.Error("the run name may hold letters, digits, '.', '_' and '-' only")
-        if base == SCRATCH or not base:
-            if preset not in PRESETS or variant not in VARIANTS:
-                raise gr.Error(f"choose a preset from {sorted(PRESETS)} and a variant from {VARIANTS}")
-            config = get_preset(preset, variant=variant)
-            base_model = None
-        else:
-            base_model = self._pair(base, base)[0]
-            config = base_model.config
+    def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
+                      images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None):
+        """The form as a validated finetune.Plan; every refusal is a gr.Error that says why."""
         try:
-            if data == ZIP:
-                if zip_file is None:
-                    raise gr.Error("upload a zip of class folders (one sub-folder of images per class)")
-                ds = read_image_zip(zip_file, image_size=config.image_size, max_bytes=self.max_zip_mb * 2**20,
-                                    max_files=self.max_images * 2)
-            elif data in ("cifar10", "cifar100"):
-                ds = self.dataset(data)
+            if what == PAIR:
+                bases = [("A", ref_a), ("B", ref_b)]
+            elif what in (None, "", SCRATCH):
+                bases = []
             else:
-                raise gr.Error(f"unknown data source {data!r}")
-        except DatasetError as e:
+                bases = [(next((t for t, r in (("A", ref_a), ("B", ref_b)) if r == what), ""), what)]
+            members = self.store.members(bases)
+            size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
+            dataset = job_data(data, zip_file, self.dataset, self.limits, size)
+            return plan_job(members, dataset, epochs, lr, batch_size, images, bool(freeze), (name or "").strip(),
+                            self.limits, scratch=(preset, variant) if not bases else None)
+        except (JobError, DatasetError, CheckpointError, OSError) as e:
             raise gr.Error(str(e)) from None
-        test = max(1, min(len(ds.x_test), subset // 5))
-        ds = ds.subset(train=subset, test=test, seed=0)
-        tc = TrainConfig(epochs=epochs, batch_size=min(batch_size, len(ds.x_train)), learning_rate=lr,
-                         train_subset=None, freeze_backbone=bool(freeze),
-                         validation_fraction=0.1 if len(ds.x_train) >= 20 else 0.0)
-        out = self.runner.out_dir
-        if base_model is None:
-            description = f"{variant} {preset} from scratch on {ds.name}, {epochs} epochs"
-            job = lambda progress, cancel: train_new(config, preset, ds, tc, out, name or None, verbose=0,
-                                                     progress=progress, cancel=cancel)
-        else:
-            description = f"{base_model.name} on {ds.name}, {epochs} epochs"
-            key = self.store.key(base)
-            job = lambda progress, cancel: fine_tune(key, ds, tc, out, name or None, verbose=0,
-                                                     progress=progress, cancel=cancel)
-        return job, description
+
+    def finetune(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name,
+                 a, b, progress=gr.Progress()):
+        """Starts a run and streams both models' curves until it ends (the run is not tied to this page);
+        when it succeeds, its checkpoints go into the slots they came from."""
+        plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
+                                  name, a, b)
+        try:
+            run_id = self.runner.start(plan)
+        except (Busy, JobError) as e:
+            raise gr.Error(str(e)) from None
+        shown = None
+        while True:
+            s = self.runner.snapshot()
+            if s.run_id != run_id:  # a later run replaced this one's state; nothing more to show
+                return
+            m = s.members[s.current]
+            if m.total_steps:
+                progress(m.step / m.total_steps, desc=f"{m.label}: step {m.step}/{m.total_steps}")
+            epochs_seen = tuple(len(x.history) for x in s.members)
+            if not s.running:
+                yield self._run_outputs(s, plan, a, b, final=True)
+                return
+            if epochs_seen != shown:
+                shown = epochs_seen
+                yield self._run_outputs(s, plan, a, b)
+            else:
+                yield (self._run_status(s),) + (gr.update(),) * 8
+            time.sleep(0.5)
 
     def _run_status(self, s) -> str:
         if s.status == "idle":
             return "No run yet."
-        pct = 100 * s.step / s.total_steps if s.total_steps else 0
-        lines = [f"**{s.status}** · {s.description} · on **{s.device}**",
-                 f"step {s.step}/{s.total_steps} ({pct:.0f} %)"
-                 + (f" · loss {s.last_loss:.3f}" if s.last_loss is not None else "")
-                 + f" · {time.time() - s.started:.0f} s"]
-        if s.checkpoint:
-            ref = os.path.relpath(s.checkpoint, self.root)
-            lines.append(f"Saved as checkpoint **`{ref}`**; it is now in both model slots' lists.")
+        where = f"on **{s.device}** ({s.backend})" if s.device else f"starting a {s.backend} worker"
+        lines = [f"**{s.status}** · {s.description} · {where} · {s.elapsed:.0f} s"]
+        for m in s.members:
+            pct = 100 * m.step / m.total_steps if m.total_steps else 0
+            t = m.training or {}
+            done = (f" · done: test top-1 **{100 * m.metrics['test_top1']:.1f} %**, "
+                    f"{t.get('images_per_second')} images/s" if m.metrics and "test_top1" in m.metrics else "")
+            start = next((e for e in m.history if e.get("epoch") == 0), None)
+            head = f" · head: {start['head']}" if start and start.get("head") else ""
+            lines.append(f"{m.label}: step {m.step}/{m.total_steps} ({pct:.0f} %)"
+                         + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done)
+        if s.status == "done":
+            saved = ", ".join(f"`{os.path.relpath(m.checkpoint, self.root)}`" for m in s.members)
+            lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")
         if s.status == "cancelled":
-            lines.append("Cancelled: nothing was saved.")
+            lines.append("Cancelled: the training process was stopped and nothing was saved.")
         if s.error:
-            lines.append(f"**⚠ the run failed:** {s.error}")
+            lines.append(f"**⚠ the run failed:** {s.error} · nothing was saved; the slots are as they were.")
         return "\n\n".join(lines)
 
-    def _run_outputs(self, s, a, b):
-        per_layer_tau = {"this run": s.history[-1]["tau"]} if s.history and s.history[-1].get("tau") else {}
-        tau_plot = render.plot_tau_history({"this run": s.history}) if per_layer_tau else render.plot_tau({}, {})
-        choices = self.choices()
-        return (self._run_status(s), render.plot_training(s.history), tau_plot,
-                gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
-                gr.update(choices=[SCRATCH] + choices))
-
-    def finetune(self, base, preset, variant, data, zip_file, epochs, lr, batch_size, subset, freeze, name,
-                 a, b, progress=gr.Progress()):
-        """Starts a run and streams its progress until it ends (the run itself is not tied to this page)."""
-        job, description = self.finetune_job(base, preset, variant, data, zip_file, epochs, lr, batch_size,
-                                             subset, freeze, name)
-        try:
-            self.runner.start(job, description)
-        except Busy as e:
-            raise gr.Error(str(e)) from None
-        last_epochs = -1
-        while True:
-            s = self.runner.snapshot()
-            if s.total_steps:
-                progress(s.step / s.total_steps, desc=f"step {s.step}/{s.total_steps}")
-            if not s.running:
-                yield self._run_outputs(s, a, b)
-                return
-            if len(s.history) != last_epochs:
-                last_epochs = len(s.history)
-                yield self._run_outputs(s, a, b)
+    def _run_outputs(self, s, plan, a, b, final: bool = False):
+        histories = {m.label: m.history for m in s.members}
+        curves = render.plot_training(histories)
+        tau = render.plot_tau_history({m.label: m.history for m in s.members})
+        keep = gr.update()
+        results = per_class = gallery = keep
+        slot_a, slot_b, what = keep, keep, keep
+        if final and s.status == "done":
+            rep = report([{**m.__dict__, "checkpoint": os.path.relpath(m.checkpoint, self.root)} for m in s.members],
+                         plan.dataset.y_test, plan.dataset.class_names)
+            results = pd.DataFrame(rep.rows, columns=rep.columns)
+            per_class = pd.DataFrame(rep.per_class, columns=["class"] + [m.label for m in s.members])
+            names = plan.dataset.class_names
+            preds = [m.predictions for m in s.members]
+            x, y = plan.dataset.x_test, plan.dataset.y_test
+            gallery = [(square(x[i], 96), f"true {names[y[i]]} · " + " · ".join(
+                f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(s.members, preds))) for i in rep.disagree[:18]]
+            refs = [os.path.relpath(m.checkpoint, self.root) for m in s.members]
+            choices = self.choices()
+            if len(refs) == 2:
+                a, b = refs
+            elif s.members[0].tag == "A":
+                a = refs[0]
             else:
-                yield (self._run_status(s),) + (gr.update(),) * 5
-            time.sleep(0.5)
+                b = refs[0]
+            slot_a, slot_b = gr.update(choices=choices, value=a), gr.update(choices=choices, value=b)
+            what = gr.update(choices=[PAIR, SCRATCH] + choices)
+            status = self._run_status(s) + ("\n\n" + rep.summary if rep.summary else "")
+            return status, curves, tau, results, per_class, gallery, slot_a, slot_b, what
+        return self._run_status(s), curves, tau, results, per_class, gallery, slot_a, slot_b, what
 
     def cancel(self):
         if self.runner.cancel():
-            return "Cancelling: the run stops after the current step and saves nothing."
+            return "Cancelled: the training process was stopped and nothing was saved."
         return "No run is going on."
 
 
@@ -644,30 +659,36 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             tau_hist = gr.Plot(label="tau over training", show_label=False)
                         tau_table = gr.Dataframe(interactive=False)
                     with gr.Tab("Fine-tune", id="finetune"):
-                        gr.Markdown(f"Short training runs in the background, one at a time, on "
-                                    f"**{device_name()}**; the result is saved as a new checkpoint. "
-                                    f"Limits here: {ex.max_epochs} epochs, {ex.max_images:,} images.")
+                        gr.Markdown(FINETUNE_HELP.format(where=ex.training_where(), epochs=ex.limits.max_epochs,
+                                                         images=ex.limits.max_images))
                         with gr.Row():
-                            ft_base = gr.Dropdown([SCRATCH] + choices, value=ref_b or SCRATCH, label="start from")
-                            ft_preset = gr.Dropdown(sorted(PRESETS), value="cifar-small", label="preset (scratch)")
-                            ft_variant = gr.Dropdown(list(VARIANTS), value="spt_lsa", label="variant (scratch)")
+                            ft_base = gr.Dropdown([PAIR, SCRATCH] + choices, value=PAIR, label="fine-tune",
+                                                  info="both slots on one split, or one checkpoint alone")
+                            ft_preset = gr.Dropdown(sorted(PRESETS), value="cifar-small", label="preset (new model)")
+                            ft_variant = gr.Dropdown(list(VARIANTS), value="spt_lsa", label="variant (new model)")
                         with gr.Row():
-                            ft_data = gr.Radio(["cifar10", "cifar100", ZIP], value="cifar10", label="data")
-                            ft_zip = gr.File(label="zip of class folders", file_types=[".zip"], type="filepath")
+                            ft_data = gr.Radio([ZIP, "cifar10", "cifar100"], value=ZIP, label="data")
+                            ft_zip = gr.File(label="zip of class folders", file_types=[".zip"], type="filepath",
+                                             elem_id="ft-zip")
                         with gr.Row():
-                            ft_epochs = gr.Number(1, label="epochs", precision=0)
-                            ft_lr = gr.Number(5e-4, label="learning rate")
-                            ft_batch = gr.Number(64, label="batch size", precision=0)
-                            ft_subset = gr.Number(2048, label="training images", precision=0)
+                            ft_epochs = gr.Number(0, label="epochs (0 = auto)", precision=0)
+                            ft_lr = gr.Number(0, label="learning rate (0 = auto)")
+                            ft_batch = gr.Number(0, label="batch size (0 = auto)", precision=0)
+                            ft_subset = gr.Number(0, label="training images (0 = all)", precision=0)
                             ft_freeze = gr.Checkbox(False, label="freeze backbone")
                             ft_name = gr.Textbox("", label="name (optional)")
                         with gr.Row():
-                            ft_start = gr.Button("Start", variant="primary")
-                            ft_cancel = gr.Button("Cancel", variant="stop")
-                        ft_status = gr.Markdown("No run yet.")
+                            ft_start = gr.Button("Start", variant="primary", elem_id="ft-start")
+                            ft_cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
+                        ft_status = gr.Markdown("No run yet.", elem_id="ft-status")
                         with gr.Row():
                             ft_curves = gr.Plot(label="loss and accuracy", show_label=False)
                             ft_tau = gr.Plot(label="tau per layer", show_label=False)
+                        ft_results = gr.Dataframe(label="result on the held-out test images", interactive=False)
+                        with gr.Row():
+                            ft_per_class = gr.Dataframe(label="per-class test top-1", interactive=False)
+                            ft_gallery = gr.Gallery(format="png", label="test images where they disagree",
+                                                    columns=6, height=300)
 
         # --- wiring ---------------------------------------------------------------------------------
         slot_a.change(ex.load_slot, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
@@ -702,10 +723,11 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
         tau_btn.click(ex.tau, [slot_a, slot_b], [tau_plot, tau_hist, tau_table], api_name="tau")
         for slot in (slot_a, slot_b):
             slot.change(ex.tau, [slot_a, slot_b], [tau_plot, tau_hist, tau_table], api_name=False)
+        # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.
         ft_start.click(ex.finetune, [ft_base, ft_preset, ft_variant, ft_data, ft_zip, ft_epochs, ft_lr, ft_batch,
                                      ft_subset, ft_freeze, ft_name, slot_a, slot_b],
-                       [ft_status, ft_curves, ft_tau, slot_a, slot_b, ft_base], api_name="finetune",
-                       concurrency_limit=1, concurrency_id="finetune")
+                       [ft_status, ft_curves, ft_tau, ft_results, ft_per_class, ft_gallery, slot_a, slot_b, ft_base],
+                       api_name="finetune", concurrency_limit=4, concurrency_id="finetune")
         ft_cancel.click(ex.cancel, None, [ft_status], api_name="cancel", concurrency_limit=None)
         demo.load(ex.tau, [slot_a, slot_b], [tau_plot, tau_hist, tau_table], api_name=False)
     return demo

@@ -8,7 +8,6 @@ import hashlib
 import os
 import threading
 import time
-import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +120,16 @@ class ModelStore:
                 self._loading.pop(key, None)
             return loaded
 
+    def members(self, slots: list[tuple[str, str | None]]) -> list[tuple[str, str, str, dict]]:
+        """(tag, label, reference the worker loads, card) of each (tag, ref) to fine-tune."""
+        out = []
+        for tag, ref in slots:
+            if not ref:
+                raise CheckpointError(f"slot {tag} holds no model to fine-tune")
+            lm = self.get(ref)
+            out.append((tag, f"{tag}: {lm.name}" if tag else lm.name, self.key(ref), lm.card))
+        return out
+
     def loaded(self) -> list[LoadedModel]:
         with self._lock:
             return list(self._models.values())
@@ -231,7 +240,7 @@ def analyze_pair(models: list[LoadedModel], cache: ResultCache, image: np.ndarra
     return out
 
 
-# --- fine-tuning in the background -----------------------------------------------------------------
+# --- fine-tuning in a worker process ---------------------------------------------------------------
 
 
 class Busy(RuntimeError):
@@ -239,77 +248,202 @@ class Busy(RuntimeError):
 
 
 @dataclass
-class RunState:
-    running: bool = False
-    status: str = "idle"
+class MemberState:
+    """One model of a run as the worker reports it."""
+
+    tag: str
+    label: str
     history: list = field(default_factory=list)
     step: int = 0
     total_steps: int = 0
     last_loss: float | None = None
-    checkpoint: str | None = None
+    checkpoint: str | None = None     # the final folder, once the whole run succeeded
+    folder: str | None = None         # its name in the staging folder
+    metrics: dict | None = None
+    training: dict | None = None
+    predictions: list | None = None
+
+
+@dataclass
+class RunState:
+    running: bool = False
+    status: str = "idle"              # idle, starting, training, done, cancelled, failed
+    members: list = field(default_factory=list)
+    current: int = 0
     error: str | None = None
     started: float = 0.0
+    ended: float | None = None
     device: str = ""
+    backend: str = ""
+    backend_reason: str = ""
     description: str = ""
+    recipe: dict | None = None
+    run_id: int = 0
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended or time.time()) - self.started if self.started else 0.0
 
 
 class FineTuneRunner:
-    """One training run at a time, on a background thread; progress is read with `snapshot()`."""
+    """One fine-tuning job at a time, in a worker process (`python -m explorer.finetune`) with a Keras
+    backend of its own; its progress is read with `snapshot()`.
 
-    def __init__(self, out_dir: str | os.PathLike):
+    The worker writes its checkpoints into a hidden job folder under `out_dir`; they are moved into
+    `out_dir` only when every member has finished, so a cancelled (killed at once) or crashed run leaves
+    no checkpoint, and never a partial one.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, environ: dict | None = None):
         self.out_dir = Path(out_dir)
+        self.environ = environ
         self._lock = threading.Lock()
         self._state = RunState()
-        self._cancel = threading.Event()
+        self._proc = None
         self._thread: threading.Thread | None = None
+        self._plan = None
+        self._runs = 0
 
-    def start(self, job, description: str) -> None:
-        """Runs `job(progress, cancel)` (which returns the train result dict) unless a run is going on."""
-        from explorer.train import device_name
+    def start(self, plan) -> int:
+        """Starts the job `plan` (a finetune.Plan) unless one is going on; returns its run id."""
+        import subprocess
+        import sys
+        import uuid
+        from explorer.checkpoints import clean_stale
+        from explorer.finetune import choose_backend, write_job
+        backend, reason = choose_backend(self.environ)
         with self._lock:
             if self._state.running:
                 raise Busy(f"a fine-tuning run is already going on ({self._state.description}); "
-                           f"wait for it or cancel it")
-            self._cancel.clear()
+                           f"wait for it to end or cancel it")
+            self._runs += 1
             self._state = RunState(running=True, status="starting", started=time.time(),
-                                   device=device_name(), description=description)
-            self._thread = threading.Thread(target=self._run, args=(job,), name="fine-tune", daemon=True)
+                                   description=plan.description, backend=backend, backend_reason=reason,
+                                   members=[MemberState(m.tag, m.label) for m in plan.members],
+                                   run_id=self._runs)
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            clean_stale(self.out_dir)
+            job_dir = self.out_dir / f".tmp-{os.getpid()}-job-{uuid.uuid4().hex[:8]}"
+            write_job(plan, job_dir)
+            env = {**(os.environ if self.environ is None else self.environ), "KERAS_BACKEND": backend,
+                   "PYTHONUNBUFFERED": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            log = open(job_dir / "worker.log", "wb")
+            root = Path(__file__).resolve().parents[1]
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+            proc = subprocess.Popen([sys.executable, "-m", "explorer.finetune", str(job_dir)],
+                                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
+                                    cwd=str(root))
+            log.close()
+        except Exception as e:
+            with self._lock:
+                self._state.running, self._state.status = False, "failed"
+                self._state.error = f"the training process could not start: {type(e).__name__}: {e}"
+                self._state.ended = time.time()
+            raise
+        with self._lock:
+            self._proc, self._plan = proc, plan
+            self._thread = threading.Thread(target=self._follow, args=(proc, job_dir), name="fine-tune",
+                                            daemon=True)
             self._thread.start()
+            return self._state.run_id
 
-    def _progress(self, event: dict) -> None:
+    def _event(self, event: dict) -> None:
         with self._lock:
             s = self._state
-            if event["kind"] == "batch":
-                s.step, s.total_steps, s.last_loss = event["step"], event["total_steps"], event["loss"]
+            kind = event.get("kind")
+            member = s.members[event["member"]] if "member" in event else None
+            if kind == "started":
+                s.device, s.backend, s.recipe = event["device"], event["backend"], event.get("recipe")
+            elif kind == "member":
+                s.current, s.status = event["member"], "training"
+            elif kind == "batch":
+                member.step, member.total_steps = event["step"], event["total_steps"]
+                member.last_loss = event["loss"]
                 s.status = "training"
-            else:
-                s.history = s.history + [event]
+            elif kind == "epoch":
+                member.history = member.history + [{k: v for k, v in event.items() if k not in ("kind", "member")}]
+            elif kind == "member_done":
+                member.folder, member.metrics = event["folder"], event["metrics"]
+                member.training, member.predictions = event["training"], event["predictions"]
+            elif kind == "error":
+                s.error = event["error"]
 
-    def _run(self, job) -> None:
-        from explorer.train import Cancelled
+    def _follow(self, proc, job_dir: Path) -> None:
+        import json
+        import shutil
+        done = False
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            done = done or event.get("kind") == "done"
+            self._event(event)
+        code = proc.wait()
+        with self._lock:
+            cancelled = self._state.status == "cancelled"
         try:
-            result = job(self._progress, self._cancel)
+            if done and code == 0 and not cancelled:
+                self._publish(job_dir)
+            elif not cancelled:
+                with self._lock:
+                    self._state.status = "failed"
+                    self._state.error = self._state.error or self._crash_message(code, job_dir)
+        except Exception as e:  # e.g. the disk filled up while moving: nothing is left half-moved
             with self._lock:
-                self._state.checkpoint = result["checkpoint"]
-                self._state.status = "done"
-        except Cancelled:
-            with self._lock:
-                self._state.status = "cancelled"
-        except Exception as e:  # reported to the user; the app keeps serving
-            traceback.print_exc()
-            with self._lock:
-                self._state.status = "failed"
-                self._state.error = f"{type(e).__name__}: {e}"
+                self._state.status, self._state.error = "failed", f"{type(e).__name__}: {e}"
         finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
             with self._lock:
-                self._state.running = False
+                self._state.running, self._state.ended = False, time.time()
+                self._proc = None
+
+    @staticmethod
+    def _crash_message(code: int, job_dir: Path) -> str:
+        try:
+            tail = [line for line in (job_dir / "worker.log").read_text(errors="replace").splitlines()
+                    if line.strip()][-3:]
+        except OSError:
+            tail = []
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return f"the training process {how}" + (f": {' / '.join(tail)}" if tail else "")
+
+    def _publish(self, job_dir: Path) -> None:
+        """Moves every member's checkpoint into out_dir (a new name if the planned one is taken)."""
+        from explorer.checkpoints import unique_dir, update_card
+        with self._lock:
+            folders = [m.folder for m in self._state.members]
+        if None in folders:
+            raise RuntimeError("the training process ended without writing every checkpoint")
+        moved = []
+        try:
+            for folder in folders:
+                target = unique_dir(self.out_dir, folder)
+                os.rename(job_dir / "staging" / folder, target)
+                moved.append(target)
+                if target.name != folder:
+                    update_card(target, name=target.name)
+        except BaseException:
+            import shutil
+            for target in moved:  # all or nothing
+                shutil.rmtree(target, ignore_errors=True)
+            raise
+        with self._lock:
+            for m, target in zip(self._state.members, moved):
+                m.checkpoint = str(target)
+            self._state.status = "done"
 
     def cancel(self) -> bool:
+        """Ends the run at once (its process is killed); returns whether one was going on."""
         with self._lock:
-            running = self._state.running
-        if running:
-            self._cancel.set()
-        return running
+            proc = self._proc if self._state.running else None
+            if proc is None:
+                return False
+            self._state.status = "cancelled"
+        proc.kill()
+        return True
 
     def wait(self, timeout: float | None = None) -> None:
         thread = self._thread
@@ -317,6 +451,10 @@ class FineTuneRunner:
             thread.join(timeout)
 
     def snapshot(self) -> RunState:
+        import copy
         with self._lock:
-            s = self._state
-            return RunState(**{**s.__dict__, "history": list(s.history)})
+            return copy.deepcopy(self._state)
+
+    @property
+    def plan(self):
+        return self._plan

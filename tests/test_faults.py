@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from explorer.checkpoints import clean_stale, list_checkpoints, load_checkpoint
+from explorer.checkpoints import CheckpointError, clean_stale, list_checkpoints, load_checkpoint
+from explorer.finetune import plan_job
 from explorer.train import TrainConfig, train_new
 from explorer.workbench import FineTuneRunner
 from tests.conftest import ROOT, tiny_config
@@ -47,7 +48,7 @@ def _train_cli(root, data_dir, name, epochs=3, subset=1024):
 def test_kill_or_cancel_at_random_steps_loses_nothing(root, data_dir, cifar10):
     rng = random.Random(1234)
     before = _digest(root / "earlier")
-    runner = FineTuneRunner(root)
+    runner = FineTuneRunner(root, environ={**os.environ, "PYTHONPATH": str(ROOT)})
     small = cifar10.subset(train=1024, test=64, seed=5)
     for attempt in range(5):
         listed = list_checkpoints(root)
@@ -56,13 +57,11 @@ def test_kill_or_cancel_at_random_steps_loses_nothing(root, data_dir, cifar10):
             time.sleep(rng.uniform(4.0, 14.0))
             proc.send_signal(signal.SIGKILL)
             proc.wait(30)
-        else:  # cancel an in-process run at a random step
+        else:  # cancel the app's worker process at a random step
             stop_at = rng.randint(1, 40)
-            job = lambda progress, cancel: train_new(tiny_config(), "tiny", small, TrainConfig(epochs=3, batch_size=32),
-                                                     root, f"cancelled-{attempt}", verbose=0, progress=progress,
-                                                     cancel=cancel)
-            runner.start(job, "fault test")
-            while runner.snapshot().step < stop_at and runner.snapshot().running:
+            runner.start(plan_job([], small, epochs=3, batch_size=32, name=f"cancelled-{attempt}",
+                                  scratch=("tiny", "vanilla")))
+            while runner.snapshot().members[0].step < stop_at and runner.snapshot().running:
                 time.sleep(0.02)
             runner.cancel()
             runner.wait(60)
@@ -107,17 +106,12 @@ def test_full_disk_during_a_checkpoint_write(root, cifar10, monkeypatch):
 
     monkeypatch.setattr(keras.saving, "save_model", fills_up)
     before = list_checkpoints(root)
-    runner = FineTuneRunner(root)
-    job = lambda progress, cancel: train_new(tiny_config(), "tiny", cifar10.subset(train=64, test=16),
-                                             TrainConfig(epochs=1, batch_size=32), root, "full", verbose=0,
-                                             progress=progress, cancel=cancel)
-    runner.start(job, "disk full")
-    runner.wait(120)
-    state = runner.snapshot()
-    assert state.status == "failed" and "No space left on device" in state.error and "nothing was saved" in state.error
+    run = lambda: train_new(tiny_config(), "tiny", cifar10.subset(train=64, test=16),
+                            TrainConfig(epochs=1, batch_size=32), root, "full", verbose=0)
+    with pytest.raises(CheckpointError, match="No space left on device; nothing was saved"):
+        run()
     assert list_checkpoints(root) == before
     assert not any(p.name.startswith(".tmp-") for p in root.iterdir())
     monkeypatch.undo()
-    runner.start(job, "after the disk was freed")  # the app keeps working once there is room again
-    runner.wait(120)
-    assert runner.snapshot().status == "done" and (root / "full").is_dir()
+    run()  # training works again once there is room
+    assert (root / "full").is_dir() and load_checkpoint(root / "full")[1]["name"] == "full"

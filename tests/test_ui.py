@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.ui import SCRATCH, ZIP, Explorer, build_demo
+from explorer.ui import PAIR, SCRATCH, ZIP, Explorer, build_demo
 
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 
@@ -78,7 +78,7 @@ def test_new_checkpoints_appear_without_a_restart(ex):
     try:
         a, b, base = ex.refresh(A, B)
         assert "finetuned/later-run" in a["choices"] and "finetuned/later-run" in base["choices"]
-        assert base["choices"][0] == SCRATCH
+        assert base["choices"][:2] == [PAIR, SCRATCH]
     finally:
         shutil.rmtree(extra)
 
@@ -164,23 +164,34 @@ def _zip(tmp_path, members):
 
 
 def _form(**changes):
-    form = dict(base=B, preset="tiny", variant="spt_lsa", data="cifar10", zip_file=None, epochs=1, lr=1e-3,
-                batch_size=32, subset=256, freeze=False, name="")
+    form = dict(what=PAIR, preset="tiny", variant="spt_lsa", data="cifar10", zip_file=None, epochs=1, lr=1e-3,
+                batch_size=32, images=256, freeze=False, name="", ref_a=A, ref_b=B)
     form.update(changes)
     return form
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(epochs=0), "epochs must be between 1 and"), (dict(epochs=-1), "epochs must be between"),
-    (dict(epochs=10**6), "epochs must be between"), (dict(lr=-1.0), "learning rate"),
-    (dict(batch_size=0), "batch size"), (dict(subset=10**9), "images must be between"),
-    (dict(subset=1), "images must be between"), (dict(epochs=None), "epochs is missing"),
+    (dict(epochs=-1), "epochs must be between 1 and"), (dict(epochs=10**6), "epochs must be between"),
+    (dict(lr=-1.0), "learning rate"), (dict(batch_size=-2), "batch size"),
+    (dict(images=10**9), "images must be between"), (dict(images=1), "images must be between"),
     (dict(epochs=2.5), "whole number"), (dict(name="../../etc"), "run name"),
-    (dict(data=ZIP), "upload a zip"), (dict(base=SCRATCH, preset="huge"), "choose a preset"),
+    (dict(data=ZIP), "upload a zip"), (dict(what=SCRATCH, preset="huge"), "choose a preset"),
+    (dict(ref_b=None), "slot B holds no model"), (dict(what="finetuned/nothing"), "could not|not"),
+    (dict(data="imagenet"), "unknown data source"),
 ])
 def test_fine_tune_form_is_validated(ex, changes, message):
     with pytest.raises(gr.Error, match=message):
-        ex.finetune_job(**_form(**changes))
+        ex.finetune_plan(**_form(**changes))
+
+
+def test_fine_tune_form_plans(ex):
+    pair = ex.finetune_plan(**_form(epochs=0, lr=0, batch_size=0, images=300))
+    assert [m.tag for m in pair.members] == ["A", "B"] and len(pair.dataset.x_train) == 300
+    assert pair.recipe == {"epochs": None, "learning_rate": None, "batch_size": None, "freeze_backbone": False}
+    alone = ex.finetune_plan(**_form(what=A))
+    assert [(m.tag, m.base) for m in alone.members] == [("A", str((ex.root / A).resolve()))]
+    new = ex.finetune_plan(**_form(what=SCRATCH, variant="lsa"))
+    assert new.scratch and new.members[0].variant == "lsa" and new.members[0].base is None
 
 
 def test_fine_tune_zip_problems(ex, tmp_path):
@@ -192,11 +203,11 @@ def test_fine_tune_zip_problems(ex, tmp_path):
              ({"../x/a.png": buf.getvalue(), "c/b.png": buf.getvalue()}, "unsafe member path")]
     for members, message in cases:
         with pytest.raises(gr.Error, match=message):
-            ex.finetune_job(**_form(data=ZIP, zip_file=_zip(tmp_path, members)))
+            ex.finetune_plan(**_form(data=ZIP, zip_file=_zip(tmp_path, members)))
     bomb = _zip(tmp_path, {"a/x.png": b"\0" * (300 * 2**20), "b/y.png": buf.getvalue()})
     assert (tmp_path / "data.zip").stat().st_size < 2 * 2**20  # a real bomb: tiny on disk
     with pytest.raises(gr.Error, match="expands to 300 MiB; the limit is 200 MiB"):
-        ex.finetune_job(**_form(data=ZIP, zip_file=bomb))
+        ex.finetune_plan(**_form(data=ZIP, zip_file=bomb))
 
 
 def test_cancel_without_a_run(ex):

@@ -112,44 +112,72 @@ def _wait_status(job, predicate, timeout=120):
     raise AssertionError(f"status never matched; last outputs: {job.outputs()[-1:] if job.outputs() else None}")
 
 
-def test_fine_tune_produces_a_checkpoint_loadable_in_slot_b(client, app_checkpoints):
+PAIR, ZIP = "A and B (the two slots)", "zip of class folders"
+
+
+def _class_zip(path, cifar10, classes, per_class):
+    import io
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for c in classes:
+            for i in np.flatnonzero(cifar10.y_test == cifar10.class_names.index(c))[:per_class]:
+                buffer = io.BytesIO()
+                Image.fromarray(cifar10.x_test[i]).save(buffer, format="PNG")
+                z.writestr(f"mine/{c}/{i}.png", buffer.getvalue())
+    return str(path)
+
+
+def test_a_pair_fine_tune_on_a_zip_loads_both_results_into_the_slots(client, app_checkpoints, cifar10, tmp_path):
     before = set(list_checkpoints(app_checkpoints))
-    result = client.predict(B, "tiny", "spt_lsa", "cifar10", None, 1, 1e-3, 32, 256, False, "e2e-run", A, B,
-                            api_name="/finetune")
-    status = result[0]
-    assert "**done**" in status and "finetuned/e2e-run" in status, status
+    data = _class_zip(tmp_path / "three.zip", cifar10, ["cat", "dog", "ship"], 20)
+    status, curves, tau, results, per_class, gallery, slot_a, slot_b, _ = client.predict(
+        PAIR, "tiny", "spt_lsa", ZIP, handle_file(data), 0, 0, 0, 0, False, "e2e-pair", A, B, api_name="/finetune")
+    assert "**done**" in status and "on **CPU**" in status, status
+    assert "`finetuned/e2e-pair-A`" in status and "`finetuned/e2e-pair-B`" in status
+    assert "head: base rows" in status  # cat, dog and ship are CIFAR-10 classes: the base's rows
+    slot_a, slot_b = (u["value"] if isinstance(u, dict) else u for u in (slot_a, slot_b))  # gr.update()s
+    assert (slot_a, slot_b) == ("finetuned/e2e-pair-A", "finetuned/e2e-pair-B")
     new = set(list_checkpoints(app_checkpoints)) - before
-    assert [p.name for p in new] == ["e2e-run"]
-    ref, card = client.predict("finetuned/e2e-run", api_name="/load_model")
-    assert ref == "finetuned/e2e-run" and "**e2e-run**" in card
-    label_a, label_b, _ = client.predict(handle_file(_sample(client)), A, ref, api_name="/compare")
-    assert len(_labels(label_b)) == 5
+    assert sorted(p.name for p in new) == ["e2e-pair-A", "e2e-pair-B"]
+    cards = [load_checkpoint(p)[1] for p in sorted(new)]
+    assert [c["variant"] for c in cards] == ["vanilla", "spt_lsa"]
+    assert cards[0]["dataset"] == cards[1]["dataset"] and cards[0]["class_names"] == ["cat", "dog", "ship"]
+    assert [row[0] for row in results["data"]] == ["A: tiny-vanilla", "B: tiny-spt_lsa"]
+    assert [row[0] for row in per_class["data"]] == ["cat", "dog", "ship"]
+    # both results load into the slots, and every tab compares them
+    ref_a, card_a = client.predict(slot_a, api_name="/load_model_a")
+    ref_b, card_b = client.predict(slot_b, api_name="/load_model")
+    assert (ref_a, ref_b) == (slot_a, slot_b) and "**e2e-pair-A**" in card_a and "**e2e-pair-B**" in card_b
+    label_a, label_b, _ = client.predict(handle_file(_sample(client)), ref_a, ref_b, api_name="/compare")
+    assert set(_labels(label_a)) == set(_labels(label_b)) == {"cat", "dog", "ship"}
 
 
 def _sample(client):
     return client.predict("random", B, 1, api_name="/sample")[0]
 
 
-def test_cancel_mid_run_leaves_no_checkpoint(client, app_checkpoints):
+def test_cancel_mid_run_leaves_no_checkpoint_and_a_second_start_is_refused(client, app_checkpoints):
     before = sorted(list_checkpoints(app_checkpoints))
-    job = client.submit(SCRATCH := "(from scratch)", "tiny", "vanilla", "cifar10", None, 5, 1e-3, 16, 2048, False,
-                        "to-cancel", A, B, api_name="/finetune")
+    job = client.submit(PAIR, "tiny", "vanilla", "cifar10", None, 30, 1e-3, 16, 2048, False, "to-cancel", A, B,
+                        api_name="/finetune")
     _wait_status(job, lambda s: "**training**" in s)
-    assert "Cancelling" in client.predict(api_name="/cancel")
+    with pytest.raises(Exception, match="a fine-tuning run is already going on"):
+        client.predict(PAIR, "tiny", "vanilla", "cifar10", None, 1, 0, 0, 128, False, "second", A, B,
+                       api_name="/finetune")
+    assert "Cancelled" in client.predict(api_name="/cancel")
     status = _wait_status(job, lambda s: "**cancelled**" in s)
     assert "nothing was saved" in status
     assert sorted(list_checkpoints(app_checkpoints)) == before
-    assert not [p for p in (app_checkpoints / "finetuned").iterdir() if "to-cancel" in p.name]
-    # the next run starts cleanly
-    result = client.predict(SCRATCH, "tiny", "vanilla", "cifar10", None, 1, 1e-3, 32, 128, False, "after-cancel",
-                            A, B, api_name="/finetune")
-    assert "**done**" in result[0]
+    assert not [p for p in (app_checkpoints / "finetuned").iterdir() if "to-cancel" in p.name or p.name.startswith(".")]
+    # the next run starts cleanly: one model alone, a new one from scratch
+    result = client.predict("(a new model from scratch)", "tiny", "vanilla", "cifar10", None, 1, 1e-3, 32, 128,
+                            False, "after-cancel", A, B, api_name="/finetune")
+    assert "**done**" in result[0] and "`finetuned/after-cancel`" in result[0]
 
 
 @pytest.mark.parametrize("args, message", [
-    (dict(epochs=0), "epochs must be between 1"), (dict(epochs=-3), "epochs must be between 1"),
-    (dict(epochs=10_000), "epochs must be between 1"), (dict(lr=0), "learning rate"),
-    (dict(batch=0), "batch size"), (dict(subset=10**9), "images must be between"),
+    (dict(epochs=-3), "epochs must be between 1"), (dict(epochs=10_000), "epochs must be between 1"),
+    (dict(lr=-1), "learning rate"), (dict(batch=-1), "batch size"), (dict(subset=10**9), "images must be between"),
     (dict(data="zip of class folders"), "upload a zip")])
 def test_bad_fine_tune_parameters(client, args, message):
     values = dict(epochs=1, lr=1e-3, batch=32, subset=256, data="cifar10")

@@ -1,0 +1,320 @@
+"""A fine-tuning job, without the app: a request validated into a plan (data split once, one recipe, one or
+two models), the plan run in a worker process, and the side-by-side report of its results.
+
+The worker (`python -m explorer.finetune JOB_DIR`, started by workbench.FineTuneRunner) has a Keras
+backend of its own: JAX on a CUDA GPU when the GPU requirements are installed, else the app's. It reads
+the plan and the split images from JOB_DIR, writes its checkpoints under JOB_DIR/staging, and reports
+progress as JSON lines on its standard output; the runner moves the checkpoints into place only once the
+whole job has succeeded, so a cancelled or crashed job leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from explorer.config import PRESETS, VARIANTS
+from explorer.data import Dataset, DatasetError
+
+BACKENDS = ("tensorflow", "jax", "torch")
+ZIP = "zip of class folders"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class JobError(ValueError):
+    """A fine-tuning request that cannot run; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a run may ask for (a public Space caps these through the environment)."""
+
+    max_epochs: int = 30
+    max_images: int = 50_000
+    max_zip_mb: int = 200
+
+
+@dataclass
+class Member:
+    """One model of a job: the slot it came from ("A", "B" or ""), its base checkpoint folder (None: a
+    new model of `preset`/`variant`), and the name of the checkpoint it will be saved as."""
+
+    tag: str
+    base: str | None
+    name: str
+    label: str
+    preset: str | None = None
+    variant: str | None = None
+
+
+@dataclass
+class Plan:
+    """A validated job: every member trains on `dataset` (split once) with the same recipe."""
+
+    members: list[Member]
+    dataset: Dataset
+    recipe: dict  # fine_tune_recipe / TrainConfig overrides: epochs, batch_size, learning_rate, freeze
+    description: str
+    scratch: bool = False
+
+    def to_json(self) -> dict:
+        return {"members": [m.__dict__ for m in self.members], "recipe": self.recipe, "scratch": self.scratch,
+                "dataset": {"name": self.dataset.name, "class_names": list(self.dataset.class_names),
+                            "source": self.dataset.source, "note": self.dataset.note},
+                "description": self.description}
+
+
+def check_number(name: str, value, low, high, integer: bool = True, auto: bool = False):
+    """`value` as an int (or float) within [low, high]; with `auto`, None or 0 means "the recipe decides"."""
+    if auto and (value is None or value == 0):
+        return None
+    if value is None:
+        raise JobError(f"{name} is missing")
+    if integer and float(value) != int(value):
+        raise JobError(f"{name} must be a whole number, got {value}")
+    if not low <= value <= high:
+        raise JobError(f"{name} must be between {low} and {high}" + (" (0 = auto)" if auto else "")
+                       + f", got {value}")
+    return int(value) if integer else float(value)
+
+
+def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs=None, learning_rate=None,
+             batch_size=None, images=None, freeze: bool = False, name: str | None = None,
+             limits: Limits = Limits(), scratch: tuple[str, str] | None = None) -> Plan:
+    """Validates a request into a plan.
+
+    `members`: (tag, label, checkpoint folder, card) of each base model, one or two; empty with `scratch`
+    = (preset, variant) for a new model. `dataset` is the whole data (train and test). `images` caps the
+    training images (and the test images at a fifth of it); epochs, learning rate and batch size of None
+    or 0 leave them to the default recipe.
+    """
+    epochs = check_number("epochs", epochs, 1, limits.max_epochs, auto=True)
+    learning_rate = check_number("learning rate", learning_rate, 1e-6, 1.0, integer=False, auto=True)
+    batch_size = check_number("batch size", batch_size, 1, 1024, auto=True)
+    images = check_number("images", images, 2, limits.max_images, auto=True)
+    if name and not _NAME.match(name):
+        raise JobError("the run name may hold letters, digits, '.', '_' and '-' only (at most 64)")
+    if scratch is not None:
+        preset, variant = scratch
+        if preset not in PRESETS or variant not in VARIANTS:
+            raise JobError(f"choose a preset from {sorted(PRESETS)} and a variant from {list(VARIANTS)}")
+        size = PRESETS[preset].image_size
+        planned = [Member("", None, name or f"{dataset.name}-{variant}", f"{variant} {preset} (new)", preset,
+                          variant)]
+    else:
+        if not 1 <= len(members) <= 2:
+            raise JobError("a fine-tune takes one or two base models")
+        sizes = {int(card["config"]["image_size"]) for _, _, _, card in members}
+        if len(sizes) != 1:
+            raise JobError(f"the two models take different image sizes {sorted(sizes)}; they cannot share "
+                           f"one split")
+        size = sizes.pop()
+        planned = []
+        for tag, label, folder, card in members:
+            base_name = card.get("name") or Path(folder).name
+            suffix = f"-{tag}" if len(members) == 2 and name else ""
+            planned.append(Member(tag, str(folder), (name + suffix) if name else f"{base_name}-ft-{dataset.name}",
+                                  label))
+        if len(planned) == 2 and planned[0].name == planned[1].name:
+            planned[0].name, planned[1].name = f"{planned[0].name}-A", f"{planned[1].name}-B"
+    if dataset.x_train.shape[1:3] != (size, size):
+        raise JobError(f"the images are {dataset.x_train.shape[1]}x{dataset.x_train.shape[2]} but the "
+                       f"model takes {size}x{size}")
+    if images is not None:
+        dataset = dataset.subset(train=images, test=max(1, min(len(dataset.x_test), images // 5)), seed=0)
+    if len(dataset.x_train) < 2 or len(set(dataset.y_train.tolist())) < 2:
+        raise JobError(f"{dataset.name} has too few training images ({len(dataset.x_train)}) or classes "
+                       f"to learn from")
+    recipe = {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size,
+              "freeze_backbone": bool(freeze)}
+    what = " and ".join(m.label for m in planned)
+    description = (f"{what} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test "
+                   f"images, {dataset.num_classes} classes)")
+    return Plan(planned, dataset, recipe, description, scratch=scratch is not None)
+
+
+def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int) -> Dataset:
+    """The data a job asks for: an uploaded zip of class folders (read within the limits, split 80/20) or
+    a CIFAR dataset through `load_cifar(name)`."""
+    if source == ZIP:
+        if zip_file is None:
+            raise JobError("upload a zip of class folders (one sub-folder of images per class)")
+        from explorer.data import read_image_zip
+        return read_image_zip(zip_file, image_size=image_size, max_bytes=limits.max_zip_mb * 2**20,
+                              max_files=limits.max_images * 2)
+    if source in ("cifar10", "cifar100"):
+        return load_cifar(source)
+    raise JobError(f"unknown data source {source!r}; choose a zip of class folders, cifar10 or cifar100")
+
+
+def recipe_for(plan_recipe: dict, n_images: int, scratch: bool):
+    """The TrainConfig a job's members share: the default fine-tune recipe (or, for a new model, the
+    keras.io recipe) with the request's values on top."""
+    import dataclasses
+    from explorer.train import TrainConfig, fine_tune_recipe
+    given = {k: v for k, v in plan_recipe.items() if v is not None}
+    if scratch:
+        given.pop("freeze_backbone", None)
+        steps = fine_tune_recipe(n_images, **given)  # the same number of steps and batch size
+        return dataclasses.replace(steps, learning_rate=given.get("learning_rate", TrainConfig.learning_rate),
+                                   weight_decay=TrainConfig.weight_decay, keep_best=False)
+    return fine_tune_recipe(n_images, **given)
+
+
+# --- the job directory -----------------------------------------------------------------------------
+
+
+def write_job(plan: Plan, job_dir: Path) -> None:
+    job_dir.mkdir(parents=True)
+    ds = plan.dataset
+    np.savez(job_dir / "data.npz", x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test)
+    (job_dir / "job.json").write_text(json.dumps(plan.to_json(), indent=1))
+
+
+def read_job(job_dir: Path) -> tuple[dict, Dataset]:
+    job = json.loads((job_dir / "job.json").read_text())
+    with np.load(job_dir / "data.npz") as data:
+        d = job["dataset"]
+        ds = Dataset(d["name"], data["x_train"], data["y_train"], data["x_test"], data["y_test"],
+                     d["class_names"], d.get("source", ""), d.get("note", ""))
+    return job, ds
+
+
+# --- choosing the worker's backend -----------------------------------------------------------------
+
+
+def cuda_gpu_present() -> bool:
+    """Whether an NVIDIA driver shows a GPU (without importing any framework)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return (gpus.is_dir() and any(gpus.iterdir())) or Path("/dev/nvidia0").exists()
+
+
+def jax_cuda_installed(find_spec=importlib.util.find_spec) -> bool:
+    return find_spec("jax") is not None and any(
+        find_spec(name) is not None for name in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins"))
+
+
+def choose_backend(environ=None, gpu_present=cuda_gpu_present, jax_cuda=jax_cuda_installed) -> tuple[str, str]:
+    """(Keras backend for the training worker, why). EXPLORER_TRAIN_BACKEND wins; else JAX when a CUDA GPU
+    and JAX with CUDA are both there (the proven GPU route: TensorFlow's wheels here are CPU-only); else
+    the app's own backend."""
+    environ = os.environ if environ is None else environ
+    wanted = environ.get("EXPLORER_TRAIN_BACKEND", "").strip().lower()
+    if wanted:
+        if wanted not in BACKENDS:
+            raise JobError(f"EXPLORER_TRAIN_BACKEND={wanted!r} is not one of {BACKENDS}")
+        return wanted, "EXPLORER_TRAIN_BACKEND"
+    app_backend = environ.get("KERAS_BACKEND", "tensorflow")
+    if gpu_present():
+        if jax_cuda():
+            return "jax", "CUDA GPU with JAX"
+        return app_backend, "a CUDA GPU is there, but JAX with CUDA is not installed (requirements-gpu.txt)"
+    return app_backend, "no GPU"
+
+
+# --- the worker ------------------------------------------------------------------------------------
+
+
+def run_job(job_dir: Path, emit) -> None:
+    """Trains every member of the job in `job_dir` in turn, writing checkpoints to job_dir/staging and
+    reporting each step through `emit(event)`."""
+    from explorer.config import get_preset
+    from explorer.train import device_name, fine_tune, train_new
+    import keras
+    job, ds = read_job(job_dir)
+    tc = recipe_for(job["recipe"], len(ds.x_train), job["scratch"])
+    emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend(),
+          "recipe": {k: v for k, v in tc.__dict__.items()}})
+    staging = job_dir / "staging"
+    for i, m in enumerate(job["members"]):
+        progress = lambda event, i=i: emit({**event, "member": i})
+        emit({"kind": "member", "member": i})
+        if m["base"] is None:
+            config = get_preset(m["preset"], variant=m["variant"])
+            result = train_new(config, m["preset"], ds, tc, staging, m["name"], verbose=0, progress=progress)
+        else:
+            result = fine_tune(m["base"], ds, tc, staging, m["name"], verbose=0, progress=progress)
+        emit({"kind": "member_done", "member": i, "folder": Path(result["checkpoint"]).name,
+              "metrics": result["metrics"], "training": result["training"],
+              "predictions": result["test_predictions"]})
+    emit({"kind": "done"})
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m explorer.finetune JOB_DIR", file=sys.stderr)
+        return 2
+    # Events go to the original standard output; anything else that prints goes to the log (stderr).
+    events = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+
+    def emit(event: dict) -> None:
+        events.write(json.dumps(event, default=float) + "\n")
+        events.flush()
+
+    try:
+        run_job(Path(argv[0]), emit)
+    except (DatasetError, ValueError, OSError) as e:
+        emit({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+        traceback.print_exc()
+        return 1
+    except BaseException as e:  # reported to the app, which keeps serving
+        emit({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """The side-by-side result of a finished job."""
+
+    rows: list[list]                 # one per member: label, checkpoint, top-1, top-5, device, images/s, wall
+    per_class: list[list]            # class, then each member's top-1
+    disagree: list[int]              # test indices where the two members' predictions differ
+    summary: str = ""
+    columns: list[str] = field(default_factory=list)
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> Report:
+    """`members`: dicts with label, checkpoint, metrics, training, predictions (a member_done event)."""
+    rows = []
+    for m in members:
+        t, met = m.get("training") or {}, m.get("metrics") or {}
+        rows.append([m["label"], m.get("checkpoint") or "–", _pct(met.get("test_top1")), _pct(met.get("test_top5")),
+                     t.get("device") or "–", t.get("images_per_second") or "–",
+                     f"{t.get('wall_time_s', 0):.0f} s"])
+    per_class = [[c] + [_pct((m.get("metrics") or {}).get("test_per_class", [None] * len(class_names))[i])
+                        for m in members] for i, c in enumerate(class_names)]
+    disagree: list[int] = []
+    summary = ""
+    if len(members) == 2 and all(m.get("predictions") is not None for m in members):
+        pa, pb = (np.asarray(m["predictions"]) for m in members)
+        y = np.asarray(y_test)
+        diff = np.flatnonzero(pa != pb)
+        disagree = diff.tolist()
+        a, b = (m["label"] for m in members)
+        summary = (f"On {len(y)} test images they disagree on **{len(diff)}**: {a} right on "
+                   f"{int((pa[diff] == y[diff]).sum())}, {b} right on {int((pb[diff] == y[diff]).sum())}.")
+    columns = ["model", "checkpoint", "test top-1", "test top-5", "device", "images/s", "train time"]
+    return Report(rows, per_class, disagree, summary, columns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""Fine-tuning jobs: the default short recipe, the head it starts from, pair runs in a worker process,
+cancel and failure, and the choice of the worker's backend."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from explorer.checkpoints import list_checkpoints, load_checkpoint
+from explorer.data import Dataset, read_image_zip
+from explorer.finetune import JobError, Limits, choose_backend, plan_job, recipe_for, report
+from explorer.train import (TrainConfig, accuracy_metrics, fine_tune, fine_tune_recipe, make_batches, predict_logits,
+                            prepare_head)
+from explorer.workbench import Busy, FineTuneRunner
+from tests.conftest import ROOT
+
+SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
+
+
+def class_zip(path: Path, images: np.ndarray, labels: np.ndarray, names: list[str]) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        for i, (image, label) in enumerate(zip(images, labels)):
+            buffer = io.BytesIO()
+            Image.fromarray(image).save(buffer, format="PNG")
+            z.writestr(f"set/{names[label]}/{i:04d}.png", buffer.getvalue())
+    return path
+
+
+def pick(cifar10, classes: list[str], per_class: int, offset: int = 0):
+    """Test images of the named CIFAR-10 classes (labels renumbered in that order)."""
+    index = [np.flatnonzero(cifar10.y_test == cifar10.class_names.index(c))[offset:offset + per_class]
+             for c in classes]
+    x = np.concatenate([cifar10.x_test[i] for i in index])
+    y = np.concatenate([np.full(len(i), k) for k, i in enumerate(index)])
+    return x, y
+
+
+def _card(folder):
+    return load_checkpoint(folder)[1]
+
+
+# --- the recipe ------------------------------------------------------------------------------------
+
+
+def test_short_recipe_scales_the_batch_to_the_data():
+    small, large = fine_tune_recipe(200), fine_tune_recipe(50_000)
+    assert small.batch_size == 16 and large.batch_size == 128
+    for n in (60, 200, 800, 5000):
+        tc = fine_tune_recipe(n)
+        steps = tc.epochs * -(-round(n * 0.9) // tc.batch_size)
+        assert 150 <= steps <= 450 or tc.epochs in (1, 30), (n, tc)
+        assert tc.learning_rate == 1e-4 and tc.keep_best and tc.head_init == "auto"
+    given = fine_tune_recipe(800, epochs=2, batch_size=8, learning_rate=3e-3, freeze_backbone=True)
+    assert (given.epochs, given.batch_size, given.learning_rate, given.freeze_backbone) == (2, 8, 3e-3, True)
+
+
+def test_every_batch_has_one_shape_and_padding_counts_for_nothing():
+    x = np.random.default_rng(0).integers(0, 255, (70, 8, 8, 3), dtype=np.uint8)
+    y = np.arange(70) % 3
+    train = make_batches(x, y, 3, 32, True, 0, True)
+    shapes = {train[i][0].shape for i in range(len(train))}
+    assert len(train) == 3 and shapes == {(32, 8, 8, 3)}
+    val = make_batches(x, y, 3, 32, False, 0, False)
+    weights = [val[i][2] for i in range(len(val))]
+    assert {val[i][0].shape for i in range(len(val))} == {(32, 8, 8, 3)}
+    assert sum(float(w.sum()) for w in weights) == 70 and weights[-1][:6].all() and not weights[-1][6:].any()
+
+
+def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10):
+    """New classes that are base classes (in another order, other case) start from the base's rows."""
+    model, card = load_checkpoint(tiny_checkpoints["spt_lsa"])
+    classes = ["frog", "Cat", "ship"]
+    x, y = pick(cifar10, ["frog", "cat", "ship"], 30)
+    ds = Dataset("three", x, y, x[:20], y[:20], classes)
+    base_logits = predict_logits(model, x)
+    rows = [card["class_names"].index(c.lower()) for c in classes]
+    prepared, start = prepare_head(model, card["class_names"], ds, fine_tune_recipe(len(x)))
+    assert start["head"] == "base rows" and prepared.output_shape == (None, 3)
+    np.testing.assert_allclose(predict_logits(prepared, x), base_logits[:, rows], rtol=1e-5, atol=1e-5)
+    # ... and the run's epoch 0 reports what the base scores on the validation split
+    (_, _), (vx, vy) = __import__("explorer.train", fromlist=["training_split"]).training_split(
+        ds, fine_tune_recipe(len(x)))
+    assert start["val_top1"] == pytest.approx(accuracy_metrics(predict_logits(model, vx)[:, rows], vy)["top1"])
+
+
+def test_other_classes_start_from_a_linear_probe(tiny_checkpoints, cifar10):
+    model, card = load_checkpoint(tiny_checkpoints["vanilla"])
+    x, y = pick(cifar10, ["airplane", "frog"], 40)
+    ds = Dataset("two", x, y, x[:10], y[:10], ["sky things", "green things"])
+    prepared, start = prepare_head(model, card["class_names"], ds, fine_tune_recipe(len(x)))
+    assert start["head"].startswith("linear probe") and start["val_top1"] > 0.5
+    frozen, _ = prepare_head(load_checkpoint(tiny_checkpoints["vanilla"])[0], card["class_names"], ds,
+                             TrainConfig(head_init="new", freeze_backbone=True))
+    assert [layer.name for layer in frozen.layers if layer.trainable and layer.weights] == ["head"]
+
+
+@pytest.mark.slow
+def test_the_default_recipe_learns_a_tiny_zip_far_above_chance(tmp_path, cifar10):
+    """The shipped model, three classes it knows under names it does not, 40 images each: far above
+    chance (1/3) after the default recipe, and no worse than the probe it started from."""
+    x, y = pick(cifar10, ["airplane", "frog", "truck"], 40)
+    ds = read_image_zip(class_zip(tmp_path / "tiny.zip", x, y, ["one", "two", "three"]))
+    tc = fine_tune_recipe(len(ds.x_train))
+    result = fine_tune(SHIPPED, ds, tc, tmp_path / "out", "tiny-run", verbose=0)
+    assert result["metrics"]["test_top1"] >= 0.75, result["metrics"]
+    assert result["training"]["start"]["head"].startswith("linear probe")
+    assert result["training"]["steps"] >= 150
+
+
+# --- plans -----------------------------------------------------------------------------------------
+
+
+def _members(tiny_checkpoints, *tags):
+    out = []
+    for tag in tags:
+        folder = tiny_checkpoints["vanilla" if tag == "A" else "spt_lsa"]
+        out.append((tag, f"{tag}: tiny", str(folder), _card(folder)))
+    return out
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(epochs=-1), "epochs must be between 1 and 30 \\(0 = auto\\)"), (dict(epochs=10**6), "epochs must be"),
+    (dict(epochs=2.5), "whole number"), (dict(learning_rate=-1.0), "learning rate"),
+    (dict(batch_size=5000), "batch size"), (dict(images=10**9), "images must be between"),
+    (dict(images=1), "images must be between"), (dict(name="../../etc"), "run name"),
+    (dict(scratch=("huge", "spt_lsa")), "choose a preset")])
+def test_plans_refuse_bad_requests(tiny_checkpoints, cifar10, changes, message):
+    kwargs = dict(images=64)
+    kwargs.update(changes)
+    scratch = kwargs.pop("scratch", None)
+    with pytest.raises(JobError, match=message):
+        plan_job([] if scratch else _members(tiny_checkpoints, "A", "B"), cifar10, scratch=scratch,
+                 limits=Limits(), **kwargs)
+
+
+def test_a_pair_plan_shares_one_split_and_names_both(tiny_checkpoints, cifar10):
+    plan = plan_job(_members(tiny_checkpoints, "A", "B"), cifar10, images=100, name="mine")
+    assert [m.name for m in plan.members] == ["mine-A", "mine-B"]
+    assert len(plan.dataset.x_train) == 100 and len(plan.dataset.x_test) == 20
+    assert plan.recipe == {"epochs": None, "learning_rate": None, "batch_size": None, "freeze_backbone": False}
+    assert recipe_for(plan.recipe, 100, False) == fine_tune_recipe(100)
+    with pytest.raises(JobError, match="images are 16x16 but the model takes 32x32"):
+        plan_job(_members(tiny_checkpoints, "A"), Dataset("small", np.zeros((4, 16, 16, 3), np.uint8),
+                                                         np.array([0, 1, 0, 1]), np.zeros((0, 16, 16, 3), np.uint8),
+                                                         np.zeros(0, int), ["a", "b"]))
+
+
+# --- the worker's backend --------------------------------------------------------------------------
+
+
+def test_backend_choice():
+    yes, no = (lambda: True), (lambda: False)
+    assert choose_backend({}, gpu_present=no, jax_cuda=yes) == ("tensorflow", "no GPU")
+    assert choose_backend({}, gpu_present=yes, jax_cuda=yes) == ("jax", "CUDA GPU with JAX")
+    backend, why = choose_backend({}, gpu_present=yes, jax_cuda=no)
+    assert backend == "tensorflow" and "requirements-gpu.txt" in why
+    assert choose_backend({"KERAS_BACKEND": "jax"}, gpu_present=no, jax_cuda=no)[0] == "jax"
+    assert choose_backend({"EXPLORER_TRAIN_BACKEND": "torch"}, gpu_present=yes, jax_cuda=yes)[0] == "torch"
+    with pytest.raises(JobError, match="EXPLORER_TRAIN_BACKEND='mxnet'"):
+        choose_backend({"EXPLORER_TRAIN_BACKEND": "mxnet"})
+
+
+def test_jax_cuda_detection_looks_for_the_plugin():
+    from explorer.finetune import jax_cuda_installed
+    present = lambda names: (lambda name: object() if name in names else None)
+    assert jax_cuda_installed(present({"jax", "jax_cuda12_plugin"}))
+    assert not jax_cuda_installed(present({"jax"}))
+    assert not jax_cuda_installed(present({"jax_cuda12_plugin"}))
+
+
+# --- runs in a worker process ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def out(tmp_path):
+    return tmp_path / "finetuned"
+
+
+def _no_leftovers(out: Path):
+    return not out.exists() or not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": str(ROOT), "EXPLORER_TRAIN_BACKEND": "tensorflow"}
+
+
+@pytest.mark.slow
+def test_a_pair_run_writes_two_loadable_checkpoints_from_one_split(tiny_checkpoints, cifar10, out):
+    plan = plan_job(_members(tiny_checkpoints, "A", "B"), cifar10.subset(train=160, test=40, seed=2),
+                    epochs=2, name="pair")
+    runner = FineTuneRunner(out, environ=_env())
+    runner.start(plan)
+    with pytest.raises(Busy, match="already going on"):
+        runner.start(plan)
+    runner.wait(300)
+    s = runner.snapshot()
+    assert s.status == "done", s.error
+    assert s.device == "CPU" and s.backend == "tensorflow"
+    cards = [_card(m.checkpoint) for m in s.members]
+    assert [Path(m.checkpoint).name for m in s.members] == ["pair-A", "pair-B"]
+    assert [c["variant"] for c in cards] == ["vanilla", "spt_lsa"]
+    for card in cards:  # one split: the same images in both
+        assert (card["dataset"]["train_images"], card["dataset"]["validation_images"],
+                card["dataset"]["test_images"]) == (144, 16, 40)
+        assert card["training"]["device"] == "CPU" and card["training"]["images_per_second"] > 0
+    for m in s.members:
+        assert [e["epoch"] for e in m.history] == [0, 1, 2] and len(m.predictions) == 40
+        model, _ = load_checkpoint(m.checkpoint)
+        logits = predict_logits(model, plan.dataset.x_test)
+        assert logits.argmax(-1).tolist() == m.predictions
+    rep = report([m.__dict__ for m in s.members], plan.dataset.y_test, plan.dataset.class_names)
+    differ = [i for i in range(40) if s.members[0].predictions[i] != s.members[1].predictions[i]]
+    assert rep.disagree == differ and len(rep.rows) == 2 and len(rep.per_class) == 10
+    assert _no_leftovers(out)
+
+
+@pytest.mark.slow
+def test_cancel_kills_the_worker_at_once_and_saves_nothing(tiny_checkpoints, cifar10, out):
+    plan = plan_job(_members(tiny_checkpoints, "A", "B"), cifar10.subset(train=2000, test=40, seed=2), epochs=30,
+                    name="cancelled")
+    runner = FineTuneRunner(out, environ=_env())
+    runner.start(plan)
+    deadline = time.time() + 120
+    while time.time() < deadline and not runner.snapshot().members[0].step:
+        time.sleep(0.1)
+    assert runner.snapshot().members[0].step > 0
+    began = time.time()
+    assert runner.cancel()
+    runner.wait(30)
+    assert time.time() - began < 10
+    s = runner.snapshot()
+    assert s.status == "cancelled" and not s.running and s.error is None
+    assert list_checkpoints(out) == [] and _no_leftovers(out)
+    assert not runner.cancel()
+
+
+@pytest.mark.slow
+def test_a_crashed_or_failing_worker_is_reported_and_saves_nothing(tiny_checkpoints, cifar10, out, tmp_path):
+    import shutil
+    runner = FineTuneRunner(out, environ=_env())
+    # Killed from outside (the kernel's OOM killer, say) in the middle of a pair run:
+    plan = plan_job(_members(tiny_checkpoints, "A", "B"), cifar10.subset(train=2000, test=40, seed=2), epochs=30)
+    runner.start(plan)
+    deadline = time.time() + 120
+    while time.time() < deadline and not runner.snapshot().members[0].step:
+        time.sleep(0.1)
+    os.kill(runner._proc.pid, signal.SIGKILL)
+    runner.wait(30)
+    s = runner.snapshot()
+    assert s.status == "failed" and "killed by signal 9" in s.error
+    assert list_checkpoints(out) == [] and _no_leftovers(out)
+    # A base checkpoint that broke after the app loaded it: the worker's own error comes back.
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_checkpoints["spt_lsa"], broken)
+    plan = plan_job([("B", "B: broken", str(broken), _card(broken))], cifar10.subset(train=64, test=16), epochs=1)
+    (broken / "model.weights.h5").write_bytes(b"not an h5 file")
+    runner.start(plan)
+    runner.wait(120)
+    s = runner.snapshot()
+    assert s.status == "failed" and "cannot load the model" in s.error
+    assert list_checkpoints(out) == [] and _no_leftovers(out)
