@@ -1,11 +1,14 @@
 """Retakes the README's screenshots from the real app on the shipped checkpoints.
 
-    python docs/screenshots.py            # writes docs/compare.png and docs/screenshot.png
+    python docs/screenshots.py            # writes docs/compare.png, docs/screenshot.png, docs/finetune.png
 
 Launches `python app.py` on 127.0.0.1 (offline, CIFAR test images from ../shared/data or
 $EXPLORER_DATA_DIR), drives Debian's headless Chromium with Playwright (apt-get install chromium), uploads
 CIFAR-10 test image 13 (a bird) at 128 px, and captures the Compare tab and the Attention tab with the
-bottom-right patch as the query.
+bottom-right patch as the query. Then it fine-tunes both models on a zip of six CIFAR-100 superclasses
+(bench/finetune_quality.py's "new" task, one neither model has seen) with the default recipe, and
+captures the Fine-tune tab once the pair run is done (the app works on copies of the checkpoints, so the
+run's results are not left in checkpoints/).
 """
 
 from __future__ import annotations
@@ -36,7 +39,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="screenshots-"))
     image = work / "bird.png"
     Image.fromarray(load_dataset("cifar10", DATA_DIR).x_test[13]).resize((128, 128)).save(image)
-    (work / "checkpoints").symlink_to(ROOT / "checkpoints")
+    for name in ("cifar10-vanilla", "cifar10-spt_lsa"):
+        shutil.copytree(ROOT / "checkpoints" / name, work / "checkpoints" / name)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from finetune_quality import build_zips
+    new_task = build_zips(work, DATA_DIR)["new"]
     proc, url, log = start_app(work / "checkpoints")  # its log goes to `work`, kept if anything fails
     try:
         with sync_playwright() as p:
@@ -63,12 +70,21 @@ def main() -> int:
                 timeout=60_000)
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
+
+            page.get_by_role("tab", name="Fine-tune").click()
+            page.set_input_files("#ft-zip input[type=file]", str(new_task))
+            page.wait_for_timeout(2000)
+            page.click("#ft-start")
+            page.wait_for_function("() => /Saved as|failed/.test((document.querySelector('#ft-status') || {})"
+                                   ".innerText || '')", timeout=600_000)
+            page.wait_for_timeout(3000)
+            page.screenshot(path=str(ROOT / "docs" / "finetune.png"), full_page=True)
             browser.close()
     finally:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
-    print("wrote docs/compare.png and docs/screenshot.png")
+    print("wrote docs/compare.png, docs/screenshot.png and docs/finetune.png")
     return 0
 
 

@@ -108,6 +108,21 @@ def model_card(card: dict) -> str:
         if training.get(key) is not None:
             lines.append(f"| {label} | {fmt.format(training[key])} |")
     lines.append(f"| parameters | {card.get('parameters')} |")
+    base, start = card.get("base") or {}, training.get("start") or {}
+    if base and not base.get("continued"):
+        r = training.get("recipe") or {}
+        at_start = (f" (validation top-1 {100 * start['val_top1']:.1f} % before any step)"
+                    if isinstance(start.get("val_top1"), (int, float)) else "")
+        kept = training.get("kept_epoch")
+        lines += ["", "## Fine-tuning", "",
+                  f"Fine-tuned from `{base.get('name')}`. The classifier head started from "
+                  f"{start.get('head', 'the base')}{at_start}; then "
+                  f"{'the head alone' if r.get('freeze_backbone') else 'the whole model'} trained for "
+                  f"{training.get('planned_epochs')} epochs of batch {training.get('batch_size', r.get('batch_size'))} "
+                  f"at a peak learning rate of {r.get('learning_rate')} (AdamW, weight decay {r.get('weight_decay')}, "
+                  f"warmup + cosine), on {training.get('device')} at {training.get('images_per_second')} images/s"
+                  + (f"; the epoch kept, by validation top-1, was {kept}" + (" (the starting head)" if kept == 0 else "")
+                     if r.get("keep_best") and kept is not None else "") + "."]
     stages = training.get("stages") or []
     if len(stages) > 1:
         lines += ["", "## Training stages", "",

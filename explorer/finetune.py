@@ -199,7 +199,7 @@ def cuda_gpu_present() -> bool:
 
 def jax_cuda_installed(find_spec=importlib.util.find_spec) -> bool:
     return find_spec("jax") is not None and any(
-        find_spec(name) is not None for name in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_plugins"))
+        find_spec(name) is not None for name in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
 
 
 def choose_backend(environ=None, gpu_present=cuda_gpu_present, jax_cuda=jax_cuda_installed) -> tuple[str, str]:
