@@ -419,6 +419,32 @@ def plot_entropy(per_model: dict[str, np.ndarray]) -> Figure:
     return _per_layer_plot(per_model, "attention entropy (nats)", "Attention entropy")
 
 
+def plot_what_if(entropy: dict[str, tuple[np.ndarray, np.ndarray]],
+                 distance: dict[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
+    """Entropy and mean attention distance per layer (mean over heads), learned solid, what-if dashed.
+
+    Each dict maps a model's name to its (learned, what-if) pair of (L, H) arrays.
+    """
+    fig = _figure((8.0, 3.4))
+    axes = fig.subplots(1, 2)
+    panels = ((axes[0], entropy, "attention entropy (nats)", "Entropy"),
+              (axes[1], distance, "mean attention distance (pixels)", "Attention distance"))
+    for ax, per_model, ylabel, title in panels:
+        for k, (name, (learned, changed)) in enumerate(per_model.items()):
+            for values, style, tag in ((learned, "-", "learned"), (changed, "--", "what if")):
+                v = np.asarray(values, np.float64).reshape(len(values), -1)
+                ax.plot(np.arange(len(v)), v.mean(1), color=model_color(k), linestyle=style,
+                        marker="o" if style == "-" else "s", markersize=4, label=f"{name}: {tag}")
+        ax.set_xlabel("layer")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    if entropy:
+        axes[0].legend(fontsize="small")
+    return fig
+
+
 def plot_tau(per_model: dict[str, list[list[float]]], initial: dict[str, float]) -> Figure:
     """Learned LSA temperature per layer (dots per head), dashed at each model's initial sqrt(d_k)."""
     fig = _figure()
