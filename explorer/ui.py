@@ -6,7 +6,6 @@ Blocks and wires every event with an `api_name`, so each one is callable through
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import tempfile
@@ -546,10 +545,10 @@ def _atomic_image_cache() -> None:
     Gradio names a cached output image by the hash of its bytes and rewrites the file in place on every
     request, so two sessions producing the same picture at once can serve a half-rewritten file
     ("Too much data for declared Content-Length"). Its file cache already renames into place; this
-    gives the image cache the same behaviour (and skips rewriting identical bytes). PNG is lossless, so
-    zlib level 1 gives the same pixels as Gradio's default level 6, ~4x faster, for ~20 % more bytes;
-    and a picture whose pixels were encoded before (the same view asked again, by any session) is served
-    from the file written then.
+    gives the image cache the same behaviour (and skips rewriting identical bytes). Our RGB pictures are
+    encoded by `render.encode_png`: the same pixels as Gradio's PNG, ~7x faster, for ~35 % more bytes; and
+    a picture whose pixels were encoded before (the same view asked again, by any session) is served from
+    the file written then.
     """
     import hashlib
     from gradio import processing_utils as pu
@@ -559,11 +558,9 @@ def _atomic_image_cache() -> None:
     lock = threading.Lock()
 
     def encode(img, format):
-        if format.lower() != "png":
-            return pu.encode_pil_to_bytes(img, format)
-        with io.BytesIO() as out:
-            img.save(out, "png", pnginfo=pu.get_pil_metadata(img), compress_level=1)
-            return out.getvalue()
+        if format.lower() == "png" and img.mode == "RGB" and not img.info:
+            return render.encode_png(np.asarray(img))
+        return pu.encode_pil_to_bytes(img, format)
 
     def save_pil_to_cache(img, cache_dir, name="image", format="webp"):
         key = (str(cache_dir), name, format.lower(), img.mode, img.size,
