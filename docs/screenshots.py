@@ -1,11 +1,11 @@
 """Retakes the README's screenshots from the real app on the shipped checkpoints.
 
-    python docs/screenshots.py            # writes docs/compare.png and docs/screenshot.png
+    python docs/screenshots.py            # writes docs/compare.png, docs/screenshot.png and docs/whatif.png
 
 Launches `python app.py` on 127.0.0.1 (offline, CIFAR test images from ../shared/data or
 $EXPLORER_DATA_DIR), drives Debian's headless Chromium with Playwright (apt-get install chromium), uploads
 CIFAR-10 test image 13 (a bird) at 128 px, and captures the Compare tab and the Attention tab with the
-bottom-right patch as the query.
+bottom-right patch as the query, then the LSA switches with A's tau at a quarter and B's diagonal mask off.
 """
 
 from __future__ import annotations
@@ -63,12 +63,24 @@ def main() -> int:
                 timeout=60_000)
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
+
+            page.locator("#what-if-btn").scroll_into_view_if_needed()
+            page.locator("#wi-factor-a input").click()
+            page.get_by_role("option", name="¼×").click()
+            page.locator("#wi-mask-b").get_by_text("off", exact=True).click()
+            page.click("#what-if-btn")
+            page.wait_for_function(
+                "() => /τ × 0.25/.test((document.querySelector('#what-if-summary') || {}).innerText || '')",
+                timeout=60_000)
+            page.wait_for_timeout(2000)
+            section = page.locator("#what-if-text").locator("xpath=ancestor::div[contains(@class, 'block')][1]")
+            section.screenshot(path=str(ROOT / "docs" / "whatif.png"))
             browser.close()
     finally:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
-    print("wrote docs/compare.png and docs/screenshot.png")
+    print("wrote docs/compare.png, docs/screenshot.png and docs/whatif.png")
     return 0
 
 

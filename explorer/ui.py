@@ -722,10 +722,10 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                         with gr.Accordion("LSA switches: what if τ or the diagonal mask were different?", open=True):
                             gr.Markdown(WHAT_IF_TEXT, elem_id="what-if-text")
                             with gr.Row():
-                                wi_factor_a = gr.Dropdown(TAU_CHOICES, value=1.0, label="A: τ factor")
+                                wi_factor_a = gr.Dropdown(TAU_CHOICES, value=1.0, label="A: τ factor", elem_id="wi-factor-a")
                                 wi_mask_a = gr.Radio(list(MASKS), value="as learned", label="A: diagonal mask",
                                                      elem_id="wi-mask-a")
-                                wi_factor_b = gr.Dropdown(TAU_CHOICES, value=1.0, label="B: τ factor")
+                                wi_factor_b = gr.Dropdown(TAU_CHOICES, value=1.0, label="B: τ factor", elem_id="wi-factor-b")
                                 wi_mask_b = gr.Radio(list(MASKS), value="as learned", label="B: diagonal mask",
                                                      elem_id="wi-mask-b")
                             wi_btn = gr.Button("What if", variant="primary", elem_id="what-if-btn")
