@@ -1,9 +1,11 @@
 """(a) a plain `model.predict(x)` per model vs (b) the app's full analysis of the same image for BOTH
-models (logits, all attention maps, rollout, distances, entropy, every per-request picture).
+models (logits, all attention maps, rollout, distances, entropy, every per-request picture); and (c) the
+probe of both models vs (d) their what-if probe (tau scaled, diagonal mask switched: one more forward
+pass each, never a rebuild).
 
     python bench/probe_latency.py [--a checkpoints/cifar10-vanilla] [--b checkpoints/cifar10-spt_lsa]
 
-Prints the medians and the ratio b / a, measured in this one run.
+Prints the medians and the ratios b / a and d / c, measured in this one run.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ def main():
         for lm in models:
             lm.model.predict(images[i][None].astype("float32"), verbose=0)
 
+    def probe(i):
+        for lm in models:
+            lm.probe(images[i][None])
+
+    def what_if(i):
+        for lm in models:
+            with lm.lock:
+                lm.what_if_probe()(images[i][None], (0.25, 0.5, 2.0, 4.0)[i % 4], i % 2 == 0)
+
     def full(i):
         cache = ResultCache()  # a fresh cache: every model runs, nothing is reused between images
         views = analyze_pair(models, cache, images[i], images[i], layer=models[1].config.num_layers - 1,
@@ -42,22 +53,29 @@ def main():
         render.spt_grids(images[i], spt.patch_size)
         return views
 
-    for i in range(3):  # warm up both paths (compilation, caches of the libraries)
+    start = time.perf_counter()
+    what_if(0)  # builds and compiles each model's what-if probe, once
+    built = time.perf_counter() - start
+    for i in range(3):  # warm up every path (compilation, caches of the libraries)
         naive(i)
         full(i)
-    a, b = [], []
+        probe(i)
+        what_if(i)
+    a, b, c, d = [], [], [], []
     for i in range(5, 5 + args.repeats):
-        start = time.perf_counter()
-        naive(i)
-        a.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        full(i)
-        b.append(time.perf_counter() - start)
-    ma, mb = statistics.median(a) * 1000, statistics.median(b) * 1000
+        for fn, times in ((naive, a), (full, b), (probe, c), (what_if, d)):
+            start = time.perf_counter()
+            fn(i)
+            times.append(time.perf_counter() - start)
+    ma, mb, mc, md = (statistics.median(t) * 1000 for t in (a, b, c, d))
     print(f"models: {models[0].label} | {models[1].label}; {args.repeats} images")
     print(f"(a) model.predict, both models, one image: median {ma:.1f} ms ({ma / 2:.1f} ms per model)")
     print(f"(b) full analysis, both models, one image: median {mb:.1f} ms")
     print(f"ratio b / a = {mb / ma:.2f}  (goal <= 1.0; absolute goal b <= 60 ms)")
+    print(f"(c) probe, both models, one image: median {mc:.1f} ms")
+    print(f"(d) what-if probe (tau x factor, diagonal mask switched), both models: median {md:.1f} ms "
+          f"(built once in {built:.1f} s on first use)")
+    print(f"ratio d / c = {md / mc:.2f}  (goal: about one more forward pass, ~1.0)")
 
 
 if __name__ == "__main__":

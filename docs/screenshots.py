@@ -1,14 +1,14 @@
 """Retakes the README's screenshots from the real app on the shipped checkpoints.
 
-    python docs/screenshots.py            # writes docs/compare.png, docs/screenshot.png, docs/finetune.png
+    python docs/screenshots.py   # writes docs/compare.png, screenshot.png, whatif.png and finetune.png
 
 Launches `python app.py` on 127.0.0.1 (offline, CIFAR test images from ../shared/data or
 $EXPLORER_DATA_DIR), drives Debian's headless Chromium with Playwright (apt-get install chromium), uploads
 CIFAR-10 test image 13 (a bird) at 128 px, and captures the Compare tab and the Attention tab with the
-bottom-right patch as the query. Then it fine-tunes both models on a zip of six CIFAR-100 superclasses
-(bench/finetune_quality.py's "new" task, one neither model has seen) with the default recipe, and
-captures the Fine-tune tab once the pair run is done (the app works on copies of the checkpoints, so the
-run's results are not left in checkpoints/).
+bottom-right patch as the query, then the LSA switches with A's tau at a quarter and B's diagonal mask off.
+Then it fine-tunes both models on a zip of six CIFAR-100 superclasses (bench/finetune_quality.py's "new"
+task, one neither model has seen) with the default recipe, and captures the Fine-tune tab once the pair
+run is done (the app works on copies of the checkpoints, so the run's results are not left in checkpoints/).
 """
 
 from __future__ import annotations
@@ -71,6 +71,18 @@ def main() -> int:
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
 
+            page.locator("#what-if-btn").scroll_into_view_if_needed()
+            page.locator("#wi-factor-a input").click()
+            page.get_by_role("option", name="¼×").click()
+            page.locator("#wi-mask-b").get_by_text("off", exact=True).click()
+            page.click("#what-if-btn")
+            page.wait_for_function(
+                "() => /τ × 0.25/.test((document.querySelector('#what-if-summary') || {}).innerText || '')",
+                timeout=60_000)
+            page.wait_for_timeout(2000)
+            section = page.locator("#what-if-text").locator("xpath=ancestor::div[contains(@class, 'block')][1]")
+            section.screenshot(path=str(ROOT / "docs" / "whatif.png"))
+
             page.get_by_role("tab", name="Fine-tune").click()
             page.set_input_files("#ft-zip input[type=file]", str(new_task))
             page.wait_for_timeout(2000)
@@ -84,7 +96,7 @@ def main() -> int:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
-    print("wrote docs/compare.png, docs/screenshot.png and docs/finetune.png")
+    print("wrote docs/compare.png, docs/screenshot.png, docs/whatif.png and docs/finetune.png")
     return 0
 
 

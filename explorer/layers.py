@@ -254,3 +254,47 @@ class LocalitySelfAttention(keras.layers.MultiHeadAttention):
         config = super().get_config()
         config.update(tau_mode=self.tau_mode, diagonal_mask=self.diagonal_mask)
         return config
+
+
+def attention_what_if(layer, x, temperature_factor, diagonal_mask):
+    """Self-attention of `layer` on `x` with LSA's two mechanisms changed per image, the layer untouched.
+
+    Runs the layer's own projections and weights, but divides the attention logits by
+    `temperature_factor * tau` (tau = the learned temperature of an LSA layer, sqrt(key_dim) for a plain
+    MultiHeadAttention) and masks the diagonal where `diagonal_mask` is on. With a factor of 1 and the
+    layer's own mask setting it computes what the layer computes. Nothing is assigned to the layer, so
+    concurrent callers with different settings never see each other's.
+
+    Args:
+        layer: a built `LocalitySelfAttention` or `keras.layers.MultiHeadAttention` (no gate, no dropout
+            at inference).
+        x: (batch, tokens, width) the layer's query and value input.
+        temperature_factor: (batch,) multiplies tau.
+        diagonal_mask: (batch,) > 0.5 forbids each token from attending to itself.
+
+    Returns:
+        `(output, scores)`: the attention output (batch, tokens, width) and the per-head attention
+        probabilities (batch, heads, tokens, tokens).
+    """
+    if getattr(layer, "_use_gate", False):
+        raise ValueError(f"{layer.name}: gated attention is not supported")
+    query = layer._query_dense(x)
+    key = layer._key_dense(x)
+    value = layer._value_dense(x)
+    tau = getattr(layer, "tau", None) if getattr(layer, "tau_mode", None) is not None else None
+    if tau is None:
+        inverse = ops.cast(1.0 / math.sqrt(float(layer._key_dim)), query.dtype)
+    elif layer.tau_mode == "head":
+        # query is (batch, queries, heads, key_dim): one temperature per head.
+        inverse = ops.reshape(ops.cast(1.0 / tau, query.dtype), (layer._num_heads, 1))
+    else:
+        inverse = ops.cast(1.0 / tau, query.dtype)
+    factor = ops.reshape(ops.cast(temperature_factor, query.dtype), (-1, 1, 1, 1))
+    scores = ops.einsum(layer._dot_product_equation, key, ops.multiply(query, inverse / factor))
+    tokens = query.shape[1]
+    off_diagonal = ops.logical_not(ops.eye(tokens, tokens, dtype="bool"))
+    masked = ops.reshape(ops.greater(ops.cast(diagonal_mask, "float32"), 0.5), (-1, 1, 1))
+    allowed = ops.logical_or(off_diagonal[None], ops.logical_not(masked))
+    scores = layer._masked_softmax(scores, allowed)
+    output = layer._output_dense(ops.einsum(layer._combine_equation, scores, value))
+    return output, scores

@@ -1,7 +1,9 @@
 """One compiled probe per model: logits, every layer's per-head attention and the patches in one call.
 
-Everything else here is numpy on the probe's output: attention from a query patch, attention received,
-rollout, mean attention distance, entropy, and the learned temperatures.
+A second compiled probe, the what-if probe, runs the same weights with LSA's two mechanisms changed per
+image (tau scaled by a factor, the diagonal mask on or off). Everything else here is numpy on the probes'
+output: attention from a query patch, attention received, rollout, mean attention distance, entropy, and
+the learned temperatures.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from functools import lru_cache
 import numpy as np
 
 from explorer.config import ViTConfig
+from explorer.layers import attention_what_if
 from explorer.models import TOKENIZER, attention_layers, tau_values
+
+TAU_FACTORS = (0.25, 4.0)  # the what-if range of the temperature factor
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -80,6 +85,68 @@ class Probe:
 
     def tau(self) -> list[list[float]]:
         return tau_values(self.model)
+
+    @property
+    def diagonal_mask(self) -> bool:
+        """Whether the model masks the diagonal itself (LSA does, a vanilla ViT does not)."""
+        return bool(getattr(attention_layers(self.model)[0], "diagonal_mask", False))
+
+
+def _what_if_graph(probe_model, names: set[str]):
+    """A Keras model over `probe_model`'s own layers whose attention nodes run `attention_what_if`.
+
+    Built as a subclass that replays the probe's graph at call time: it adds no node to the shared layers
+    and assigns nothing, so the learned model is exactly as it was.
+    """
+    import keras
+
+    class WhatIfGraph(keras.Model):
+        def __init__(self):
+            super().__init__(name=f"{probe_model.name}_what_if")
+            self.graph = probe_model
+
+        def call(self, inputs):
+            images, factor, diagonal = inputs
+
+            def swap(op):
+                if op.name not in names:
+                    return op
+                return lambda query, value, *args, **kwargs: attention_what_if(op, query, factor, diagonal)
+
+            return self.graph._run_through_graph(images, operation_fn=swap)
+
+    return WhatIfGraph()
+
+
+class WhatIfProbe:
+    """The probe's outputs with every layer's tau multiplied by a factor and the diagonal mask switched,
+    per image, from the same weights; one compiled forward pass, built once per model.
+
+    Args:
+        probe: the model's `Probe`.
+    """
+
+    def __init__(self, probe: Probe):
+        self.probe = probe
+        names = {layer.name for layer in attention_layers(probe.model)}
+        self._graph = _what_if_graph(probe._probe, names)
+
+    def __call__(self, images: np.ndarray, factor: float, diagonal_mask: bool) -> ProbeResult:
+        images = np.asarray(images)
+        if images.ndim == 3:
+            images = images[None]
+        size = self.probe.config.image_size
+        if images.shape[1:] != (size, size, 3):
+            raise ValueError(f"the probe takes (batch, {size}, {size}, 3) images, got {images.shape}")
+        low, high = TAU_FACTORS
+        if not (np.isfinite(factor) and low <= factor <= high):
+            raise ValueError(f"the tau factor must be between {low} and {high}, got {factor}")
+        batch = len(images)
+        outputs = self._graph.predict_on_batch([images.astype("float32"),
+                                                np.full((batch,), factor, "float32"),
+                                                np.full((batch,), float(bool(diagonal_mask)), "float32")])
+        logits, patches, *scores = (np.asarray(o) for o in outputs)
+        return ProbeResult(logits=logits, attention=np.stack(scores, axis=1), patches=patches)
 
 
 # --- derived quantities (numpy; any leading batch dims are allowed unless said otherwise) ----------

@@ -17,8 +17,8 @@ import numpy as np
 from explorer import render
 from explorer.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
 from explorer.config import ViTConfig
-from explorer.probe import (Probe, ProbeResult, attention_entropy, mean_attention_distance,
-                            query_attention, rollout, rollout_map)
+from explorer.probe import (TAU_FACTORS, Probe, ProbeResult, WhatIfProbe, attention_entropy,
+                            mean_attention_distance, query_attention, rollout, rollout_map)
 
 
 def env_int(name: str, default: int) -> int:
@@ -39,6 +39,13 @@ class LoadedModel:
     config: ViTConfig
     probe: Probe
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _what_if: WhatIfProbe | None = field(default=None, repr=False)
+
+    def what_if_probe(self) -> WhatIfProbe:
+        """The model's what-if probe, built on first use and kept (call it holding `lock`)."""
+        if self._what_if is None:
+            self._what_if = WhatIfProbe(self.probe)
+        return self._what_if
 
     @property
     def name(self) -> str:
@@ -135,24 +142,47 @@ class ModelStore:
             return list(self._models.values())
 
 
+def what_if_setting(lm: LoadedModel, factor: float = 1.0, diagonal_mask: bool | None = None) -> tuple | None:
+    """(factor, mask) when they change the model, None when they are its own (tau as learned, its mask).
+
+    Raises ValueError for a factor outside TAU_FACTORS.
+    """
+    try:
+        factor = float(factor)
+    except (TypeError, ValueError):
+        raise ValueError(f"the tau factor must be a number, got {factor!r}") from None
+    low, high = TAU_FACTORS
+    if not (np.isfinite(factor) and low <= factor <= high):
+        raise ValueError(f"the tau factor must be between {low} and {high}, got {factor}")
+    mask = lm.probe.diagonal_mask if diagonal_mask is None else bool(diagonal_mask)
+    return None if factor == 1.0 and mask == lm.probe.diagonal_mask else (factor, mask)
+
+
 class ResultCache:
-    """Probe results per (model, image), so moving the query or the layer never reruns a model."""
+    """Probe results per (model, image, what-if setting), so moving the query or the layer never reruns
+    a model, and a what-if costs one forward pass per image and setting."""
 
     def __init__(self, capacity: int = 128):
         self.capacity = capacity
         self._items: OrderedDict[tuple, ProbeResult] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, lm: LoadedModel, image: np.ndarray) -> tuple[ProbeResult, float, bool]:
-        """(result, seconds the model took, whether it came from the cache)."""
-        key = (id(lm), hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest())
+    def get(self, lm: LoadedModel, image: np.ndarray, factor: float = 1.0,
+            diagonal_mask: bool | None = None) -> tuple[ProbeResult, float, bool]:
+        """(result, seconds the model took, whether it came from the cache).
+
+        With the default factor and mask it is the learned model's probe; otherwise every layer's tau is
+        multiplied by `factor` and the diagonal masked or not (None: as the model does), see WhatIfProbe.
+        """
+        setting = what_if_setting(lm, factor, diagonal_mask)
+        key = (id(lm), hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest(), setting)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key], 0.0, True
         start = time.perf_counter()
-        with lm.lock:
-            result = lm.probe(image[None])
+        with lm.lock:  # one call at a time per model; rendering happens outside
+            result = lm.probe(image[None]) if setting is None else lm.what_if_probe()(image[None], *setting)
         elapsed = time.perf_counter() - start
         with self._lock:
             self._items[key] = result
@@ -185,59 +215,123 @@ def square(image: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize((size, size), Image.NEAREST if small else Image.BILINEAR))
 
 
+HEAD_ALL, HEAD_MEAN = "all heads", "mean of heads"
+PARTS = ("focus", "sheet", "rollout", "locality")
+
+
 @dataclass
 class AttentionView:
-    """Everything the attention tab shows for one model and one image."""
+    """What the attention tab shows for one model and one image; parts not asked for stay None."""
 
     layer: int
     query: tuple[int, int]
-    focus: np.ndarray      # the chosen layer/head(s) from the query patch, overlaid
-    sheet: np.ndarray      # layer x head overview from the query patch
-    rollout: np.ndarray    # cumulative rollout over all layers, averaged over queries
-    distance: np.ndarray   # (layers, heads) mean attention distance, input pixels
-    entropy: np.ndarray    # (layers, heads) nats
+    focus: np.ndarray | None = None      # the chosen layer/head(s) from the query patch, overlaid
+    sheet: np.ndarray | None = None      # layer x head overview from the query patch
+    rollout: np.ndarray | None = None    # cumulative rollout over all layers, averaged over queries
+    distance: np.ndarray | None = None   # (layers, heads) mean attention distance, input pixels
+    entropy: np.ndarray | None = None    # (layers, heads) nats
+
+
+def focus_picture(lm: LoadedModel, attention: np.ndarray, shown: np.ndarray, layer: int, head: str,
+                  query: tuple[int, int], size: int = 224) -> np.ndarray:
+    """One layer's attention from the query patch: every head as a tile, their mean, or one head."""
+    grid = lm.config.grid_size
+    maps = query_attention(attention, layer, query[0] * grid + query[1], grid)
+    if head == HEAD_ALL:
+        # Tiles two to a row keep the picture nearly square, so each head stays legible in its box.
+        return render.head_tiles(shown, maps, query=query, cell=size // 2,
+                                 labels=[f"L{layer} head {j}" for j in range(len(maps))])
+    if head == HEAD_MEAN:
+        return render.attention_overlay(shown, maps.mean(0), query=query, size=size)
+    try:
+        index = int(str(head).split()[-1])
+    except (ValueError, IndexError):
+        raise ValueError(f"head must be {HEAD_ALL!r}, {HEAD_MEAN!r} or 'head <n>', got {head!r}") from None
+    if not 0 <= index < maps.shape[0]:
+        raise ValueError(f"{lm.name} has {maps.shape[0]} heads; there is no head {index}")
+    return render.attention_overlay(shown, maps[index], query=query, size=size)
 
 
 def attention_view(lm: LoadedModel, result: ProbeResult, display: np.ndarray, layer: int, head: str,
-                   query_yx: tuple[float, float], size: int = 224) -> AttentionView:
-    """Attention pictures and locality numbers of one model for one image (index 0 of `result`)."""
+                   query_yx: tuple[float, float], size: int = 224, parts=PARTS) -> AttentionView:
+    """Attention pictures and locality numbers of one model for one image (index 0 of `result`).
+
+    `parts` picks what to compute: a query click needs only "focus" and "sheet", a layer or head change
+    only "focus"; "rollout" and "locality" do not depend on the query.
+    """
     config = lm.config
     grid = config.grid_size
     attention = result.attention[0]
     layer = int(np.clip(layer, 0, attention.shape[0] - 1))
-    row, col = query_patch(query_yx, config)
-    q = row * grid + col
-    maps = query_attention(attention, layer, q, grid)
-    if head == "all heads":
-        # Tiles two to a row keep the picture nearly square, so each head stays legible in its box.
-        focus = render.head_tiles(display, maps, query=(row, col), cell=size // 2,
-                                  labels=[f"L{layer} head {j}" for j in range(len(maps))])
-    elif head == "mean of heads":
-        focus = render.attention_overlay(display, maps.mean(0), query=(row, col), size=size)
-    else:
-        index = int(str(head).split()[-1])
-        if not 0 <= index < maps.shape[0]:
-            raise ValueError(f"{lm.name} has {maps.shape[0]} heads; there is no head {index}")
-        focus = render.attention_overlay(display, maps[index], query=(row, col), size=size)
-    all_layers = np.stack([query_attention(attention, i, q, grid) for i in range(attention.shape[0])])
-    sheet = render.head_sheet(display, all_layers, query=(row, col), cell=72)
-    _, cumulative = rollout(attention)
-    rollout_image = render.attention_overlay(display, rollout_map(cumulative[-1], grid), size=size)
-    return AttentionView(layer, (row, col), focus, sheet, rollout_image,
-                         mean_attention_distance(attention, grid, config.pixels_per_patch),
-                         attention_entropy(attention))
+    query = query_patch(query_yx, config)
+    view = AttentionView(layer, query)
+    if "focus" in parts:
+        view.focus = focus_picture(lm, attention, display, layer, head, query, size)
+    if "sheet" in parts:
+        q = query[0] * grid + query[1]
+        all_layers = attention[:, :, q, :].reshape(attention.shape[0], attention.shape[1], grid, grid)
+        view.sheet = render.head_sheet(display, all_layers, query=query, cell=72)
+    if "rollout" in parts:
+        _, cumulative = rollout(attention)
+        view.rollout = render.attention_overlay(display, rollout_map(cumulative[-1], grid), size=size)
+    if "locality" in parts:
+        view.distance = mean_attention_distance(attention, grid, config.pixels_per_patch)
+        view.entropy = attention_entropy(attention)
+    return view
 
 
 def analyze_pair(models: list[LoadedModel], cache: ResultCache, image: np.ndarray, display: np.ndarray,
-                 layer: int = 0, head: str = "all heads", query_yx=(16.0, 16.0)) -> list[dict]:
-    """The full per-image analysis for each model: top-5, timings, attention pictures, locality."""
+                 layer: int = 0, head: str = HEAD_ALL, query_yx=(16.0, 16.0), parts=PARTS) -> list[dict]:
+    """The per-image analysis for each model: top-5, timings, attention pictures (`parts`), locality."""
     shown = square(display, 224)
     out = []
     for lm in models:
         result, seconds, cached = cache.get(lm, image)
         out.append({"model": lm, "result": result, "top5": top_k(lm, result), "seconds": seconds,
-                    "cached": cached, "view": attention_view(lm, result, shown, layer, head, query_yx)})
+                    "cached": cached, "view": attention_view(lm, result, shown, layer, head, query_yx,
+                                                             parts=parts)})
     return out
+
+
+@dataclass
+class WhatIf:
+    """One model's learned outputs beside those with its tau scaled and its diagonal mask switched."""
+
+    model: LoadedModel
+    factor: float
+    diagonal_mask: bool       # the mask in the what-if
+    layer: int
+    query: tuple[int, int]
+    top5: dict                # learned
+    top5_what_if: dict
+    maps: np.ndarray          # picture: the layer's heads from the query patch, learned row over what-if row
+    entropy: np.ndarray       # (2, layers, heads): learned, what-if
+    distance: np.ndarray      # (2, layers, heads)
+    seconds: float            # the what-if forward pass (0 when cached)
+
+
+def what_if(lm: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.ndarray, factor: float = 1.0,
+            diagonal_mask: bool | None = None, layer: int = 0, query_yx=(16.0, 16.0)) -> WhatIf:
+    """The learned model against the same weights with every tau times `factor` and the diagonal mask on
+    or off (None: as learned), on one image: top-5, maps from the query patch, entropy and distance.
+
+    The shared model is never changed; a new setting costs one forward pass, then comes from `cache`.
+    """
+    setting = what_if_setting(lm, factor, diagonal_mask) or (float(factor), lm.probe.diagonal_mask)
+    learned = cache.get(lm, image)[0]
+    changed, seconds, _ = cache.get(lm, image, *setting)
+    config = lm.config
+    grid = config.grid_size
+    layer = int(np.clip(layer, 0, config.num_layers - 1))
+    row, col = query_patch(query_yx, config)
+    both = np.stack([learned.attention[0], changed.attention[0]])
+    maps = both[:, layer, :, row * grid + col, :].reshape(2, -1, grid, grid)
+    picture = render.head_sheet(square(display, 224), maps, query=(row, col), cell=96,
+                                row_labels=["learned", "what if"],
+                                col_labels=[f"L{layer} head {j}" for j in range(maps.shape[1])])
+    return WhatIf(lm, setting[0], setting[1], layer, (row, col), top_k(lm, learned), top_k(lm, changed),
+                  picture, np.stack([attention_entropy(a) for a in both]),
+                  np.stack([mean_attention_distance(a, grid, config.pixels_per_patch) for a in both]), seconds)
 
 
 # --- fine-tuning in a worker process ---------------------------------------------------------------

@@ -129,3 +129,73 @@ def test_probe_on_the_keras_io_preset(variant, images):
     assert result.attention.shape == (1, 8, 4, 144, 144)
     assert result.patches.shape == (1, 144, 6 * 6 * (15 if variant == "spt_lsa" else 3))
     assert config.pixels_per_patch == pytest.approx(6 * 32 / 72)
+
+
+# --- the what-if probe: LSA's two mechanisms switched at inference, the model untouched -----------------
+
+@pytest.fixture(scope="module")
+def what_ifs(probes):
+    from explorer.probe import WhatIfProbe
+    return {key: WhatIfProbe(probe) for key, probe in probes.items()}
+
+
+def test_what_if_with_the_models_own_setting_is_the_probe(probes, what_ifs, images):
+    for key, probe in probes.items():
+        expected = probe(images[:3])
+        got = what_ifs[key](images[:3], 1.0, probe.diagonal_mask)
+        np.testing.assert_allclose(got.logits, expected.logits, atol=1e-6, err_msg=str(key))
+        np.testing.assert_allclose(got.attention, expected.attention, atol=1e-6, err_msg=str(key))
+        np.testing.assert_array_equal(got.patches, expected.patches)
+
+
+@pytest.mark.parametrize("key", [("lsa", "layer"), ("spt_lsa", "head")])
+def test_what_if_equals_a_copy_of_the_model_with_tau_scaled_and_no_mask(probes, what_ifs, images, key):
+    from explorer.models import attention_layers
+    probe = probes[key]
+    copy = build_vit(probe.config, 10)
+    copy.set_weights(probe.model.get_weights())
+    for layer in attention_layers(copy):
+        layer.tau.assign(layer.tau.numpy() * 0.5)
+        layer.diagonal_mask = False  # read when the copy's probe is traced
+    expected = Probe(copy, probe.config)(images[:2])
+    got = what_ifs[key](images[:2], 0.5, False)
+    np.testing.assert_allclose(got.attention, expected.attention, atol=1e-5)
+    np.testing.assert_allclose(got.logits, expected.logits, atol=1e-5)
+
+
+def test_a_small_tau_factor_sharpens_and_a_large_one_flattens(probes, what_ifs, images):
+    for key in [("lsa", "layer"), ("spt_lsa", "head"), ("vanilla", "layer")]:
+        probe, what_if = probes[key], what_ifs[key]
+        own = probe.diagonal_mask
+        entropy = {f: attention_entropy(what_if(images[:4], f, own).attention).mean() for f in (0.25, 1.0, 4.0)}
+        assert entropy[0.25] < entropy[1.0] < entropy[4.0], (key, entropy)
+
+
+def test_the_diagonal_mask_switches_both_ways(probes, what_ifs, images):
+    lsa, vanilla = ("spt_lsa", "layer"), ("vanilla", "layer")
+    assert probes[lsa].diagonal_mask and not probes[vanilla].diagonal_mask
+    unmasked = np.diagonal(what_ifs[lsa](images[:2], 1.0, False).attention, axis1=-2, axis2=-1)
+    assert np.all(unmasked > 0.0)
+    masked = np.diagonal(what_ifs[vanilla](images[:2], 1.0, True).attention, axis1=-2, axis2=-1)
+    assert np.all(masked == 0.0)
+
+
+def test_what_ifs_leave_the_model_bit_identical(probes, what_ifs, images):
+    probe, what_if = probes[("spt_lsa", "head")], what_ifs[("spt_lsa", "head")]
+    weights = [w.copy() for w in probe.model.get_weights()]
+    nodes = [len(layer._inbound_nodes) for layer in probe.model.layers]
+    before = probe(images)
+    for factor, mask in [(0.25, False), (4.0, True), (0.5, True), (2.0, False)] * 3:
+        what_if(images[:2], factor, mask)
+    after = probe(images)
+    for w0, w1 in zip(weights, probe.model.get_weights()):
+        np.testing.assert_array_equal(w0, w1)
+    np.testing.assert_array_equal(before.logits, after.logits)
+    np.testing.assert_array_equal(before.attention, after.attention)
+    assert [len(layer._inbound_nodes) for layer in probe.model.layers] == nodes  # no node added
+
+
+@pytest.mark.parametrize("factor", [0.2, 4.5, float("nan")])
+def test_what_if_refuses_a_factor_out_of_range(what_ifs, images, factor):
+    with pytest.raises(ValueError, match="tau factor must be between 0.25 and 4.0"):
+        what_ifs[("lsa", "layer")](images[:1], factor, True)

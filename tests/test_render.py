@@ -273,3 +273,27 @@ def test_figure_to_array():
     width, height = fig.get_size_inches() * fig.dpi
     assert array.dtype == np.uint8 and array.shape == (round(height), round(width), 3)
     assert (array < 255).any()
+
+
+def test_plot_what_if_draws_learned_solid_and_what_if_dashed():
+    learned, changed = RNG.random((6, 4)), RNG.random((6, 4)) / 2
+    fig = render.plot_what_if({"A": (learned, changed), "B": (changed, learned)},
+                              {"A": (learned * 10, changed * 10), "B": (changed * 10, learned * 10)})
+    entropy, distance = fig.axes
+    assert "nats" in entropy.get_ylabel() and "pixels" in distance.get_ylabel()
+    lines = entropy.get_lines()
+    assert [line.get_linestyle() for line in lines] == ["-", "--", "-", "--"]
+    np.testing.assert_allclose(lines[1].get_ydata(), changed.mean(1))
+    assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
+    assert [t.get_text() for t in entropy.get_legend().get_texts()][:2] == ["A: learned", "A: what if"]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3), (7, 5, 3), (120, 90, 3)])
+def test_encode_png_is_lossless(shape):
+    import io
+    from PIL import Image
+    pixels = RNG.integers(0, 256, shape, dtype=np.uint8)
+    pixels[shape[0] // 2:] = pixels[0]  # flat runs, as in the upscaled pictures
+    decoded = Image.open(io.BytesIO(render.encode_png(pixels)))
+    assert decoded.mode == "RGB" and decoded.size == (shape[1], shape[0])
+    np.testing.assert_array_equal(np.asarray(decoded), pixels)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import zipfile
+from pathlib import Path
 
 import gradio as gr
 import numpy as np
@@ -120,6 +121,38 @@ def test_attention_views(ex, image_file):
     assert heads == 2 and tiles.shape[0] > 112 and 2 * 112 < tiles.shape[1] < 3 * 112
 
 
+def test_a_query_click_and_a_layer_change_send_only_what_depends_on_them(ex, image_file):
+    full = ex.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)
+    picker, focus_a, focus_b, sheet_a, sheet_b, caption = ex.attention_query(image_file, A, B, 1, "all heads",
+                                                                             31.0, 0.0)
+    for got, expected in zip((focus_a, focus_b, sheet_a, sheet_b, caption), full[:4] + full[-1:]):
+        np.testing.assert_array_equal(got, expected)
+    assert picker.shape == (224, 224, 3) and "row 3, col 0" in caption
+    focus_a, focus_b, caption = ex.attention_layer(image_file, A, B, 0, "head 1", 31.0, 0.0)
+    assert focus_a.shape == focus_b.shape and "Layer 0 for A" in caption
+
+    class Click:  # what Gradio hands the picker's select handler: (x, y) in picker pixels
+        index = (10, 200)
+    qy, qx, *outputs = ex.pick_query(Click(), image_file, A, B, 1, "all heads")
+    assert (qy, qx) == (200 * 32 / 224, 10 * 32 / 224)
+    assert "row 3, col 0" in outputs[-1]
+
+
+def test_what_if_handler(ex, image_file):
+    top_a, top_a2, top_b, top_b2, maps_a, maps_b, plot, summary = ex.what_if(
+        image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")
+    assert top_a == ex.compare(image_file, A, B)[0] and len(top_a2) == 5 and len(top_b2) == 5
+    assert "τ × 0.25, diagonal mask off (learned: off)" in summary
+    assert "τ × 1, diagonal mask off (learned: on)" in summary
+    assert maps_a.ndim == 3 and len(plot.axes) == 2
+    with pytest.raises(gr.Error, match="between 0.25 and 4.0"):
+        ex.what_if(image_file, A, B, 1, 16.0, 16.0, 10, "as learned", 1.0, "off")
+    with pytest.raises(gr.Error, match="diagonal mask is one of"):
+        ex.what_if(image_file, A, B, 1, 16.0, 16.0, 1, "sometimes", 1.0, "off")
+    with pytest.raises(gr.Error, match="No image yet"):
+        ex.what_if(None, A, B, 1, 16.0, 16.0, 1, "on", 1.0, "off")
+
+
 def test_locality_and_tau(ex, image_file):
     dist, ent, table = ex.locality(image_file, A, B, "this image")
     assert list(table.columns) == ["model", "mean distance (px)", "mean entropy (nats)"] and len(table) == 2
@@ -222,3 +255,17 @@ def test_bad_hub_ids_answer_fast_and_keep_the_model(ex, ref):
     slot, prev, card = ex.load_slot(ref, A)
     assert time.perf_counter() - start < 2.0
     assert (slot, prev) == (A, A) and "could not load" in card and "`vanilla`" in card
+
+
+def test_the_image_cache_encodes_a_picture_once_and_losslessly(tmp_path):
+    from gradio import processing_utils as pu
+    from explorer.ui import _atomic_image_cache
+    _atomic_image_cache()
+    pixels = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)
+    first = pu.save_img_array_to_cache(pixels, str(tmp_path), format="png")
+    np.testing.assert_array_equal(np.asarray(Image.open(first)), pixels)
+    mtime = Path(first).stat().st_mtime_ns
+    assert pu.save_img_array_to_cache(pixels.copy(), str(tmp_path), format="png") == first
+    assert Path(first).stat().st_mtime_ns == mtime
+    other = pu.save_img_array_to_cache(255 - pixels, str(tmp_path), format="png")
+    assert other != first and np.array_equal(np.asarray(Image.open(other)), 255 - pixels)

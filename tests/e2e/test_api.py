@@ -29,7 +29,8 @@ def upload(tmp_path_factory, cifar10):
 def test_api_lists_every_endpoint(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/compare", "/sample", "/patches", "/attention", "/locality", "/tau", "/finetune", "/cancel",
-            "/load_model", "/disagreements", "/refresh", "/image"} <= names
+            "/load_model", "/disagreements", "/refresh", "/image", "/attention_query", "/attention_layer",
+            "/what_if"} <= names
 
 
 def test_predict_on_an_upload(client, upload, cifar10):
@@ -78,6 +79,30 @@ def test_attention_for_a_chosen_query(client, upload):
     assert "row 0, col 3" in caption
     with pytest.raises(Exception, match="head 7 is not in the list of choices"):
         client.predict(handle_file(str(upload)), A, B, 1, "head 7", 4.0, 30.0, api_name="/attention")
+
+
+def test_a_query_click_returns_only_what_depends_on_the_query(client, upload):
+    full = client.predict(handle_file(str(upload)), A, B, 1, "all heads", 4.0, 30.0, api_name="/attention")
+    picker, *images, caption = client.predict(handle_file(str(upload)), A, B, 1, "all heads", 4.0, 30.0,
+                                              api_name="/attention_query")
+    assert len(images) == 4 and "row 0, col 3" in caption
+    for got, expected in zip(images, full[:4]):  # focus A, B and the layer x head sheets, pixel for pixel
+        np.testing.assert_array_equal(np.asarray(Image.open(got)), np.asarray(Image.open(expected)))
+    assert np.asarray(Image.open(picker)).shape == (224, 224, 3)
+    focus_a, focus_b, caption = client.predict(handle_file(str(upload)), A, B, 0, "head 1", 4.0, 30.0,
+                                               api_name="/attention_layer")
+    assert "Layer 0 for A" in caption and np.asarray(Image.open(focus_b)).ndim == 3
+
+
+def test_what_if(client, upload):
+    top_a, top_a2, top_b, top_b2, maps_a, maps_b, plot, summary = client.predict(
+        handle_file(str(upload)), A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off", api_name="/what_if")
+    label_a, _, _ = client.predict(handle_file(str(upload)), A, B, api_name="/compare")
+    assert top_a["confidences"] == label_a["confidences"] and len(top_b2["confidences"]) == 5
+    assert "τ × 0.25" in summary and "diagonal mask off (learned: on)" in summary
+    assert plot["type"] == "matplotlib" and np.asarray(Image.open(maps_a)).ndim == 3
+    with pytest.raises(Exception, match="not in the list of choices|between 0.25 and 4.0"):
+        client.predict(handle_file(str(upload)), A, B, 1, 16.0, 16.0, 9.0, "on", 1.0, "off", api_name="/what_if")
 
 
 def test_locality_and_tau(client, upload):

@@ -69,6 +69,14 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
     page.wait_for_function(
         "() => /row 3, col 3/.test(document.querySelector('#attn-caption').innerText)", timeout=30_000)
+    # LSA switches: B's diagonal mask off, on the same page.
+    page.locator("#what-if-btn").scroll_into_view_if_needed()
+    page.locator("#wi-mask-b").get_by_text("off", exact=True).click()
+    page.click("#what-if-btn")
+    page.wait_for_function(
+        "() => /diagonal mask off \\(learned: on\\)/.test(document.querySelector('#what-if-summary').innerText)",
+        timeout=30_000)
+    assert "sharpens attention" in page.inner_text("#what-if-text")
     shot = tmp_path / "attention.png"
     page.screenshot(path=str(shot), full_page=True)
     assert Image.open(shot).size[0] >= 1000

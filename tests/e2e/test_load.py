@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,6 +27,10 @@ def _canonical(kind, result):
         return (label_a["label"], [(c["label"], round(c["confidence"], 6)) for c in label_a["confidences"]],
                 label_b["label"], [(c["label"], round(c["confidence"], 6)) for c in label_b["confidences"]],
                 verdict.split("\n\nTime:")[0])
+    if kind == "what_if":
+        *labels, maps_a, maps_b, _, summary = result
+        return ([[(c["label"], round(c["confidence"], 6)) for c in label["confidences"]] for label in labels],
+                _file_digest(maps_a), _file_digest(maps_b), re.sub(r" · what-if pass [^\n]*", "", summary))
     *images, text = result
     paths = []
     for item in images:  # an image path, or a gallery: a list of {"image": path, "caption": ...}
@@ -39,6 +44,10 @@ def _call(client, kind, image, pair):
         return client.predict(handle_file(image), a, b, api_name="/compare")
     if kind == "attention":
         return client.predict(handle_file(image), a, b, 1, "all heads", 9.0, 21.0, api_name="/attention")
+    if kind == "click":
+        return client.predict(handle_file(image), a, b, 1, "all heads", 27.0, 3.0, api_name="/attention_query")
+    if kind == "what_if":
+        return client.predict(handle_file(image), a, b, 1, 9.0, 21.0, 0.5, "off", 2.0, "on", api_name="/what_if")
     return client.predict(handle_file(image), a, b, api_name="/patches")
 
 
@@ -49,7 +58,7 @@ def test_concurrent_clients_during_a_fine_tune(app_url, cifar10, tmp_path):
         Image.fromarray(cifar10.x_test[100 + i]).save(path)
         images.append(str(path))
     pairs = [(A, B), (B, A)]  # swapped slots must not leak into each other
-    kinds = ("compare", "attention", "patches")
+    kinds = ("compare", "attention", "patches", "click", "what_if")
     rng = random.Random(7)
     plan = [[(rng.choice(kinds), rng.choice(images), rng.choice(pairs)) for _ in range(10)] for _ in range(20)]
 

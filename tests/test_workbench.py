@@ -1,0 +1,90 @@
+"""workbench's what-if and attention views on tiny trained checkpoints, without a server."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from explorer.workbench import ModelStore, ResultCache, analyze_pair, what_if, what_if_setting
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, tiny_checkpoints):
+    root = tmp_path_factory.mktemp("wb")
+    for variant, path in tiny_checkpoints.items():
+        shutil.copytree(path, root / variant)
+    return ModelStore(root)
+
+
+def test_the_models_own_setting_is_no_what_if(store):
+    vanilla, lsa = store.get("vanilla"), store.get("spt_lsa")
+    assert what_if_setting(lsa, 1.0, None) is None and what_if_setting(lsa, 1.0, True) is None
+    assert what_if_setting(vanilla, 1.0, False) is None
+    assert what_if_setting(lsa, 1.0, False) == (1.0, False)
+    assert what_if_setting(vanilla, 2.0, None) == (2.0, False)
+    with pytest.raises(ValueError, match="between 0.25 and 4.0"):
+        what_if_setting(lsa, 8, None)
+    with pytest.raises(ValueError, match="must be a number"):
+        what_if_setting(lsa, "sharp", None)
+
+
+def test_what_if_results_are_cached_per_setting(store, images):
+    lm, cache = store.get("spt_lsa"), ResultCache()
+    learned, _, cached = cache.get(lm, images[0])
+    assert not cached and cache.get(lm, images[0], 1.0, True)[0] is learned  # the own setting is the probe
+    changed, seconds, cached = cache.get(lm, images[0], 0.25, False)
+    assert not cached and seconds > 0 and changed is not learned
+    again, seconds, cached = cache.get(lm, images[0], 0.25, False)
+    assert cached and seconds == 0.0 and again is changed
+    assert not np.array_equal(changed.attention, learned.attention)
+
+
+def test_what_if_view(store, images):
+    lm, cache = store.get("spt_lsa"), ResultCache()
+    w = what_if(lm, cache, images[1], images[1], factor=0.25, diagonal_mask=False, layer=9, query_yx=(31, 0))
+    assert (w.factor, w.diagonal_mask, w.layer, w.query) == (0.25, False, 1, (3, 0))  # layer clipped
+    assert len(w.top5) == 5 and len(w.top5_what_if) == 5
+    assert w.entropy.shape == w.distance.shape == (2, 2, 2)
+    assert w.entropy[1].mean() < w.entropy[0].mean()  # a smaller tau sharpens
+    assert w.maps.ndim == 3 and w.maps.shape[0] > 2 * 96  # a learned row over a what-if row
+    learned = analyze_pair([lm], cache, images[1], images[1])[0]
+    assert w.top5 == learned["top5"]
+    np.testing.assert_array_equal(w.entropy[0], learned["view"].entropy)
+
+
+def test_concurrent_what_ifs_with_different_settings_each_get_their_own(store, images):
+    settings = [(lm, f, m) for lm in (store.get("vanilla"), store.get("spt_lsa"))
+                for f, m in [(0.25, None), (1.0, None), (4.0, True), (0.5, False), (2.0, True)]]
+    solo = {}
+    for i, (lm, f, m) in enumerate(settings):
+        solo[i] = ResultCache().get(lm, images[i % 4], f, m)[0]
+    shared = ResultCache()
+    jobs = [i for i in range(len(settings)) for _ in range(4)]
+
+    def run(i):
+        lm, f, m = settings[i]
+        return i, (ResultCache() if i % 2 else shared).get(lm, images[i % 4], f, m)[0]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(run, jobs))
+    for i, result in results:
+        np.testing.assert_array_equal(result.logits, solo[i].logits)
+        np.testing.assert_array_equal(result.attention, solo[i].attention)
+    # and the learned model gives exactly what it gave before
+    for lm in (store.get("vanilla"), store.get("spt_lsa")):
+        np.testing.assert_array_equal(ResultCache().get(lm, images[0])[0].logits, lm.probe(images[:1]).logits)
+
+
+def test_views_compute_only_the_parts_asked_for(store, images):
+    lm = store.get("spt_lsa")
+    full = analyze_pair([lm], ResultCache(), images[2], images[2], 1, "all heads", (5, 9))[0]["view"]
+    click = analyze_pair([lm], ResultCache(), images[2], images[2], 1, "all heads", (5, 9),
+                         parts=("focus", "sheet"))[0]["view"]
+    assert click.rollout is None and click.entropy is None
+    np.testing.assert_array_equal(click.focus, full.focus)
+    np.testing.assert_array_equal(click.sheet, full.sheet)
+    with pytest.raises(ValueError, match="head must be"):
+        analyze_pair([lm], ResultCache(), images[2], images[2], 1, "every head", (5, 9))
