@@ -152,22 +152,25 @@ def main():
                         result = fine_tune(base, ds, tc, tmp / "out", f"{ref}-{row}", verbose=0)
                     kept = result["training"].get("kept_epoch")
                     record(row, result["metrics"]["test_top1"], time.perf_counter() - start)
+                    t = result["training"]
+                    print(f"    {t['planned_epochs']} epochs x batch {t['batch_size']}, lr {t['recipe']['learning_rate']:g}, "
+                          f"{t['steps']} steps, {t['images_per_second']} images/s", flush=True)
                     print(f"    kept epoch {kept} of {result['training']['epochs']}, head "
                           f"{(result['training'].get('start') or {}).get('head')}, start val "
                           f"{(result['training'].get('start') or {}).get('val_top1')}", flush=True)
 
-                recipe = fine_tune_recipe(n, learning_rate=args.lr)
+                known = base_rows(card["class_names"], ds.class_names) is not None
+                recipe = fine_tune_recipe(n, learning_rate=args.lr, known_classes=known)
                 if "default" in rows:
                     run("default", recipe)
                     ratios.append((results[(zip_name, ref, "default")][0] / results[(zip_name, ref, "probe")][0],
                                    zip_name, ref))
                 if "frozen" in rows:
-                    run("frozen", fine_tune_recipe(n, learning_rate=args.lr, freeze_backbone=True))
+                    run("frozen", fine_tune_recipe(n, learning_rate=args.lr, freeze_backbone=True, known_classes=known))
                 if "scratch" in rows:
                     run("scratch", TrainConfig(epochs=recipe.epochs, batch_size=recipe.batch_size), scratch=True)
                 if "old" in rows:
                     run("old", TrainConfig(epochs=30, head_init="new"))
-        print(f"\nrecipe for {n} images: {fine_tune_recipe(n)}")
     if ratios:
         low = min(ratios)
         print(f"lowest default/probe ratio {low[0]:.3f} ({low[2]} on {low[1]}); goal >= 1.0")

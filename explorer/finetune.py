@@ -53,6 +53,7 @@ class Member:
     label: str
     preset: str | None = None
     variant: str | None = None
+    classes: list = field(default_factory=list)  # the base's class names
 
 
 @dataclass
@@ -122,7 +123,7 @@ def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs
             base_name = card.get("name") or Path(folder).name
             suffix = f"-{tag}" if len(members) == 2 and name else ""
             planned.append(Member(tag, str(folder), (name + suffix) if name else f"{base_name}-ft-{dataset.name}",
-                                  label))
+                                  label, classes=list(card.get("class_names") or [])))
         if len(planned) == 2 and planned[0].name == planned[1].name:
             planned[0].name, planned[1].name = f"{planned[0].name}-A", f"{planned[1].name}-B"
     if dataset.x_train.shape[1:3] != (size, size):
@@ -155,9 +156,10 @@ def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int)
     raise JobError(f"unknown data source {source!r}; choose a zip of class folders, cifar10 or cifar100")
 
 
-def recipe_for(plan_recipe: dict, n_images: int, scratch: bool):
-    """The TrainConfig a job's members share: the default fine-tune recipe (or, for a new model, the
-    keras.io recipe) with the request's values on top."""
+def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: bool = False):
+    """The TrainConfig of a job's member: the default fine-tune recipe (or, for a new model, the keras.io
+    recipe with as many steps) with the request's values on top. `known_classes`: the job's classes are all
+    classes of the member's base."""
     import dataclasses
     from explorer.train import TrainConfig, fine_tune_recipe
     given = {k: v for k, v in plan_recipe.items() if v is not None}
@@ -166,7 +168,7 @@ def recipe_for(plan_recipe: dict, n_images: int, scratch: bool):
         steps = fine_tune_recipe(n_images, **given)  # the same number of steps and batch size
         return dataclasses.replace(steps, learning_rate=given.get("learning_rate", TrainConfig.learning_rate),
                                    weight_decay=TrainConfig.weight_decay, keep_best=False)
-    return fine_tune_recipe(n_images, **given)
+    return fine_tune_recipe(n_images, known_classes=known_classes, **given)
 
 
 # --- the job directory -----------------------------------------------------------------------------
@@ -227,16 +229,16 @@ def run_job(job_dir: Path, emit) -> None:
     """Trains every member of the job in `job_dir` in turn, writing checkpoints to job_dir/staging and
     reporting each step through `emit(event)`."""
     from explorer.config import get_preset
-    from explorer.train import device_name, fine_tune, train_new
+    from explorer.train import base_rows, device_name, fine_tune, train_new
     import keras
     job, ds = read_job(job_dir)
-    tc = recipe_for(job["recipe"], len(ds.x_train), job["scratch"])
-    emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend(),
-          "recipe": {k: v for k, v in tc.__dict__.items()}})
+    emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend()})
     staging = job_dir / "staging"
     for i, m in enumerate(job["members"]):
         progress = lambda event, i=i: emit({**event, "member": i})
-        emit({"kind": "member", "member": i})
+        known = base_rows(m.get("classes") or [], ds.class_names) is not None
+        tc = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)
+        emit({"kind": "member", "member": i, "recipe": dict(tc.__dict__)})
         if m["base"] is None:
             config = get_preset(m["preset"], variant=m["variant"])
             result = train_new(config, m["preset"], ds, tc, staging, m["name"], verbose=0, progress=progress)

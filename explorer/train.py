@@ -83,18 +83,23 @@ class TrainConfig:
 # How a fine-tune's classifier starts (see prepare_head): "auto" keeps the base's head for the base's own
 # classes, takes the base's rows when the new classes are some of the base's, else fits a linear probe.
 HEAD_INITS = ("auto", "probe", "new")
-# The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all.
-FT_TARGET_STEPS = 300
-FT_LEARNING_RATE = 1e-4
+# The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, at a peak
+# learning rate that depends on whether the new classes are classes the base already knows.
+FT_TARGET_STEPS = 500
+FT_LEARNING_RATE = 5e-4        # a task the base never saw: its features have to move
+FT_LEARNING_RATE_KNOWN = 1e-4  # the base's own classes: its features are already tuned for them
 FT_WEIGHT_DECAY = 0.05
 
 
 def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int | None = None,
-                     learning_rate: float | None = None, freeze_backbone: bool = False, **overrides) -> TrainConfig:
+                     learning_rate: float | None = None, freeze_backbone: bool = False,
+                     known_classes: bool = False, **overrides) -> TrainConfig:
     """The default recipe for fine-tuning a checkpoint on `n_images` training images (before the 10 %
     validation split): a head that starts where it can already score (the base's rows, or a linear probe on
-    the frozen features), then the whole model at a low learning rate, with a batch size scaled to the data
-    so that even a few hundred images give about FT_TARGET_STEPS steps. Given values win."""
+    the frozen features; see prepare_head), then the whole model with AdamW, warmup + cosine, crop + flip,
+    with a batch size scaled to the data so that even a few hundred images give about FT_TARGET_STEPS steps,
+    keeping the epoch (step 0 included) that does best on the validation split. `known_classes`: the new
+    classes are all base classes (a gentler learning rate). Given values win."""
     validation_fraction = overrides.pop("validation_fraction", 0.1 if n_images >= 20 else 0.0)
     n_fit = max(1, n_images - int(round(n_images * validation_fraction)))
     if batch_size is None:
@@ -102,10 +107,12 @@ def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int |
     batch_size = max(1, min(batch_size, n_fit))
     if epochs is None:
         epochs = int(np.clip(round(FT_TARGET_STEPS / math.ceil(n_fit / batch_size)), 1, 30))
-    return TrainConfig(**{"epochs": epochs, "batch_size": batch_size,
-                          "learning_rate": learning_rate or FT_LEARNING_RATE, "weight_decay": FT_WEIGHT_DECAY,
-                          "validation_fraction": validation_fraction, "freeze_backbone": freeze_backbone,
-                          "head_init": "auto", "keep_best": True, **overrides})
+    if learning_rate is None:
+        learning_rate = FT_LEARNING_RATE_KNOWN if known_classes else FT_LEARNING_RATE
+    return TrainConfig(**{"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+                          "weight_decay": FT_WEIGHT_DECAY, "validation_fraction": validation_fraction,
+                          "freeze_backbone": freeze_backbone, "head_init": "auto", "keep_best": True,
+                          **overrides})
 
 
 def _keras():
@@ -562,7 +569,8 @@ def _finish(model, record, config, preset, dataset, out_dir, name, base) -> dict
 
 def _default_help(name: str) -> str:
     recipe = {"epochs": f"about {FT_TARGET_STEPS} steps' worth", "batch_size": "scaled to the data (16-128)",
-              "learning_rate": str(FT_LEARNING_RATE), "weight_decay": str(FT_WEIGHT_DECAY)}
+              "learning_rate": f"{FT_LEARNING_RATE}, or {FT_LEARNING_RATE_KNOWN} for classes the base knows",
+              "weight_decay": str(FT_WEIGHT_DECAY)}
     new = getattr(TrainConfig, name)
     tuned = recipe.get(name, new)
     return f"{new} (with --base, the fine-tune recipe: {tuned})" if tuned != new else str(new)
@@ -646,8 +654,11 @@ def main(argv=None) -> int:
         print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
               f"{dataset.num_classes} classes; device {device_name()}", flush=True)
         if args.base and not args.extend:
+            from explorer.checkpoints import load_checkpoint
             n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
-            tc = fine_tune_recipe(n, **given)
+            base_classes = load_checkpoint(args.base)[1].get("class_names") or []
+            tc = fine_tune_recipe(n, known_classes=base_rows(base_classes, dataset.class_names) is not None,
+                                  **given)
             print(f"recipe: {tc.epochs} epochs of batch {tc.batch_size}, learning rate {tc.learning_rate}, "
                   f"head {tc.head_init}{', backbone frozen' if tc.freeze_backbone else ''}", flush=True)
         if args.base:

@@ -356,6 +356,7 @@ class MemberState:
     metrics: dict | None = None
     training: dict | None = None
     predictions: list | None = None
+    recipe: dict | None = None
 
 
 @dataclass
@@ -371,7 +372,6 @@ class RunState:
     backend: str = ""
     backend_reason: str = ""
     description: str = ""
-    recipe: dict | None = None
     run_id: int = 0
 
     @property
@@ -449,9 +449,10 @@ class FineTuneRunner:
             kind = event.get("kind")
             member = s.members[event["member"]] if "member" in event else None
             if kind == "started":
-                s.device, s.backend, s.recipe = event["device"], event["backend"], event.get("recipe")
+                s.device, s.backend = event["device"], event["backend"]
             elif kind == "member":
                 s.current, s.status = event["member"], "training"
+                member.recipe = event.get("recipe")
             elif kind == "batch":
                 member.step, member.total_steps = event["step"], event["total_steps"]
                 member.last_loss = event["loss"]

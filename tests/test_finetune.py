@@ -56,8 +56,9 @@ def test_short_recipe_scales_the_batch_to_the_data():
     for n in (60, 200, 800, 5000):
         tc = fine_tune_recipe(n)
         steps = tc.epochs * -(-round(n * 0.9) // tc.batch_size)
-        assert 150 <= steps <= 450 or tc.epochs in (1, 30), (n, tc)
-        assert tc.learning_rate == 1e-4 and tc.keep_best and tc.head_init == "auto"
+        assert 400 <= steps <= 600 or tc.epochs in (1, 30), (n, tc)
+        assert tc.learning_rate == 5e-4 and tc.keep_best and tc.head_init == "auto"
+    assert fine_tune_recipe(800, known_classes=True).learning_rate == 1e-4
     given = fine_tune_recipe(800, epochs=2, batch_size=8, learning_rate=3e-3, freeze_backbone=True)
     assert (given.epochs, given.batch_size, given.learning_rate, given.freeze_backbone) == (2, 8, 3e-3, True)
 
@@ -147,6 +148,8 @@ def test_a_pair_plan_shares_one_split_and_names_both(tiny_checkpoints, cifar10):
     assert len(plan.dataset.x_train) == 100 and len(plan.dataset.x_test) == 20
     assert plan.recipe == {"epochs": None, "learning_rate": None, "batch_size": None, "freeze_backbone": False}
     assert recipe_for(plan.recipe, 100, False) == fine_tune_recipe(100)
+    assert recipe_for(plan.recipe, 100, False, known_classes=True) == fine_tune_recipe(100, known_classes=True)
+    assert [m.classes for m in plan.members] == [cifar10.class_names] * 2
     with pytest.raises(JobError, match="images are 16x16 but the model takes 32x32"):
         plan_job(_members(tiny_checkpoints, "A"), Dataset("small", np.zeros((4, 16, 16, 3), np.uint8),
                                                          np.array([0, 1, 0, 1]), np.zeros((0, 16, 16, 3), np.uint8),
