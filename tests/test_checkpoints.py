@@ -158,10 +158,12 @@ def test_hub_loading_from_the_cache_at_pinned_revisions(hf_cache, tiny_checkpoin
 def test_uncached_repo_and_revision_give_clear_errors_fast(hf_cache):
     import time
     start = time.perf_counter()
-    with pytest.raises(HubError, match="not in the local Hugging Face cache and offline"):
+    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache and offline"):
         load_checkpoint("someone/does-not-exist", cache_dir=str(hf_cache))
-    with pytest.raises(HubError, match="someone/tiny-lsa@v9"):
+    with pytest.raises(CheckpointError, match="someone/tiny-lsa@v9"):
         load_checkpoint("someone/tiny-lsa@v9", cache_dir=str(hf_cache))
+    with pytest.raises(HubError, match="not in the local Hugging Face cache and offline"):
+        download("someone/does-not-exist", cache_dir=str(hf_cache))
     assert time.perf_counter() - start < 2
 
 
@@ -170,8 +172,9 @@ def test_cached_repo_that_is_not_a_checkpoint(tmp_path):
     other.mkdir()
     (other / "config.json").write_text("{}")
     populate_hf_cache(tmp_path / "hub", "someone/other", other, COMMIT)
-    with pytest.raises(HubError, match="not an explorer checkpoint"):
+    with pytest.raises(CheckpointError, match="someone/other is not an explorer checkpoint"):
         load_checkpoint("someone/other", cache_dir=str(tmp_path / "hub"))
+    assert download("someone/other", cache_dir=str(tmp_path / "hub")).name == COMMIT  # hub only moves folders
 
 
 def test_hub_loading_through_hf_home_in_a_fresh_process(tmp_path, tiny_checkpoints):
