@@ -22,8 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from explorer.checkpoints import read_card  # noqa: E402
 from explorer.config import ViTConfig  # noqa: E402
-from explorer.data import load_dataset  # noqa: E402
-from tests.conftest import DATA_DIR  # noqa: E402
+from explorer.data import sample_set  # noqa: E402
 from tests.e2e.conftest import start_app  # noqa: E402
 from tests.e2e.test_browser import CHROMIUM, FLAGS  # noqa: E402
 
@@ -35,7 +34,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="screenshots-"))
     image = work / "bird.png"
-    Image.fromarray(load_dataset("cifar10", DATA_DIR).x_test[13]).resize((128, 128)).save(image)
+    Image.fromarray(sample_set().x_test[13]).resize((128, 128)).save(image)
     (work / "checkpoints").symlink_to(ROOT / "checkpoints")
     proc, url, log = start_app(work / "checkpoints")  # its log goes to `work`, kept if anything fails
     try:

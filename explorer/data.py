@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import http.client
 import io
 import math
 import os
@@ -254,7 +255,7 @@ def _fetch(url: str, target: Path, progress: Progress | None, timeout: float) ->
                     progress(done / total if total else None,
                              f"downloading {target.name}: {done / 2**20:.0f}{size} MiB")
             if total and done != total:
-                raise DatasetError(f"the download of {url} stopped after {done:,} of {total:,} bytes")
+                raise DatasetError(f"the download of {url} stopped after {done:,} of {total:,} bytes; try again")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -284,6 +285,8 @@ def _extract(archive: Path, name: str, target: Path) -> Path:
         if not (tmp / _FOLDERS[name] / _META[name]).is_file():
             raise DatasetError(f"{archive} does not hold {_FOLDERS[name]}/{_META[name]}: not the "
                                f"{ARCHIVES[name]} layout; delete it and try again")
+        if (target / _FOLDERS[name] / _META[name]).is_file():  # another process finished first
+            return target / _FOLDERS[name]
         if target.exists():  # an earlier, incomplete extraction (ours or keras')
             shutil.rmtree(target)
         os.rename(tmp, target)
@@ -321,16 +324,16 @@ def download_cifar(name: str, progress: Progress | None = None, timeout: float =
         except urllib.error.HTTPError as e:
             raise DatasetError(f"{name} is not on this machine and {url} answered {e.code} {e.reason}. "
                                f"To use it, {what_to_do(name)}") from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", None) or e
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
             raise DatasetError(f"{name} is not on this machine and could not be downloaded from {url} "
-                               f"(offline? {reason}). To use it, {what_to_do(name)}") from None
+                               f"({reason}). To use it, {what_to_do(name)}") from None
         if url.startswith(DEFAULT_CIFAR_URL) and _sha256(archive) != _SHA256[name]:
             archive.unlink()
             raise DatasetError(f"the download of {url} is corrupt (its SHA-256 is not the archive's); "
                                f"try again")
     if progress:
-        progress(None, f"unpacking {archive.name}")
+        progress(1.0, f"unpacking {archive.name}")
     return _extract(archive, name, target)
 
 

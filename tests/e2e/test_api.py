@@ -29,7 +29,18 @@ def upload(tmp_path_factory, cifar10):
 def test_api_lists_every_endpoint(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/compare", "/sample", "/patches", "/attention", "/locality", "/tau", "/finetune", "/cancel",
-            "/load_model", "/disagreements", "/refresh", "/image"} <= names
+            "/load_model_a", "/load_model_b", "/disagreements", "/refresh", "/image"} <= names
+    assert "/load_model" not in names
+
+
+def test_every_parameter_has_a_meaningful_name(client):
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    sample = endpoints["/sample"]["parameters"]
+    assert [p["parameter_name"] for p in sample] == ["class_name", "ref_b", "seed"]
+    assert sample[2]["label"].startswith("seed")
+    for name, endpoint in endpoints.items():
+        for p in endpoint["parameters"]:
+            assert not p["label"].startswith("parameter_"), (name, p)
 
 
 def test_predict_on_an_upload(client, upload, cifar10):
@@ -96,7 +107,7 @@ def test_disagreements(client):
 
 
 def test_bad_model_keeps_the_previous_one(client):
-    ref, card = client.predict("nobody/not-cached", api_name="/load_model")
+    ref, card = client.predict("nobody/not-cached", api_name="/load_model_b")
     assert ref == B and "could not load 'nobody/not-cached'" in card and "`spt_lsa`" in card
 
 
@@ -120,7 +131,7 @@ def test_fine_tune_produces_a_checkpoint_loadable_in_slot_b(client, app_checkpoi
     assert "**done**" in status and "finetuned/e2e-run" in status, status
     new = set(list_checkpoints(app_checkpoints)) - before
     assert [p.name for p in new] == ["e2e-run"]
-    ref, card = client.predict("finetuned/e2e-run", api_name="/load_model")
+    ref, card = client.predict("finetuned/e2e-run", api_name="/load_model_b")
     assert ref == "finetuned/e2e-run" and "**e2e-run**" in card
     label_a, label_b, _ = client.predict(handle_file(_sample(client)), A, ref, api_name="/compare")
     assert len(_labels(label_b)) == 5
