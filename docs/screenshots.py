@@ -2,10 +2,10 @@
 
     python docs/screenshots.py            # writes docs/compare.png and docs/screenshot.png
 
-Launches `python app.py` on 127.0.0.1 (offline, CIFAR test images from ../shared/data or
-$EXPLORER_DATA_DIR), drives Debian's headless Chromium with Playwright (apt-get install chromium), uploads
-CIFAR-10 test image 13 (a bird) at 128 px, and captures the Compare tab and the Attention tab with the
-bottom-right patch as the query.
+Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data
+or the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium),
+uploads CIFAR-10 test image 13 (a bird, from the bundled sample) at 128 px, and captures the Compare tab
+and the Attention tab with the bottom-right patch as the query.
 """
 
 from __future__ import annotations
