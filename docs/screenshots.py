@@ -2,13 +2,14 @@
 
     python docs/screenshots.py   # writes docs/compare.png, screenshot.png, whatif.png and finetune.png
 
-Launches `python app.py` on 127.0.0.1 (offline, CIFAR test images from ../shared/data or
-$EXPLORER_DATA_DIR), drives Debian's headless Chromium with Playwright (apt-get install chromium), uploads
-CIFAR-10 test image 13 (a bird) at 128 px, and captures the Compare tab and the Attention tab with the
-bottom-right patch as the query, then the LSA switches with A's tau at a quarter and B's diagonal mask off.
-Then it fine-tunes both models on a zip of six CIFAR-100 superclasses (bench/finetune_quality.py's "new"
-task, one neither model has seen) with the default recipe, and captures the Fine-tune tab once the pair
-run is done (the app works on copies of the checkpoints, so the run's results are not left in checkpoints/).
+Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data
+or the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium),
+uploads CIFAR-10 test image 13 (a bird, from the bundled sample) at 128 px, and captures the Compare tab
+and the Attention tab with the bottom-right patch as the query, then the LSA switches with A's tau at a
+quarter and B's diagonal mask off. Then it fine-tunes both models on a zip of six CIFAR-100 superclasses
+(bench/finetune_quality.py's "new" task, one neither model has seen; built from the CIFAR folder) with
+the default recipe, and captures the Fine-tune tab once the pair run is done (the app works on copies of
+the checkpoints, so the run's results are not left in checkpoints/).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from explorer.checkpoints import read_card  # noqa: E402
 from explorer.config import ViTConfig  # noqa: E402
-from explorer.data import load_dataset  # noqa: E402
-from tests.conftest import DATA_DIR  # noqa: E402
+from explorer.data import sample_set  # noqa: E402
 from tests.e2e.conftest import start_app  # noqa: E402
 from tests.e2e.test_browser import CHROMIUM, FLAGS  # noqa: E402
 
@@ -38,12 +38,13 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="screenshots-"))
     image = work / "bird.png"
-    Image.fromarray(load_dataset("cifar10", DATA_DIR).x_test[13]).resize((128, 128)).save(image)
+    Image.fromarray(sample_set().x_test[13]).resize((128, 128)).save(image)
     for name in ("cifar10-vanilla", "cifar10-spt_lsa"):
         shutil.copytree(ROOT / "checkpoints" / name, work / "checkpoints" / name)
     sys.path.insert(0, str(ROOT / "bench"))
+    from _common import data_dir
     from finetune_quality import build_zips
-    new_task = build_zips(work, DATA_DIR)["new"]
+    new_task = build_zips(work, Path(data_dir()))["new"]
     proc, url, log = start_app(work / "checkpoints")  # its log goes to `work`, kept if anything fails
     try:
         with sync_playwright() as p:

@@ -1,0 +1,8 @@
+"""SPT/LSA ViT Explorer.
+
+Importing the package registers its Keras objects (the layers and the learning-rate schedule), so
+`keras.saving.load_model(folder)` loads a checkpoint after a plain `import explorer`; that is the one
+thing an import does.
+"""
+
+from explorer import layers, schedules  # noqa: F401  (registration only)

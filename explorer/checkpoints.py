@@ -5,19 +5,27 @@
       explorer.json                                  the card: variant, config, dataset, metrics, history
       README.md                                      Hugging Face model card with front matter
 
-The same layout is used locally and on the Hub, so a snapshot of a Hub repo is loaded like a folder.
+The same layout is used locally and on the Hub, so a snapshot of a Hub repo is loaded like a folder
+(`resolve` is the one place a reference becomes a folder; explorer.hub only moves folders).
 Folders are written under a temporary name and renamed into place: a reader never sees half of one.
+
+    python -m explorer.hub push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
+    python -m explorer.hub pull owner/vit-spt-lsa-cifar10@main
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
 import re
 import shutil
+import sys
 import uuid
 from pathlib import Path
+
+from explorer import hub
 
 CARD = "explorer.json"
 MODEL_FILES = ("config.json", "metadata.json", "model.weights.h5")
@@ -150,8 +158,23 @@ def model_card(card: dict) -> str:
                      for k in ("loss", "top1", "val_top1")]
             lr = f"{e['learning_rate']:.2e}" if isinstance(e.get("learning_rate"), (int, float)) else "–"
             lines.append(f"| {e.get('epoch')} | {' | '.join(cells)} | {lr} | {tau} |")
-    lines += ["", "Load it with the explorer (`explorer.checkpoints.load_checkpoint`) or plain Keras "
-              "after `import explorer.layers`: `keras.saving.load_model(folder)`.", ""]
+    name = card.get("name") or "this-model"
+    lines += ["", "## How to use", "",
+              "Plain Keras loads this folder or its Hub repo once the SPT/LSA ViT Explorer's `explorer` "
+              "package is importable (run from its repository, with its requirements.txt installed): "
+              "`import explorer` registers the custom layers and the learning-rate schedule. The model "
+              "takes raw 0-255 RGB pixels, "
+              f"{(card.get('config') or {}).get('image_size', 32)} px square, and returns logits over "
+              f"`class_names` in `{CARD}`:", "",
+              "```python", "import explorer  # registers the layers and the schedule", "import keras", "",
+              f'model = keras.saving.load_model("checkpoints/{name}")        # a local folder',
+              f'model = keras.saving.load_model("hf://your-name/{name}")   # or its Hub repo',
+              "logits = model.predict(images)  # uint8 or float, (N, H, W, 3), values 0-255", "```", "",
+              "In the explorer app, type the Hub id into a model slot: `your-name/" + name + "`, or "
+              "`your-name/" + name + "@<revision>` for a branch, tag or commit (`hf://your-name/" + name +
+              "` works too). `explorer.checkpoints.load_checkpoint(ref)` takes the same references and "
+              "returns the model with this card; it loads with `safe_mode=True` and refuses layers that "
+              "are not the explorer's.", ""]
     return "\n".join(lines)
 
 
@@ -304,18 +327,43 @@ def load_folder(folder: str | os.PathLike):
     return model, card
 
 
-def load_checkpoint(ref: str | os.PathLike, cache_dir: str | None = None):
-    """(model, card) from a local folder, `owner/name`, `owner/name@revision` or `hf://owner/name`."""
+def resolve(ref: str | os.PathLike, cache_dir: str | None = None) -> Path:
+    """The checkpoint folder of a local path, `owner/name`, `owner/name@revision` or `hf://owner/name`
+    (a Hub snapshot, downloaded or from the cache). Every failure is a CheckpointError."""
     path = Path(ref)
     if path.is_dir():
-        return load_folder(path)
-    from explorer import hub
+        return path
     text = str(ref)
     if text.startswith("hf://") or hub.looks_like_repo_id(text):
-        return load_folder(hub.download(text, cache_dir=cache_dir))
+        try:
+            folder = hub.download(text, cache_dir=cache_dir)
+        except hub.HubError as e:
+            raise CheckpointError(str(e)) from None
+        if not is_checkpoint(folder):
+            raise CheckpointError(f"{text} is not an explorer checkpoint (it lacks {CARD} or the Keras "
+                                  f"files {', '.join(MODEL_FILES)})")
+        return folder
     if any(sep in text for sep in ("/", "\\")) or text.startswith("."):
         raise CheckpointError(f"{text} is not a folder")
     raise CheckpointError(f"{text!r} is neither a checkpoint folder nor a Hub id (owner/name[@revision])")
+
+
+def load_checkpoint(ref: str | os.PathLike, cache_dir: str | None = None):
+    """(model, card) from a local folder, `owner/name`, `owner/name@revision` or `hf://owner/name`."""
+    return load_folder(resolve(ref, cache_dir))
+
+
+def push(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None) -> str:
+    """Uploads a checkpoint folder to the Hub model repo `repo_id`; returns the commit URL."""
+    folder = Path(folder)
+    if not is_checkpoint(folder):
+        raise CheckpointError(f"{folder} is not an explorer checkpoint folder")
+    card = read_card(folder)
+    try:
+        return hub.upload(folder, repo_id, private=private, token=token,
+                          commit_message=f"Upload {card.get('name') or folder.name}")
+    except hub.HubError as e:
+        raise CheckpointError(str(e)) from None
 
 
 def describe_augmentation(recipe: dict) -> str:
@@ -328,3 +376,26 @@ def describe_augmentation(recipe: dict) -> str:
         parts.append(" / ".join(mixes) + ("" if prob >= 1 else f" on {100 * prob:.0f} % of batches"))
     return ", ".join(parts) or "none"
 
+
+
+def main(argv=None) -> int:
+    """`python -m explorer.hub push|pull`: checkpoints to and from the Hub."""
+    p = argparse.ArgumentParser(prog="python -m explorer.hub", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    push_p = sub.add_parser("push", help="upload a checkpoint folder to a Hub model repo")
+    push_p.add_argument("checkpoint")
+    push_p.add_argument("repo_id")
+    push_p.add_argument("--private", action="store_true")
+    pull_p = sub.add_parser("pull", help="download a checkpoint into the HF cache and print its folder")
+    pull_p.add_argument("ref", help="owner/name[@revision]")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "push":
+            print(push(args.checkpoint, args.repo_id, private=args.private))
+        else:
+            print(resolve("hf://" + args.ref.removeprefix("hf://")))  # always the Hub, never a local path
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,19 +1,47 @@
-"""Datasets: CIFAR-10/100 in the original python-pickle layout, image folders, and augmentation."""
+"""Datasets: CIFAR-10/100 in the original python-pickle layout, the bundled sample, downloads, image
+folders, and augmentation.
+
+Where CIFAR comes from, in order: a folder given (or $EXPLORER_DATA_DIR), the Keras cache
+(`~/.keras/datasets`, or `$KERAS_HOME/datasets`, in keras.datasets' layout), and, for the first 1,000
+CIFAR-10 test images, the sample bundled in `explorer/samples/`. When a feature needs more than the
+sample, `load_cifar` downloads the real archive once into the Keras cache.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import http.client
 import io
 import math
 import os
 import pickle
+import shutil
+import tarfile
+import urllib.error
+import urllib.request
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 DATASETS = ("cifar10", "cifar100")
 _FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+_META = {"cifar10": "batches.meta", "cifar100": "meta"}
+# keras.datasets' cache layout: <KERAS_HOME>/datasets/<name>-target/<folder>, the archive beside it.
+_KERAS_TARGETS = {"cifar10": "cifar-10-batches-py-target", "cifar100": "cifar-100-python-target"}
+ARCHIVES = {"cifar10": "cifar-10-python.tar.gz", "cifar100": "cifar-100-python.tar.gz"}
+DEFAULT_CIFAR_URL = "https://www.cs.toronto.edu/~kriz/"
+ARCHIVE_SIZES = {"cifar10": "163 MB", "cifar100": "161 MB"}
+# The genuine archives' digests (as keras.datasets checks them); a mirror set by $EXPLORER_CIFAR_URL is
+# checked by its layout instead.
+_SHA256 = {"cifar10": "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
+           "cifar100": "85cd44d02ba6437773c5bbd22e183051d648de2e7d6b014e1ef29b855ba677a7"}
+SAMPLE_FILE = Path(__file__).resolve().parent / "samples" / "cifar10_test_1000.npz"
+SAMPLE_SOURCE = "the CIFAR-10 sample bundled with the app"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
@@ -33,6 +61,7 @@ class Dataset:
     class_names: list[str]
     source: str = ""
     note: str = ""
+    sample: bool = False  # the bundled sample: test images only, the first len(x_test) of the test set
 
     @property
     def num_classes(self) -> int:
@@ -50,7 +79,7 @@ class Dataset:
 
         x_train, y_train = pick(self.x_train, self.y_train, train)
         x_test, y_test = pick(self.x_test, self.y_test, test)
-        return Dataset(self.name, x_train, y_train, x_test, y_test, self.class_names, self.source, self.note)
+        return dataclasses.replace(self, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
 
 
 def _unpickle(path: Path) -> dict:
@@ -132,48 +161,214 @@ def provenance_note(folder: Path) -> str:
     return JPEG_NOTE if "JPEG" in text else ""
 
 
+def read_cifar_test(folder: str | os.PathLike, name: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(images, labels, class names) of a CIFAR folder's test split only (no training batches read)."""
+    folder = Path(folder)
+    if name not in _FOLDERS:
+        raise DatasetError(f"unknown dataset {name!r}; choose one of {DATASETS}")
+    test = _unpickle(folder / ("test_batch" if name == "cifar10" else "test"))
+    meta = _unpickle(folder / _META[name])
+    class_names = _decode(meta.get(b"label_names" if name == "cifar10" else b"fine_label_names", []))
+    x = _images(test, folder)
+    y = _labels(test, b"labels" if name == "cifar10" else b"fine_labels", folder, len(x))
+    if not class_names:
+        raise DatasetError(f"{folder}: the meta file lists no class names")
+    return x, y, class_names
+
+
+@functools.lru_cache(maxsize=1)
+def sample_set() -> Dataset:
+    """The bundled CIFAR-10 sample: the first 1,000 test images with their labels; no training split.
+
+    Read-only arrays (the one copy is shared). Its pixels come from the same public JPEG copy as the
+    shipped checkpoints' test set (`note` says so), so the cards' check set can be verified on it.
+    """
+    try:
+        with np.load(SAMPLE_FILE, allow_pickle=False) as z:
+            x, y = z["images"], z["labels"].astype(np.int64)
+            class_names, note = [str(c) for c in z["class_names"]], str(z["note"])
+    except (OSError, KeyError, ValueError) as e:
+        raise DatasetError(f"the bundled sample {SAMPLE_FILE} cannot be read ({type(e).__name__}: {e}); "
+                           f"regenerate it with tools/make_sample_set.py") from None
+    for array in (x, y):
+        array.setflags(write=False)
+    empty = np.zeros((0,) + x.shape[1:], np.uint8)
+    return Dataset("cifar10", empty, np.zeros(0, np.int64), x, y, class_names, SAMPLE_SOURCE,
+                   f"the first {len(x):,} CIFAR-10 test images, bundled with the app; {note}", sample=True)
+
+
+def keras_cache_dir() -> Path:
+    """Where keras.datasets keeps its downloads: $KERAS_HOME/datasets, else ~/.keras/datasets."""
+    home = os.environ.get("KERAS_HOME") or Path.home() / ".keras"
+    return Path(home).expanduser() / "datasets"
+
+
 def candidate_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Where a CIFAR folder is looked for, in order: the argument, $EXPLORER_DATA_DIR, the Keras cache."""
+    """Where a CIFAR folder is looked for, in order: the argument (else $EXPLORER_DATA_DIR), then the
+    Keras cache. An explicit argument replaces the variable: the caller said where to look."""
     dirs = []
-    if data_dir:
-        dirs.append(Path(data_dir).expanduser())
-    if os.environ.get("EXPLORER_DATA_DIR"):
-        dirs.append(Path(os.environ["EXPLORER_DATA_DIR"]).expanduser())
-    keras_home = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras"))
-    dirs.append(keras_home / "datasets")
+    given = data_dir or os.environ.get("EXPLORER_DATA_DIR")
+    if given:
+        dirs.append(Path(given).expanduser())
+    dirs.append(keras_cache_dir())
     return dirs
 
 
 def find_cifar(name: str, data_dir: str | os.PathLike | None = None) -> Path | None:
-    """The first folder holding the named CIFAR dataset, or None."""
+    """The first folder holding the named CIFAR dataset (the original layout), or None."""
     if name not in _FOLDERS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {DATASETS}")
     for base in candidate_dirs(data_dir):
-        for folder in (base / _FOLDERS[name], base):
-            if (folder / ("batches.meta" if name == "cifar10" else "meta")).is_file():
+        for folder in (base / _FOLDERS[name], base / _KERAS_TARGETS[name] / _FOLDERS[name], base):
+            if (folder / _META[name]).is_file():
                 return folder
     return None
 
 
-def load_cifar(name: str, data_dir: str | os.PathLike | None = None, download: bool = True) -> Dataset:
-    """CIFAR-10 or CIFAR-100 from the first place that has it, else from keras.datasets (online)."""
+def cifar_url(name: str) -> str:
+    """The archive's URL: $EXPLORER_CIFAR_URL (a mirror, or a test server) or the CIFAR home page."""
+    base = os.environ.get("EXPLORER_CIFAR_URL") or DEFAULT_CIFAR_URL
+    return base.rstrip("/") + "/" + ARCHIVES[name]
+
+
+Progress = Callable[[float | None, str], None]
+
+
+def what_to_do(name: str) -> str:
+    """How to give this machine the full dataset, in one sentence."""
+    cache = keras_cache_dir()
+    return (f"set EXPLORER_DATA_DIR to a folder holding {_FOLDERS[name]}/, put {ARCHIVES[name]} "
+            f"({ARCHIVE_SIZES[name]}) into {cache}, or run where {cifar_url(name)} can be reached")
+
+
+def _fetch(url: str, target: Path, progress: Progress | None, timeout: float) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as f:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            done = 0
+            while chunk := response.read(2**20):
+                f.write(chunk)
+                done += len(chunk)
+                if progress:
+                    size = f" of {total / 2**20:.0f}" if total else ""
+                    progress(done / total if total else None,
+                             f"downloading {target.name}: {done / 2**20:.0f}{size} MiB")
+            if total and done != total:
+                raise DatasetError(f"the download of {url} stopped after {done:,} of {total:,} bytes; try again")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(2**22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _extract(archive: Path, name: str, target: Path) -> Path:
+    """Unpacks `archive` into `target` (keras' `<name>-target` folder) via a temporary sibling."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(tmp, filter="data")  # refuses absolute paths, '..', links out of the folder
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise DatasetError(f"{archive} is not a readable {ARCHIVES[name]} ({type(e).__name__}: {e}); "
+                               f"delete it and try again") from None
+        if not (tmp / _FOLDERS[name] / _META[name]).is_file():
+            raise DatasetError(f"{archive} does not hold {_FOLDERS[name]}/{_META[name]}: not the "
+                               f"{ARCHIVES[name]} layout; delete it and try again")
+        if (target / _FOLDERS[name] / _META[name]).is_file():  # another process finished first
+            return target / _FOLDERS[name]
+        if target.exists():  # an earlier, incomplete extraction (ours or keras')
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target / _FOLDERS[name]
+
+
+def download_cifar(name: str, progress: Progress | None = None, timeout: float = 30) -> Path:
+    """Downloads and unpacks the real CIFAR archive once into the Keras cache; returns its folder.
+
+    The layout is keras.datasets' (`datasets/<name>-target/<folder>` and the archive beside it as
+    `<name>-target_archive`), so keras.datasets.cifar10.load_data() finds it too, and an archive put
+    there by hand (under either name) is used without a download. Every file appears whole or not
+    at all: written under a temporary name, then renamed.
+    """
+    if name not in _FOLDERS:
+        raise DatasetError(f"unknown dataset {name!r}; choose one of {DATASETS}")
+    cache = keras_cache_dir()
+    target = cache / _KERAS_TARGETS[name]
+    if (target / _FOLDERS[name] / _META[name]).is_file():
+        return target / _FOLDERS[name]
+    archive = cache / f"{_KERAS_TARGETS[name]}_archive"
+    url = cifar_url(name)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatasetError(f"cannot create {cache} for the {name} download ({e.strerror or e}); "
+                           f"{what_to_do(name)}") from None
+    if not archive.is_file() and (cache / ARCHIVES[name]).is_file():
+        archive = cache / ARCHIVES[name]
+    if not archive.is_file():
+        try:
+            _fetch(url, archive, progress, timeout)
+        except urllib.error.HTTPError as e:
+            raise DatasetError(f"{name} is not on this machine and {url} answered {e.code} {e.reason}. "
+                               f"To use it, {what_to_do(name)}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
+            raise DatasetError(f"{name} is not on this machine and could not be downloaded from {url} "
+                               f"({reason}). To use it, {what_to_do(name)}") from None
+        if url.startswith(DEFAULT_CIFAR_URL) and _sha256(archive) != _SHA256[name]:
+            archive.unlink()
+            raise DatasetError(f"the download of {url} is corrupt (its SHA-256 is not the archive's); "
+                               f"try again")
+    if progress:
+        progress(1.0, f"unpacking {archive.name}")
+    return _extract(archive, name, target)
+
+
+def load_cifar(name: str, data_dir: str | os.PathLike | None = None, download: bool = True,
+               progress: Progress | None = None) -> Dataset:
+    """The full CIFAR-10 or CIFAR-100 (both splits) from the first place that has it; else, with
+    `download`, fetched once into the Keras cache (`progress(fraction or None, message)` follows it).
+
+    Offline or without `download`, the DatasetError says where it looked and what to do.
+    """
     folder = find_cifar(name, data_dir)
     if folder is not None:
         return read_cifar(folder, name)
-    tried = ", ".join(str(d) for d in candidate_dirs(data_dir))
     if not download:
-        raise DatasetError(f"{name} not found; looked in {tried}")
-    try:
-        import keras
-        module = keras.datasets.cifar10 if name == "cifar10" else keras.datasets.cifar100
-        module.load_data()  # downloads and unpacks into ~/.keras/datasets
-    except Exception as e:
-        raise DatasetError(f"{name} not found (looked in {tried}) and keras.datasets could not "
-                           f"download it: {type(e).__name__}: {e}") from None
+        tried = ", ".join(str(d) for d in candidate_dirs(data_dir))
+        raise DatasetError(f"no {name} data here; looked in {tried}. To use it, {what_to_do(name)}")
+    return read_cifar(download_cifar(name, progress), name)
+
+
+def load_test_set(name: str, data_dir: str | os.PathLike | None = None, need: int = 1,
+                  download: bool = True, progress: Progress | None = None) -> Dataset:
+    """A dataset whose test split has at least `need` images (fewer only if the full test set has
+    fewer): a CIFAR folder when there is one, else the bundled sample when it is enough, else the
+    full data downloaded (see load_cifar). Its training split may be empty (the sample has none)."""
     folder = find_cifar(name, data_dir)
-    if folder is None:
-        raise DatasetError(f"{name} was downloaded but not found in {tried}")
-    return read_cifar(folder, name)
+    if folder is not None:
+        return read_cifar(folder, name)
+    if name == "cifar10" and need <= len(sample_set().x_test):
+        return sample_set()
+    if name not in _FOLDERS:
+        raise DatasetError(f"unknown dataset {name!r}; choose one of {DATASETS}")
+    if not download:
+        raise DatasetError(f"{need:,} {name} test images need the full data set, which is not here; "
+                           f"to use it, {what_to_do(name)}")
+    return load_cifar(name, data_dir, download=True, progress=progress)
 
 
 def _open_rgb(data: bytes, name: str, size: int) -> np.ndarray:

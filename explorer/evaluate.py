@@ -18,7 +18,7 @@ import numpy as np
 
 from explorer.checkpoints import CheckpointError, load_checkpoint, update_card
 from explorer.config import ViTConfig
-from explorer.data import DatasetError, load_dataset
+from explorer.data import DATASETS, DatasetError, load_dataset, load_test_set
 from explorer.probe import Probe, attention_entropy, mean_attention_distance, softmax
 from explorer.train import accuracy_metrics, predict_logits
 
@@ -36,7 +36,11 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
         model, card = load_checkpoint(ref)
         name = dataset_name or card.get("dataset", {}).get("name", "cifar10")
         if name not in datasets:
-            datasets[name] = load_dataset(name, data_dir)
+            # A few test images (the cards' 200-image check set, say) come from the bundled sample
+            # when there is no data here; the whole test set from a folder, or downloaded once.
+            need = max(limit or 10**9, locality_images)
+            datasets[name] = (load_test_set(name, data_dir, need) if name in DATASETS
+                              else load_dataset(name, data_dir))
         ds = datasets[name]
         if ds.num_classes != model.output_shape[-1]:
             raise CheckpointError(f"{ref} predicts {model.output_shape[-1]} classes but {name} has "

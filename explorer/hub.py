@@ -1,4 +1,8 @@
-"""Hugging Face Hub pull and push of checkpoint folders (huggingface_hub is imported lazily).
+"""Hugging Face Hub transport: Hub ids, and folders down from and up to a model repo.
+
+It moves folders and knows nothing of what is in them (huggingface_hub is imported lazily); whether a
+folder is a checkpoint, and turning a reference into one, is explorer.checkpoints' business. The
+command line lives there too, with the checks it needs:
 
     python -m explorer.hub push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
     python -m explorer.hub pull owner/vit-spt-lsa-cifar10@main
@@ -6,13 +10,10 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
 from pathlib import Path
-
-from explorer.checkpoints import CheckpointError, is_checkpoint, read_card
 
 # Hub rules: owner and name of letters, digits, '-', '_', '.', no '--' or '..', at most 96 characters.
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
@@ -20,8 +21,8 @@ _REPO_ID = re.compile(rf"^{_PART}/{_PART}$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 
 
-class HubError(CheckpointError):
-    """A Hub id that is malformed, not reachable, not cached, or not a checkpoint."""
+class HubError(ValueError):
+    """A Hub id that is malformed, or a repo that is not reachable or not cached."""
 
 
 def parse_ref(ref: str) -> tuple[str, str | None]:
@@ -58,7 +59,7 @@ def is_offline() -> bool:
 
 
 def download(ref: str, cache_dir: str | None = None) -> Path:
-    """A local snapshot folder of a Hub checkpoint (from the cache when offline) at the pinned revision."""
+    """A local snapshot folder of a Hub model repo (from the cache when offline) at the pinned revision."""
     repo_id, revision = parse_ref(ref)
     try:
         import huggingface_hub
@@ -83,23 +84,18 @@ def download(ref: str, cache_dir: str | None = None) -> Path:
         raise HubError(f"{where}: the Hub answered {e}") from None
     except OSError as e:
         raise HubError(f"{where}: cannot be fetched ({type(e).__name__}: {e})") from None
-    folder = Path(folder)
-    if not is_checkpoint(folder):
-        raise HubError(f"{where} is not an explorer checkpoint (it lacks explorer.json or the Keras "
-                       f"files config.json, metadata.json, model.weights.h5)")
-    return folder
+    return Path(folder)
 
 
-def push(checkpoint_dir: str | os.PathLike, repo_id: str, private: bool = False,
-         token: str | None = None, commit_message: str | None = None) -> str:
-    """Uploads a checkpoint folder to `repo_id` (created if needed); returns the commit URL.
+def upload(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None,
+           commit_message: str | None = None) -> str:
+    """Uploads a folder to the model repo `repo_id` (created if needed); returns the commit URL.
 
-    The token comes from the argument, $HF_TOKEN or `huggingface-cli login`.
+    The token comes from the argument, $HF_TOKEN or `hf auth login`.
     """
-    folder = Path(checkpoint_dir)
-    if not is_checkpoint(folder):
-        raise CheckpointError(f"{folder} is not an explorer checkpoint folder")
-    card = read_card(folder)
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise HubError(f"{folder} is not a folder")
     repo_id, revision = parse_ref(repo_id)
     if revision:
         raise HubError("push takes owner/name without @revision")
@@ -107,32 +103,11 @@ def push(checkpoint_dir: str | os.PathLike, repo_id: str, private: bool = False,
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
-                             commit_message=commit_message or f"Upload {card.get('name')}",
+                             commit_message=commit_message or f"Upload {folder.name}",
                              ignore_patterns=[".*", "__pycache__"])
     return str(getattr(info, "commit_url", info))
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m explorer.hub", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
-    push_p = sub.add_parser("push", help="upload a checkpoint folder to a Hub model repo")
-    push_p.add_argument("checkpoint")
-    push_p.add_argument("repo_id")
-    push_p.add_argument("--private", action="store_true")
-    pull_p = sub.add_parser("pull", help="download a checkpoint into the HF cache and print its folder")
-    pull_p.add_argument("ref", help="owner/name[@revision]")
-    args = p.parse_args(argv)
-    try:
-        if args.command == "push":
-            print(push(args.checkpoint, args.repo_id, private=args.private))
-        else:
-            print(download(args.ref))
-    except CheckpointError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m explorer.hub`: the CLI checks checkpoints, so it lives there
+    from explorer.checkpoints import main
     sys.exit(main())

@@ -22,6 +22,7 @@ import numpy as np
 
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
 from explorer.data import Dataset, DatasetError, augment_batch, load_dataset, mix_batch
+from explorer.schedules import WarmUpCosine
 
 
 class Cancelled(Exception):
@@ -139,34 +140,6 @@ def device_name() -> str:
     except Exception:
         pass
     return "CPU"
-
-
-def warmup_cosine_class():
-    keras = _keras()
-
-    @keras.saving.register_keras_serializable(package="explorer")
-    class WarmUpCosine(keras.optimizers.schedules.LearningRateSchedule):
-        """Linear warmup to `peak`, then cosine decay to 0 at `total_steps` (keras.io)."""
-
-        def __init__(self, peak, total_steps, warmup_steps):
-            self.peak = float(peak)
-            self.total_steps = int(total_steps)
-            self.warmup_steps = int(warmup_steps)
-
-        def __call__(self, step):
-            ops = keras.ops
-            step = ops.cast(step, "float32")
-            warm = float(self.warmup_steps)
-            progress = ops.clip((step - warm) / max(self.total_steps - warm, 1.0), 0.0, 1.0)
-            cosine = 0.5 * self.peak * (1.0 + ops.cos(math.pi * progress))
-            if not self.warmup_steps:
-                return cosine
-            return ops.where(step < warm, self.peak * step / warm, cosine)
-
-        def get_config(self):
-            return {"peak": self.peak, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps}
-
-    return WarmUpCosine
 
 
 def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_alpha=0.0, cutmix_alpha=0.0,
@@ -313,7 +286,7 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     total_steps = steps_per_epoch * tc.epochs
     if tc.max_steps:
         total_steps = min(total_steps, tc.max_steps)
-    schedule = warmup_cosine_class()(tc.learning_rate, total_steps, int(tc.warmup_fraction * total_steps))
+    schedule = WarmUpCosine(tc.learning_rate, total_steps, int(tc.warmup_fraction * total_steps))
     optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=tc.weight_decay)
     # Temperatures, norms, biases and position embeddings are not decayed towards zero.
     optimizer.exclude_from_weight_decay(var_names=["tau", "bias", "gamma", "beta", "position_embedding"])

@@ -21,7 +21,7 @@ import pandas as pd
 from explorer import render
 from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS, VARIANTS, get_preset
-from explorer.data import DatasetError, find_cifar, load_cifar
+from explorer.data import DatasetError, find_cifar, keras_cache_dir, load_cifar, load_test_set, sample_set
 from explorer.finetune import ZIP, JobError, Limits, choose_backend, job_data, plan_job, report
 from explorer.inputs import ImageInputError, load_image
 from explorer.probe import tau_table
@@ -74,7 +74,8 @@ def _what_if_line(name: str, w) -> str:
 
 
 def default_data_dir() -> str | None:
-    """$EXPLORER_DATA_DIR, else a `shared/data` folder beside the project (this repo's layout)."""
+    """$EXPLORER_DATA_DIR, else a `shared/data` folder beside the project (this repo's layout), else None:
+    the bundled sample, the Keras cache and downloads on demand (explorer.data)."""
     if os.environ.get("EXPLORER_DATA_DIR"):
         return os.environ["EXPLORER_DATA_DIR"]
     beside = PROJECT.parent / "shared" / "data"
@@ -97,7 +98,8 @@ class Explorer:
                              max_zip_mb=env_int("EXPLORER_MAX_ZIP_MB", 200))
         self.samples_dir = Path(tempfile.mkdtemp(prefix="explorer-samples-"))
         self._datasets: dict[str, object] = {}
-        self._data_lock = threading.Lock()
+        self._data_lock = threading.Lock()  # guards _datasets; held only for a look-up
+        self._load_lock = threading.Lock()  # one load (or download) at a time
         self._decoded: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._decode_lock = threading.Lock()
 
@@ -202,11 +204,47 @@ class Explorer:
             return None, f"**⚠ {e}**"
         return (square(preview, 224) if max(preview.shape[:2]) * 2 <= 224 else preview), ""
 
-    def dataset(self, name: str):
-        with self._data_lock:
-            if name not in self._datasets:
-                self._datasets[name] = load_cifar(name, self.data_dir, download=False)
-            return self._datasets[name]
+    def dataset(self, name: str, need: int = 1, progress=None, download: bool = True):
+        """`name`'s test images, at least `need` of them when the data has that many: a CIFAR folder, else
+        the bundled sample, else the full data downloaded once (explorer.data.load_test_set), kept for
+        every session. May have no training split: for training, see `training_data`."""
+        def cached():
+            with self._data_lock:
+                ds = self._datasets.get(name)
+            return ds if ds is not None and (not ds.sample or len(ds.x_test) >= need) else None
+
+        if (ds := cached()) is not None:
+            return ds
+        with self._load_lock:
+            if (ds := cached()) is not None:  # another session loaded it meanwhile
+                return ds
+            ds = load_test_set(name, self.data_dir, need, download=download, progress=progress)
+            with self._data_lock:
+                self._datasets[name] = ds
+            return ds
+
+    def training_data(self, name: str, progress=None):
+        """The full `name` (both splits): a CIFAR folder, else downloaded once into the Keras cache
+        (`progress(fraction or None, message)` follows it); offline, a DatasetError saying what to do."""
+        ds = self.dataset(name, progress=progress)
+        if not ds.sample:
+            return ds
+        with self._load_lock:
+            full = load_cifar(name, self.data_dir, download=True, progress=progress)
+            with self._data_lock:
+                self._datasets[name] = full
+            return full
+
+    def data_note(self) -> str:
+        """Where the test images come from, for the page."""
+        folder = find_cifar("cifar10", self.data_dir)
+        if folder is not None:
+            return f"_Test samples: CIFAR-10 from `{folder}`._"
+        n = len(sample_set().x_test)
+        return (f"_Test samples come from the **{n:,} CIFAR-10 test images bundled with the app** (the first "
+                f"{n:,} of the test set; pixels decoded from a public JPEG copy of CIFAR-10, mean absolute "
+                f"error 5.8/255 against the originals). More (over {n:,} images, CIFAR-100, training) is "
+                f"downloaded once into `{keras_cache_dir()}`._")
 
     def sample_dataset_name(self, ref_b: str | None) -> str:
         try:
@@ -215,14 +253,14 @@ class Explorer:
             name = None
         return name if name in ("cifar10", "cifar100") else "cifar10"
 
-    def sample(self, class_name: str, ref_b: str | None, seed: float | None = None):
+    def sample(self, class_name: str, ref_b: str | None, seed: float | None = None, progress=gr.Progress()):
         """A test image (random, or of one class) saved as PNG, its preview and its true label."""
         from PIL import Image
         name = self.sample_dataset_name(ref_b)
         try:
-            ds = self.dataset(name)
+            ds = self.dataset(name, progress=_reporter(progress))
         except DatasetError as e:
-            raise gr.Error(f"no {name} data here, so no samples: {e}") from None
+            raise gr.Error(f"no {name} test samples: {e}") from None
         rng = np.random.default_rng(None if seed is None or seed < 0 else int(seed))
         if class_name and class_name != "random":
             if class_name not in ds.class_names:
@@ -243,8 +281,8 @@ class Explorer:
         match = _SAMPLE_NAME.match(Path(str(file)).name)
         if not match:
             return None
-        try:
-            ds = self.dataset(match.group(1))
+        try:  # a file named like a sample from the full test set, with only the bundled sample here: no label
+            ds = self.dataset(match.group(1), need=int(match.group(2)) + 1, download=False)
             return ds.class_names[ds.y_test[int(match.group(2))]]
         except (DatasetError, IndexError):
             return None
@@ -271,7 +309,7 @@ class Explorer:
                      "in one call)")
         return top_a, top_b, "\n\n".join(lines)
 
-    def disagreements(self, ref_a: str, ref_b: str, count: float):
+    def disagreements(self, ref_a: str, ref_b: str, count: float, progress=gr.Progress()):
         """Both models over N test images: accuracies, per-class differences, where they disagree."""
         from explorer.train import accuracy_metrics, predict_logits
         count = int(count or 0)
@@ -282,9 +320,9 @@ class Explorer:
             raise gr.Error("the two models predict different classes; compare models of one dataset")
         name = self.sample_dataset_name(ref_b)
         try:
-            ds = self.dataset(name)
+            ds = self.dataset(name, need=count, progress=_reporter(progress))
         except DatasetError as e:
-            raise gr.Error(f"no {name} data here: {e}") from None
+            raise gr.Error(f"{count:,} {name} test images are not here: {e}") from None
         if len(a.class_names) != ds.num_classes:
             raise gr.Error(f"the models predict {len(a.class_names)} classes but {name} has {ds.num_classes}")
         count = min(count, len(ds.x_test))
@@ -296,7 +334,8 @@ class Explorer:
         m_a, m_b = accuracy_metrics(preds[0], y), accuracy_metrics(preds[1], y)
         p_a, p_b = preds[0].argmax(-1), preds[1].argmax(-1)
         differ = np.flatnonzero(p_a != p_b)
-        summary = (f"On the first **{count}** {name} test images: A **{_fmt_pct(m_a['top1'])}** top-1, "
+        where = " (bundled with the app)" if ds.sample else ""
+        summary = (f"On the first **{count}** {name} test images{where}: A **{_fmt_pct(m_a['top1'])}** top-1, "
                    f"B **{_fmt_pct(m_b['top1'])}** top-1; they disagree on **{len(differ)}** "
                    f"({100 * len(differ) / count:.1f} %): A right {int((p_a[differ] == y[differ]).sum())}, "
                    f"B right {int((p_b[differ] == y[differ]).sum())}, neither "
@@ -403,7 +442,7 @@ class Explorer:
                     f"(each coloured from 0 to its own maximum).")
         return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, wa.maps, wb.maps, plot, summary
 
-    def locality(self, file, ref_a: str, ref_b: str, scope: str):
+    def locality(self, file, ref_a: str, ref_b: str, scope: str, progress=gr.Progress()):
         """Mean attention distance and entropy per layer, for this image or over test images."""
         from explorer.probe import attention_entropy, mean_attention_distance
         a, b = self._pair(ref_a, ref_b)
@@ -412,7 +451,8 @@ class Explorer:
             batch = image[None]
         else:
             try:
-                batch = self.dataset(self.sample_dataset_name(ref_b)).x_test[:64]
+                batch = self.dataset(self.sample_dataset_name(ref_b), need=64,
+                                     progress=_reporter(progress)).x_test[:64]
             except DatasetError as e:
                 raise gr.Error(f"no test images here: {e}") from None
         distance, entropy = {}, {}
@@ -554,6 +594,12 @@ class Explorer:
         return "No run is going on."
 
 
+def _reporter(progress):
+    """explorer.data's progress(fraction or None, message) as a Gradio progress bar (a no-op outside a
+    request)."""
+    return lambda fraction, message: progress(fraction, desc=message)
+
+
 def _atomic_image_cache() -> None:
     """Makes Gradio's image cache write atomically, encode PNG fast, and encode a picture only once.
 
@@ -626,6 +672,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
     _atomic_image_cache()
     choices = ex.choices()
     ref_a, ref_b = ex.initial_refs()
+    full_data = find_cifar("cifar10", ex.data_dir) is not None
 
     def card(ref):
         try:
@@ -646,7 +693,6 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
             classes += ex.store.get(ref_b).class_names
         except (CheckpointError, ValueError, OSError):
             pass
-    data_present = find_cifar("cifar10", ex.data_dir) is not None
 
     with gr.Blocks(title="SPT/LSA ViT Explorer") as demo:
         gr.Markdown("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch "
@@ -671,12 +717,12 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                                  elem_id="upload")
                 preview = picture("Input", captioned=False, height=224, elem_id="preview")
                 with gr.Row():
-                    sample_class = gr.Dropdown(classes, value="random", label="Test sample of class",
-                                               interactive=data_present, scale=2)
-                    sample_btn = gr.Button("Sample", interactive=data_present, scale=1, elem_id="sample")
-                sample_seed = gr.Number(-1, visible=False)
-                truth = gr.Markdown("" if data_present else "_No CIFAR data found, so no test samples "
-                                                            "(set EXPLORER_DATA_DIR)._")
+                    sample_class = gr.Dropdown(classes, value="random", label="Test sample of class", scale=2)
+                    sample_btn = gr.Button("Sample", scale=1, elem_id="sample")
+                # Hidden in the page (always random there); API callers pass a seed to pick reproducibly.
+                sample_seed = gr.Number(-1, visible=False, label="seed (-1: random)")
+                truth = gr.Markdown()
+                gr.Markdown(ex.data_note(), elem_id="data-note")
                 image_note = gr.Markdown()
             with gr.Column(scale=3):
                 with gr.Tabs():
@@ -688,8 +734,10 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                         verdict = gr.Markdown(elem_id="verdict")
                         with gr.Accordion("Find disagreements on the test set", open=False):
                             n_test = gr.Slider(50, 10000, value=1000, step=50,
-                                               label="test images (the first N; 10,000 = all of them)")
-                            dis_btn = gr.Button("Find disagreements", interactive=data_present)
+                                               label="test images (the first N; 10,000 = all of them)",
+                                               info=None if full_data else "beyond the bundled 1,000, the full "
+                                                                          "test set is downloaded once")
+                            dis_btn = gr.Button("Find disagreements")
                             dis_summary = gr.Markdown()
                             with gr.Row():
                                 dis_table = gr.Dataframe(label="per-class top-1", interactive=False)
@@ -796,7 +844,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
 
         # --- wiring ---------------------------------------------------------------------------------
         slot_a.change(ex.load_slot, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
-        slot_b.change(ex.load_slot, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model")
+        slot_b.change(ex.load_slot, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b")
         refresh_btn.click(ex.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh")
         upload.change(ex.take_image, [upload], [preview, image_note], api_name="image")
         sample_btn.click(ex.sample, [sample_class, slot_b, sample_seed], [upload, preview, truth],

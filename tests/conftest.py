@@ -1,8 +1,14 @@
-"""Shared fixtures: tiny configs, the offline CIFAR folder, a trained tiny checkpoint, an HF cache."""
+"""Shared fixtures: tiny configs, a CIFAR folder written by the tests, trained tiny checkpoints, an HF cache.
+
+No test depends on the tester's machine: $EXPLORER_DATA_DIR is unset, the Keras cache is an empty
+folder, downloads go to a closed port on 127.0.0.1, and the CIFAR pickles the tests read are written
+here, in the original layout, from the sample bundled with the app.
+"""
 
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -15,7 +21,8 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("EXPLORER_TEST_DATA", ROOT.parent / "shared" / "data"))
+# Nothing listens on the discard port: a download a test did not arrange fails at once, offline.
+NO_NETWORK = "http://127.0.0.1:9/"
 
 TINY = dict(image_size=32, input_size=16, patch_size=4, num_layers=2, projection_dim=16, num_heads=2,
             key_dim=8, mlp_units=(32, 16), head="pool", head_units=(), dropout=0.0, head_dropout=0.0)
@@ -30,11 +37,77 @@ def tiny_config(**overrides):
     return ViTConfig(**{**TINY, **overrides})
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_environment(tmp_path_factory):
+    """What the tester's environment says about data does not reach the tests (or the apps they start)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("EXPLORER_DATA_DIR", raising=False)
+        mp.setenv("KERAS_HOME", str(tmp_path_factory.mktemp("keras-home")))
+        mp.setenv("EXPLORER_CIFAR_URL", NO_NETWORK)
+        yield
+
+
+@pytest.fixture
+def no_data(monkeypatch, tmp_path):
+    """A machine with no CIFAR anywhere, offline: an empty data folder and an empty Keras cache."""
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras-home"))
+    monkeypatch.setenv("EXPLORER_CIFAR_URL", NO_NETWORK)
+    monkeypatch.delenv("EXPLORER_DATA_DIR", raising=False)
+    return tmp_path / "no-data"
+
+
+def write_batch(path: Path, images: np.ndarray, labels, key: bytes = b"labels", extra: dict | None = None) -> None:
+    """One CIFAR pickle as the original archives hold it: bytes keys, (N, 3072) channel-major uint8."""
+    data = np.ascontiguousarray(images.transpose(0, 3, 1, 2)).reshape(len(images), 3072)
+    with open(path, "wb") as f:
+        pickle.dump({b"batch_label": path.name.encode(), key: [int(v) for v in labels], b"data": data,
+                     b"filenames": [f"{path.name}_{i}.png".encode() for i in range(len(images))], **(extra or {})}, f)
+
+
+def write_cifar10(base: Path, x_train, y_train, x_test, y_test, class_names, readme: str | None = None) -> Path:
+    """`base/cifar-10-batches-py` in the layout of cifar-10-python.tar.gz (five training batches)."""
+    folder = Path(base) / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for i, (x, y) in enumerate(zip(np.array_split(x_train, 5), np.array_split(y_train, 5)), 1):
+        write_batch(folder / f"data_batch_{i}", x, y)
+    write_batch(folder / "test_batch", x_test, y_test)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": [c.encode() for c in class_names], b"num_vis": 3072,
+                     b"num_cases_per_batch": len(x_train) // 5}, f)
+    if readme is not None:
+        (Path(base) / "README.md").write_text(readme)
+    return folder
+
+
+def training_images(sample) -> tuple[np.ndarray, np.ndarray]:
+    """2,000 training images made from the sample's 1,000: each mirrored, and each moved 2 px."""
+    x = np.concatenate([sample.x_test[:, :, ::-1], np.roll(sample.x_test, 2, axis=(1, 2))])
+    return x, np.concatenate([sample.y_test, sample.y_test])
+
+
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    if not (DATA_DIR / "cifar-10-batches-py" / "batches.meta").is_file():
-        pytest.fail(f"offline CIFAR data not found at {DATA_DIR}; it must sit beside the project")
-    return DATA_DIR
+def data_dir(tmp_path_factory) -> Path:
+    """A CIFAR folder as a user keeps one: CIFAR-10 in the original pickle layout (its test batch is the
+    bundled sample, its training batches 2,000 images made from it) and a small CIFAR-100, with a README
+    saying where the pixels come from."""
+    from explorer.data import sample_set
+    base = tmp_path_factory.mktemp("data")
+    sample = sample_set()
+    x_train, y_train = training_images(sample)
+    write_cifar10(base, x_train, y_train, sample.x_test, sample.y_test, sample.class_names,
+                  readme="CIFAR written by the tests; pixels decoded from a public JPEG copy of CIFAR-10.\n")
+    folder = base / "cifar-100-python"
+    folder.mkdir()
+    fine = (np.arange(len(x_train)) * 7) % 100  # every class, and not the coarse labels
+    for split, x, y in (("train", x_train, fine), ("test", sample.x_test, (np.arange(1000) * 3) % 100)):
+        write_batch(folder / split, x, y, key=b"fine_labels", extra={b"coarse_labels": [int(v) // 5 for v in y]})
+    with open(folder / "meta", "wb") as f:
+        pickle.dump({b"fine_label_names": [n.encode() for n in CIFAR100_NAMES],
+                     b"coarse_label_names": [f"super{i}".encode() for i in range(20)]}, f)
+    return base
+
+
+CIFAR100_NAMES = ["apple", "aquarium_fish", "baby"] + [f"class_{i:02d}" for i in range(3, 100)]
 
 
 @pytest.fixture(scope="session")

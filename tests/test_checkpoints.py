@@ -158,10 +158,12 @@ def test_hub_loading_from_the_cache_at_pinned_revisions(hf_cache, tiny_checkpoin
 def test_uncached_repo_and_revision_give_clear_errors_fast(hf_cache):
     import time
     start = time.perf_counter()
-    with pytest.raises(HubError, match="not in the local Hugging Face cache and offline"):
+    with pytest.raises(CheckpointError, match="not in the local Hugging Face cache and offline"):
         load_checkpoint("someone/does-not-exist", cache_dir=str(hf_cache))
-    with pytest.raises(HubError, match="someone/tiny-lsa@v9"):
+    with pytest.raises(CheckpointError, match="someone/tiny-lsa@v9"):
         load_checkpoint("someone/tiny-lsa@v9", cache_dir=str(hf_cache))
+    with pytest.raises(HubError, match="not in the local Hugging Face cache and offline"):
+        download("someone/does-not-exist", cache_dir=str(hf_cache))
     assert time.perf_counter() - start < 2
 
 
@@ -170,8 +172,9 @@ def test_cached_repo_that_is_not_a_checkpoint(tmp_path):
     other.mkdir()
     (other / "config.json").write_text("{}")
     populate_hf_cache(tmp_path / "hub", "someone/other", other, COMMIT)
-    with pytest.raises(HubError, match="not an explorer checkpoint"):
+    with pytest.raises(CheckpointError, match="someone/other is not an explorer checkpoint"):
         load_checkpoint("someone/other", cache_dir=str(tmp_path / "hub"))
+    assert download("someone/other", cache_dir=str(tmp_path / "hub")).name == COMMIT  # hub only moves folders
 
 
 def test_hub_loading_through_hf_home_in_a_fresh_process(tmp_path, tiny_checkpoints):
@@ -182,3 +185,51 @@ def test_hub_loading_through_hf_home_in_a_fresh_process(tmp_path, tiny_checkpoin
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[0] == "spt_lsa"
+
+
+_PLAIN_KERAS = """
+import sys
+import numpy as np
+import explorer, keras
+model = keras.saving.load_model(sys.argv[1])
+assert model.optimizer is not None and type(model.optimizer.learning_rate).__name__ != "NoneType"
+np.save(sys.argv[2], np.asarray(model(np.load(sys.argv[3]).astype("float32"))))
+"""
+
+
+@pytest.mark.slow
+def test_plain_keras_loads_a_shipped_checkpoint_after_import_explorer(tmp_path, images):
+    # As a Keras user does, in a fresh process: the optimizer (with its WarmUpCosine schedule) too.
+    folder = ROOT / "checkpoints" / "cifar10-spt_lsa"
+    np.save(tmp_path / "x.npy", images)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", _PLAIN_KERAS, str(folder), str(tmp_path / "keras.npy"),
+                          str(tmp_path / "x.npy")], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "keras.npy"), predict_logits(load_checkpoint(folder)[0], images),
+                               atol=1e-5)
+    readme = (folder / "README.md").read_text()
+    assert "## How to use" in readme and 'keras.saving.load_model("hf://' in readme and "import explorer" in readme
+    assert "@<revision>" in readme
+
+
+@pytest.mark.slow
+def test_plain_keras_loads_hf_ids_from_the_cache_offline(tmp_path, tiny_checkpoints, images):
+    populate_hf_cache(tmp_path / "hf" / "hub", "someone/tiny-lsa", tiny_checkpoints["spt_lsa"], COMMIT)
+    np.save(tmp_path / "x.npy", images)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", _PLAIN_KERAS, "hf://someone/tiny-lsa", str(tmp_path / "keras.npy"),
+                          str(tmp_path / "x.npy")], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "keras.npy"),
+                               predict_logits(load_checkpoint(tiny_checkpoints["spt_lsa"])[0], images), atol=1e-5)
+
+
+def test_hub_moves_folders_and_imports_nothing_of_ours():
+    code = ("import sys, explorer.hub; ours = sorted(m for m in sys.modules if m.startswith('explorer.'));"
+            "print(ours)")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # the package registers its layers and schedule; hub itself needs no checkpoint code
+    assert "explorer.checkpoints" not in out.stdout and "'explorer.hub'" in out.stdout

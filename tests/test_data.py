@@ -1,4 +1,5 @@
 import io
+import os
 import pickle
 import shutil
 import zipfile
@@ -7,23 +8,30 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.data import (DatasetError, augment_batch, find_cifar, load_cifar, mix_batch, read_image_folder,
-                           read_image_zip)
+from explorer.data import (DatasetError, augment_batch, find_cifar, keras_cache_dir, load_cifar, mix_batch,
+                           read_image_folder, read_image_zip)
 
 
-def test_cifar10_shapes_and_names(cifar10):
-    assert cifar10.x_train.shape == (50000, 32, 32, 3) and cifar10.x_train.dtype == np.uint8
-    assert cifar10.x_test.shape == (10000, 32, 32, 3)
-    assert cifar10.y_train.shape == (50000,) and set(np.unique(cifar10.y_test)) == set(range(10))
+def test_cifar10_read_back_exactly_as_written(cifar10, data_dir):
+    from explorer.data import sample_set
+    from tests.conftest import training_images
+    x_train, y_train = training_images(sample_set())
+    assert cifar10.x_train.shape == (2000, 32, 32, 3) and cifar10.x_train.dtype == np.uint8
+    np.testing.assert_array_equal(cifar10.x_train, x_train)  # channel-major pickles back to (N, H, W, 3)
+    np.testing.assert_array_equal(cifar10.y_train, y_train)
+    np.testing.assert_array_equal(cifar10.x_test, sample_set().x_test)
+    assert cifar10.y_test.shape == (1000,) and set(np.unique(cifar10.y_test)) == set(range(10))
     assert cifar10.class_names[:3] == ["airplane", "automobile", "bird"]
+    assert cifar10.source == str(data_dir / "cifar-10-batches-py") and not cifar10.sample
 
 
 def test_cifar100_fine_labels_and_class_names_from_meta(data_dir):
     ds = load_cifar("cifar100", data_dir, download=False)
     assert ds.num_classes == 100
     assert ds.class_names[:3] == ["apple", "aquarium_fish", "baby"]
-    assert ds.x_train.shape[1:] == (32, 32, 3) and len(ds.x_train) == len(ds.y_train) > 1000
-    assert ds.y_train.max() < 100
+    assert ds.x_train.shape[1:] == (32, 32, 3) and len(ds.x_train) == len(ds.y_train) == 2000
+    np.testing.assert_array_equal(ds.y_train, (np.arange(2000) * 7) % 100)  # fine labels, not coarse ones
+    np.testing.assert_array_equal(ds.y_test, (np.arange(1000) * 3) % 100)
 
 
 def test_found_through_the_environment_variable(data_dir, monkeypatch, tmp_path):
@@ -32,12 +40,29 @@ def test_found_through_the_environment_variable(data_dir, monkeypatch, tmp_path)
     assert find_cifar("cifar10") == data_dir / "cifar-10-batches-py"
 
 
-def test_missing_folder_names_every_place_tried(monkeypatch, tmp_path):
-    monkeypatch.delenv("EXPLORER_DATA_DIR", raising=False)
-    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+def test_a_folder_given_replaces_the_environment_variable(data_dir, no_data, monkeypatch):
+    monkeypatch.setenv("EXPLORER_DATA_DIR", str(data_dir))
+    assert find_cifar("cifar10", no_data) is None
     with pytest.raises(DatasetError) as e:
-        load_cifar("cifar10", tmp_path / "nowhere", download=False)
-    assert str(tmp_path / "nowhere") in str(e.value) and str(tmp_path / "keras" / "datasets") in str(e.value)
+        load_cifar("cifar10", no_data, download=False)
+    assert str(no_data) in str(e.value) and str(data_dir) not in str(e.value)
+
+
+def test_found_in_the_keras_cache_in_keras_datasets_layout(data_dir, no_data):
+    cache = keras_cache_dir()
+    assert str(cache) == os.environ["KERAS_HOME"] + "/datasets"
+    (cache / "cifar-10-batches-py-target").mkdir(parents=True)
+    shutil.copytree(data_dir / "cifar-10-batches-py", cache / "cifar-10-batches-py-target" / "cifar-10-batches-py")
+    assert find_cifar("cifar10", no_data) == cache / "cifar-10-batches-py-target" / "cifar-10-batches-py"
+    assert len(load_cifar("cifar10", no_data, download=False).x_test) == 1000
+
+
+def test_missing_folder_names_every_place_tried_and_what_to_do(no_data):
+    with pytest.raises(DatasetError) as e:
+        load_cifar("cifar10", no_data, download=False)
+    message = str(e.value)
+    assert str(no_data) in message and str(keras_cache_dir()) in message
+    assert "EXPLORER_DATA_DIR" in message and "cifar-10-python.tar.gz" in message
 
 
 def test_corrupt_batch_gives_a_clear_error(data_dir, tmp_path):
@@ -171,3 +196,163 @@ def test_provenance_note_comes_from_the_datas_readme(cifar10, data_dir, tmp_path
     shutil.copytree(data_dir / "cifar-100-python", tmp_path / "cifar-100-python")
     assert load_cifar("cifar100", tmp_path, download=False).note == ""
     assert cifar10.subset(train=10, test=10).note == cifar10.note
+
+
+# --- the bundled sample ----------------------------------------------------------------------------
+
+
+def test_the_bundled_sample_is_small_plain_and_complete():
+    from explorer.data import SAMPLE_FILE, sample_set
+    assert SAMPLE_FILE.stat().st_size <= 5 * 2**20
+    with np.load(SAMPLE_FILE, allow_pickle=False) as z:  # plain arrays: no pickles inside
+        assert set(z.files) == {"images", "labels", "class_names", "test_index", "note"}
+        np.testing.assert_array_equal(z["test_index"], np.arange(1000))  # the first 1,000 test images
+    ds = sample_set()
+    assert ds.sample and ds.name == "cifar10" and ds.x_test.shape == (1000, 32, 32, 3) and ds.x_test.dtype == np.uint8
+    assert len(ds.x_train) == 0 and ds.class_names[:3] == ["airplane", "automobile", "bird"]
+    assert np.bincount(ds.y_test, minlength=10).min() >= 50  # every class, at least 50 of each
+    assert "JPEG copy" in ds.note and "bundled" in ds.note
+    with pytest.raises(ValueError):  # one copy shared by every session: read-only
+        ds.x_test[0, 0, 0, 0] = 1
+
+
+def test_the_sample_stands_in_for_the_test_set_when_nothing_else_is_here(no_data, data_dir):
+    from explorer.data import load_test_set, sample_set
+    assert load_test_set("cifar10", no_data, need=1000) is sample_set()
+    assert not load_test_set("cifar10", data_dir, need=10).sample  # a real folder comes first
+    with pytest.raises(DatasetError) as e:  # more than the sample, offline: what to do
+        load_test_set("cifar10", no_data, need=1001)
+    assert "EXPLORER_DATA_DIR" in str(e.value) and str(keras_cache_dir()) in str(e.value)
+    with pytest.raises(DatasetError, match="need the full data set"):
+        load_test_set("cifar10", no_data, need=1001, download=False)
+    with pytest.raises(DatasetError, match="cifar100"):  # no CIFAR-100 sample
+        load_test_set("cifar100", no_data)
+
+
+def test_make_sample_set_regenerates_it_from_a_cifar_folder(data_dir, tmp_path):
+    import subprocess
+    import sys
+    from explorer.data import SAMPLE_FILE
+    from tests.conftest import ROOT
+    out = tmp_path / "sample.npz"
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "make_sample_set.py"),
+                           str(data_dir / "cifar-10-batches-py"), "--out", str(out)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with np.load(out) as new, np.load(SAMPLE_FILE) as shipped:  # the test folder's test batch is the sample
+        for key in ("images", "labels", "class_names", "test_index", "note"):
+            np.testing.assert_array_equal(new[key], shipped[key])
+
+
+# --- downloads, from a real HTTP server on 127.0.0.1 ----------------------------------------------
+
+
+def _archive(data_dir, path, inner="cifar-10-batches-py"):
+    import tarfile
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(data_dir / "cifar-10-batches-py", arcname=inner)
+    return path
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch, no_data):
+    """An HTTP server on 127.0.0.1 serving `root`, where downloads go (after no_data); it counts requests."""
+    import functools
+    import http.server
+    import threading
+    root = tmp_path / "www"
+    root.mkdir()
+    requests = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self):
+            requests.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("EXPLORER_CIFAR_URL", f"http://127.0.0.1:{httpd.server_address[1]}/mirror/")
+    yield root, requests
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_download_once_into_the_keras_cache_with_progress(server, no_data, data_dir):
+    from explorer.data import load_test_set
+    root, requests = server
+    (root / "mirror").mkdir()
+    _archive(data_dir, root / "mirror" / "cifar-10-python.tar.gz")
+    seen = []
+    ds = load_cifar("cifar10", no_data, progress=lambda fraction, message: seen.append((fraction, message)))
+    np.testing.assert_array_equal(ds.x_test, load_cifar("cifar10", data_dir).x_test)
+    assert len(ds.x_train) == 2000 and requests == ["/mirror/cifar-10-python.tar.gz"]
+    cache = keras_cache_dir()  # keras.datasets' own layout
+    assert ds.source == str(cache / "cifar-10-batches-py-target" / "cifar-10-batches-py")
+    assert (cache / "cifar-10-batches-py-target_archive").is_file()
+    assert sorted(p.name for p in cache.iterdir()) == ["cifar-10-batches-py-target", "cifar-10-batches-py-target_archive"]
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and "MiB" in seen[0][1]
+    assert "unpacking" in seen[-1][1]
+    load_cifar("cifar10", no_data)  # then used, never downloaded again
+    assert load_test_set("cifar10", no_data, need=1001).source == ds.source
+    assert len(requests) == 1
+
+
+@pytest.mark.parametrize("problem, message", [
+    ("missing", "answered 404"), ("not a tar", "not a readable cifar-10-python.tar.gz"),
+    ("other layout", "does not hold cifar-10-batches-py/batches.meta"), ("offline", "Connection refused"),
+])
+def test_a_failed_download_says_what_to_do_and_leaves_nothing(server, no_data, data_dir, monkeypatch, problem,
+                                                               message):
+    root, _ = server
+    (root / "mirror").mkdir()
+    if problem == "not a tar":
+        (root / "mirror" / "cifar-10-python.tar.gz").write_bytes(b"<html>a captive portal</html>")
+    elif problem == "other layout":
+        _archive(data_dir, root / "mirror" / "cifar-10-python.tar.gz", inner="somewhere-else")
+    elif problem == "offline":
+        monkeypatch.setenv("EXPLORER_CIFAR_URL", "http://127.0.0.1:9/")
+    with pytest.raises(DatasetError, match=message) as e:
+        load_cifar("cifar10", no_data)
+    if problem in ("missing", "offline"):
+        assert "EXPLORER_DATA_DIR" in str(e.value) and "cifar-10-python.tar.gz" in str(e.value)
+    cache = keras_cache_dir()
+    assert not (cache / "cifar-10-batches-py-target").exists()
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary file or folder left
+
+
+def test_a_truncated_download_is_not_kept(no_data, monkeypatch):
+    import http.server
+    import threading
+
+    class Short(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(10 * 2**20))
+            self.end_headers()
+            self.wfile.write(b"\0" * 2**20)  # then the connection drops
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Short)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    monkeypatch.setenv("EXPLORER_CIFAR_URL", f"http://127.0.0.1:{httpd.server_address[1]}")
+    try:
+        with pytest.raises(DatasetError, match="could not be downloaded|stopped after"):
+            load_cifar("cifar10", no_data)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert list(keras_cache_dir().iterdir()) == []
+
+
+def test_an_archive_put_in_the_keras_cache_by_hand_is_used_offline(no_data, data_dir):
+    cache = keras_cache_dir()
+    cache.mkdir(parents=True)
+    _archive(data_dir, cache / "cifar-10-python.tar.gz")
+    assert len(load_cifar("cifar10", no_data).x_train) == 2000  # the URL is a closed port: no download

@@ -24,7 +24,7 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
     assert "entropy L1" in out.stdout and "entropy L2" not in out.stdout  # tiny: layers L0 and L1
     for folder in folders:
         card = read_card(folder)
-        assert card["metrics"]["test_count"] == 10000 and len(card["metrics"]["test_per_class"]) == 10
+        assert card["metrics"]["test_count"] == 1000 and len(card["metrics"]["test_per_class"]) == 10
         assert card["metrics"]["check_set"] == "cifar10 test images 0-199" and 0 <= card["metrics"]["check_top1"] <= 1
         assert f"{100 * card['metrics']['test_top1']:.2f} %" in (folder / "README.md").read_text()
         assert 0 < card["metrics"]["test_top1_flip"] <= 1 and 0 < card["metrics"]["test_top5_flip"] <= 1

@@ -13,13 +13,13 @@ from explorer.checkpoints import describe_augmentation, list_checkpoints, load_c
 from explorer.models import build_vit
 from explorer.models import tau_values
 from explorer.train import (Cancelled, TrainConfig, accuracy_metrics, continued_record, fine_tune, fit,
-                            make_batches, predict_logits, split_validation, train_new,
-                            warmup_cosine_class)
+                            make_batches, predict_logits, split_validation, train_new)
+from explorer.schedules import WarmUpCosine
 from tests.conftest import ROOT, tiny_config
 
 
 def test_warmup_cosine_shape():
-    schedule = warmup_cosine_class()(1e-3, total_steps=100, warmup_steps=10)
+    schedule = WarmUpCosine(1e-3, total_steps=100, warmup_steps=10)
     lr = [float(schedule(s)) for s in (0, 5, 10, 55, 100)]
     assert lr[0] == 0 and lr[1] == pytest.approx(5e-4) and lr[2] == pytest.approx(1e-3)
     assert lr[3] == pytest.approx(5e-4, rel=1e-3) and lr[4] == pytest.approx(0, abs=1e-9)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explorer.data import DatasetError
 from explorer.ui import PAIR, SCRATCH, ZIP, Explorer, build_demo
 
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
@@ -94,11 +95,46 @@ def test_sample_by_class(ex, cifar10):
         ex.sample("dragon", B, 0)
 
 
-def test_sample_without_data(tiny_checkpoints, tmp_path):
-    shutil.copytree(tiny_checkpoints["vanilla"], tmp_path / "m")
-    no_data = Explorer(root=tmp_path, data_dir=str(tmp_path / "nowhere"))
-    with pytest.raises(gr.Error, match="no cifar10 data here"):
-        no_data.sample("random", "m", 0)
+@pytest.fixture(scope="module")
+def bare(tiny_checkpoints, tmp_path_factory):
+    """The app on a fresh machine: no data folder, an empty Keras cache, offline (see no_data)."""
+    root = tmp_path_factory.mktemp("bare")
+    for variant, path in tiny_checkpoints.items():
+        shutil.copytree(path, root / f"cifar10-{variant}")
+    return Explorer(root=root, data_dir=str(root / "nowhere"))
+
+
+def test_samples_of_every_class_from_the_bundled_set_without_data(bare, no_data, monkeypatch):
+    from explorer.data import sample_set
+    monkeypatch.setenv("EXPLORER_DATA_DIR", str(no_data.parent))  # ignored: the Explorer was given a folder
+    sample = sample_set()
+    for class_name in sample.class_names:
+        path, preview, truth = bare.sample(class_name, B, 5)
+        index = int(truth.split("#")[1].rstrip(")"))
+        assert sample.class_names[sample.y_test[index]] == class_name and f"**{class_name}**" in truth
+        np.testing.assert_array_equal(np.asarray(Image.open(path)), sample.x_test[index])
+        assert bare.true_label(path) == class_name
+    assert "bundled with the app" in bare.data_note() and "JPEG copy" in bare.data_note()
+
+
+def test_disagreements_and_locality_on_the_bundled_set_without_data(bare, ex, no_data):
+    summary, table, _ = bare.disagreements(A, B, 1000)
+    assert "first **1000** cifar10 test images (bundled with the app)" in summary and len(table) == 10
+    # the bundled images are the first 1,000 of the test set: the same numbers as with the full data
+    assert summary.replace(" (bundled with the app)", "") == ex.disagreements(A, B, 1000)[0]
+    with pytest.raises(gr.Error) as e:  # more than the sample, offline: what to do, and nothing lost
+        bare.disagreements(A, B, 1050)
+    assert "1,050 cifar10 test images are not here" in str(e.value) and "EXPLORER_DATA_DIR" in str(e.value)
+    assert len(bare.disagreements(A, B, 60)[1]) == 10
+    _, _, table = bare.locality(None, A, B, "64 test images")
+    assert len(table) == 2
+    with pytest.raises(DatasetError, match="EXPLORER_DATA_DIR"):  # training needs the full data
+        bare.training_data("cifar10")
+
+
+def test_true_label_is_not_guessed_beyond_the_bundled_set(bare, tmp_path):
+    assert bare.true_label(tmp_path / "cifar10-test-00999-truck.png") is not None
+    assert bare.true_label(tmp_path / "cifar10-test-04242-truck.png") is None
 
 
 def test_patches_use_the_spt_models_patch_size(ex, image_file, cifar10):

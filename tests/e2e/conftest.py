@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import DATA_DIR, ROOT
+from tests.conftest import ROOT
 
 
 def free_port() -> int:
@@ -21,9 +21,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(checkpoints, env_extra=None, timeout=120):
+def start_app(checkpoints, env_extra=None, timeout=120, data_dir=None):
+    """`python app.py` on a free port; with `data_dir` its CIFAR comes from there ($EXPLORER_DATA_DIR)."""
     port = free_port()
-    env = {**os.environ, "EXPLORER_CHECKPOINTS": str(checkpoints), "EXPLORER_DATA_DIR": str(DATA_DIR),
+    data = {"EXPLORER_DATA_DIR": str(data_dir)} if data_dir else {}
+    env = {**os.environ, "EXPLORER_CHECKPOINTS": str(checkpoints), **data,
            "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "PYTHONUNBUFFERED": "1",
            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env_extra or {})}
     log = open(checkpoints.parent / f"app-{port}.log", "w")
@@ -52,8 +54,8 @@ def app_checkpoints(tmp_path_factory, tiny_checkpoints):
 
 
 @pytest.fixture(scope="session")
-def app_url(app_checkpoints):
-    proc, url, _ = start_app(app_checkpoints)
+def app_url(app_checkpoints, data_dir):
+    proc, url, _ = start_app(app_checkpoints, data_dir=data_dir)
     yield url
     proc.terminate()
     try:

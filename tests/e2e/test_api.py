@@ -29,8 +29,19 @@ def upload(tmp_path_factory, cifar10):
 def test_api_lists_every_endpoint(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/compare", "/sample", "/patches", "/attention", "/locality", "/tau", "/finetune", "/cancel",
-            "/load_model", "/disagreements", "/refresh", "/image", "/attention_query", "/attention_layer",
-            "/what_if"} <= names
+            "/load_model_a", "/load_model_b", "/disagreements", "/refresh", "/image", "/attention_query",
+            "/attention_layer", "/what_if"} <= names
+    assert "/load_model" not in names
+
+
+def test_every_parameter_has_a_meaningful_name(client):
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    sample = endpoints["/sample"]["parameters"]
+    assert [p["parameter_name"] for p in sample] == ["class_name", "ref_b", "seed"]
+    assert sample[2]["label"].startswith("seed")
+    for name, endpoint in endpoints.items():
+        for p in endpoint["parameters"]:
+            assert not p["label"].startswith("parameter_"), (name, p)
 
 
 def test_predict_on_an_upload(client, upload, cifar10):
@@ -121,7 +132,7 @@ def test_disagreements(client):
 
 
 def test_bad_model_keeps_the_previous_one(client):
-    ref, card = client.predict("nobody/not-cached", api_name="/load_model")
+    ref, card = client.predict("nobody/not-cached", api_name="/load_model_b")
     assert ref == B and "could not load 'nobody/not-cached'" in card and "`spt_lsa`" in card
 
 
@@ -171,7 +182,7 @@ def test_a_pair_fine_tune_on_a_zip_loads_both_results_into_the_slots(client, app
     assert [row[0] for row in per_class["data"]] == ["cat", "dog", "ship"]
     # both results load into the slots, and every tab compares them
     ref_a, card_a = client.predict(slot_a, api_name="/load_model_a")
-    ref_b, card_b = client.predict(slot_b, api_name="/load_model")
+    ref_b, card_b = client.predict(slot_b, api_name="/load_model_b")
     assert (ref_a, ref_b) == (slot_a, slot_b) and "**e2e-pair-A**" in card_a and "**e2e-pair-B**" in card_b
     label_a, label_b, _ = client.predict(handle_file(_sample(client)), ref_a, ref_b, api_name="/compare")
     assert set(_labels(label_a)) == set(_labels(label_b)) == {"cat", "dog", "ship"}

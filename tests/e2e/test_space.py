@@ -1,0 +1,141 @@
+"""A Space build, emulated on this machine: a fresh venv with exactly requirements.txt, an empty HOME, a
+copy of the project with nothing beside it, `python app.py` as a Space runs it (0.0.0.0:7860); then
+every tab answers through gradio_client on the embedded default (the bundled CIFAR-10 sample)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import NO_NETWORK, ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+PORT = 7860  # what a Space serves on
+A, B = "cifar10-vanilla", "cifar10-spt_lsa"
+# What a Space upload leaves out (README: hf upload ... --exclude), and what is never in a clone.
+NOT_UPLOADED = shutil.ignore_patterns(".venv", ".git", "runs", "__pycache__", ".pytest_cache", ".gradio", "*.pyc")
+
+
+def front_matter() -> dict:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("---\n")[1]
+    return {k.strip(): v.strip().strip('"') for k, v in (line.split(":", 1) for line in block.splitlines() if ":" in line)}
+
+
+def test_the_front_matter_names_the_gradio_that_requirements_pin():
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "requirements.txt").read_text(), re.M))
+    meta = front_matter()
+    assert meta["sdk"] == "gradio" and pins["gradio"] == meta["sdk_version"], (pins.get("gradio"), meta)
+    assert meta["app_file"] == "app.py"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory):
+    """The Space's app, served from a fresh venv and an empty HOME; yields its URL."""
+    if not _port_free(PORT):
+        pytest.fail(f"port {PORT} is taken on this machine; the Space check serves on it, as a Space does")
+    work = tmp_path_factory.mktemp("space")
+    repo = work / "app"  # nothing beside it: no ../shared
+    shutil.copytree(ROOT, repo, ignore=NOT_UPLOADED)
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
+                          str(repo / "requirements.txt")], capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    home = work / "home"
+    home.mkdir()
+    keep = ("PATH", "LANG", "LC_ALL", "TMPDIR")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(HOME=str(home), GRADIO_SERVER_NAME="0.0.0.0", GRADIO_SERVER_PORT=str(PORT), PYTHONUNBUFFERED="1",
+               SYSTEM="spaces", HF_HUB_OFFLINE="1", EXPLORER_CIFAR_URL=NO_NETWORK)  # no test reaches the internet
+    log = open(work / "app.log", "w")
+    proc = subprocess.Popen([str(python), "app.py"], cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{PORT}/"
+    try:
+        deadline = time.time() + 240
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the Space's app exited with {proc.returncode}: {(work / 'app.log').read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(url, timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    pytest.fail(f"the Space's app did not answer in 240 s: {(work / 'app.log').read_text()[-3000:]}")
+                time.sleep(1)
+        yield {"url": url, "home": home, "repo": repo, "log": work / "app.log"}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
+    from gradio_client import Client, handle_file
+    from explorer.data import sample_set
+    client = Client(space["url"], verbose=False)
+    sample = sample_set()
+
+    # Model slots, with the shipped pair.
+    for api, ref in (("/load_model_a", A), ("/load_model_b", B)):
+        shown, card = client.predict(ref, api_name=api)
+        assert shown == ref and "test top-1" in card
+    # Sample, from the bundled set: every class.
+    for class_name in ("airplane", "frog", "truck"):
+        path, _, truth = client.predict(class_name, B, 7, api_name="/sample")
+        index = int(truth.split("#")[1].split(")")[0])
+        assert sample.class_names[sample.y_test[index]] == class_name
+        np.testing.assert_array_equal(np.asarray(Image.open(path)), sample.x_test[index])
+    # Compare, on the sample and on an upload.
+    label_a, label_b, verdict = client.predict(handle_file(path), A, B, api_name="/compare")
+    assert len(label_a["confidences"]) == 5 and "True label **truck**" in verdict
+    upload = tmp_path / "upload.png"
+    Image.fromarray(sample.x_test[3]).resize((96, 64)).save(upload)
+    assert client.predict(handle_file(str(upload)), api_name="/image")[1] == ""
+    # Find disagreements over the whole sample; more than it, offline, says what to do.
+    summary, table, gallery = client.predict(A, B, 1000, api_name="/disagreements")
+    assert "first **1000** cifar10 test images (bundled with the app)" in summary and len(table["data"]) == 10
+    with pytest.raises(Exception, match="EXPLORER_DATA_DIR"):
+        client.predict(A, B, 2000, api_name="/disagreements")
+    # Patches, Attention, Locality (this image and the test images), Tau.
+    _, grids, note = client.predict(handle_file(str(upload)), A, B, api_name="/patches")
+    assert len(grids) == 5 and "Patch size" in note
+    outputs = client.predict(handle_file(str(upload)), A, B, 5, "all heads", 16, 16, api_name="/attention")
+    assert len(outputs) == 7 and "Query patch" in outputs[-1]
+    for scope in ("this image", "64 test images"):
+        table = client.predict(handle_file(str(upload)), A, B, scope, api_name="/locality")[2]
+        assert len(table["data"]) == 2
+    tau_table = client.predict(A, B, api_name="/tau")[2]
+    assert len(tau_table["data"]) == 6  # the SPT/LSA model's six layers
+    # Fine-tune: the tab answers (a run needs the full data or a zip; see test_ui and test_load).
+    assert "No run" in client.predict(api_name="/cancel")
+    # Nothing was downloaded, and nothing was written beside the project.
+    cache = space["home"] / ".keras" / "datasets"
+    assert not cache.exists() or not any(cache.iterdir())
+    assert not (space["repo"].parent / "shared").exists()
+    log = space["log"].read_text()  # Gradio logs each gr.Error (the refusal above) with its traceback; no other
+    assert log.count("Traceback (most recent call last)") == log.count("gradio.exceptions.Error: ") == 1, log[-3000:]
