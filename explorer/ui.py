@@ -488,8 +488,9 @@ class Explorer:
     # --- fine-tune --------------------------------------------------------------------------------
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
-                      images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None):
-        """The form as a validated finetune.Plan; every refusal is a gr.Error that says why."""
+                      images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None):
+        """The form as a validated finetune.Plan; every refusal is a gr.Error that says why. CIFAR comes
+        whole (downloaded once if need be, `progress` following it)."""
         try:
             if what == PAIR:
                 bases = [("A", ref_a), ("B", ref_b)]
@@ -499,7 +500,8 @@ class Explorer:
                 bases = [(next((t for t, r in (("A", ref_a), ("B", ref_b)) if r == what), ""), what)]
             members = self.store.members(bases)
             size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
-            dataset = job_data(data, zip_file, self.dataset, self.limits, size)
+            load = lambda name: self.training_data(name, progress=_reporter(progress) if progress else None)
+            dataset = job_data(data, zip_file, load, self.limits, size)
             return plan_job(members, dataset, epochs, lr, batch_size, images, bool(freeze), (name or "").strip(),
                             self.limits, scratch=(preset, variant) if not bases else None)
         except (JobError, DatasetError, CheckpointError, OSError) as e:
@@ -510,7 +512,7 @@ class Explorer:
         """Starts a run and streams both models' curves until it ends (the run is not tied to this page);
         when it succeeds, its checkpoints go into the slots they came from."""
         plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
-                                  name, a, b)
+                                  name, a, b, progress)
         try:
             run_id = self.runner.start(plan)
         except (Busy, JobError) as e:
