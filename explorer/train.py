@@ -84,9 +84,11 @@ class TrainConfig:
 # How a fine-tune's classifier starts (see prepare_head): "auto" keeps the base's head for the base's own
 # classes, takes the base's rows when the new classes are some of the base's, else fits a linear probe.
 HEAD_INITS = ("auto", "probe", "new")
-# The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, at a peak
+# The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
+# than FT_IMAGE_BUDGET images (~50 s for the SPT/LSA cifar-small model at batch 16 on 2 CPU cores), at a peak
 # learning rate that depends on whether the new classes are classes the base already knows.
 FT_TARGET_STEPS = 500
+FT_IMAGE_BUDGET = 8000
 FT_LEARNING_RATE = 5e-4        # a task the base never saw: its features have to move
 FT_LEARNING_RATE_KNOWN = 1e-4  # the base's own classes: its features are already tuned for them
 FT_WEIGHT_DECAY = 0.05
@@ -98,7 +100,8 @@ def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int |
     """The default recipe for fine-tuning a checkpoint on `n_images` training images (before the 10 %
     validation split): a head that starts where it can already score (the base's rows, or a linear probe on
     the frozen features; see prepare_head), then the whole model with AdamW, warmup + cosine, crop + flip,
-    with a batch size scaled to the data so that even a few hundred images give about FT_TARGET_STEPS steps,
+    with a batch size scaled to the data so that even a few hundred images give up to FT_TARGET_STEPS steps
+    (FT_IMAGE_BUDGET images at most, which keeps about a thousand images near a minute on 2 CPU cores),
     keeping the epoch (step 0 included) that does best on the validation split. `known_classes`: the new
     classes are all base classes (a gentler learning rate). Given values win."""
     validation_fraction = overrides.pop("validation_fraction", 0.1 if n_images >= 20 else 0.0)
@@ -107,7 +110,8 @@ def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int |
         batch_size = int(np.clip(2 ** round(math.log2(max(n_fit / 24, 1))), 16, 128))
     batch_size = max(1, min(batch_size, n_fit))
     if epochs is None:
-        epochs = int(np.clip(round(FT_TARGET_STEPS / math.ceil(n_fit / batch_size)), 1, 30))
+        steps = min(FT_TARGET_STEPS, FT_IMAGE_BUDGET / batch_size)
+        epochs = int(np.clip(round(steps / math.ceil(n_fit / batch_size)), 1, 30))
     if learning_rate is None:
         learning_rate = FT_LEARNING_RATE_KNOWN if known_classes else FT_LEARNING_RATE
     return TrainConfig(**{"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
@@ -541,7 +545,7 @@ def _finish(model, record, config, preset, dataset, out_dir, name, base) -> dict
 
 
 def _default_help(name: str) -> str:
-    recipe = {"epochs": f"about {FT_TARGET_STEPS} steps' worth", "batch_size": "scaled to the data (16-128)",
+    recipe = {"epochs": f"about {FT_TARGET_STEPS} steps' worth, {FT_IMAGE_BUDGET} images at most", "batch_size": "scaled to the data (16-128)",
               "learning_rate": f"{FT_LEARNING_RATE}, or {FT_LEARNING_RATE_KNOWN} for classes the base knows",
               "weight_decay": str(FT_WEIGHT_DECAY)}
     new = getattr(TrainConfig, name)
