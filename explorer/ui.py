@@ -26,7 +26,8 @@ from explorer.finetune import ZIP, JobError, Limits, choose_backend, job_data, p
 from explorer.inputs import ImageInputError, load_image
 from explorer.probe import tau_table
 from explorer.workbench import (HEAD_ALL, HEAD_MEAN, PARTS, Busy, FineTuneRunner, ModelStore, ResultCache,
-                                analyze_pair, env_int, query_patch, square, top_k, what_if)
+                                PlotCache, analyze_pair, env_int, query_patch, square, top_k, what_if,
+                                what_if_plot)
 
 PROJECT = Path(__file__).resolve().parents[1]
 DEFAULT_A = "cifar10-vanilla"
@@ -91,6 +92,7 @@ class Explorer:
         self.data_dir = data_dir if data_dir is not None else default_data_dir()
         self.store = ModelStore(self.root)
         self.cache = ResultCache()
+        self.plots = PlotCache()
         self.runner = FineTuneRunner(self.root / "finetuned")
         self.default_a, self.default_b = default_a, default_b
         self.limits = Limits(max_epochs=env_int("EXPLORER_MAX_EPOCHS", 30),
@@ -435,8 +437,7 @@ class Explorer:
         except ValueError as e:
             raise gr.Error(str(e)) from None
         names = [f"{tag}: {w.model.label}" for tag, w in (("A", wa), ("B", wb))]
-        plot = render.plot_what_if({n: tuple(w.entropy) for n, w in zip(names, (wa, wb))},
-                                   {n: tuple(w.distance) for n, w in zip(names, (wa, wb))})
+        plot = what_if_plot(list(zip(names, (wa, wb))), self.plots)
         summary = "\n\n".join(_what_if_line(n, w) for n, w in zip(names, (wa, wb)))
         summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wb.layer} "
                     f"(each coloured from 0 to its own maximum).")
@@ -803,7 +804,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             with gr.Row():
                                 wi_maps_a = picture("A: from the query, learned and what if")
                                 wi_maps_b = picture("B: from the query, learned and what if")
-                            wi_plot = gr.Plot(label="entropy and distance, learned and what if", show_label=False)
+                            wi_plot = picture("entropy and distance, learned and what if", captioned=False,
+                                              show_label=False, elem_id="what-if-plot")
                     with gr.Tab("Tau", id="tau"):
                         gr.Markdown("LSA divides the attention logits by a learned temperature **tau** instead "
                                     "of the fixed √d_k; a tau below √d_k sharpens attention.")

@@ -334,6 +334,39 @@ def what_if(lm: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.
                   np.stack([mean_attention_distance(a, grid, config.pixels_per_patch) for a in both]), seconds)
 
 
+class PlotCache:
+    """Plots drawn once per content: matplotlib costs ~120 ms a figure, so a what-if asked again (by any
+    session) reuses the pixels of the first drawing."""
+
+    def __init__(self, capacity: int = 64):
+        self.capacity = capacity
+        self._items: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes, draw) -> np.ndarray:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        picture = render.figure_to_array(draw())
+        picture.setflags(write=False)
+        with self._lock:
+            self._items[key] = picture
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return picture
+
+
+def what_if_plot(named: list[tuple[str, "WhatIf"]], plots: PlotCache) -> np.ndarray:
+    """Entropy and mean attention distance per layer, learned against what-if, for each named what-if."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, w in named:
+        digest.update(name.encode() + b"\0" + np.ascontiguousarray(w.entropy).tobytes()
+                      + np.ascontiguousarray(w.distance).tobytes())
+    return plots.get(digest.digest(), lambda: render.plot_what_if({n: tuple(w.entropy) for n, w in named},
+                                                                  {n: tuple(w.distance) for n, w in named}))
+
+
 # --- fine-tuning in a worker process ---------------------------------------------------------------
 
 

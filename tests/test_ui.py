@@ -180,7 +180,9 @@ def test_what_if_handler(ex, image_file):
     assert top_a == ex.compare(image_file, A, B)[0] and len(top_a2) == 5 and len(top_b2) == 5
     assert "τ × 0.25, diagonal mask off (learned: off)" in summary
     assert "τ × 1, diagonal mask off (learned: on)" in summary
-    assert maps_a.ndim == 3 and len(plot.axes) == 2
+    assert maps_a.ndim == 3 and plot.ndim == 3 and plot.shape[1] > plot.shape[0]
+    again = ex.what_if(image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")[6]
+    assert again is plot  # drawn once: the same content comes from the plot cache
     with pytest.raises(gr.Error, match="between 0.25 and 4.0"):
         ex.what_if(image_file, A, B, 1, 16.0, 16.0, 10, "as learned", 1.0, "off")
     with pytest.raises(gr.Error, match="diagonal mask is one of"):
