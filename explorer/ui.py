@@ -52,12 +52,12 @@ FINETUNE_HELP = """\
 Fine-tunes **both slots' models on the same data, split and recipe** (one after the other), or one
 checkpoint alone, in a separate training process ({where}); the new checkpoints go into the model slots,
 so every tab then compares them. Upload a zip with one folder of images per class; it is split 80/20 into
-training and held-out test images. **The default recipe** (every field at 0): the head starts where it can
-already score (the base's own rows when your classes are some of its classes, else a logistic regression
-on the frozen features), then the whole model trains at a low learning rate (1e-4, AdamW, warmup + cosine,
-crop + flip) for about 300 steps with a batch size scaled to your data, keeping the epoch that does best on
-a 10 % validation split. About a minute per model for 1,000 images on 2 CPU cores. Limits here:
-{epochs} epochs, {images:,} images."""
+training and held-out test images. **The default recipe** (every number at 0): the head starts where it can
+already score (the base's own rows when your classes are among its classes, else a logistic regression
+on the frozen features), then the whole model trains (AdamW, warmup + cosine, crop + flip; peak learning
+rate 5e-4, or 1e-4 for classes the base knows) for up to 500 steps, with a batch size scaled to your
+data, keeping the epoch that does best on a 10 % validation split (the starting head included). About
+a minute per model for 1,000 images on 2 CPU cores. Limits here: {epochs} epochs, {images:,} images."""
 
 
 def _fmt_pct(value) -> str:
@@ -568,14 +568,13 @@ class Explorer:
         results = per_class = gallery = keep
         slot_a, slot_b, what = keep, keep, keep
         if final and s.status == "done":
-            rep = report([{**m.__dict__, "checkpoint": os.path.relpath(m.checkpoint, self.root)} for m in s.members],
-                         plan.dataset.y_test, plan.dataset.class_names)
+            rep = report([m.__dict__ for m in s.members], plan.dataset.y_test, plan.dataset.class_names)
             results = pd.DataFrame(rep.rows, columns=rep.columns)
-            per_class = pd.DataFrame(rep.per_class, columns=["class"] + [m.label for m in s.members])
+            per_class = pd.DataFrame(rep.per_class, columns=rep.per_class_columns)
             names = plan.dataset.class_names
             preds = [m.predictions for m in s.members]
             x, y = plan.dataset.x_test, plan.dataset.y_test
-            gallery = [(square(x[i], 96), f"true {names[y[i]]} · " + " · ".join(
+            gallery = [(square(x[i], 96), f"{names[y[i]]}: " + " · ".join(
                 f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(s.members, preds))) for i in rep.disagree[:18]]
             refs = [os.path.relpath(m.checkpoint, self.root) for m in s.members]
             choices = self.choices()
@@ -837,14 +836,13 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             ft_start = gr.Button("Start", variant="primary", elem_id="ft-start")
                             ft_cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
                         ft_status = gr.Markdown("No run yet.", elem_id="ft-status")
-                        with gr.Row():
-                            ft_curves = gr.Plot(label="loss and accuracy", show_label=False)
-                            ft_tau = gr.Plot(label="tau per layer", show_label=False)
+                        ft_curves = gr.Plot(label="loss and accuracy", show_label=False)
                         ft_results = gr.Dataframe(label="result on the held-out test images", interactive=False)
                         with gr.Row():
                             ft_per_class = gr.Dataframe(label="per-class test top-1", interactive=False)
-                            ft_gallery = gr.Gallery(format="png", label="test images where they disagree",
-                                                    columns=6, height=300)
+                            ft_gallery = gr.Gallery(format="png", label="test images where they disagree "
+                                                    "(true class: A's guess · B's guess)", columns=4, height=340)
+                        ft_tau = gr.Plot(label="tau per layer", show_label=False)
 
         # --- wiring ---------------------------------------------------------------------------------
         slot_a.change(ex.load_slot, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")

@@ -223,6 +223,8 @@ def test_a_pair_run_writes_two_loadable_checkpoints_from_one_split(tiny_checkpoi
     rep = report([m.__dict__ for m in s.members], plan.dataset.y_test, plan.dataset.class_names)
     differ = [i for i in range(40) if s.members[0].predictions[i] != s.members[1].predictions[i]]
     assert rep.disagree == differ and len(rep.rows) == 2 and len(rep.per_class) == 10
+    assert rep.per_class_columns == ["class", "A top-1", "B top-1", "B − A (points)"]
+    assert [row[1] for row in rep.rows] == [f"{100 * m.metrics['test_top1']:.1f} %" for m in s.members]
     assert _no_leftovers(out)
 
 
