@@ -803,7 +803,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             with gr.Row():
                                 wi_maps_a = picture("A: from the query, learned and what if")
                                 wi_maps_b = picture("B: from the query, learned and what if")
-                            wi_plot = picture("entropy and distance, learned and what if", captioned=False,
+                            wi_plot = picture("entropy and distance, learned and what if",
                                               show_label=False, elem_id="what-if-plot")
                     with gr.Tab("Tau", id="tau"):
                         gr.Markdown("LSA divides the attention logits by a learned temperature **tau** instead "
