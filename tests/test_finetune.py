@@ -273,3 +273,18 @@ def test_a_crashed_or_failing_worker_is_reported_and_saves_nothing(tiny_checkpoi
     s = runner.snapshot()
     assert s.status == "failed" and "cannot load the model" in s.error
     assert list_checkpoints(out) == [] and _no_leftovers(out)
+
+
+def test_the_cli_with_only_base_and_dataset_runs_the_default_recipe(tiny_checkpoints, cifar10, tmp_path, capsys):
+    from explorer.train import main
+    x, y = pick(cifar10, ["cat", "dog", "ship"], 20)
+    data = class_zip(tmp_path / "mine.zip", x, y, ["cat", "dog", "ship"])
+    assert main(["--base", str(tiny_checkpoints["spt_lsa"]), "--dataset", str(data), "--out", str(tmp_path / "out"),
+                 "--name", "cli", "--verbose", "0"]) == 0
+    card = _card(tmp_path / "out" / "cli")
+    n = card["dataset"]["train_images"] + card["dataset"]["validation_images"]
+    expected = fine_tune_recipe(n, known_classes=True)  # cat, dog and ship are the base's classes
+    assert card["training"]["recipe"] == expected.__dict__
+    assert card["training"]["start"]["head"] == "base rows" and card["training"]["kept_epoch"] is not None
+    assert "recipe: 30 epochs of batch 16, learning rate 0.0001, head auto" in capsys.readouterr().out
+    assert "## Fine-tuning" in (tmp_path / "out" / "cli" / "README.md").read_text()
