@@ -250,6 +250,21 @@ def run_job(job_dir: Path, emit) -> None:
     emit({"kind": "done"})
 
 
+def _exit_with_parent() -> None:
+    """Ends this worker when the app that started it is gone (killed, or stopped without cancelling), so no
+    orphan keeps training; its half-done job folder is then removed by the next run (checkpoints.clean_stale)."""
+    import threading
+    import time
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -258,6 +273,7 @@ def main(argv=None) -> int:
     # Events go to the original standard output; anything else that prints goes to the log (stderr).
     events = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
+    _exit_with_parent()
 
     def emit(event: dict) -> None:
         events.write(json.dumps(event, default=float) + "\n")

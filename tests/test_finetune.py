@@ -288,3 +288,32 @@ def test_the_cli_with_only_base_and_dataset_runs_the_default_recipe(tiny_checkpo
     assert card["training"]["start"]["head"] == "base rows" and card["training"]["kept_epoch"] is not None
     assert "recipe: 30 epochs of batch 16, learning rate 0.0001, head auto" in capsys.readouterr().out
     assert "## Fine-tuning" in (tmp_path / "out" / "cli" / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp_path):
+    """No orphan keeps training when the app is killed without cancelling."""
+    import subprocess
+    import sys
+    from explorer.finetune import write_job
+    plan = plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=2000, test=40, seed=2), epochs=30)
+    job = tmp_path / "job"
+    write_job(plan, job)
+    app = subprocess.Popen(["bash", "-c", f"{sys.executable} -m explorer.finetune {job} >{tmp_path}/events 2>/dev/null "
+                                          f"& echo $!; wait"], stdout=subprocess.PIPE, env=_env(), cwd=ROOT)
+    worker = int(app.stdout.readline())
+    deadline = time.time() + 120
+    while time.time() < deadline and '"kind": "batch"' not in (tmp_path / "events").read_text():
+        time.sleep(0.2)
+    assert '"kind": "batch"' in (tmp_path / "events").read_text(), "the worker never started training"
+    app.kill()
+    app.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline and Path(f"/proc/{worker}").exists() and \
+            Path(f"/proc/{worker}/stat").read_text().split()[2] != "Z":
+        time.sleep(0.2)
+    alive = Path(f"/proc/{worker}").exists() and Path(f"/proc/{worker}/stat").read_text().split()[2] != "Z"
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, "the worker kept training after its app was gone"
+    assert not (job / "staging").exists() or not any((job / "staging").iterdir())
