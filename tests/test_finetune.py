@@ -302,10 +302,12 @@ def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp
     app = subprocess.Popen(["bash", "-c", f"{sys.executable} -m explorer.finetune {job} >{tmp_path}/events 2>/dev/null "
                                           f"& echo $!; wait"], stdout=subprocess.PIPE, env=_env(), cwd=ROOT)
     worker = int(app.stdout.readline())
+    events = tmp_path / "events"  # created by the shell once the worker starts
+    training = lambda: events.exists() and '"kind": "batch"' in events.read_text()
     deadline = time.time() + 120
-    while time.time() < deadline and '"kind": "batch"' not in (tmp_path / "events").read_text():
+    while time.time() < deadline and not training():
         time.sleep(0.2)
-    assert '"kind": "batch"' in (tmp_path / "events").read_text(), "the worker never started training"
+    assert training(), "the worker never started training"
     app.kill()
     app.wait()
     deadline = time.time() + 15
