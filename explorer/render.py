@@ -411,6 +411,16 @@ def _no_data(fig: Figure, text: str) -> Figure:
     return fig
 
 
+def _label_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:
+    """The app's plot convention: labelled axes, integer ticks along x (layers, epochs), a light grid."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+
+
 def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -> Figure:
     """Each model's per-layer mean over heads as a line, its heads as small dots of the same colour."""
     fig = _figure()
@@ -423,11 +433,7 @@ def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -
         color = model_color(k)
         ax.plot(layers, np.nanmean(v, axis=1), color=color, marker="o", label=name)
         ax.scatter(np.repeat(layers, v.shape[1]), v.ravel(), color=color, s=12, alpha=0.45, linewidths=0)
-    ax.set_xlabel("layer")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
+    _label_axes(ax, "layer", ylabel, title)
     if per_model:
         ax.legend()
     return fig
@@ -459,11 +465,7 @@ def plot_what_if(entropy: dict[str, tuple[np.ndarray, np.ndarray]],
                 v = np.asarray(values, np.float64).reshape(len(values), -1)
                 ax.plot(np.arange(len(v)), v.mean(1), color=model_color(k), linestyle=style,
                         marker="o" if style == "-" else "s", markersize=4, label=f"{name}: {tag}")
-        ax.set_xlabel("layer")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.grid(alpha=0.3)
+        _label_axes(ax, "layer", ylabel, title)
     if entropy:
         axes[0].legend(fontsize="small")
     return fig
@@ -488,11 +490,7 @@ def plot_tau(per_model: dict[str, list[list[float]]], initial: dict[str, float])
         if name in initial:
             ax.axhline(initial[name], color=color, linestyle="--", linewidth=1,
                        label=f"initial √d_k = {initial[name]:.3g}")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("temperature τ")
-    ax.set_title("Learned LSA temperature")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
+    _label_axes(ax, "layer", "temperature τ", "Learned LSA temperature")
     ax.legend()
     return fig
 
@@ -522,11 +520,7 @@ def plot_tau_history(per_model: dict[str, list[dict]]) -> Figure:
                for k, name in enumerate(series)]
     handles += [Line2D([], [], color=colors[layer], label=f"L{layer}") for layer in range(layers)]
     ax.legend(handles=handles, fontsize="small", ncols=2)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("mean temperature τ")
-    ax.set_title("LSA temperature during training")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
+    _label_axes(ax, "epoch", "mean temperature τ", "LSA temperature during training")
     return fig
 
 
@@ -550,10 +544,7 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
                 ax.plot(xs, ys, color=color, marker="o", markersize=3 if len(xs) > 12 else 5,
                         linestyle="--" if key.startswith("val_") else "-",
                         label=f"{label} {key}".strip())
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(ylabel)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.grid(alpha=0.3)
+        _label_axes(ax, "epoch", ylabel)
         if ax.get_lines():
             ax.legend(fontsize="small")
         else:

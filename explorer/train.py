@@ -337,12 +337,6 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
                          "device": device_name(), "recipe": asdict(tc)}}
 
 
-def evaluate_model(model, x, y, batch_size: int = 500) -> dict:
-    """Top-1, top-5 and per-class accuracy of `model` on uint8 images `x` with labels `y`."""
-    logits = predict_logits(model, x, batch_size)
-    return accuracy_metrics(logits, y)
-
-
 def predict_logits(model, x, batch_size: int = 500) -> np.ndarray:
     out = [np.asarray(model.predict_on_batch(x[i:i + batch_size].astype("float32")))
            for i in range(0, len(x), batch_size)]
@@ -631,9 +625,9 @@ def main(argv=None) -> int:
         print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
               f"{dataset.num_classes} classes; device {device_name()}", flush=True)
         if args.base and not args.extend:
-            from explorer.checkpoints import load_checkpoint
+            from explorer.checkpoints import read_card, resolve
             n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
-            base_classes = load_checkpoint(args.base)[1].get("class_names") or []
+            base_classes = read_card(resolve(args.base)).get("class_names") or []  # the card; the model once
             tc = fine_tune_recipe(n, known_classes=base_rows(base_classes, dataset.class_names) is not None,
                                   **given)
             print(f"recipe: {tc.epochs} epochs of batch {tc.batch_size}, learning rate {tc.learning_rate}, "

@@ -428,7 +428,6 @@ class FineTuneRunner:
         self._state = RunState()
         self._proc = None
         self._thread: threading.Thread | None = None
-        self._plan = None
         self._runs = 0
 
     def start(self, plan) -> int:
@@ -470,7 +469,7 @@ class FineTuneRunner:
                 self._state.ended = time.time()
             raise
         with self._lock:
-            self._proc, self._plan = proc, plan
+            self._proc = proc
             self._thread = threading.Thread(target=self._follow, args=(proc, job_dir), name="fine-tune",
                                             daemon=True)
             self._thread.start()
@@ -582,7 +581,3 @@ class FineTuneRunner:
         import copy
         with self._lock:
             return copy.deepcopy(self._state)
-
-    @property
-    def plan(self):
-        return self._plan
