@@ -837,9 +837,12 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             ft_cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
                         ft_status = gr.Markdown("No run yet.", elem_id="ft-status")
                         ft_curves = gr.Plot(label="loss and accuracy", show_label=False)
-                        ft_results = gr.Dataframe(label="result on the held-out test images", interactive=False)
+                        ft_results = gr.Dataframe(label="result on the held-out test images", interactive=False,
+                                                  headers=["model", "test top-1", "test top-5", "device", "images/s",
+                                                           "train time"])
                         with gr.Row():
-                            ft_per_class = gr.Dataframe(label="per-class test top-1", interactive=False)
+                            ft_per_class = gr.Dataframe(label="per-class test top-1", interactive=False,
+                                                        headers=["class", "A top-1", "B top-1", "B − A (points)"])
                             ft_gallery = gr.Gallery(format="png", label="test images where they disagree "
                                                     "(true class: A's guess · B's guess)", columns=4, height=340)
                         ft_tau = gr.Plot(label="tau per layer", show_label=False)
@@ -890,7 +893,9 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
         ft_start.click(ex.finetune, [ft_base, ft_preset, ft_variant, ft_data, ft_zip, ft_epochs, ft_lr, ft_batch,
                                      ft_subset, ft_freeze, ft_name, slot_a, slot_b],
                        [ft_status, ft_curves, ft_tau, ft_results, ft_per_class, ft_gallery, slot_a, slot_b, ft_base],
-                       api_name="finetune", concurrency_limit=4, concurrency_id="finetune")
+                       api_name="finetune", concurrency_limit=4, concurrency_id="finetune",
+                       # progress and a refusal show on the status line only, not on the model slots
+                       show_progress_on=[ft_status])
         ft_cancel.click(ex.cancel, None, [ft_status], api_name="cancel", concurrency_limit=None)
         demo.load(ex.tau, [slot_a, slot_b], [tau_plot, tau_hist, tau_table], api_name=False)
     return demo

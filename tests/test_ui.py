@@ -130,6 +130,9 @@ def test_disagreements_and_locality_on_the_bundled_set_without_data(bare, ex, no
     assert len(table) == 2
     with pytest.raises(DatasetError, match="EXPLORER_DATA_DIR"):  # training needs the full data
         bare.training_data("cifar10")
+    with pytest.raises(gr.Error, match="could not be downloaded.*EXPLORER_DATA_DIR"):  # and says so in the tab
+        bare.finetune_plan(**_form(data="cifar10"))
+    assert bare.runner.snapshot().status == "idle"  # nothing started
 
 
 def test_true_label_is_not_guessed_beyond_the_bundled_set(bare, tmp_path):
