@@ -479,16 +479,18 @@ class FineTuneRunner:
         with self._lock:
             s = self._state
             kind = event.get("kind")
+            # Lines still in the pipe after a Cancel must not turn "cancelled" back into "training".
+            if kind in ("member", "batch") and s.status == "starting":
+                s.status = "training"
             member = s.members[event["member"]] if "member" in event else None
             if kind == "started":
                 s.device, s.backend = event["device"], event["backend"]
             elif kind == "member":
-                s.current, s.status = event["member"], "training"
+                s.current = event["member"]
                 member.recipe = event.get("recipe")
             elif kind == "batch":
                 member.step, member.total_steps = event["step"], event["total_steps"]
                 member.last_loss = event["loss"]
-                s.status = "training"
             elif kind == "epoch":
                 member.history = member.history + [{k: v for k, v in event.items() if k not in ("kind", "member")}]
             elif kind == "member_done":
