@@ -26,7 +26,7 @@ def main():
 
     from explorer import render
     from explorer.data import load_cifar
-    from explorer.workbench import ModelStore, ResultCache, analyze_pair
+    from explorer.workbench import ModelStore, ResultCache, analyze_pair, side_by_side_pictures
     store = ModelStore(ROOT)
     models = [store.get(args.a), store.get(args.b)]
     images = load_cifar("cifar10", data_dir()).x_test[:args.repeats + 5]
@@ -48,6 +48,7 @@ def main():
         cache = ResultCache()  # a fresh cache: every model runs, nothing is reused between images
         views = analyze_pair(models, cache, images[i], images[i], layer=models[1].config.num_layers - 1,
                              head="all heads", query_yx=(13.0, 20.0))
+        side_by_side_pictures(views)  # what the Attention tab sends: A beside B, one picture per kind
         spt = models[1].config
         render.patch_grid(images[i], spt.patch_size)
         render.spt_grids(images[i], spt.patch_size)

@@ -392,6 +392,33 @@ def head_tiles(image: np.ndarray, maps: np.ndarray, query: tuple[int, int] | Non
     return sheet
 
 
+def side_by_side(images: Sequence[np.ndarray], titles: Sequence[str] | None = None, gap: int = 16) -> np.ndarray:
+    """Pictures in one row on white, tops aligned, each under its own one-line title.
+
+    One picture for several (model A's beside model B's) is one file to encode and send instead of many.
+    """
+    pictures = [_rgb(image) for image in images]
+    if not pictures:
+        raise ValueError("side_by_side needs at least one picture")
+    if titles is not None:
+        titles = list(titles)
+        if len(titles) != len(pictures):
+            raise ValueError(f"need {len(pictures)} titles, got {len(titles)}")
+        pictures = [label_image(p, t) for p, t in zip(pictures, titles)]
+    height = max(p.shape[0] for p in pictures)
+    width = sum(p.shape[1] for p in pictures) + gap * (len(pictures) - 1)
+    out = np.full((height, width, 3), 255, np.uint8)
+    x = 0
+    for i, p in enumerate(pictures):
+        if i:  # a thin grey rule down the middle of the gap tells whose picture is whose
+            rule = min(gap, 2 - gap % 2)
+            start = x - gap + (gap - rule) // 2
+            out[:, start:start + rule] = 200
+        out[:p.shape[0], x:x + p.shape[1]] = p
+        x += p.shape[1] + gap
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- plots
 
 

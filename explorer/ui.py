@@ -26,8 +26,8 @@ from explorer.finetune import ZIP, JobError, Limits, choose_backend, job_data, p
 from explorer.inputs import ImageInputError, load_image
 from explorer.probe import tau_table
 from explorer.workbench import (HEAD_ALL, HEAD_MEAN, PARTS, Busy, FineTuneRunner, ModelStore, ResultCache,
-                                PlotCache, analyze_pair, env_int, query_patch, square, top_k, what_if,
-                                what_if_plot)
+                                PlotCache, analyze_pair, env_int, picture_title, query_patch, side_by_side_pictures,
+                                square, top_k, what_if, what_if_plot)
 
 PROJECT = Path(__file__).resolve().parents[1]
 DEFAULT_A = "cifar10-vanilla"
@@ -403,25 +403,26 @@ class Explorer:
             raise gr.Error(str(e)) from None
         va, vb = views[0]["view"], views[1]["view"]
         caption = (f"Query patch row {vb.query[0]}, col {vb.query[1]} of B's {b.config.grid_size}×"
-                   f"{b.config.grid_size} grid (cyan). Layer {va.layer} for A, {vb.layer} for B; colours run "
-                   f"from 0 to each map's maximum. LSA models never attend to the query patch itself.")
-        return va, vb, caption
+                   f"{b.config.grid_size} grid (cyan). Layer {va.layer} for A, {vb.layer} for B; A on the left, "
+                   f"B on the right; colours run from 0 to each map's maximum. LSA models never attend to the "
+                   f"query patch itself.")
+        return side_by_side_pictures(views, parts), caption
 
     def attention(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float):
-        """Every attention picture of both models: for a new image, or the button."""
-        va, vb, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, PARTS)
-        return va.focus, vb.focus, va.sheet, vb.sheet, va.rollout, vb.rollout, caption
+        """Every attention picture, A beside B in each: for a new image, or the button."""
+        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, PARTS)
+        return pictures["focus"], pictures["sheet"], pictures["rollout"], caption
 
     def attention_query(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float):
         """A new query patch: the picker's outline, the maps from the query and the layer × head sheets;
         the rollout does not depend on the query and is not sent again."""
-        va, vb, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, ("focus", "sheet"))
-        return self.query_picker(file, qy, qx, ref_b), va.focus, vb.focus, va.sheet, vb.sheet, caption
+        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, ("focus", "sheet"))
+        return self.query_picker(file, qy, qx, ref_b), pictures["focus"], pictures["sheet"], caption
 
     def attention_layer(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float):
         """A new layer or head: only the maps from the query change."""
-        va, vb, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, ("focus",))
-        return va.focus, vb.focus, caption
+        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, ("focus",))
+        return pictures["focus"], caption
 
     def what_if(self, file, ref_a: str, ref_b: str, layer: float, qy: float, qx: float, factor_a: float,
                 mask_a: str, factor_b: float, mask_b: str):
@@ -438,10 +439,11 @@ class Explorer:
             raise gr.Error(str(e)) from None
         names = [f"{tag}: {w.model.label}" for tag, w in (("A", wa), ("B", wb))]
         plot = what_if_plot(list(zip(names, (wa, wb))), self.plots)
+        maps = render.side_by_side([wa.maps, wb.maps], [picture_title(t, w.model) for t, w in (("A", wa), ("B", wb))])
         summary = "\n\n".join(_what_if_line(n, w) for n, w in zip(names, (wa, wb)))
         summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wb.layer} "
                     f"(each coloured from 0 to its own maximum).")
-        return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, wa.maps, wb.maps, plot, summary
+        return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, maps, plot, summary
 
     def locality(self, file, ref_a: str, ref_b: str, scope: str, progress=gr.Progress()):
         """Mean attention distance and entropy per layer, for this image or over test images."""
@@ -768,15 +770,10 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                                 attn_btn = gr.Button("Show attention", variant="primary", elem_id="attn-btn")
                             with gr.Column(scale=3):
                                 attn_caption = gr.Markdown(elem_id="attn-caption")
-                                with gr.Row():
-                                    focus_a = picture("A: from the query")
-                                    focus_b = picture("B: from the query")
-                                with gr.Row():
-                                    rollout_a = picture("A: attention rollout")
-                                    rollout_b = picture("B: attention rollout")
-                        with gr.Row():
-                            sheet_a = picture("A: layer × head")
-                            sheet_b = picture("B: layer × head")
+                                # A beside B in one picture per kind: one file per kind to send on a click.
+                                focus = picture("from the query: A | B", elem_id="focus")
+                                rollout = picture("attention rollout: A | B", elem_id="rollout")
+                        sheet = picture("layer × head from the query: A | B", elem_id="sheet")
                         with gr.Accordion("Locality: mean attention distance and entropy", open=True):
                             scope = gr.Radio(["this image", "64 test images"], value="this image", label="over")
                             loc_btn = gr.Button("Measure locality")
@@ -800,9 +797,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                                 wi_top_a2 = gr.Label(num_top_classes=5, label="A top-5 what if", elem_id="wi-top-a")
                                 wi_top_b = gr.Label(num_top_classes=5, label="B top-5 as learned")
                                 wi_top_b2 = gr.Label(num_top_classes=5, label="B top-5 what if", elem_id="wi-top-b")
-                            with gr.Row():
-                                wi_maps_a = picture("A: from the query, learned and what if")
-                                wi_maps_b = picture("B: from the query, learned and what if")
+                            wi_maps = picture("from the query, learned and what if: A | B", elem_id="what-if-maps")
                             wi_plot = picture("entropy and distance, learned and what if",
                                               show_label=False, elem_id="what-if-plot")
                     with gr.Tab("Tau", id="tau"):
@@ -867,12 +862,12 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
         # Attention: a new image or the button draws everything; a query click (one request) redraws only
         # what depends on the query, a layer or head change only the maps from the query.
         attn_inputs = [upload, slot_a, slot_b, layer, head, qy, qx]
-        attn_outputs = [focus_a, focus_b, sheet_a, sheet_b, rollout_a, rollout_b, attn_caption]
-        query_outputs = [picker, focus_a, focus_b, sheet_a, sheet_b, attn_caption]
+        attn_outputs = [focus, sheet, rollout, attn_caption]
+        query_outputs = [picker, focus, sheet, attn_caption]
         attn = dict(concurrency_limit=4, concurrency_id="attention")
         attn_btn.click(ex.attention, attn_inputs, attn_outputs, api_name="attention", **attn)
         upload.change(ex.attention, attn_inputs, attn_outputs, api_name=False, **attn)
-        gr.on([layer.change, head.change], ex.attention_layer, attn_inputs, [focus_a, focus_b, attn_caption],
+        gr.on([layer.change, head.change], ex.attention_layer, attn_inputs, [focus, attn_caption],
               api_name="attention_layer", **attn)
         gr.on([qy.submit, qx.submit], ex.attention_query, attn_inputs, query_outputs, api_name="attention_query",
               **attn)
@@ -881,7 +876,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                       api_name=False, **attn)
         wi_btn.click(ex.what_if, [upload, slot_a, slot_b, layer, qy, qx, wi_factor_a, wi_mask_a, wi_factor_b,
                                   wi_mask_b],
-                     [wi_top_a, wi_top_a2, wi_top_b, wi_top_b2, wi_maps_a, wi_maps_b, wi_plot, wi_summary],
+                     [wi_top_a, wi_top_a2, wi_top_b, wi_top_b2, wi_maps, wi_plot, wi_summary],
                      api_name="what_if", **attn)
         loc_inputs, loc_outputs = [upload, slot_a, slot_b, scope], [dist_plot, ent_plot, loc_table]
         loc_btn.click(ex.locality, loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)

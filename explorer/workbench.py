@@ -293,6 +293,23 @@ def analyze_pair(models: list[LoadedModel], cache: ResultCache, image: np.ndarra
     return out
 
 
+PICTURES = ("focus", "sheet", "rollout")
+
+
+def picture_title(tag: str, lm: LoadedModel) -> str:
+    """The title drawn above a model's half of a side-by-side picture. Two spaces after the colon: the
+    pictures' small font sets a colon right against a single space."""
+    return f"model {tag}:  {lm.label}"
+
+
+def side_by_side_pictures(analysis: list[dict], parts=PICTURES, tags: str = "AB") -> dict[str, np.ndarray]:
+    """Each attention picture in `parts` of every analysed model in one picture, A's left of B's, each
+    under "model A: name (variant)": a click then sends one file per kind of picture, not one per model."""
+    return {part: render.side_by_side([getattr(a["view"], part) for a in analysis],
+                                      [picture_title(tag, a["model"]) for tag, a in zip(tags, analysis)])
+            for part in PICTURES if part in parts}
+
+
 @dataclass
 class WhatIf:
     """One model's learned outputs beside those with its tau scaled and its diagonal mask switched."""

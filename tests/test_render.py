@@ -204,6 +204,24 @@ def test_head_tiles_wrap_into_rows_and_normalise_each_tile():
         render.head_tiles(np.zeros((8, 8, 3), np.uint8), maps[0])
 
 
+def test_side_by_side_keeps_every_picture_whole_under_its_title():
+    left, right = _image(30, 20), _image(12, 9)
+    out = render.side_by_side([left, right], ["A: one", "B: two"], gap=6)
+    title = render.label_image(left, "A: one").shape[0] - 30
+    assert out.shape == (title + 30, 20 + 6 + 9, 3)
+    np.testing.assert_array_equal(out[title:, :20], left)
+    np.testing.assert_array_equal(out[title:title + 12, 26:], right)
+    assert (out[title + 12:, 26:] == 255).all()  # the shorter picture is topped, padded white below
+    assert (out[:title] < 255).any(axis=-1)[:, 26:].any()  # B's title is drawn above B's picture
+    rule = out[:, 20:26, 0]
+    assert (rule[:, 2:4] == 200).all() and (rule[:, [0, 1, 4, 5]] == 255).all()  # a grey rule mid-gap
+    np.testing.assert_array_equal(render.side_by_side([left]), left)
+    with pytest.raises(ValueError, match="2 titles"):
+        render.side_by_side([left, right], ["only one"])
+    with pytest.raises(ValueError):
+        render.side_by_side([])
+
+
 def _legend_texts(ax) -> list[str]:
     return [t.get_text() for t in ax.get_legend().get_texts()]
 

@@ -147,28 +147,38 @@ def test_patches_use_the_spt_models_patch_size(ex, image_file, cifar10):
     assert len({plain.shape} | {g.shape for g, _ in shifted}) == 1
 
 
-def test_attention_views(ex, image_file):
-    focus_a, focus_b, sheet_a, sheet_b, roll_a, roll_b, caption = ex.attention(image_file, A, B, 1, "mean of heads",
-                                                                              31.0, 0.0)
-    assert "row 3, col 0" in caption
-    assert focus_a.shape == focus_b.shape and sheet_a.shape == sheet_b.shape and roll_a.ndim == 3
+def test_attention_views_show_a_beside_b_in_one_picture_per_kind(ex, image_file):
+    from explorer.workbench import analyze_pair, square
+    focus, sheet, rollout, caption = ex.attention(image_file, A, B, 1, "mean of heads", 31.0, 0.0)
+    assert "row 3, col 0" in caption and "A on the left" in caption
+    # Each picture is A's view then B's, as the workbench draws them for each model alone.
+    image, preview = ex.decode(image_file)
+    views = analyze_pair([ex.store.get(A), ex.store.get(B)], ex.cache, image, preview, 1, "mean of heads",
+                         (31.0, 0.0))
+    for picture, part in ((focus, "focus"), (sheet, "sheet"), (rollout, "rollout")):
+        alone = [getattr(v["view"], part) for v in views]
+        title = picture.shape[0] - max(a.shape[0] for a in alone)
+        assert title > 5 and picture.shape[1] == sum(a.shape[1] for a in alone) + 16
+        np.testing.assert_array_equal(picture[title:title + alone[0].shape[0], :alone[0].shape[1]], alone[0])
+        np.testing.assert_array_equal(picture[title:title + alone[1].shape[0], -alone[1].shape[1]:], alone[1])
     with pytest.raises(gr.Error, match="no head 9"):
         ex.attention(image_file, A, B, 0, "head 9", 0, 0)
     heads = ex.store.get(B).config.num_heads
-    tiles = ex.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)[1]
-    # Every head of the layer as a captioned half-size tile, two to a row (the tiny model has two heads).
-    assert heads == 2 and tiles.shape[0] > 112 and 2 * 112 < tiles.shape[1] < 3 * 112
+    tiles = ex.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)[0]
+    # Every head of the layer as a captioned half-size tile, two to a row (the tiny model has two heads),
+    # for each model.
+    assert heads == 2 and tiles.shape[0] > 112 and 2 * 2 * 112 < tiles.shape[1] < 2 * 3 * 112
 
 
 def test_a_query_click_and_a_layer_change_send_only_what_depends_on_them(ex, image_file):
     full = ex.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)
-    picker, focus_a, focus_b, sheet_a, sheet_b, caption = ex.attention_query(image_file, A, B, 1, "all heads",
-                                                                             31.0, 0.0)
-    for got, expected in zip((focus_a, focus_b, sheet_a, sheet_b, caption), full[:4] + full[-1:]):
+    picker, focus, sheet, caption = ex.attention_query(image_file, A, B, 1, "all heads", 31.0, 0.0)
+    for got, expected in zip((focus, sheet, caption), full[:2] + full[-1:]):
         np.testing.assert_array_equal(got, expected)
     assert picker.shape == (224, 224, 3) and "row 3, col 0" in caption
-    focus_a, focus_b, caption = ex.attention_layer(image_file, A, B, 0, "head 1", 31.0, 0.0)
-    assert focus_a.shape == focus_b.shape and "Layer 0 for A" in caption
+    focus, caption = ex.attention_layer(image_file, A, B, 0, "head 1", 31.0, 0.0)
+    assert focus.ndim == 3 and "Layer 0 for A" in caption
+    assert not np.array_equal(focus, ex.attention_layer(image_file, A, B, 1, "head 1", 31.0, 0.0)[0])
 
     class Click:  # what Gradio hands the picker's select handler: (x, y) in picker pixels
         index = (10, 200)
@@ -178,13 +188,14 @@ def test_a_query_click_and_a_layer_change_send_only_what_depends_on_them(ex, ima
 
 
 def test_what_if_handler(ex, image_file):
-    top_a, top_a2, top_b, top_b2, maps_a, maps_b, plot, summary = ex.what_if(
+    top_a, top_a2, top_b, top_b2, maps, plot, summary = ex.what_if(
         image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")
     assert top_a == ex.compare(image_file, A, B)[0] and len(top_a2) == 5 and len(top_b2) == 5
     assert "τ × 0.25, diagonal mask off (learned: off)" in summary
     assert "τ × 1, diagonal mask off (learned: on)" in summary
-    assert maps_a.ndim == 3 and plot.ndim == 3 and plot.shape[1] > plot.shape[0]
-    again = ex.what_if(image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")[6]
+    assert maps.ndim == 3 and plot.ndim == 3 and plot.shape[1] > plot.shape[0]
+    assert maps.shape[1] > 2 * maps.shape[0]  # A's learned/what-if sheet beside B's, two rows each
+    again = ex.what_if(image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")[5]
     assert again is plot  # drawn once: the same content comes from the plot cache
     with pytest.raises(gr.Error, match="between 0.25 and 4.0"):
         ex.what_if(image_file, A, B, 1, 16.0, 16.0, 10, "as learned", 1.0, "off")

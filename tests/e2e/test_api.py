@@ -84,8 +84,8 @@ def test_patches(client, upload):
 
 def test_attention_for_a_chosen_query(client, upload):
     out = client.predict(handle_file(str(upload)), A, B, 1, "head 1", 4.0, 30.0, api_name="/attention")
-    *images, caption = out
-    assert len(images) == 6 and all(np.asarray(Image.open(p)).ndim == 3 for p in images)
+    *images, caption = out  # from the query, layer x head, rollout: A beside B in each
+    assert len(images) == 3 and all(np.asarray(Image.open(p)).ndim == 3 for p in images)
     # 16 px input, 4 px patches: pixel (y=4, x=30) of the 32 px image lies in row 0, col 3
     assert "row 0, col 3" in caption
     with pytest.raises(Exception, match="head 7 is not in the list of choices"):
@@ -96,22 +96,22 @@ def test_a_query_click_returns_only_what_depends_on_the_query(client, upload):
     full = client.predict(handle_file(str(upload)), A, B, 1, "all heads", 4.0, 30.0, api_name="/attention")
     picker, *images, caption = client.predict(handle_file(str(upload)), A, B, 1, "all heads", 4.0, 30.0,
                                               api_name="/attention_query")
-    assert len(images) == 4 and "row 0, col 3" in caption
-    for got, expected in zip(images, full[:4]):  # focus A, B and the layer x head sheets, pixel for pixel
+    assert len(images) == 2 and "row 0, col 3" in caption
+    for got, expected in zip(images, full[:2]):  # from the query and the layer x head sheets, pixel for pixel
         np.testing.assert_array_equal(np.asarray(Image.open(got)), np.asarray(Image.open(expected)))
     assert np.asarray(Image.open(picker)).shape == (224, 224, 3)
-    focus_a, focus_b, caption = client.predict(handle_file(str(upload)), A, B, 0, "head 1", 4.0, 30.0,
-                                               api_name="/attention_layer")
-    assert "Layer 0 for A" in caption and np.asarray(Image.open(focus_b)).ndim == 3
+    focus, caption = client.predict(handle_file(str(upload)), A, B, 0, "head 1", 4.0, 30.0,
+                                    api_name="/attention_layer")
+    assert "Layer 0 for A" in caption and np.asarray(Image.open(focus)).ndim == 3
 
 
 def test_what_if(client, upload):
-    top_a, top_a2, top_b, top_b2, maps_a, maps_b, plot, summary = client.predict(
+    top_a, top_a2, top_b, top_b2, maps, plot, summary = client.predict(
         handle_file(str(upload)), A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off", api_name="/what_if")
     label_a, _, _ = client.predict(handle_file(str(upload)), A, B, api_name="/compare")
     assert top_a["confidences"] == label_a["confidences"] and len(top_b2["confidences"]) == 5
     assert "τ × 0.25" in summary and "diagonal mask off (learned: on)" in summary
-    assert np.asarray(Image.open(plot)).ndim == 3 and np.asarray(Image.open(maps_a)).ndim == 3
+    assert np.asarray(Image.open(plot)).ndim == 3 and np.asarray(Image.open(maps)).ndim == 3
     with pytest.raises(Exception, match="not in the list of choices|between 0.25 and 4.0"):
         client.predict(handle_file(str(upload)), A, B, 1, 16.0, 16.0, 9.0, "on", 1.0, "off", api_name="/what_if")
 

@@ -28,9 +28,9 @@ def _canonical(kind, result):
                 label_b["label"], [(c["label"], round(c["confidence"], 6)) for c in label_b["confidences"]],
                 verdict.split("\n\nTime:")[0])
     if kind == "what_if":
-        *labels, maps_a, maps_b, _, summary = result
+        *labels, maps, plot, summary = result
         return ([[(c["label"], round(c["confidence"], 6)) for c in label["confidences"]] for label in labels],
-                _file_digest(maps_a), _file_digest(maps_b), re.sub(r" · what-if pass [^\n]*", "", summary))
+                _file_digest(maps), _file_digest(plot), re.sub(r" · what-if pass [^\n]*", "", summary))
     *images, text = result
     paths = []
     for item in images:  # an image path, or a gallery: a list of {"image": path, "caption": ...}
