@@ -437,9 +437,10 @@ class Explorer:
                       for lm, factor, mask in ((a, factor_a, mask_a), (b, factor_b, mask_b)))
         except ValueError as e:
             raise gr.Error(str(e)) from None
-        names = [f"{tag}: {w.model.label}" for tag, w in (("A", wa), ("B", wb))]
+        tagged = (("A", wa), ("B", wb))
+        names = [f"{tag}: {w.model.label}" for tag, w in tagged]
         plot = what_if_plot(list(zip(names, (wa, wb))), self.plots)
-        maps = render.side_by_side([wa.maps, wb.maps], [picture_title(t, w.model) for t, w in (("A", wa), ("B", wb))])
+        maps = render.side_by_side([w.maps for _, w in tagged], [picture_title(tag, w.model) for tag, w in tagged])
         summary = "\n\n".join(_what_if_line(n, w) for n, w in zip(names, (wa, wb)))
         summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wb.layer} "
                     f"(each coloured from 0 to its own maximum).")
