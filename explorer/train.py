@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -157,31 +156,45 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_al
     keras = _keras()
 
     class Batches(keras.utils.PyDataset):
+        # Batch i of epoch e depends on (seed, e, i) alone, never on when it is asked for: tf.data prefetches
+        # the next epoch's first batches before the epoch ends, and a resumed run must draw what the
+        # uninterrupted one drew. Calls are counted from `begin` on (Keras' peek at the shapes comes first).
         def __init__(self):
             super().__init__()
-            self.rng = np.random.default_rng(seed)
-            self.order = self.rng.permutation(len(x)) if shuffle else np.arange(len(x))
+            self.first_epoch, self.calls, self.counting = 0, 0, False
+            self.cached = (0, self._order(0))
+
+        def begin(self, epochs_done: int = 0) -> None:
+            """Training starts, or resumes after `epochs_done` epochs: the next call is that epoch's first."""
+            self.first_epoch, self.calls, self.counting = epochs_done, 0, True
+
+        def _order(self, epoch):
+            return np.random.default_rng([seed, epoch]).permutation(len(x)) if shuffle else np.arange(len(x))
 
         def __len__(self):
             return math.ceil(len(x) / batch_size)
 
         def __getitem__(self, i):
-            index = np.sort(self.order[i * batch_size:(i + 1) * batch_size])
+            epoch = 0
+            if self.counting and shuffle:
+                epoch = self.first_epoch + self.calls // len(self)
+                self.calls += 1
+            if self.cached[0] != epoch:
+                self.cached = (epoch, self._order(epoch))
+            order = self.cached[1]
+            rng = np.random.default_rng([seed, epoch, i])
+            index = np.sort(order[i * batch_size:(i + 1) * batch_size])
             real = len(index)
             if real < batch_size:
-                index = np.concatenate([index, np.resize(self.order if shuffle else index, batch_size - real)])
+                index = np.concatenate([index, np.resize(order if shuffle else index, batch_size - real)])
             images = x[index]
             if augment:
-                images = augment_batch(images, self.rng)
+                images = augment_batch(images, rng)
             images, labels = images.astype("float32"), np.eye(num_classes, dtype="float32")[y[index]]
             if not shuffle:
                 weights = (np.arange(batch_size) < real).astype("float32")
                 return images, labels, weights
-            return mix_batch(images, labels, self.rng, mixup_alpha, cutmix_alpha, mix_prob)
-
-        def on_epoch_end(self):
-            if shuffle:
-                self.order = self.rng.permutation(len(x))
+            return mix_batch(images, labels, rng, mixup_alpha, cutmix_alpha, mix_prob)
 
     return Batches()
 
@@ -206,14 +219,16 @@ def _better(record: dict, best: dict | None) -> bool:
 
 def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
                    progress: Callable[[dict], None] | None, cancel: threading.Event | None,
-                   state: dict, backup: str | None = None):
+                   state: dict, batches=None):
     keras = _keras()
     from explorer.models import tau_values
 
     class Recorder(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
+            if batches is not None:
+                batches.begin(0)
             state["start"] = time.perf_counter()
-            state["steps"] = 0
+            state.setdefault("steps", 0)
             state["epoch_start"] = time.perf_counter()
 
         def on_epoch_begin(self, epoch, logs=None):
@@ -249,11 +264,6 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
             if tc.keep_best and "val_top1" in record and _better(record, state.get("best")):
                 state["best"] = {"epoch": epoch + 1, "val_top1": record["val_top1"],
                                  "val_loss": record.get("val_loss"), "weights": self.model.get_weights()}
-            if backup:
-                # Crash insurance for long runs: the latest weights and history, overwritten per epoch.
-                Path(backup).parent.mkdir(parents=True, exist_ok=True)
-                self.model.save_weights(f"{backup}.weights.h5")
-                Path(f"{backup}.history.json").write_text(json.dumps(history, indent=1))
             if progress is not None:
                 progress({"kind": "epoch", **record})
 
@@ -272,10 +282,14 @@ def training_split(dataset: Dataset, tc: TrainConfig):
 
 def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
         progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
-        backup: str | None = None, start: dict | None = None) -> dict:
+        backup: str | os.PathLike | None = None, start: dict | None = None, base: dict | None = None) -> dict:
     """Trains `model` in place on `dataset` with the recipe; returns the run's record (no saving).
 
-    `start` (metrics of the model before any step, see prepare_head) is reported as epoch 0."""
+    `start` (metrics of the model before any step, see prepare_head) is reported as epoch 0. With a
+    `backup` folder, the state after every epoch is kept there (explorer.backup): a run killed at any
+    moment and started again with the same arguments resumes from its last completed epoch and ends
+    as if it had never stopped; a backup of another run (`base`, the recipe, data or model differ) is
+    refused with the reason."""
     keras = _keras()
     keras.utils.set_random_seed(tc.seed)
     (x_train, y_train), val = training_split(dataset, tc)
@@ -301,18 +315,27 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
                   metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
                            keras.metrics.TopKCategoricalAccuracy(k=top5, name="top5")])
     history: list[dict] = []
-    state: dict = {"cancelled": False, "stopped_by": None}
+    state: dict = {"cancelled": False, "stopped_by": None, "wall_before": 0.0}
+    if backup:
+        from explorer import backup as backups
+        done = backups.check(backup, backups.run_identity(model, dataset, tc, base))
+        if done:
+            print(f"resuming from backup {backup}: {done} of {tc.epochs} epochs done", flush=True)
     if tc.keep_best and start is not None and "val_top1" in start:
         # Step 0 competes too: a run that never beats the head it started from keeps that head.
         state["best"] = {"epoch": 0, "val_top1": start["val_top1"], "val_loss": start.get("val_loss"),
                          "weights": model.get_weights()}
-    callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, backup)
+    callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, train_batches)
+    if backup:
+        # After the recorder: an epoch is saved once its record is in the history.
+        callbacks.append(backups.TrainingBackup(backup, train_batches, history, state))
     if start is not None and progress is not None:
         progress({"kind": "epoch", "epoch": 0, **start})
     began = time.perf_counter()
-    model.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose,
+    # shuffle=False: the batches shuffle themselves, by (seed, epoch), not by Python's global random state.
+    model.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose, shuffle=False,
               callbacks=callbacks)
-    wall = time.perf_counter() - began
+    wall = time.perf_counter() - began + state["wall_before"]
     if state["cancelled"] or (cancel is not None and cancel.is_set()):
         raise Cancelled("training was cancelled; no checkpoint was written")
     images_seen = state["steps"] * batch_size
@@ -361,9 +384,20 @@ def train_new(config: ViTConfig, preset: str, dataset: Dataset, tc: TrainConfig,
     from explorer.models import build_vit
     _keras().utils.set_random_seed(tc.seed)
     model = build_vit(config, dataset.num_classes)
-    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup)
-    return _finish(model, record, config, preset, dataset, out_dir,
-                   name or f"{dataset.name}-{config.variant}", base=None)
+    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
+                 base={"preset": preset})
+    result = _finish(model, record, config, preset, dataset, out_dir,
+                     name or f"{dataset.name}-{config.variant}", base=None)
+    _drop_backup(backup, record)
+    return result
+
+
+def _drop_backup(backup, record: dict) -> None:
+    """A finished run's backup goes once its checkpoint is written: the same command then starts anew.
+    A run stopped by --max-seconds keeps it, so the same command with more time goes on from there."""
+    if backup and record.get("stopped_by") != "max_seconds":
+        from explorer.backup import remove
+        remove(backup)
 
 
 def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
@@ -387,14 +421,17 @@ def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str 
     if cancel is not None and cancel.is_set():
         raise Cancelled("training was cancelled; no checkpoint was written")
     record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
-                 start=start)
+                 start=start, base={"name": card.get("name"), "created": card.get("created"),
+                                    "epochs": len(card.get("history") or []), "continued": extend})
     lineage = {"name": card.get("name"), "source": str(base)}
     if extend:
         record = continued_record(card, record)
         lineage.update(continued=True, epochs=len(card["history"]))
     suffix = f"{record['training']['epochs']}ep" if extend else f"ft-{dataset.name}"
-    return _finish(model, record, config, card.get("preset"), dataset, out_dir,
-                   name or f"{card.get('name', 'model')}-{suffix}", base=lineage)
+    result = _finish(model, record, config, card.get("preset"), dataset, out_dir,
+                     name or f"{card.get('name', 'model')}-{suffix}", base=lineage)
+    _drop_backup(backup, record)
+    return result
 
 
 def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
@@ -585,7 +622,10 @@ def parse_args(argv=None):
     p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
     p.add_argument("--freeze-backbone", action="store_true")
     p.add_argument("--threads", type=int, help="CPU threads for TensorFlow (default: all)")
-    p.add_argument("--backup", help="path prefix where weights and history are saved after every epoch")
+    p.add_argument("--backup", metavar="DIR",
+                   help="folder where the run's state is kept after every epoch: the same command run again "
+                        "resumes from the last completed epoch (a backup of another run is refused); "
+                        "removed once the checkpoint is written")
     p.add_argument("--verbose", type=int, default=1)
     args = p.parse_args(argv)
     if args.extend and not args.base:
@@ -617,6 +657,7 @@ def main(argv=None) -> int:
             tf.config.threading.set_inter_op_parallelism_threads(args.threads)
         except ImportError:
             pass
+    from explorer.backup import BackupError
     from explorer.checkpoints import CheckpointError
     try:
         dataset = load_dataset(args.dataset, args.data_dir)
@@ -639,7 +680,7 @@ def main(argv=None) -> int:
             config = get_preset(args.preset, variant=args.variant, tau_mode=args.tau_mode)
             result = train_new(config, args.preset, dataset, tc, args.out, args.name, verbose=args.verbose,
                                backup=args.backup)
-    except (CheckpointError, DatasetError) as e:
+    except (BackupError, CheckpointError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     m = result["metrics"]

@@ -1,0 +1,197 @@
+"""Training that survives interruption: Keras' BackupAndRestore, written atomically, with our run state.
+
+A backup folder holds one run's state after its last completed epoch:
+
+    <dir>/run.json                   what run this is (model, data, recipe, base); another run is refused
+    <dir>/training_metadata.json     Keras' epoch counter, plus the run's history, steps and wall time;
+                                     written last, atomically
+    <dir>/epoch-NNNN.weights.h5      model and optimizer weights after epoch NNNN (Keras save_weights)
+    <dir>/best-NNNN.npz              the best validation epoch's weights, when the recipe keeps the best
+
+A run killed at any moment (mid-epoch, mid-write) resumes from the last epoch whose files were complete
+and ends with the same weights, history and metrics as if it had never stopped: the weights file is
+renamed into place before the metadata that names it, and the metadata is replaced in one rename.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import keras
+import numpy as np
+
+RUN = "run.json"
+METADATA = "training_metadata.json"
+# Recipe fields that do not change what is computed: a resumed run may stop at another time.
+_NOT_IDENTITY = ("max_seconds",)
+
+
+class BackupError(ValueError):
+    """A backup folder that belongs to another run, or cannot be read; the message says why."""
+
+
+def run_identity(model, dataset, tc, base: dict | None = None) -> dict:
+    """What makes two runs the same run: the architecture, the data and its split, the recipe, the base."""
+    architecture = json.dumps(model.get_config(), sort_keys=True, default=str)
+    classes = json.dumps(list(dataset.class_names))
+    recipe = {k: v for k, v in asdict(tc).items() if k not in _NOT_IDENTITY}
+    return {"architecture": hashlib.sha256(architecture.encode()).hexdigest()[:16],
+            "parameters": int(model.count_params()),
+            "dataset": dataset.name, "train_images": int(len(dataset.x_train)),
+            "classes": hashlib.sha256(classes.encode()).hexdigest()[:16],
+            "recipe": recipe, "base": base, "backend": keras.backend.backend()}
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key} was {a!r}, this run's is {b!r}")
+    return out
+
+
+def check(folder: str | os.PathLike, identity: dict) -> int:
+    """The number of epochs a backup in `folder` has completed for the run `identity` (0 for an empty
+    or new folder, which then belongs to this run). Raises BackupError for another run's backup."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise BackupError(f"backup {folder} is a file, not a folder")
+    run = folder / RUN
+    if not run.is_file():
+        if folder.is_dir() and any(p.name.endswith(".weights.h5") for p in folder.iterdir()):
+            raise BackupError(f"backup {folder} holds weights but no {RUN}: not a backup of this tool")
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_json(run, identity)
+        return 0
+    try:
+        saved = json.loads(run.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BackupError(f"backup {folder}: {RUN} cannot be read ({e})") from None
+    problems = _differences(saved, json.loads(json.dumps(identity)))
+    if problems:
+        raise BackupError(f"backup {folder} is of a different run: " + "; ".join(problems)
+                          + " (use another --backup folder, or delete this one to start over)")
+    meta = _read_metadata(folder)
+    return int(meta.get("epoch", 0)) if meta else 0
+
+
+def _read_metadata(folder: Path) -> dict | None:
+    path = folder / METADATA
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BackupError(f"backup {folder}: {METADATA} cannot be read ({e})") from None
+
+
+def _write_json(path: Path, value) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(value, indent=1))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+class TrainingBackup(keras.callbacks.BackupAndRestore):
+    """BackupAndRestore that writes each epoch's state atomically and restores the whole run with it.
+
+    Args:
+        backup_dir: the run's backup folder (checked with `check` first).
+        batches: the training PyDataset (see train.make_batches), whose batches are a function of (seed,
+            epoch, index): told the epoch it resumes at, it draws the same order, crops, flips and mixes.
+        history: the run's list of epoch records, extended in place on restore.
+        state: the run's mutable state (steps, wall time, best epoch), updated in place on restore.
+
+    Keras' own callback overwrites one weights file and then the metadata; a kill between the two, or
+    during the first, leaves a backup that resumes from the wrong epoch or not at all. Here the weights
+    go to a new file per epoch, renamed into place, and the metadata naming them is replaced last. The
+    backup is kept when training ends (the caller removes it once the checkpoint is written).
+    """
+
+    def __init__(self, backup_dir, batches, history: list, state: dict):
+        super().__init__(str(backup_dir), save_freq="epoch", delete_checkpoint=False)
+        self.folder = Path(backup_dir)
+        self.batches, self.history, self.state = batches, history, state
+        self.restored_epochs = 0
+        self.batches_done = 0
+
+    def _load_model(self):
+        meta = _read_metadata(self.folder)
+        if not meta:
+            return
+        self._weights_path = str(self.folder / meta["weights"])
+        super()._load_model()
+        self.restored_epochs = int(meta["epoch"])
+        self.history[:] = meta["history"]
+        self.state.update(steps=meta["steps"], wall_before=meta["wall_time_s"], epoch=meta["epoch"],
+                          stopped_by=None)
+        if meta.get("best"):
+            with np.load(self.folder / meta["best"]["file"]) as saved:
+                weights = [saved[f"w{i}"] for i in range(len(saved.files))]
+            self.state["best"] = {**meta["best"]["record"], "weights": weights}
+        self.batches.begin(self.restored_epochs)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.batches_done = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches_done += 1
+
+    def _save_model(self):
+        if self.batches_done < len(self.batches):
+            return  # an epoch cut short (cancel, time budget) is not a completed epoch
+        self.folder.mkdir(parents=True, exist_ok=True)
+        epoch = self._current_epoch
+        name = f"epoch-{epoch:04d}.weights.h5"
+        tmp = self.folder / f".tmp-{name}"
+        self.model.save_weights(str(tmp), overwrite=True)
+        _fsync(tmp)
+        os.replace(tmp, self.folder / name)
+        meta = {"epoch": epoch, "batch": 0, "weights": name, "history": self.history,
+                "steps": self.state["steps"],
+                "wall_time_s": self.state["wall_before"] + time.perf_counter() - self.state["start"],
+                "best": None}
+        best = self.state.get("best")
+        if best is not None:
+            best_name = f"best-{best['epoch']:04d}.npz"
+            if not (self.folder / best_name).is_file():
+                tmp = self.folder / f".tmp-{best_name}"
+                with open(tmp, "wb") as f:
+                    np.savez(f, **{f"w{i}": w for i, w in enumerate(best["weights"])})
+                _fsync(tmp)
+                os.replace(tmp, self.folder / best_name)
+            meta["best"] = {"file": best_name, "record": {k: v for k, v in best.items() if k != "weights"}}
+        _write_json(self.folder / METADATA, meta)
+        keep = {name, meta["best"]["file"] if meta["best"] else None}
+        for path in self.folder.iterdir():
+            if path.name.startswith(("epoch-", "best-", ".tmp-")) and path.name not in keep:
+                path.unlink(missing_ok=True)
+
+
+def remove(folder: str | os.PathLike) -> None:
+    """Deletes a finished run's backup folder (its files only: a folder holding anything else is kept)."""
+    folder = Path(folder)
+    if not (folder / RUN).is_file():
+        return
+    for path in folder.iterdir():
+        if path.name in (RUN, METADATA) or path.name.startswith(("epoch-", "best-", ".tmp-")):
+            path.unlink(missing_ok=True)
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
