@@ -327,16 +327,17 @@ def load_folder(folder: str | os.PathLike):
     return model, card
 
 
-def resolve(ref: str | os.PathLike, cache_dir: str | None = None) -> Path:
+def resolve(ref: str | os.PathLike, cache_dir: str | None = None, max_hub_bytes: int | None = None) -> Path:
     """The checkpoint folder of a local path, `owner/name`, `owner/name@revision` or `hf://owner/name`
-    (a Hub snapshot, downloaded or from the cache). Every failure is a CheckpointError."""
+    (a Hub snapshot of the checkpoint's files, downloaded or from the cache; refused before any download
+    when they exceed `max_hub_bytes`). Every failure is a CheckpointError."""
     path = Path(ref)
     if path.is_dir():
         return path
     text = str(ref)
     if text.startswith("hf://") or hub.looks_like_repo_id(text):
         try:
-            folder = hub.download(text, cache_dir=cache_dir)
+            folder = hub.download(text, cache_dir=cache_dir, max_bytes=max_hub_bytes)
         except hub.HubError as e:
             raise CheckpointError(str(e)) from None
         if not is_checkpoint(folder):
@@ -348,9 +349,9 @@ def resolve(ref: str | os.PathLike, cache_dir: str | None = None) -> Path:
     raise CheckpointError(f"{text!r} is neither a checkpoint folder nor a Hub id (owner/name[@revision])")
 
 
-def load_checkpoint(ref: str | os.PathLike, cache_dir: str | None = None):
+def load_checkpoint(ref: str | os.PathLike, cache_dir: str | None = None, max_hub_bytes: int | None = None):
     """(model, card) from a local folder, `owner/name`, `owner/name@revision` or `hf://owner/name`."""
-    return load_folder(resolve(ref, cache_dir))
+    return load_folder(resolve(ref, cache_dir, max_hub_bytes))
 
 
 def push(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None) -> str:

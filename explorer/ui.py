@@ -11,6 +11,7 @@ import re
 import tempfile
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from pathlib import Path
 
@@ -25,7 +26,9 @@ from explorer.data import DatasetError, find_cifar, keras_cache_dir, load_cifar,
 from explorer.finetune import ZIP, JobError, Limits, choose_backend, job_data, plan_job, report
 from explorer.inputs import ImageInputError, load_image
 from explorer.probe import tau_table
-from explorer.workbench import (HEAD_ALL, HEAD_MEAN, PARTS, Busy, FineTuneRunner, ModelStore, ResultCache,
+from explorer.shared import (FINETUNED, REFUSED, RunStore, SharedLimits, new_visitor_id, owner_key,
+                             shared_mode)
+from explorer.workbench import (HEAD_ALL, HEAD_MEAN, PARTS, Busy, FineTuneRunner, ModelStore, QueueFull, ResultCache,
                                 PlotCache, analyze_pair, env_int, picture_title, query_patch, side_by_side_pictures,
                                 square, top_k, what_if, what_if_plot)
 
@@ -87,13 +90,26 @@ class Explorer:
     """State shared by all sessions: the model cache, probe results, datasets and the fine-tune runner."""
 
     def __init__(self, root: str | os.PathLike | None = None, data_dir: str | None = None,
-                 default_a: str = DEFAULT_A, default_b: str = DEFAULT_B):
+                 default_a: str = DEFAULT_A, default_b: str = DEFAULT_B, shared: bool | None = None):
         self.root = Path(root or os.environ.get("EXPLORER_CHECKPOINTS", PROJECT / "checkpoints"))
         self.data_dir = data_dir if data_dir is not None else default_data_dir()
-        self.store = ModelStore(self.root)
+        # Shared (a public Space): visitors own their runs and reach only what the app lists them.
+        self.shared = shared_mode() if shared is None else shared
+        self.shared_limits = SharedLimits.from_env()
+        self.runs = RunStore(self.root, self.shared, self.shared_limits)
+        hub_cache = str(self.root / ".hub-cache") if self.shared else None
+        self.store = ModelStore(self.root, cache_dir=hub_cache,
+                                max_hub_bytes=int(self.shared_limits.max_hub_mb * 1e6) if self.shared else None)
         self.cache = ResultCache()
         self.plots = PlotCache()
-        self.runner = FineTuneRunner(self.root / "finetuned")
+        self.runner = FineTuneRunner(self.root / FINETUNED,
+                                     max_queue=self.shared_limits.max_queue if self.shared else 0,
+                                     on_publish=self._published)
+        self._visitors: dict[str, str] = {}        # session -> the visitor id its browser keeps
+        self._in_use: dict[str, dict] = {}         # session -> {slot: ref}: never pruned while shown
+        self._bases: dict[int, set[str]] = {}      # a run going on or waiting -> its bases' refs
+        self._visit_lock = threading.Lock()
+        self.downloads_dir = Path(tempfile.mkdtemp(prefix="explorer-downloads-"))
         self.default_a, self.default_b = default_a, default_b
         self.limits = Limits(max_epochs=env_int("EXPLORER_MAX_EPOCHS", 30),
                              max_images=env_int("EXPLORER_MAX_IMAGES", 50_000),
@@ -107,8 +123,101 @@ class Explorer:
 
     # --- models -----------------------------------------------------------------------------------
 
-    def choices(self) -> list[str]:
-        return self.store.choices()
+    # --- visitors (shared mode) ------------------------------------------------------------------
+
+    def owner(self, request=None) -> str | None:
+        """Whose runs a request may see: the hashed id its browser keeps (shared mode), else None. A
+        session that never said its id (an API client that skipped /visitor) is a visitor of its own."""
+        if not self.shared:
+            return None
+        session = getattr(request, "session_hash", None)
+        with self._visit_lock:
+            visitor = self._visitors.get(session) if session else None
+        if visitor is None and session:
+            visitor = f"session:{session}"
+        return owner_key(visitor) if visitor else None
+
+    def visit(self, browser_id, request: gr.Request = None):
+        """A page opens: the visitor's id (a new one when the browser has none), and their model lists."""
+        visitor = browser_id if isinstance(browser_id, str) and re.fullmatch(r"[A-Za-z0-9_-]{16,64}", browser_id) \
+            else new_visitor_id()
+        session = getattr(request, "session_hash", None)
+        if session:
+            with self._visit_lock:
+                self._visitors[session] = visitor
+        self.prune()
+        choices = self.choices(request)
+        return (visitor, gr.update(choices=choices), gr.update(choices=choices),
+                gr.update(choices=[PAIR, SCRATCH] + choices), gr.update(choices=self.my_runs(request), value=None))
+
+    def leave(self, request: gr.Request = None) -> None:
+        """A page closed: its slots no longer keep runs from expiring."""
+        session = getattr(request, "session_hash", None)
+        with self._visit_lock:
+            self._in_use.pop(session, None)
+            self._visitors.pop(session, None)
+
+    def browser_secret(self) -> str:
+        """The key the visitor's id is encrypted with in their browser: $EXPLORER_BROWSER_SECRET, else one
+        kept beside the checkpoints, so ids (and with them visitors' runs) survive a restart."""
+        if os.environ.get("EXPLORER_BROWSER_SECRET"):
+            return os.environ["EXPLORER_BROWSER_SECRET"]
+        path = self.root / ".browser-secret"
+        try:
+            return path.read_text().strip()
+        except OSError:
+            secret = uuid.uuid4().hex
+            try:
+                tmp = path.with_name(f".tmp-{secret[:8]}-secret")
+                tmp.write_text(secret)
+                os.replace(tmp, path)
+            except OSError:
+                pass
+            return secret
+
+    def _protected(self) -> set[str]:
+        with self._visit_lock:
+            shown = {ref for slots in self._in_use.values() for ref in slots.values() if ref}
+            return shown | {ref for refs in self._bases.values() for ref in refs}
+
+    def prune(self, keep: set[str] = frozenset()) -> list[str]:
+        """Removes expired and over-cap runs (shared mode), never one shown in a page or in use."""
+        return self.runs.prune(self._protected() | set(keep))
+
+    def _published(self, folders, run_id: str, owner: str | None) -> None:
+        self.runs.mark_run(folders, run_id, owner)
+        self.prune(keep={str(Path(f).relative_to(self.root)) for f in folders})
+
+    def model(self, ref: str, request=None):
+        """The loaded model of a reference the visitor may use (shared mode: listed to them, or a Hub id)."""
+        return self.store.get(self.runs.check(ref, self.owner(request)))
+
+    def _safe(self, error) -> str:
+        """An error's text for the page; in shared mode without the server's paths."""
+        text = str(error)
+        if not self.shared:
+            return text
+        text = text.replace(str(self.root.resolve()), "checkpoints").replace(str(self.root), "checkpoints")
+        return re.sub(r"(?<![\w.])/(?:[^\s'\"/]+/)+([^\s'\"/]+)", r"\1", text)
+
+    def choices(self, request=None) -> list[str]:
+        return self.runs.listing(self.owner(request))
+
+    def my_runs(self, request=None) -> list[str]:
+        """The visitor's fine-tuned checkpoints (single user: all of them), newest last."""
+        return [r for r in self.choices(request) if r.startswith(f"{FINETUNED}/")]
+
+    def mine(self, request: gr.Request = None):
+        return gr.update(choices=self.my_runs(request))
+
+    def download(self, ref: str | None, request: gr.Request = None) -> str:
+        """A zip of one of the visitor's fine-tuned checkpoints (`<name>/` and its files)."""
+        if not ref or ref not in self.my_runs(request):
+            raise gr.Error(REFUSED if ref else "choose one of your fine-tuned checkpoints first")
+        try:
+            return str(self.runs.zip_checkpoint(ref, self.owner(request), self.downloads_dir / uuid.uuid4().hex[:12]))
+        except (CheckpointError, OSError) as e:
+            raise gr.Error(self._safe(e)) from None
 
     def training_where(self) -> str:
         """Where a fine-tune will run, as the tab says it."""
@@ -119,7 +228,7 @@ class Explorer:
         return f"Keras on {backend}; {reason}" if reason != "no GPU" else f"CPU, Keras on {backend}"
 
     def initial_refs(self) -> tuple[str | None, str | None]:
-        choices = self.choices()
+        choices = self.runs.listing(None)
         pick = lambda want, fallback: want if want in choices else (fallback if fallback in choices else None)
         a = pick(self.default_a, choices[0] if choices else None)
         b = pick(self.default_b, choices[-1] if choices else None)
@@ -130,17 +239,18 @@ class Explorer:
             if ref:
                 self.store.get(ref)
 
-    def card_markdown(self, ref: str | None, error: str | None = None) -> str:
+    def card_markdown(self, ref: str | None, error: str | None = None, request=None) -> str:
         lines = []
         if error:
             lines.append(f"**⚠ {error}**")
         if not ref:
-            if not self.choices():
-                lines.append(f"No checkpoints under `{self.root}` yet. Train one with "
+            if not self.choices(request):
+                where = "here" if self.shared else f"under `{self.root}`"
+                lines.append(f"No checkpoints {where} yet. Train one with "
                              "`python -m explorer.train`, start a run in the Fine-tune tab, or type a Hub "
                              "id (`owner/name@revision`).")
             return "\n\n".join(lines)
-        lm = self.store.get(ref)
+        lm = self.model(ref, request)
         s = lm.summary()
         tau = f", tau per {s['tau_mode']}" if s["tau_mode"] else ""
         lines.append(f"**{s['name']}** · `{s['variant']}`{tau} · {s['dataset']} ({s['classes']} classes) · "
@@ -149,25 +259,31 @@ class Explorer:
                      + (f" · {s['epochs']} epoch{'s' if s['epochs'] != 1 else ''}" if s["epochs"] else ""))
         return "\n\n".join(lines)
 
-    def load_slot(self, ref: str, previous: str | None):
+    def load_slot(self, ref: str, previous: str | None, request=None, slot: str = ""):
         """Loads `ref` into a slot; on failure the previous model stays, with the reason shown."""
         try:
-            self.store.get(ref)
+            self.model(ref, request)
         except (CheckpointError, ValueError, OSError) as e:
             shown = previous if previous else None
-            return shown, shown, self.card_markdown(shown, error=f"could not load {ref!r}: {e}")
-        return ref, ref, self.card_markdown(ref)
+            shown_ref = f"{ref!r}" if len(str(ref)) <= 120 else "that reference"
+            return shown, shown, self.card_markdown(shown, error=f"could not load {shown_ref}: {self._safe(e)}",
+                                                    request=request)
+        session = getattr(request, "session_hash", None)
+        if session:
+            with self._visit_lock:
+                self._in_use.setdefault(session, {})[slot] = ref
+        return ref, ref, self.card_markdown(ref, request=request)
 
-    def refresh(self, a: str | None, b: str | None):
-        choices = self.choices()
+    def refresh(self, a: str | None, b: str | None, request: gr.Request = None):
+        choices = self.choices(request)
         return (gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
                 gr.update(choices=[PAIR, SCRATCH] + choices))
 
-    def _pair(self, a: str, b: str):
+    def _pair(self, a: str, b: str, request=None):
         try:
-            return self.store.get(a), self.store.get(b)
+            return self.model(a, request), self.model(b, request)
         except (CheckpointError, ValueError, OSError) as e:
-            raise gr.Error(f"model not available: {e}") from None
+            raise gr.Error(f"model not available: {self._safe(e)}") from None
 
     # --- images -----------------------------------------------------------------------------------
 
@@ -241,24 +357,25 @@ class Explorer:
         """Where the test images come from, for the page."""
         folder = find_cifar("cifar10", self.data_dir)
         if folder is not None:
-            return f"_Test samples: CIFAR-10 from `{folder}`._"
+            return f"_Test samples: CIFAR-10 from `{folder if not self.shared else folder.name}`._"
         n = len(sample_set().x_test)
         return (f"_Test samples come from the **{n:,} CIFAR-10 test images bundled with the app** (the first "
                 f"{n:,} of the test set; pixels decoded from a public JPEG copy of CIFAR-10, mean absolute "
                 f"error 5.8/255 against the originals). More (over {n:,} images, CIFAR-100, training) is "
-                f"downloaded once into `{keras_cache_dir()}`._")
+                f"downloaded once into `{keras_cache_dir() if not self.shared else '~/.keras/datasets'}`._")
 
-    def sample_dataset_name(self, ref_b: str | None) -> str:
+    def sample_dataset_name(self, ref_b: str | None, request=None) -> str:
         try:
-            name = self.store.get(ref_b).card.get("dataset", {}).get("name") if ref_b else None
+            name = self.model(ref_b, request).card.get("dataset", {}).get("name") if ref_b else None
         except (CheckpointError, ValueError, OSError):
             name = None
         return name if name in ("cifar10", "cifar100") else "cifar10"
 
-    def sample(self, class_name: str, ref_b: str | None, seed: float | None = None, progress=gr.Progress()):
+    def sample(self, class_name: str, ref_b: str | None, seed: float | None = None, request: gr.Request = None,
+               progress=gr.Progress()):
         """A test image (random, or of one class) saved as PNG, its preview and its true label."""
         from PIL import Image
-        name = self.sample_dataset_name(ref_b)
+        name = self.sample_dataset_name(ref_b, request)
         try:
             ds = self.dataset(name, progress=_reporter(progress))
         except DatasetError as e:
@@ -291,9 +408,9 @@ class Explorer:
 
     # --- compare ----------------------------------------------------------------------------------
 
-    def compare(self, file, ref_a: str, ref_b: str):
+    def compare(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
         image, _ = self._image(file)
-        a, b = self._pair(ref_a, ref_b)
+        a, b = self._pair(ref_a, ref_b, request)
         results = []
         for lm in (a, b):
             result, seconds, cached = self.cache.get(lm, image)
@@ -311,16 +428,16 @@ class Explorer:
                      "in one call)")
         return top_a, top_b, "\n\n".join(lines)
 
-    def disagreements(self, ref_a: str, ref_b: str, count: float, progress=gr.Progress()):
+    def disagreements(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None, progress=gr.Progress()):
         """Both models over N test images: accuracies, per-class differences, where they disagree."""
         from explorer.train import accuracy_metrics, predict_logits
         count = int(count or 0)
         if count < 1:
             raise gr.Error("choose at least one test image")
-        a, b = self._pair(ref_a, ref_b)
+        a, b = self._pair(ref_a, ref_b, request)
         if a.class_names != b.class_names:
             raise gr.Error("the two models predict different classes; compare models of one dataset")
-        name = self.sample_dataset_name(ref_b)
+        name = self.sample_dataset_name(ref_b, request)
         try:
             ds = self.dataset(name, need=count, progress=_reporter(progress))
         except DatasetError as e:
@@ -352,10 +469,10 @@ class Explorer:
 
     # --- patches ----------------------------------------------------------------------------------
 
-    def patches(self, file, ref_a: str, ref_b: str):
+    def patches(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
         """The vanilla grid and the five SPT views, at the patch size of the SPT model in use."""
         image, preview = self._image(file)
-        a, b = self._pair(ref_a, ref_b)
+        a, b = self._pair(ref_a, ref_b, request)
         lm = b if b.config.use_spt or not a.config.use_spt else a
         config = lm.config
         # The grids show the image as the model sees it: resized to its working size.
@@ -369,7 +486,7 @@ class Explorer:
 
     # --- attention --------------------------------------------------------------------------------
 
-    def query_picker(self, file, qy: float, qx: float, ref_b: str):
+    def query_picker(self, file, qy: float, qx: float, ref_b: str, request: gr.Request = None):
         """The image with the query patch outlined, for clicking a new query."""
         if file is None:
             return None
@@ -377,25 +494,26 @@ class Explorer:
             _, preview = self.decode(file)
         except ImageInputError:
             return None
-        config = self.store.get(ref_b).config
+        config = self.model(ref_b, request).config
         row, col = query_patch((qy, qx), config)
         zero = np.zeros((config.grid_size, config.grid_size))
         return render.attention_overlay(square(preview, QUERY_PICKER), zero, query=(row, col),
                                         size=QUERY_PICKER, alpha=0.0, colorbar=False)
 
-    def select_query(self, evt: gr.SelectData, ref_b: str):
+    def select_query(self, evt: gr.SelectData, ref_b: str, request=None):
         x, y = evt.index
-        size = self.store.get(ref_b).config.image_size
+        size = self.model(ref_b, request).config.image_size
         return float(y) * size / QUERY_PICKER, float(x) * size / QUERY_PICKER
 
-    def pick_query(self, evt: gr.SelectData, file, ref_a: str, ref_b: str, layer: float, head: str):
+    def pick_query(self, evt: gr.SelectData, file, ref_a: str, ref_b: str, layer: float, head: str,
+                   request: gr.Request = None):
         """A click on the picker, in one request: the new query, its outline and what depends on it."""
-        qy, qx = self.select_query(evt, ref_b)
-        return (qy, qx, *self.attention_query(file, ref_a, ref_b, layer, head, qy, qx))
+        qy, qx = self.select_query(evt, ref_b, request)
+        return (qy, qx, *self.attention_query(file, ref_a, ref_b, layer, head, qy, qx, request))
 
-    def _attention(self, file, ref_a: str, ref_b: str, layer, head, qy, qx, parts):
+    def _attention(self, file, ref_a: str, ref_b: str, layer, head, qy, qx, parts, request=None):
         image, preview = self._image(file)
-        a, b = self._pair(ref_a, ref_b)
+        a, b = self._pair(ref_a, ref_b, request)
         try:
             views = analyze_pair([a, b], self.cache, image, preview, int(layer or 0), head or HEAD_ALL,
                                  (float(qy or 0), float(qx or 0)), parts=parts)
@@ -408,27 +526,30 @@ class Explorer:
                    f"query patch itself.")
         return side_by_side_pictures(views, parts), caption
 
-    def attention(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float):
+    def attention(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
+                  request: gr.Request = None):
         """Every attention picture, A beside B in each: for a new image, or the button."""
-        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, PARTS)
+        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, PARTS, request)
         return pictures["focus"], pictures["sheet"], pictures["rollout"], caption
 
-    def attention_query(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float):
+    def attention_query(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
+                        request: gr.Request = None):
         """A new query patch: the picker's outline, the maps from the query and the layer × head sheets;
         the rollout does not depend on the query and is not sent again."""
-        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, ("focus", "sheet"))
-        return self.query_picker(file, qy, qx, ref_b), pictures["focus"], pictures["sheet"], caption
+        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, ("focus", "sheet"), request)
+        return self.query_picker(file, qy, qx, ref_b, request), pictures["focus"], pictures["sheet"], caption
 
-    def attention_layer(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float):
+    def attention_layer(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
+                        request: gr.Request = None):
         """A new layer or head: only the maps from the query change."""
-        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, ("focus",))
+        pictures, caption = self._attention(file, ref_a, ref_b, layer, head, qy, qx, ("focus",), request)
         return pictures["focus"], caption
 
     def what_if(self, file, ref_a: str, ref_b: str, layer: float, qy: float, qx: float, factor_a: float,
-                mask_a: str, factor_b: float, mask_b: str):
+                mask_a: str, factor_b: float, mask_b: str, request: gr.Request = None):
         """Both models as learned beside their what-if (tau scaled, diagonal mask switched) on this image."""
         image, preview = self._image(file)
-        a, b = self._pair(ref_a, ref_b)
+        a, b = self._pair(ref_a, ref_b, request)
         if mask_a not in MASKS or mask_b not in MASKS:
             raise gr.Error(f"the diagonal mask is one of {list(MASKS)}")
         try:
@@ -446,16 +567,16 @@ class Explorer:
                     f"(each coloured from 0 to its own maximum).")
         return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, maps, plot, summary
 
-    def locality(self, file, ref_a: str, ref_b: str, scope: str, progress=gr.Progress()):
+    def locality(self, file, ref_a: str, ref_b: str, scope: str, request: gr.Request = None, progress=gr.Progress()):
         """Mean attention distance and entropy per layer, for this image or over test images."""
         from explorer.probe import attention_entropy, mean_attention_distance
-        a, b = self._pair(ref_a, ref_b)
+        a, b = self._pair(ref_a, ref_b, request)
         if scope == "this image":
             image, _ = self._image(file)
             batch = image[None]
         else:
             try:
-                batch = self.dataset(self.sample_dataset_name(ref_b), need=64,
+                batch = self.dataset(self.sample_dataset_name(ref_b, request), need=64,
                                      progress=_reporter(progress)).x_test[:64]
             except DatasetError as e:
                 raise gr.Error(f"no test images here: {e}") from None
@@ -476,10 +597,13 @@ class Explorer:
 
     # --- tau --------------------------------------------------------------------------------------
 
-    def tau(self, ref_a: str, ref_b: str):
-        """Tau per layer against sqrt(d_k), and over training, for every LSA model loaded."""
-        self._pair(ref_a, ref_b)
-        models = [lm for lm in self.store.loaded() if lm.config.use_lsa]
+    def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
+        """Tau per layer against sqrt(d_k), and over training, for every LSA model loaded that this
+        visitor may see (in shared mode, another visitor's runs are not shown)."""
+        self._pair(ref_a, ref_b, request)
+        visible = set(self.choices(request))
+        models = [lm for lm in self.store.loaded() if lm.config.use_lsa
+                  and (not self.shared or lm.ref in visible or self.runs.is_hub(lm.ref))]
         per_model = {lm.label: lm.probe.tau() for lm in models}
         initial = {lm.label: lm.config.initial_tau for lm in models}
         history = {lm.label: lm.card.get("history", []) for lm in models}
@@ -492,7 +616,8 @@ class Explorer:
     # --- fine-tune --------------------------------------------------------------------------------
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
-                      images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None):
+                      images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
+                      request=None):
         """The form as a validated finetune.Plan; every refusal is a gr.Error that says why. CIFAR comes
         whole (downloaded once if need be, `progress` following it)."""
         try:
@@ -502,25 +627,75 @@ class Explorer:
                 bases = []
             else:
                 bases = [(next((t for t, r in (("A", ref_a), ("B", ref_b)) if r == what), ""), what)]
-            members = self.store.members(bases)
+            owner = self.owner(request)
+            members = self.store.members([(tag, self.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
             size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
             load = lambda name: self.training_data(name, progress=_reporter(progress) if progress else None)
             dataset = job_data(data, zip_file, load, self.limits, size)
             return plan_job(members, dataset, epochs, lr, batch_size, images, bool(freeze), (name or "").strip(),
                             self.limits, scratch=(preset, variant) if not bases else None)
         except (JobError, DatasetError, CheckpointError, OSError) as e:
-            raise gr.Error(str(e)) from None
+            raise gr.Error(self._safe(e)) from None
 
     def finetune(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name,
-                 a, b, progress=gr.Progress()):
+                 a, b, request: gr.Request = None, progress=gr.Progress()):
         """Starts a run and streams both models' curves until it ends (the run is not tied to this page);
-        when it succeeds, its checkpoints go into the slots they came from."""
+        when it succeeds, its checkpoints go into the slots they came from. In shared mode a Start that
+        finds another visitor's run going on waits in the queue, its place and wait shown, refreshed."""
         plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
-                                  name, a, b, progress)
+                                  name, a, b, progress, request)
+        owner = self.owner(request)
+        key = id(plan)
+        with self._visit_lock:  # the bases of a run waiting or going on are never pruned
+            self._bases[key] = {r for r in (a, b) if r and r in self.my_runs(request)}
         try:
-            run_id = self.runner.start(plan)
-        except (Busy, JobError) as e:
+            if self.shared:
+                started: dict = {}
+                yield from self._wait_in_queue(plan, owner, started)
+                run_id = started.get("run_id")
+            else:
+                try:
+                    run_id = self.runner.start(plan, owner, self.runs.out_dir(owner))
+                except (Busy, JobError) as e:
+                    raise gr.Error(str(e)) from None
+            if run_id is None:
+                return
+            yield from self._follow_run(run_id, plan, a, b, progress, request)
+        finally:
+            with self._visit_lock:
+                self._bases.pop(key, None)
+
+    def _wait_in_queue(self, plan, owner, started: dict):
+        """Joins the queue and waits for this Start's turn, saying where it stands; puts the run's id in
+        `started` (nothing, when the visitor left the queue)."""
+        try:
+            ticket = self.runner.join(owner)
+        except QueueFull as e:
             raise gr.Error(str(e)) from None
+        try:
+            while True:
+                if self.runner.ready(ticket):
+                    try:
+                        started["run_id"] = self.runner.start(plan, owner, self.runs.out_dir(owner), ticket)
+                        return
+                    except JobError as e:
+                        raise gr.Error(str(e)) from None
+                    except Busy:
+                        pass
+                if ticket.cancelled:
+                    yield ("You left the queue; nothing was started.",) + (gr.update(),) * 8
+                    return
+                place, length, eta = self.runner.position(ticket)
+                wait = f"about {_duration(eta)}" if eta is not None else "an estimate comes once it has made progress"
+                yield (f"**waiting** · another visitor's run is going on · your place in the queue: **{place} of "
+                       f"{length}** · {wait} · {plan.description} starts by itself when its turn comes; keep "
+                       f"this page open (Cancel leaves the queue)",) + (gr.update(),) * 8
+                time.sleep(1.0)
+        finally:
+            if "run_id" not in started:
+                self.runner.leave(ticket)
+
+    def _follow_run(self, run_id, plan, a, b, progress, request):
         shown = None
         while True:
             s = self.runner.snapshot()
@@ -531,11 +706,11 @@ class Explorer:
                 progress(m.step / m.total_steps, desc=f"{m.label}: step {m.step}/{m.total_steps}")
             epochs_seen = tuple(len(x.history) for x in s.members)
             if not s.running:
-                yield self._run_outputs(s, plan, a, b, final=True)
+                yield self._run_outputs(s, plan, a, b, final=True, request=request)
                 return
             if epochs_seen != shown:
                 shown = epochs_seen
-                yield self._run_outputs(s, plan, a, b)
+                yield self._run_outputs(s, plan, a, b, request=request)
             else:
                 yield (self._run_status(s),) + (gr.update(),) * 8
             time.sleep(0.5)
@@ -563,7 +738,7 @@ class Explorer:
             lines.append(f"**⚠ the run failed:** {s.error} · nothing was saved; the slots are as they were.")
         return "\n\n".join(lines)
 
-    def _run_outputs(self, s, plan, a, b, final: bool = False):
+    def _run_outputs(self, s, plan, a, b, final: bool = False, request=None):
         histories = {m.label: m.history for m in s.members}
         curves = render.plot_training(histories)
         tau = render.plot_tau_history({m.label: m.history for m in s.members})
@@ -580,7 +755,7 @@ class Explorer:
             gallery = [(square(x[i], 96), f"{names[y[i]]}: " + " · ".join(
                 f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(s.members, preds))) for i in rep.disagree[:18]]
             refs = [os.path.relpath(m.checkpoint, self.root) for m in s.members]
-            choices = self.choices()
+            choices = self.choices(request)
             if len(refs) == 2:
                 a, b = refs
             elif s.members[0].tag == "A":
@@ -593,10 +768,17 @@ class Explorer:
             return status, curves, tau, results, per_class, gallery, slot_a, slot_b, what
         return self._run_status(s), curves, tau, results, per_class, gallery, slot_a, slot_b, what
 
-    def cancel(self):
-        if self.runner.cancel():
-            return "Cancelled: the training process was stopped and nothing was saved."
-        return "No run is going on."
+    def cancel(self, request: gr.Request = None):
+        """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
+        return {"cancelled": "Cancelled: the training process was stopped and nothing was saved.",
+                "left": "You left the queue; nothing was started.",
+                "not yours": "The run going on is not yours: only the visitor who started it can cancel it. "
+                             "Press Start to wait for your turn in the queue.",
+                "none": "No run is going on."}[self.runner.cancel_as(self.owner(request))]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _reporter(progress):
@@ -700,6 +882,9 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
             pass
 
     with gr.Blocks(title="SPT/LSA ViT Explorer") as demo:
+        # Shared mode: the visitor's random id, kept (encrypted) in their browser across reloads.
+        visitor = (gr.BrowserState(None, storage_key="spt-lsa-explorer-visitor", secret=ex.browser_secret())
+                   if ex.shared else None)
         gr.Markdown("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch "
                     "Tokenization** and **Locality Self-Attention** "
                     "([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)), trained on the same small "
@@ -810,6 +995,13 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             tau_hist = gr.Plot(label="tau over training", show_label=False)
                         tau_table = gr.Dataframe(interactive=False)
                     with gr.Tab("Fine-tune", id="finetune"):
+                        if ex.shared:
+                            with gr.Row():
+                                gr.Markdown(f"**A shared instance:** {ex.shared_limits.describe()}.",
+                                            elem_id="shared-note")
+                                if os.environ.get("SPACE_ID"):
+                                    gr.DuplicateButton("Duplicate this Space to fine-tune on your own hardware",
+                                                       size="sm", scale=0, elem_id="duplicate")
                         gr.Markdown(FINETUNE_HELP.format(where=ex.training_where(), epochs=ex.limits.max_epochs,
                                                          images=ex.limits.max_images))
                         with gr.Row():
@@ -842,11 +1034,26 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             ft_gallery = gr.Gallery(format="png", label="test images where they disagree "
                                                     "(true class: A's guess · B's guess)", columns=4, height=340)
                         ft_tau = gr.Plot(label="tau per layer", show_label=False)
+                        with gr.Row():
+                            ft_mine = gr.Dropdown(ex.my_runs() if not ex.shared else [], value=None,
+                                                  label="your fine-tuned checkpoints" if ex.shared
+                                                  else "fine-tuned checkpoints", scale=3,
+                                                  info="a zip of the folder: `python -m explorer.evaluate` and "
+                                                       "`keras.saving.load_model` (after `import explorer`) load it")
+                            ft_download = gr.Button("Download", scale=1, elem_id="ft-download")
+                            ft_file = gr.File(label="checkpoint zip", interactive=False, scale=2)
 
         # --- wiring ---------------------------------------------------------------------------------
-        slot_a.change(ex.load_slot, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
-        slot_b.change(ex.load_slot, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b")
-        refresh_btn.click(ex.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh")
+        def load_a(ref, previous, request: gr.Request):
+            return ex.load_slot(ref, previous, request, "A")
+
+        def load_b(ref, previous, request: gr.Request):
+            return ex.load_slot(ref, previous, request, "B")
+
+        slot_a.change(load_a, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
+        slot_b.change(load_b, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b")
+        refresh_btn.click(ex.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh").then(
+            ex.mine, None, [ft_mine], api_name=False)
         upload.change(ex.take_image, [upload], [preview, image_note], api_name="image")
         sample_btn.click(ex.sample, [sample_class, slot_b, sample_seed], [upload, preview, truth],
                          api_name="sample")
@@ -889,11 +1096,17 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
         ft_start.click(ex.finetune, [ft_base, ft_preset, ft_variant, ft_data, ft_zip, ft_epochs, ft_lr, ft_batch,
                                      ft_subset, ft_freeze, ft_name, slot_a, slot_b],
                        [ft_status, ft_curves, ft_tau, ft_results, ft_per_class, ft_gallery, slot_a, slot_b, ft_base],
-                       api_name="finetune", concurrency_limit=4, concurrency_id="finetune",
+                       api_name="finetune", concurrency_id="finetune",
+                       # every waiting Start holds a worker: the queue, the run followed, one to refuse
+                       concurrency_limit=ex.shared_limits.max_queue + 2 if ex.shared else 4,
                        # progress and a refusal show on the status line only, not on the model slots
-                       show_progress_on=[ft_status])
+                       show_progress_on=[ft_status]).then(ex.mine, None, [ft_mine], api_name=False)
         ft_cancel.click(ex.cancel, None, [ft_status], api_name="cancel", concurrency_limit=None)
+        ft_download.click(ex.download, [ft_mine], [ft_file], api_name="download_checkpoint")
         demo.load(ex.tau, [slot_a, slot_b], [tau_plot, tau_hist, tau_table], api_name=False)
+        if ex.shared:
+            demo.load(ex.visit, [visitor], [visitor, slot_a, slot_b, ft_base, ft_mine], api_name="visitor")
+            demo.unload(ex.leave)
     return demo
 
 

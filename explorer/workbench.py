@@ -78,10 +78,12 @@ class ModelStore:
     Loading is serialised per reference, so concurrent requests for the same model load it once.
     """
 
-    def __init__(self, root: str | os.PathLike, capacity: int = 8, cache_dir: str | None = None):
+    def __init__(self, root: str | os.PathLike, capacity: int = 8, cache_dir: str | None = None,
+                 max_hub_bytes: int | None = None):
         self.root = Path(root)
         self.capacity = capacity
         self.cache_dir = cache_dir
+        self.max_hub_bytes = max_hub_bytes
         self._models: OrderedDict[str, LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}
@@ -112,7 +114,7 @@ class ModelStore:
             with self._lock:
                 if key in self._models:
                     return self._models[key]
-            model, card = load_checkpoint(key, cache_dir=self.cache_dir)
+            model, card = load_checkpoint(key, cache_dir=self.cache_dir, max_hub_bytes=self.max_hub_bytes)
             try:
                 config = ViTConfig.from_dict(card["config"])
             except (KeyError, TypeError, ValueError) as e:
@@ -391,6 +393,20 @@ class Busy(RuntimeError):
     """A fine-tuning run is already going on."""
 
 
+class QueueFull(Busy):
+    """As many Starts wait as the queue holds."""
+
+
+@dataclass
+class Ticket:
+    """A Start waiting for the run going on to end (shared mode's first-come queue)."""
+
+    id: int
+    owner: str | None
+    seen: float
+    cancelled: bool = False
+
+
 @dataclass
 class MemberState:
     """One model of a run as the worker reports it."""
@@ -423,6 +439,7 @@ class RunState:
     backend_reason: str = ""
     description: str = ""
     run_id: int = 0
+    owner: str | None = None
 
     @property
     def elapsed(self) -> float:
@@ -436,19 +453,96 @@ class FineTuneRunner:
     The worker writes its checkpoints into a hidden job folder under `out_dir`; they are moved into
     `out_dir` only when every member has finished, so a cancelled (killed at once) or crashed run leaves
     no checkpoint, and never a partial one.
+
+    Each run has an `owner` (None for the single-user tool): only the owner's Cancel ends it. With
+    `max_queue`, a Start that finds a run going on may `join` a first-come queue of that many and start
+    when its ticket comes first (`ready`); a ticket its page stopped asking about for `stale_s` is dropped.
+    `on_publish(folders, run_id, owner)` is called with a finished run's checkpoint folders. The worker
+    runs at `nice` (EXPLORER_WORKER_NICE, 10): a lower CPU priority than the app it serves beside.
     """
 
-    def __init__(self, out_dir: str | os.PathLike, environ: dict | None = None):
+    def __init__(self, out_dir: str | os.PathLike, environ: dict | None = None, max_queue: int = 0,
+                 on_publish=None, stale_s: float = 30.0, nice: int | None = None):
         self.out_dir = Path(out_dir)
+        self.nice = env_int("EXPLORER_WORKER_NICE", 10) if nice is None else nice
         self.environ = environ
+        self.max_queue = max_queue
+        self.on_publish = on_publish
+        self.stale_s = stale_s
         self._lock = threading.Lock()
         self._state = RunState()
         self._proc = None
         self._thread: threading.Thread | None = None
         self._runs = 0
+        self._queue: list[Ticket] = []
+        self._tickets = 0
+        self._durations: list[float] = []
+        self._out = self.out_dir
 
-    def start(self, plan) -> int:
-        """Starts the job `plan` (a finetune.Plan) unless one is going on; returns its run id."""
+    # --- the queue (shared mode) --------------------------------------------------------------------
+
+    def _purge(self) -> None:
+        now = time.time()
+        self._queue = [t for t in self._queue if not t.cancelled and now - t.seen < self.stale_s]
+
+    def join(self, owner: str | None) -> Ticket:
+        """A place in the queue; QueueFull when `max_queue` Starts already wait behind a run going on."""
+        with self._lock:
+            self._purge()
+            if (self._state.running or self._queue) and len(self._queue) >= self.max_queue:
+                waiting = f"{len(self._queue)} Start{'s' if len(self._queue) != 1 else ''} already wait"
+                raise QueueFull(f"the fine-tuning queue is full: a run is going on and {waiting} (the most "
+                                f"this instance holds); try again later, or duplicate the Space to train on "
+                                f"your own hardware")
+            self._tickets += 1
+            ticket = Ticket(self._tickets, owner, time.time())
+            self._queue.append(ticket)
+            return ticket
+
+    def leave(self, ticket: Ticket) -> None:
+        with self._lock:
+            ticket.cancelled = True
+            self._purge()
+
+    def ready(self, ticket: Ticket) -> bool:
+        """Whether `ticket` may start now (no run going on, first in the queue); keeps it alive."""
+        with self._lock:
+            ticket.seen = time.time()
+            self._purge()
+            return not self._state.running and bool(self._queue) and self._queue[0] is ticket
+
+    def position(self, ticket: Ticket) -> tuple[int, int, float | None]:
+        """(1-based place, queue length, estimated seconds until it starts or None) of a waiting ticket."""
+        with self._lock:
+            ticket.seen = time.time()
+            self._purge()
+            place = next((i + 1 for i, t in enumerate(self._queue) if t is ticket), 0)
+            return place, len(self._queue), self._estimate(place)
+
+    def _estimate(self, place: int) -> float | None:
+        s = self._state
+        projected = None
+        if s.running:
+            totals = [m.total_steps for m in s.members if m.total_steps]
+            if totals:
+                total = sum(totals) + (len(s.members) - len(totals)) * totals[0]
+                done = sum(m.step for m in s.members)
+                if done / total > 0.02:
+                    projected = s.elapsed * total / done
+        typical = float(np.median(self._durations)) if self._durations else projected
+        if typical is None:
+            return None
+        remaining = max(projected - s.elapsed, 0.0) if projected is not None else (typical if s.running else 0.0)
+        return remaining + max(place - 1, 0) * typical
+
+    # --- a run --------------------------------------------------------------------------------------
+
+    def start(self, plan, owner: str | None = None, out_dir: str | os.PathLike | None = None,
+              ticket: Ticket | None = None) -> int:
+        """Starts the job `plan` (a finetune.Plan) unless one is going on (or, with a `ticket`, unless it
+        is not first in the queue); its checkpoints go to `out_dir` (default: the runner's). Returns
+        the run id."""
+        import shutil
         import subprocess
         import sys
         import uuid
@@ -456,14 +550,23 @@ class FineTuneRunner:
         from explorer.finetune import choose_backend, write_job
         backend, reason = choose_backend(self.environ)
         with self._lock:
+            self._purge()
             if self._state.running:
-                raise Busy(f"a fine-tuning run is already going on ({self._state.description}); "
-                           f"wait for it to end or cancel it")
+                raise Busy("a fine-tuning run is already going on"
+                           + (f" ({self._state.description})" if self._state.owner == owner else "")
+                           + "; wait for it to end" + (" or cancel it" if self._state.owner == owner else ""))
+            if ticket is not None:
+                if not self._queue or self._queue[0] is not ticket:
+                    raise Busy("another Start is ahead in the queue")
+                self._queue.pop(0)
+            elif self._queue:
+                raise Busy(f"{len(self._queue)} Start(s) wait in the queue")
             self._runs += 1
+            self._out = Path(out_dir) if out_dir is not None else self.out_dir
             self._state = RunState(running=True, status="starting", started=time.time(),
                                    description=plan.description, backend=backend, backend_reason=reason,
                                    members=[MemberState(m.tag, m.label) for m in plan.members],
-                                   run_id=self._runs)
+                                   run_id=self._runs, owner=owner)
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             clean_stale(self.out_dir)
@@ -475,7 +578,11 @@ class FineTuneRunner:
             log = open(job_dir / "worker.log", "wb")
             root = Path(__file__).resolve().parents[1]
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-            proc = subprocess.Popen([sys.executable, "-m", "explorer.finetune", str(job_dir)],
+            command = [sys.executable, "-m", "explorer.finetune", str(job_dir)]
+            if self.nice and shutil.which("nice"):
+                # Serving comes first: the worker (all its threads, from exec on) yields the CPU to the app.
+                command = ["nice", "-n", str(self.nice)] + command
+            proc = subprocess.Popen(command,
                                     stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
                                     cwd=str(root))
             log.close()
@@ -533,6 +640,8 @@ class FineTuneRunner:
         try:
             if done and code == 0 and not cancelled:
                 self._publish(job_dir)
+                with self._lock:
+                    self._durations = (self._durations + [self._state.elapsed])[-20:]
             elif not cancelled:
                 with self._lock:
                     self._state.status = "failed"
@@ -564,9 +673,10 @@ class FineTuneRunner:
         if None in folders:
             raise RuntimeError("the training process ended without writing every checkpoint")
         moved = []
+        self._out.mkdir(parents=True, exist_ok=True)
         try:
             for folder in folders:
-                target = unique_dir(self.out_dir, folder)
+                target = unique_dir(self._out, folder)
                 os.rename(job_dir / "staging" / folder, target)
                 moved.append(target)
                 if target.name != folder:
@@ -576,20 +686,37 @@ class FineTuneRunner:
             for target in moved:  # all or nothing
                 shutil.rmtree(target, ignore_errors=True)
             raise
+        if self.on_publish is not None:
+            with self._lock:
+                run_id, owner = f"{os.getpid()}-{self._state.run_id}-{int(self._state.started)}", self._state.owner
+            self.on_publish(moved, run_id, owner)
         with self._lock:
             for m, target in zip(self._state.members, moved):
                 m.checkpoint = str(target)
             self._state.status = "done"
 
-    def cancel(self) -> bool:
-        """Ends the run at once (its process is killed); returns whether one was going on."""
+    def cancel(self, owner: str | None = None) -> bool:
+        """Ends `owner`'s run at once (its process is killed); returns whether it did."""
+        return self.cancel_as(owner) == "cancelled"
+
+    def cancel_as(self, owner: str | None = None) -> str:
+        """Cancel as `owner` asks it: "cancelled" (their run was going on: its process is killed at
+        once), "left" (they were waiting in the queue), "not yours" (another owner's run is going on;
+        nothing happens) or "none"."""
         with self._lock:
+            mine = [t for t in self._queue if t.owner == owner and not t.cancelled]
             proc = self._proc if self._state.running else None
-            if proc is None:
-                return False
-            self._state.status = "cancelled"
+            if proc is not None and self._state.owner == owner:
+                self._state.status = "cancelled"
+            elif mine:
+                for t in mine:
+                    t.cancelled = True
+                self._purge()
+                return "left"
+            else:
+                return "not yours" if self._state.running else "none"
         proc.kill()
-        return True
+        return "cancelled"
 
     def wait(self, timeout: float | None = None) -> None:
         thread = self._thread
