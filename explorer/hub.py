@@ -1,18 +1,28 @@
 """Hugging Face Hub transport: Hub ids, and folders down from and up to a model repo.
 
-It moves folders and knows nothing of what is in them (huggingface_hub is imported lazily); whether a
-folder is a checkpoint, and turning a reference into one, is explorer.checkpoints' business. The
-command line lives there too, with the checks it needs:
+It moves folders (huggingface_hub is imported lazily). It knows the names of a checkpoint's files, so
+that it fetches those and nothing else, and it reads their sizes on the Hub before fetching any: a
+public Space shared by strangers never fills its disk because a visitor typed the id of a large repo.
+What is in the files, and turning a reference into a checkpoint, is explorer.checkpoints' business;
+the command line lives there too, with the checks it needs:
 
     python -m explorer.hub push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
     python -m explorer.hub pull owner/vit-spt-lsa-cifar10@main
+
+Limits, in megabytes (10**6 bytes; unset or 0 means the default):
+    EXPLORER_MAX_HUB_MB        the checkpoint files of one repo (default 50)
+    EXPLORER_MAX_HUB_CACHE_MB  the Hugging Face cache, for `prune_cache` (default 500)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import re
 import sys
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 # Hub rules: owner and name of letters, digits, '-', '_', '.', no '--' or '..', at most 96 characters.
@@ -20,9 +30,19 @@ _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _REPO_ID = re.compile(rf"^{_PART}/{_PART}$")
 _REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 
+# The files of a checkpoint, at the top of its repo (explorer.checkpoints writes them); only these are
+# fetched. The README is the Hub's model card: a checkpoint loads without it.
+CHECKPOINT_FILES = ("explorer.json", "config.json", "metadata.json", "model.weights.h5", "README.md")
+_CARD, _REQUIRED_FILES = CHECKPOINT_FILES[0], CHECKPOINT_FILES[:4]
+
+MB = 10**6
+MAX_HUB_MB = 50
+MAX_HUB_CACHE_MB = 500
+_TIMEOUT_S = 10
+
 
 class HubError(ValueError):
-    """A Hub id that is malformed, or a repo that is not reachable or not cached."""
+    """A Hub id that is malformed, or a repo that is not reachable, not cached, not a checkpoint or too large."""
 
 
 def parse_ref(ref: str) -> tuple[str, str | None]:
@@ -58,33 +78,168 @@ def is_offline() -> bool:
     return value in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE)
 
 
-def download(ref: str, cache_dir: str | None = None) -> Path:
-    """A local snapshot folder of a Hub model repo (from the cache when offline) at the pinned revision."""
-    repo_id, revision = parse_ref(ref)
+def _megabytes(variable: str, default_mb: float) -> int:
+    raw = os.environ.get(variable, "").strip()
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{variable}={raw!r} is not a number of megabytes (0 or unset: {default_mb:g})")
+    return int((value or default_mb) * MB)
+
+
+def max_hub_bytes() -> int:
+    """The most bytes of checkpoint files `download` may fetch for one repo: $EXPLORER_MAX_HUB_MB."""
+    return _megabytes("EXPLORER_MAX_HUB_MB", MAX_HUB_MB)
+
+
+def max_hub_cache_bytes() -> int:
+    """The size `prune_cache` keeps the Hugging Face cache under: $EXPLORER_MAX_HUB_CACHE_MB."""
+    return _megabytes("EXPLORER_MAX_HUB_CACHE_MB", MAX_HUB_CACHE_MB)
+
+
+def _size(n: int) -> str:
+    if n >= 1000 * MB:
+        return f"{n / (1000 * MB):.1f} GB"
+    if n >= 10 * MB:
+        return f"{n / MB:.0f} MB"
+    return f"{n / MB:.1f} MB" if n >= MB else f"{n / 1000:.0f} kB"
+
+
+def _client():
     try:
         import huggingface_hub
         from huggingface_hub import errors
     except ImportError:
         raise HubError("huggingface_hub is not installed; pip install huggingface-hub") from None
-    offline = is_offline()
-    where = f"{repo_id}@{revision}" if revision else repo_id
+    return huggingface_hub, errors
+
+
+def _from_cache(repo_id: str, revision: str | None, cache_dir: str | None, where: str, state: str) -> Path:
+    """The cached snapshot, without a request; `state` says why the Hub is not asked."""
+    huggingface_hub, errors = _client()
     try:
-        # Offline, ask the cache only: no request, no retries, an answer at once.
         folder = huggingface_hub.snapshot_download(repo_id, revision=revision, cache_dir=cache_dir,
-                                                   repo_type="model", local_files_only=offline,
-                                                   etag_timeout=5)
+                                                   repo_type="model", local_files_only=True,
+                                                   allow_patterns=list(CHECKPOINT_FILES))
+    except errors.LocalEntryNotFoundError:
+        raise HubError(f"{where} is not in the local Hugging Face cache and {state}") from None
+    except OSError as e:
+        raise HubError(f"{where}: cannot be read from the cache ({type(e).__name__}: {e})") from None
+    return Path(folder)
+
+
+def _checkpoint_sizes(info, where: str) -> dict[str, int]:
+    """{file: bytes} of the checkpoint files the Hub lists for a repo; refuses a repo that is not one."""
+    listed = {s.rfilename: s for s in info.siblings or []}
+    missing = [name for name in _REQUIRED_FILES if name not in listed]
+    if missing:  # without the card it is someone else's repo: naming the other files would only confuse
+        shown = _CARD if _CARD in missing else ", ".join(missing)
+        raise HubError(f"{where} is not an explorer checkpoint: it has no {shown}")
+    sizes = {}
+    for name in CHECKPOINT_FILES:
+        if name in listed:
+            sibling = listed[name]
+            sizes[name] = sibling.lfs.size if sibling.lfs is not None else sibling.size
+    unknown = [name for name, size in sizes.items() if not isinstance(size, int)]
+    if unknown:
+        raise HubError(f"{where}: the Hub did not give the size of {', '.join(unknown)}; not fetching it")
+    return sizes
+
+
+def _remember_ref(cache_dir: str | None, repo_id: str, revision: str, commit: str) -> None:
+    """refs/<revision> -> commit in the cache, as huggingface_hub writes it, so that offline use finds it."""
+    from huggingface_hub import constants
+    refs = Path(cache_dir or constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "refs"
+    path = refs / revision
+    if revision == commit or (path.is_file() and path.read_text() == commit):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(commit)
+    os.replace(tmp, path)
+
+
+def download(ref: str, cache_dir: str | None = None, max_bytes: int | None = None) -> Path:
+    """A local snapshot folder of a Hub checkpoint repo at the pinned revision, holding only its
+    CHECKPOINT_FILES.
+
+    Online, the Hub's file list is read first: a repo without the checkpoint files, or whose files
+    together exceed `max_bytes` (None: no limit; see `max_hub_bytes`), is refused before anything is
+    written to the cache. Offline (HF_HUB_OFFLINE), or when the Hub does not answer, it comes from the
+    cache, without a request.
+    """
+    repo_id, revision = parse_ref(ref)
+    huggingface_hub, errors = _client()
+    from huggingface_hub.utils import httpx
+
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    if is_offline():
+        return _from_cache(repo_id, revision, cache_dir, where, "offline (HF_HUB_OFFLINE=1)")
+    try:
+        info = huggingface_hub.HfApi().model_info(repo_id, revision=revision, files_metadata=True,
+                                                  timeout=_TIMEOUT_S)
     except errors.RevisionNotFoundError:
         raise HubError(f"{where}: revision {revision!r} does not exist") from None
     except errors.RepositoryNotFoundError:
         raise HubError(f"{where}: no such model repo on the Hub (or it is private)") from None
-    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled):
-        state = "offline (HF_HUB_OFFLINE=1)" if offline else "the Hub is unreachable"
-        raise HubError(f"{where} is not in the local Hugging Face cache and {state}") from None
+    except errors.HfHubHTTPError as e:  # the Hub is down: what the cache holds still loads
+        status = e.response.status_code if e.response is not None else "an error"
+        return _from_cache(repo_id, revision, cache_dir, where, f"the Hub answered {status}")
+    except httpx.TransportError:
+        return _from_cache(repo_id, revision, cache_dir, where, "the Hub is unreachable")
+    if not info.sha:
+        raise HubError(f"{where}: the Hub did not name the commit it lists; not fetching it")
+    sizes = _checkpoint_sizes(info, where)
+    total = sum(sizes.values())
+    if max_bytes is not None and total > max_bytes:
+        raise HubError(f"{where}: its checkpoint files are {_size(total)}; this app fetches at most "
+                       f"{_size(max_bytes)} from the Hub (EXPLORER_MAX_HUB_MB)")
+    try:
+        # At the commit whose sizes were checked: a branch that moves meanwhile changes nothing.
+        folder = huggingface_hub.snapshot_download(repo_id, revision=info.sha, cache_dir=cache_dir,
+                                                   repo_type="model", allow_patterns=list(sizes),
+                                                   etag_timeout=_TIMEOUT_S)
     except errors.HfHubHTTPError as e:
         raise HubError(f"{where}: the Hub answered {e}") from None
-    except OSError as e:
-        raise HubError(f"{where}: cannot be fetched ({type(e).__name__}: {e})") from None
+    except (OSError, httpx.TransportError) as e:
+        raise HubError(f"{where}: cannot be fetched ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    try:
+        _remember_ref(cache_dir, repo_id, revision or "main", info.sha)
+    except OSError:  # a read-only cache: the folder is there, only offline look-ups by name miss it
+        pass
     return Path(folder)
+
+
+def prune_cache(cache_dir: str | os.PathLike | None, max_bytes: int,
+                keep: Iterable[str | os.PathLike] = ()) -> list[str]:
+    """Removes whole cached repos, least recently used first, until the Hugging Face cache holds at most
+    `max_bytes` (see `max_hub_cache_bytes`); a repo with a path in `keep` (a snapshot folder in use)
+    stays. Returns the ids of the repos removed, in order.
+    """
+    from huggingface_hub import constants, scan_cache_dir
+
+    root = Path(cache_dir or constants.HF_HUB_CACHE)
+    if not root.is_dir():
+        return []
+    cache = scan_cache_dir(root)
+    kept = [Path(p).resolve() for p in keep]
+    size = cache.size_on_disk
+    removed = []
+    # atime is not updated on every file system (noatime): the download time counts as a use too.
+    for repo in sorted(cache.repos, key=lambda r: (max(r.last_accessed, r.last_modified), r.repo_id)):
+        if size <= max_bytes:
+            break
+        if not repo.revisions or any(k == repo.repo_path or repo.repo_path in k.parents for k in kept):
+            continue
+        # A commit hash names a revision in every repo that has it (a duplicated repo keeps its history):
+        # the deletion is planned over this repo alone.
+        alone = dataclasses.replace(cache, repos=frozenset([repo]))
+        alone.delete_revisions(*(r.commit_hash for r in repo.revisions)).execute()
+        size -= repo.size_on_disk
+        removed.append(repo.repo_id)
+    return removed
 
 
 def upload(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None,
