@@ -3,6 +3,7 @@
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
     python -m explorer.train --base checkpoints/cifar10-spt_lsa --dataset my_images.zip --freeze-backbone
     python -m explorer.train --base runs/cifar10-spt_lsa --continue --dataset cifar10 --epochs 50 --lr 5e-4
+    KERAS_BACKEND=jax python -m explorer.train --preset keras-io --dataset cifar100 --batch-size 256 --distribute
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from explorer.schedules import WarmUpCosine
 
 class Cancelled(Exception):
     """The run was cancelled; nothing was saved."""
+
+
+class DistributionError(ValueError):
+    """A data-parallel run that cannot be: not on JAX, or a batch that does not split evenly."""
 
 
 @dataclass
@@ -143,6 +148,34 @@ def device_name() -> str:
     except Exception:
         pass
     return "CPU"
+
+
+def distribute_over_devices() -> int:
+    """Makes every model built afterwards data-parallel over all the devices Keras' JAX backend sees (its
+    accelerators, else the CPU's), with Keras' own distribution API: the weights replicated on each device,
+    every batch split evenly between them, the gradients averaged. Returns how many devices."""
+    keras = _keras()
+    if keras.backend.backend() != "jax":
+        raise DistributionError(f"--distribute needs Keras' JAX backend (KERAS_BACKEND=jax; on a GPU "
+                                f"machine with requirements-gpu.txt), not {keras.backend.backend()!r}")
+    devices = keras.distribution.list_devices()
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    return len(devices)
+
+
+def data_parallel_devices() -> int:
+    """How many devices share each batch: those of the distribution set by distribute_over_devices, else 1."""
+    distribution = _keras().distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh = distribution.device_mesh
+    return int(mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)])
+
+
+def check_batch_split(batch_size: int, devices: int) -> None:
+    if batch_size % devices:
+        raise DistributionError(f"a batch of {batch_size} images does not split evenly over {devices} "
+                                f"devices; give --batch-size a multiple of {devices}")
 
 
 def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_alpha=0.0, cutmix_alpha=0.0,
@@ -295,11 +328,15 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     (x_train, y_train), val = training_split(dataset, tc)
     num_classes = dataset.num_classes
     batch_size = min(tc.batch_size, len(x_train))
+    devices = data_parallel_devices()
+    check_batch_split(batch_size, devices)
     train_batches = make_batches(x_train, y_train, num_classes, batch_size, tc.augment, tc.seed, True,
                                  tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob)
-    # One validation batch when it fits (exact weighted loss, one compiled shape), else padded batches.
-    val_batches = (make_batches(val[0], val[1], num_classes, len(val[0]) if len(val[0]) <= 2048 else 512,
-                                False, tc.seed, False) if val is not None else None)
+    # One validation batch when it fits (exact weighted loss, one compiled shape), else padded batches; padded
+    # to a size every device gets an equal share of.
+    val_size = -(-(len(val[0]) if len(val[0]) <= 2048 else 512) // devices) * devices if val is not None else 0
+    val_batches = (make_batches(val[0], val[1], num_classes, val_size, False, tc.seed, False)
+                   if val is not None else None)
     steps_per_epoch = len(train_batches)
     total_steps = steps_per_epoch * tc.epochs
     if tc.max_steps:
@@ -357,12 +394,19 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
                          "train_images": int(len(x_train)), "batch_size": batch_size,
                          "start": start, "kept_epoch": kept,
                          "validation_images": int(len(val[0])) if val is not None else 0,
-                         "device": device_name(), "recipe": asdict(tc)}}
+                         "device": device_name() if devices == 1 else f"{devices} × {device_name()}",
+                         "devices": devices, "recipe": asdict(tc)}}
 
 
 def predict_logits(model, x, batch_size: int = 500) -> np.ndarray:
-    out = [np.asarray(model.predict_on_batch(x[i:i + batch_size].astype("float32")))
-           for i in range(0, len(x), batch_size)]
+    devices = data_parallel_devices()
+    out = []
+    for i in range(0, len(x), batch_size):
+        batch = x[i:i + batch_size].astype("float32")
+        n = len(batch)
+        if n % devices:  # a data-parallel model takes only batches every device has an equal share of
+            batch = np.concatenate([batch, np.repeat(batch[-1:], devices - n % devices, axis=0)])
+        out.append(np.asarray(model.predict_on_batch(batch))[:n])
     return np.concatenate(out) if out else np.zeros((0, model.output_shape[-1]), "float32")
 
 
@@ -622,6 +666,10 @@ def parse_args(argv=None):
     p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
     p.add_argument("--freeze-backbone", action="store_true")
     p.add_argument("--threads", type=int, help="CPU threads for TensorFlow (default: all)")
+    p.add_argument("--distribute", action="store_true",
+                   help="train data-parallel over every device Keras' JAX backend sees (KERAS_BACKEND=jax): "
+                        "each batch split evenly between them, so the batch size must be a multiple of "
+                        "their number")
     p.add_argument("--backup", metavar="DIR",
                    help="folder where the run's state is kept after every epoch: the same command run again "
                         "resumes from the last completed epoch (a backup of another run is refused); "
@@ -660,11 +708,15 @@ def main(argv=None) -> int:
     from explorer.backup import BackupError
     from explorer.checkpoints import CheckpointError
     try:
+        devices = distribute_over_devices() if args.distribute else 1  # before any model is built
+        if not args.base or args.batch_size:  # else the recipe picks the batch size once the data is read
+            check_batch_split(tc.batch_size, devices)
         dataset = load_dataset(args.dataset, args.data_dir)
         if args.test_subset:
             dataset = dataset.subset(test=args.test_subset, seed=args.seed)
         print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
-              f"{dataset.num_classes} classes; device {device_name()}", flush=True)
+              f"{dataset.num_classes} classes; device {device_name()}"
+              + (f", data-parallel over {devices} devices" if args.distribute else ""), flush=True)
         if args.base and not args.extend:
             from explorer.checkpoints import read_card, resolve
             n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
@@ -680,7 +732,7 @@ def main(argv=None) -> int:
             config = get_preset(args.preset, variant=args.variant, tau_mode=args.tau_mode)
             result = train_new(config, args.preset, dataset, tc, args.out, args.name, verbose=args.verbose,
                                backup=args.backup)
-    except (BackupError, CheckpointError, DatasetError) as e:
+    except (BackupError, CheckpointError, DatasetError, DistributionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     m = result["metrics"]
