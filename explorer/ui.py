@@ -19,7 +19,7 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from explorer import render
+from explorer import hub, render
 from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS, VARIANTS, get_preset
 from explorer.data import DatasetError, find_cifar, keras_cache_dir, load_cifar, load_test_set, sample_set
@@ -190,7 +190,21 @@ class Explorer:
 
     def model(self, ref: str, request=None):
         """The loaded model of a reference the visitor may use (shared mode: listed to them, or a Hub id)."""
-        return self.store.get(self.runs.check(ref, self.owner(request)))
+        ref = self.runs.check(ref, self.owner(request))
+        fetched = self.shared and self.runs.is_hub(ref) and not self.store.has(ref)
+        lm = self.store.get(ref)
+        if fetched:  # a new Hub checkpoint came down: keep the app's Hub cache within its cap
+            self._prune_hub(also=ref)
+        return lm
+
+    def _prune_hub(self, also: str) -> list[str]:
+        def repo_folder(ref):
+            repo_id, _ = hub.parse_ref(ref)
+            return Path(self.store.cache_dir) / f"models--{repo_id.replace('/', '--')}"
+        with self._visit_lock:
+            shown = {r for slots in self._in_use.values() for r in slots.values() if r}
+        keep = [repo_folder(r) for r in shown | {also} if self.runs.is_hub(r)]
+        return hub.prune_cache(self.store.cache_dir, int(self.shared_limits.max_hub_cache_mb * 1e6), keep)
 
     def _safe(self, error) -> str:
         """An error's text for the page; in shared mode without the server's paths."""
@@ -265,7 +279,8 @@ class Explorer:
             self.model(ref, request)
         except (CheckpointError, ValueError, OSError) as e:
             shown = previous if previous else None
-            shown_ref = f"{ref!r}" if len(str(ref)) <= 120 else "that reference"
+            # A refused reference is not echoed: one message, whatever was typed.
+            shown_ref = f"{ref!r}" if len(str(ref)) <= 120 and REFUSED not in str(e) else "that reference"
             return shown, shown, self.card_markdown(shown, error=f"could not load {shown_ref}: {self._safe(e)}",
                                                     request=request)
         session = getattr(request, "session_hash", None)
@@ -646,8 +661,9 @@ class Explorer:
                                   name, a, b, progress, request)
         owner = self.owner(request)
         key = id(plan)
+        mine = set(self.my_runs(request))
         with self._visit_lock:  # the bases of a run waiting or going on are never pruned
-            self._bases[key] = {r for r in (a, b) if r and r in self.my_runs(request)}
+            self._bases[key] = {r for r in (a, b) if r in mine}
         try:
             if self.shared:
                 started: dict = {}

@@ -103,6 +103,11 @@ class ModelStore:
             return str(Path(ref).resolve())
         return ref
 
+    def has(self, ref: str) -> bool:
+        """Whether `ref` is loaded already."""
+        with self._lock:
+            return self.key(ref) in self._models
+
     def get(self, ref: str) -> LoadedModel:
         key = self.key(ref)
         with self._lock:

@@ -1,0 +1,107 @@
+"""Shared mode below the UI: who may reach what, and which stored runs are kept."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from explorer.checkpoints import CheckpointError
+from explorer.shared import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
+
+
+@pytest.fixture
+def root(tmp_path, tiny_checkpoints):
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    shutil.copytree(tiny_checkpoints["vanilla"], root / "shipped")
+    return root
+
+
+def add_run(store: RunStore, owner: str, name: str, ended: float, run_id: str | None = None, source=None):
+    folder = store.out_dir(owner) / name
+    shutil.copytree(source or store.root / "shipped", folder)
+    store.mark_run([folder], run_id or name, owner)
+    from explorer.checkpoints import update_card
+    update_card(folder, run={"id": run_id or name, "owner": owner, "ended": ended})
+    return f"finetuned/{owner}/{name}"
+
+
+def test_shared_mode_comes_from_the_space_or_the_flag():
+    assert not shared_mode({})
+    assert shared_mode({"SPACE_ID": "someone/space"}) and shared_mode({"EXPLORER_SHARED": "1"})
+    assert not shared_mode({"SPACE_ID": "someone/space", "EXPLORER_SHARED": "0"})
+    limits = SharedLimits.from_env({"EXPLORER_MAX_QUEUE": "5", "EXPLORER_RUN_TTL_HOURS": "0.5"})
+    assert (limits.max_queue, limits.run_ttl_hours, limits.max_runs) == (5, 0.5, 20)
+    with pytest.raises(ValueError, match="EXPLORER_MAX_RUNS='many' is not a number"):
+        SharedLimits.from_env({"EXPLORER_MAX_RUNS": "many"})
+
+
+def test_a_visitor_reaches_the_shipped_models_their_runs_and_hub_ids_only(root, tmp_path):
+    store = RunStore(root, shared=True)
+    me, other = owner_key("me-" * 8), owner_key("other-" * 4)
+    mine = add_run(store, me, "mine", time.time())
+    theirs = add_run(store, other, "theirs", time.time())
+    os.symlink(root / "shipped", root / "link")
+    assert store.listing(me) == ["finetuned/" + me + "/mine", "shipped"]
+    assert store.check(mine, me) == mine and store.check("shipped", None) == "shipped"
+    assert store.check("owner/model@v1", me) == "owner/model@v1"
+    for ref in (theirs, "/etc", str(root / "shipped"), "../checkpoints/shipped", "link", "./shipped",
+                f"finetuned/{me}/../{other}/theirs", "finetuned", "explorer/samples"):
+        with pytest.raises(CheckpointError) as e:
+            store.check(ref, me)
+        assert str(e.value) == REFUSED
+    # single user: everything listed, anything passed through
+    local = RunStore(root, shared=False)
+    assert theirs in local.listing(None) and local.check("/etc", None) == "/etc"
+
+
+def test_prune_removes_the_oldest_unused_runs_and_never_a_protected_or_shipped_one(root):
+    limits = SharedLimits(max_runs=2, max_run_mb=1000, run_ttl_hours=1)
+    store = RunStore(root, shared=True, limits=limits)
+    now = time.time()
+    v = owner_key("visitor-" * 3)
+    old, loaded, mid, new = (add_run(store, v, n, now - 60 * (4 - i)) for i, n in enumerate(("old", "loaded", "mid", "new")))
+    # four runs, two allowed: the two oldest go, but the loaded one stays (and a younger one goes instead)
+    removed = store.prune(protect={loaded}, now=now)
+    assert removed == [old, mid]
+    assert [r for r in store.listing(v) if r.startswith("finetuned")] == [loaded, new]
+    # expiry: an hour after it ended a run goes, unless protected
+    assert store.prune(protect={loaded}, now=now + 3 * 3600) == [new]
+    assert store.prune(now=now + 3 * 3600) == [loaded]
+    assert (root / "shipped").is_dir() and not (root / "finetuned" / v).exists()
+    # bytes: a cap below one run's size removes it
+    big = add_run(store, v, "big", now)
+    tiny_limits = RunStore(root, shared=True, limits=SharedLimits(max_run_mb=0.001))
+    assert tiny_limits.prune(now=now) == [big]
+    # never in single-user mode
+    add_run(store, v, "kept", now - 10 ** 7)
+    assert RunStore(root, shared=False, limits=limits).prune(now=now) == []
+
+
+def test_a_pair_is_one_run(root):
+    store = RunStore(root, shared=True, limits=SharedLimits(max_runs=1))
+    v, now = owner_key("visitor-" * 3), time.time()
+    a1 = add_run(store, v, "pair-A", now - 100, run_id="run1")
+    b1 = add_run(store, v, "pair-B", now - 100, run_id="run1")
+    a2 = add_run(store, v, "next", now, run_id="run2")
+    assert len(store.runs()) == 2
+    assert sorted(store.prune(now=now)) == sorted([a1, b1])
+    assert store.listing(v) == [a2, "shipped"]
+
+
+def test_zip_of_a_checkpoint_loads(root, tmp_path):
+    import zipfile
+    from explorer.checkpoints import load_checkpoint
+    store = RunStore(root, shared=True)
+    v = owner_key("visitor-" * 3)
+    ref = add_run(store, v, "mine", time.time())
+    path = store.zip_checkpoint(ref, v, tmp_path / "dl")
+    with zipfile.ZipFile(path) as z:
+        z.extractall(tmp_path / "out")
+    model, card = load_checkpoint(tmp_path / "out" / "mine")
+    assert model.output_shape[-1] == 10 and card["run"]["owner"] == v
+    with pytest.raises(CheckpointError, match="not a model this app offers you"):
+        store.zip_checkpoint(ref, owner_key("someone else " * 2), tmp_path / "dl")
