@@ -179,3 +179,24 @@ def test_a_hub_checkpoint_comes_with_its_files_only_and_an_oversized_one_is_refu
     fetched = sorted(name for repo, name in hub.fetched if repo == "someone/tiny-lsa")
     assert fetched == ["README.md", "config.json", "explorer.json", "metadata.json", "model.weights.h5"]
     assert str(root) not in card
+
+
+def test_caps_remove_the_oldest_unused_run_and_never_a_loaded_one(tmp_path_factory, tiny_checkpoints, data_dir):
+    root = tmp_path_factory.mktemp("capped") / "checkpoints"
+    shutil.copytree(tiny_checkpoints["vanilla"], root / A)
+    proc, url, _ = start_app(root, data_dir=data_dir, env_extra={"EXPLORER_SHARED": "1", "EXPLORER_MAX_RUNS": "1"})
+    try:
+        client, vid, _ = visitor(url)
+        first, second = (f"finetuned/{owner_key(vid)}/{name}" for name in ("first", "second"))
+        assert "**done**" in client.predict(*SHORT, "first", A, A, api_name="/finetune")[0]
+        assert client.predict(first, api_name="/load_model_a")[0] == first   # shown in slot A
+        assert "**done**" in client.predict(*SHORT, "second", A, A, api_name="/finetune")[0]
+        # two runs, one allowed: the older one is loaded in a page, so both stay
+        assert (root / first).is_dir() and (root / second).is_dir()
+        client.predict(A, api_name="/load_model_a")       # slot A shows another model now
+        visitor(url)                                       # the next page load prunes
+        assert not (root / first).exists() and (root / second).is_dir() and (root / A).is_dir()
+        assert first not in listing(client) and second in listing(client)
+    finally:
+        proc.terminate()
+        proc.wait(10)
