@@ -68,7 +68,8 @@ def space(tmp_path_factory):
     keep = ("PATH", "LANG", "LC_ALL", "TMPDIR")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(HOME=str(home), GRADIO_SERVER_NAME="0.0.0.0", GRADIO_SERVER_PORT=str(PORT), PYTHONUNBUFFERED="1",
-               SYSTEM="spaces", HF_HUB_OFFLINE="1", EXPLORER_CIFAR_URL=NO_NETWORK)  # no test reaches the internet
+               SYSTEM="spaces", SPACE_ID="someone/spt-lsa-explorer",  # as on every Space: shared mode
+               HF_HUB_OFFLINE="1", EXPLORER_CIFAR_URL=NO_NETWORK)  # no test reaches the internet
     log = open(work / "app.log", "w")
     proc = subprocess.Popen([str(python), "app.py"], cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{PORT}/"
@@ -133,6 +134,12 @@ def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
     assert len(tau_table["data"]) == 6  # the SPT/LSA model's six layers
     # Fine-tune: the tab answers (a run needs the full data or a zip; see test_ui and test_load).
     assert "No run" in client.predict(api_name="/cancel")
+    # A Space runs in shared mode: a visitor id for the browser, and the button to duplicate it.
+    visitor = client.predict(None, api_name="/visitor")[0]
+    assert isinstance(visitor, str) and len(visitor) >= 16
+    import urllib.request
+    config = urllib.request.urlopen(space["url"] + "config", timeout=30).read().decode()
+    assert "Duplicate this Space to fine-tune on your own hardware" in config and "A shared instance" in config
     # Nothing was downloaded, and nothing was written beside the project.
     cache = space["home"] / ".keras" / "datasets"
     assert not cache.exists() or not any(cache.iterdir())
