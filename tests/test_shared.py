@@ -105,3 +105,26 @@ def test_zip_of_a_checkpoint_loads(root, tmp_path):
     assert model.output_shape[-1] == 10 and card["run"]["owner"] == v
     with pytest.raises(CheckpointError, match="not a model this app offers you"):
         store.zip_checkpoint(ref, owner_key("someone else " * 2), tmp_path / "dl")
+
+
+def test_the_queue_is_first_come_capped_and_forgets_pages_that_left(tmp_path):
+    from explorer.workbench import FineTuneRunner, MemberState, QueueFull, RunState
+    runner = FineTuneRunner(tmp_path, max_queue=2, stale_s=0.5)
+    runner._state = RunState(running=True, status="training", started=time.time() - 30, owner="a",
+                             members=[MemberState("A", "A", step=50, total_steps=100),
+                                      MemberState("B", "B", total_steps=0)])
+    first, second = runner.join("b"), runner.join("c")
+    with pytest.raises(QueueFull, match="queue is full: a run is going on and 2 Starts already wait"):
+        runner.join("d")
+    place, length, eta = runner.position(second)
+    # A's run is a quarter done after 30 s (B's member not started: as long as A's): 90 s to go, then
+    # the first waiting run, of the same projected length
+    assert (place, length) == (2, 2) and eta == pytest.approx(90 + 120, rel=0.05)
+    assert not runner.ready(first)                       # a run is going on
+    assert runner.cancel_as("c") == "left" and runner.position(first)[:2] == (1, 1)
+    assert runner.cancel_as("d") == "not yours" and runner._state.status == "training"
+    runner._state.running = False
+    assert runner.ready(first)
+    time.sleep(0.6)                                      # the page stopped asking: its place is given up
+    third = runner.join("e")
+    assert runner.position(third)[:2] == (1, 1) and runner.ready(third)
