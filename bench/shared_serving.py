@@ -8,9 +8,9 @@ in one run:
 3. the same run again, while X keeps comparing: X's Compare p95 over the requests made while it trained,
    and the run's wall time.
 
-    python bench/shared_serving.py [--images 300] [--nice 10]
+    python bench/shared_serving.py [--images 300] [--priority idle]
 
-`--nice` is the worker's CPU priority (EXPLORER_WORKER_NICE; 0 = the app's own). Last line:
+`--priority` is the worker's CPU priority (EXPLORER_WORKER_PRIORITY: idle, a niceness, normal). Last line:
 `compare p95 idle <ms> ms, while training <ms> ms, ratio <x>, run slowdown <x>`.
 """
 
@@ -109,7 +109,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", type=int, default=300, help="images in the fine-tuning zip")
     p.add_argument("--idle", type=int, default=60, help="Compare requests with nothing else going on")
-    p.add_argument("--nice", type=int, default=10, help="the worker's niceness (EXPLORER_WORKER_NICE)")
+    p.add_argument("--priority", default="idle", help="the worker's CPU priority (EXPLORER_WORKER_PRIORITY)")
     args = p.parse_args()
     tmp = tempfile.mkdtemp(prefix="shared-serving-")
     checkpoints = os.path.join(tmp, "checkpoints")
@@ -117,7 +117,7 @@ def main():
     from _common import ROOT
     for name in (A, B):
         shutil.copytree(ROOT / "checkpoints" / name, os.path.join(checkpoints, name))
-    os.environ.update(EXPLORER_SHARED="1", EXPLORER_WORKER_NICE=str(args.nice))
+    os.environ.update(EXPLORER_SHARED="1", EXPLORER_WORKER_PRIORITY=args.priority)
     proc, url, _ = launch_app(checkpoints)
     try:
         data = class_zip(os.path.join(tmp, "three.zip"), args.images)
@@ -140,7 +140,7 @@ def main():
         busy.join()
         during = [t for start, t in busy.times if began <= start and start + t <= ended]
         p_idle, p_busy = percentile(idle, 95), percentile(during, 95)
-        print(f"worker nice {args.nice}; {len(idle)} idle Compares, {len(during)} while training")
+        print(f"worker priority {args.priority}; {len(idle)} idle Compares, {len(during)} while training")
         print(f"pair run alone {alone:.1f} s, with another visitor comparing {loaded:.1f} s")
         print(f"compare p50 idle {percentile(idle, 50):.0f} ms, "
               f"while training {percentile(during, 50):.0f} ms")

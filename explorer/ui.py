@@ -39,6 +39,7 @@ SCRATCH = "(a new model from scratch)"
 PAIR = "A and B (the two slots)"
 _SAMPLE_NAME = re.compile(r"^(cifar10|cifar100)-test-(\d+)-")
 QUERY_PICKER = 224
+CURVES_EVERY_S = 10.0
 # The what-if's tau factors, sqrt(2) apart, and its diagonal-mask choices (None: as the model learned).
 TAU_CHOICES = [("¼×", 0.25), ("0.35×", 0.35), ("½×", 0.5), ("0.71×", 0.71), ("1× (as learned)", 1.0),
                ("1.4×", 1.41), ("2×", 2.0), ("2.8×", 2.83), ("4×", 4.0)]
@@ -222,7 +223,10 @@ class Explorer:
         return [r for r in self.choices(request) if r.startswith(f"{FINETUNED}/")]
 
     def mine(self, request: gr.Request = None):
-        return gr.update(choices=self.my_runs(request))
+        """The visitor's fine-tuned checkpoints, the newest chosen (ready to download)."""
+        runs = self.my_runs(request)
+        newest = max(runs, key=lambda r: (self.root / r).stat().st_mtime, default=None)
+        return gr.update(choices=runs, value=newest)
 
     def download(self, ref: str | None, request: gr.Request = None) -> str:
         """A zip of one of the visitor's fine-tuned checkpoints (`<name>/` and its files)."""
@@ -712,7 +716,10 @@ class Explorer:
                 self.runner.leave(ticket)
 
     def _follow_run(self, run_id, plan, a, b, progress, request):
-        shown = None
+        # The curves are redrawn at most every CURVES_EVERY_S during a run: Gradio turns each matplotlib
+        # figure into a PNG in this process (~0.25 s for the two, holding the GIL), which would otherwise
+        # land on other visitors' requests at every epoch of a fast run.
+        shown, drawn = None, 0.0
         while True:
             s = self.runner.snapshot()
             if s.run_id != run_id:  # a later run replaced this one's state; nothing more to show
@@ -724,8 +731,8 @@ class Explorer:
             if not s.running:
                 yield self._run_outputs(s, plan, a, b, final=True, request=request)
                 return
-            if epochs_seen != shown:
-                shown = epochs_seen
+            if epochs_seen != shown and time.monotonic() - drawn >= CURVES_EVERY_S:
+                shown, drawn = epochs_seen, time.monotonic()
                 yield self._run_outputs(s, plan, a, b, request=request)
             else:
                 yield (self._run_status(s),) + (gr.update(),) * 8
@@ -1034,7 +1041,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             ft_lr = gr.Number(0, label="learning rate (0 = auto)")
                             ft_batch = gr.Number(0, label="batch size (0 = auto)", precision=0)
                             ft_subset = gr.Number(0, label="training images (0 = all)", precision=0)
-                            ft_freeze = gr.Checkbox(False, label="freeze backbone")
+                            ft_freeze = gr.Checkbox(False, label="freeze backbone", min_width=150)
                             ft_name = gr.Textbox("", label="name (optional)")
                         with gr.Row():
                             ft_start = gr.Button("Start", variant="primary", elem_id="ft-start")

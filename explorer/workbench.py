@@ -463,13 +463,16 @@ class FineTuneRunner:
     `max_queue`, a Start that finds a run going on may `join` a first-come queue of that many and start
     when its ticket comes first (`ready`); a ticket its page stopped asking about for `stale_s` is dropped.
     `on_publish(folders, run_id, owner)` is called with a finished run's checkpoint folders. The worker
-    runs at `nice` (EXPLORER_WORKER_NICE, 10): a lower CPU priority than the app it serves beside.
+    runs at `priority` (EXPLORER_WORKER_PRIORITY): "idle" (the default: Linux's SCHED_IDLE, so it takes only
+    the CPU the app leaves), a niceness ("10"), or "normal".
     """
 
     def __init__(self, out_dir: str | os.PathLike, environ: dict | None = None, max_queue: int = 0,
-                 on_publish=None, stale_s: float = 30.0, nice: int | None = None):
+                 on_publish=None, stale_s: float = 30.0, priority: str | None = None):
         self.out_dir = Path(out_dir)
-        self.nice = env_int("EXPLORER_WORKER_NICE", 10) if nice is None else nice
+        self.priority = (os.environ.get("EXPLORER_WORKER_PRIORITY", "idle") if priority is None else priority).strip()
+        if self.priority not in ("idle", "normal") and not self.priority.lstrip("-").isdigit():
+            raise ValueError(f"EXPLORER_WORKER_PRIORITY={self.priority!r}: expected idle, normal or a niceness")
         self.environ = environ
         self.max_queue = max_queue
         self.on_publish = on_publish
@@ -483,6 +486,14 @@ class FineTuneRunner:
         self._tickets = 0
         self._durations: list[float] = []
         self._out = self.out_dir
+
+    def _priority_prefix(self, which) -> list[str]:
+        """What the worker's command starts with, so that serving comes first: every thread of it, from exec
+        on, runs under SCHED_IDLE (only when the app leaves a core idle), or at a niceness."""
+        if self.priority == "idle" and which("chrt"):
+            return ["chrt", "--idle", "0"]
+        nice = 19 if self.priority == "idle" else 0 if self.priority == "normal" else int(self.priority)
+        return ["nice", "-n", str(nice)] if nice and which("nice") else []
 
     # --- the queue (shared mode) --------------------------------------------------------------------
 
@@ -583,10 +594,8 @@ class FineTuneRunner:
             log = open(job_dir / "worker.log", "wb")
             root = Path(__file__).resolve().parents[1]
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-            command = [sys.executable, "-m", "explorer.finetune", str(job_dir)]
-            if self.nice and shutil.which("nice"):
-                # Serving comes first: the worker (all its threads, from exec on) yields the CPU to the app.
-                command = ["nice", "-n", str(self.nice)] + command
+            command = self._priority_prefix(shutil.which) + [sys.executable, "-m", "explorer.finetune",
+                                                              str(job_dir)]
             proc = subprocess.Popen(command,
                                     stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
                                     cwd=str(root))
