@@ -68,7 +68,9 @@ def space(tmp_path_factory):
     keep = ("PATH", "LANG", "LC_ALL", "TMPDIR")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(HOME=str(home), GRADIO_SERVER_NAME="0.0.0.0", GRADIO_SERVER_PORT=str(PORT), PYTHONUNBUFFERED="1",
-               SYSTEM="spaces", SPACE_ID="someone/spt-lsa-explorer",  # as on every Space: shared mode
+               # SPACE_ID as on every Space (shared mode). Not SYSTEM=spaces with it: Gradio would then start
+               # the Spaces hot-reloader, which needs HF's `spaces` package that only the Space runtime has.
+               SPACE_ID="someone/spt-lsa-explorer",
                HF_HUB_OFFLINE="1", EXPLORER_CIFAR_URL=NO_NETWORK)  # no test reaches the internet
     log = open(work / "app.log", "w")
     proc = subprocess.Popen([str(python), "app.py"], cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
