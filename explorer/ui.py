@@ -1041,7 +1041,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                             ft_lr = gr.Number(0, label="learning rate (0 = auto)")
                             ft_batch = gr.Number(0, label="batch size (0 = auto)", precision=0)
                             ft_subset = gr.Number(0, label="training images (0 = all)", precision=0)
-                            ft_freeze = gr.Checkbox(False, label="freeze backbone", min_width=150)
+                            ft_freeze = gr.Checkbox(False, label="freeze backbone", scale=0, min_width=170)
                             ft_name = gr.Textbox("", label="name (optional)")
                         with gr.Row():
                             ft_start = gr.Button("Start", variant="primary", elem_id="ft-start")
@@ -1064,7 +1064,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                                                   info="a zip of the folder: `python -m explorer.evaluate` and "
                                                        "`keras.saving.load_model` (after `import explorer`) load it")
                             ft_download = gr.Button("Download", scale=1, elem_id="ft-download")
-                            ft_file = gr.File(label="checkpoint zip", interactive=False, scale=2)
+                            ft_file = gr.File(label="checkpoint zip", interactive=False, scale=2, height=120)
 
         # --- wiring ---------------------------------------------------------------------------------
         def load_a(ref, previous, request: gr.Request):
