@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 from explorer.shared import REFUSED
 from tests.conftest import ROOT
 from tests.e2e.conftest import start_app
-from tests.e2e.test_browser import CHROMIUM, FLAGS
+from tests.e2e.test_browser import browser  # noqa: F401  (the module's Chromium, as test_browser launches it)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 SCRATCH = "(a new model from scratch)"
@@ -73,17 +73,6 @@ def shared_app(tmp_path_factory, tiny_checkpoints, data_dir):
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Debian's chromium is not installed (apt-get install chromium chromium-driver)")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield browser
-        browser.close()
 
 
 def open_finetune(page, url=None):
