@@ -28,7 +28,7 @@ from explorer.checkpoints import read_card  # noqa: E402
 from explorer.config import ViTConfig  # noqa: E402
 from explorer.data import sample_set  # noqa: E402
 from tests.e2e.conftest import start_app  # noqa: E402
-from tests.e2e.test_browser import CHROMIUM, FLAGS  # noqa: E402
+from tests.e2e.test_browser import CHROMIUM, FLAGS, UPLOAD  # noqa: E402
 
 DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
 
@@ -51,8 +51,8 @@ def main() -> int:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(url)
-            page.wait_for_selector("#upload input[type=file]", state="attached", timeout=60_000)
-            page.set_input_files("#upload input[type=file]", str(image))
+            page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
+            page.set_input_files(UPLOAD, str(image))
             page.wait_for_selector("#preview img", timeout=30_000)
             page.click("#compare-btn")
             page.wait_for_function(DONE, timeout=60_000)

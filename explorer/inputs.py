@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -87,3 +89,30 @@ def load_image(path: str | os.PathLike, size: int = 32, preview: int = 256,
     shown = rgb.copy()
     shown.thumbnail((preview, preview), Image.BILINEAR)
     return model_input, np.asarray(shown, dtype=np.uint8)
+
+
+class DecodedImages:
+    """Decoded uploads, kept by (path, mtime, size): one upload fires a handler per tab, each decodes it
+    once. The arrays are read-only: every session shares them."""
+
+    def __init__(self, capacity: int = 32):
+        self.capacity = capacity
+        self._items: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+        """(model input, preview) of an image file, as load_image gives them; ImageInputError otherwise."""
+        stat = os.stat(path) if os.path.exists(path) else None
+        key = (str(path), stat.st_mtime_ns if stat else 0, stat.st_size if stat else -1)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        image, preview = load_image(path)
+        image.setflags(write=False)
+        preview.setflags(write=False)
+        with self._lock:
+            self._items[key] = (image, preview)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return image, preview

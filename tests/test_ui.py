@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio as gr
 import numpy as np
@@ -12,9 +13,30 @@ import pytest
 from PIL import Image
 
 from explorer.data import DatasetError
-from explorer.ui import PAIR, SCRATCH, ZIP, Explorer, build_demo
+from explorer.finetune import ZIP
+from explorer.ui import Explorer, build_demo
+from explorer.ui.attention import AttentionTab
+from explorer.ui.compare import CompareTab
+from explorer.ui.finetune import PAIR, SCRATCH, FinetuneTab
+from explorer.ui.images import ImagesColumn
+from explorer.ui.patches import PatchesTab
+from explorer.ui.shell import Slots
+from explorer.ui.tau import TauTab
+from explorer.ui.what_if import WhatIfTab
 
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
+
+
+_UI: dict[int, SimpleNamespace] = {}
+
+
+def ui(ex: Explorer) -> SimpleNamespace:
+    """Every tab's handlers on `ex`, as the page wires them."""
+    if id(ex) not in _UI:
+        _UI[id(ex)] = SimpleNamespace(slots=Slots(ex), images=ImagesColumn(ex), compare=CompareTab(ex),
+                                      patches=PatchesTab(ex), attention=AttentionTab(ex), what_if=WhatIfTab(ex),
+                                      tau=TauTab(ex), finetune=FinetuneTab(ex))
+    return _UI[id(ex)]
 
 
 @pytest.fixture(scope="module")
@@ -35,20 +57,20 @@ def image_file(tmp_path_factory, cifar10):
 
 def test_defaults_and_cards(ex):
     assert ex.initial_refs() == (A, B)
-    card = ex.card_markdown(B)
+    card = ui(ex).slots.card_markdown(B)
     assert "`spt_lsa`" in card and "tau per layer" in card and "parameters" in card and "test top-1" in card
 
 
 def test_empty_checkpoint_folder_says_what_to_do(tmp_path):
     empty = Explorer(root=tmp_path, data_dir=None)
     assert empty.initial_refs() == (None, None)
-    assert "No checkpoints under" in empty.card_markdown(None) and "python -m explorer.train" in \
-        empty.card_markdown(None)
+    assert "No checkpoints under" in ui(empty).slots.card_markdown(None) and "python -m explorer.train" in \
+        ui(empty).slots.card_markdown(None)
     build_demo(empty)  # the app still builds and serves
 
 
 def test_compare_returns_both_top5_and_the_true_label(ex, image_file, cifar10):
-    top_a, top_b, verdict = ex.compare(image_file, A, B)
+    top_a, top_b, verdict = ui(ex).compare.compare(image_file, A, B)
     assert len(top_a) == 5 and len(top_b) == 5 and set(top_a) <= set(cifar10.class_names)
     assert abs(sum(top_b.values()) - 1) < 1 and list(top_b.values()) == sorted(top_b.values(), reverse=True)
     truth = cifar10.class_names[cifar10.y_test[42]]
@@ -56,19 +78,19 @@ def test_compare_returns_both_top5_and_the_true_label(ex, image_file, cifar10):
 
 
 def test_results_are_cached_and_identical(ex, image_file):
-    first = ex.compare(image_file, A, B)
-    second = ex.compare(image_file, A, B)
+    first = ui(ex).compare.compare(image_file, A, B)
+    second = ui(ex).compare.compare(image_file, A, B)
     assert first[:2] == second[:2] and "cached" in second[2]
 
 
 def test_load_failure_keeps_the_previous_model(ex, tmp_path):
-    ref, prev, card = ex.load_slot("nobody/nothing@main", B)
+    ref, prev, card = ui(ex).slots.load_slot("nobody/nothing@main", B)
     assert (ref, prev) == (B, B) and "could not load 'nobody/nothing@main'" in card and "`spt_lsa`" in card
     broken = ex.root / "broken"
     shutil.copytree(ex.root / A, broken)
     (broken / "model.weights.h5").write_bytes(b"garbage")
     try:
-        ref, _, card = ex.load_slot("broken", A)
+        ref, _, card = ui(ex).slots.load_slot("broken", A)
         assert ref == A and "cannot load the model" in card
     finally:
         shutil.rmtree(broken)
@@ -78,7 +100,7 @@ def test_new_checkpoints_appear_without_a_restart(ex):
     extra = ex.root / "finetuned" / "later-run"
     shutil.copytree(ex.root / A, extra)
     try:
-        a, b, base = ex.refresh(A, B)
+        a, b, base = ui(ex).slots.refresh(A, B)
         assert "finetuned/later-run" in a["choices"] and "finetuned/later-run" in base["choices"]
         assert base["choices"][:2] == [PAIR, SCRATCH]
     finally:
@@ -86,13 +108,13 @@ def test_new_checkpoints_appear_without_a_restart(ex):
 
 
 def test_sample_by_class(ex, cifar10):
-    path, preview, truth = ex.sample("ship", B, 0)
+    path, preview, truth = ui(ex).images.sample("ship", B, 0)
     index = int(truth.split("#")[1].rstrip(")"))
     assert cifar10.class_names[cifar10.y_test[index]] == "ship" and "**ship**" in truth
     assert preview.shape == (224, 224, 3)
     np.testing.assert_array_equal(np.asarray(Image.open(path)), cifar10.x_test[index])
     with pytest.raises(gr.Error, match="not a cifar10 class"):
-        ex.sample("dragon", B, 0)
+        ui(ex).images.sample("dragon", B, 0)
 
 
 @pytest.fixture(scope="module")
@@ -109,135 +131,149 @@ def test_samples_of_every_class_from_the_bundled_set_without_data(bare, no_data,
     monkeypatch.setenv("EXPLORER_DATA_DIR", str(no_data.parent))  # ignored: the Explorer was given a folder
     sample = sample_set()
     for class_name in sample.class_names:
-        path, preview, truth = bare.sample(class_name, B, 5)
+        path, preview, truth = ui(bare).images.sample(class_name, B, 5)
         index = int(truth.split("#")[1].rstrip(")"))
         assert sample.class_names[sample.y_test[index]] == class_name and f"**{class_name}**" in truth
         np.testing.assert_array_equal(np.asarray(Image.open(path)), sample.x_test[index])
-        assert bare.true_label(path) == class_name
-    assert "bundled with the app" in bare.data_note() and "JPEG copy" in bare.data_note()
+        assert bare.tests.true_label(path) == class_name
+    assert "bundled with the app" in bare.tests.note() and "JPEG copy" in bare.tests.note()
 
 
 def test_disagreements_and_locality_on_the_bundled_set_without_data(bare, ex, no_data):
-    summary, table, _ = bare.disagreements(A, B, 1000)
+    summary, table, _ = ui(bare).compare.disagreements(A, B, 1000)
     assert "first **1000** cifar10 test images (bundled with the app)" in summary and len(table) == 10
     # the bundled images are the first 1,000 of the test set: the same numbers as with the full data
-    assert summary.replace(" (bundled with the app)", "") == ex.disagreements(A, B, 1000)[0]
+    assert summary.replace(" (bundled with the app)", "") == ui(ex).compare.disagreements(A, B, 1000)[0]
     with pytest.raises(gr.Error) as e:  # more than the sample, offline: what to do, and nothing lost
-        bare.disagreements(A, B, 1050)
+        ui(bare).compare.disagreements(A, B, 1050)
     assert "1,050 cifar10 test images are not here" in str(e.value) and "EXPLORER_DATA_DIR" in str(e.value)
-    assert len(bare.disagreements(A, B, 60)[1]) == 10
-    _, _, table = bare.locality(None, A, B, "64 test images")
+    assert len(ui(bare).compare.disagreements(A, B, 60)[1]) == 10
+    _, _, table = ui(bare).attention.locality(None, A, B, "64 test images")
     assert len(table) == 2
     with pytest.raises(DatasetError, match="EXPLORER_DATA_DIR"):  # training needs the full data
-        bare.training_data("cifar10")
+        bare.tests.training_data("cifar10")
     with pytest.raises(gr.Error, match="could not be downloaded.*EXPLORER_DATA_DIR"):  # and says so in the tab
-        bare.finetune_plan(**_form(data="cifar10"))
+        ui(bare).finetune.finetune_plan(**_form(data="cifar10"))
     assert bare.runner.snapshot().status == "idle"  # nothing started
 
 
 def test_true_label_is_not_guessed_beyond_the_bundled_set(bare, tmp_path):
-    assert bare.true_label(tmp_path / "cifar10-test-00999-truck.png") is not None
-    assert bare.true_label(tmp_path / "cifar10-test-04242-truck.png") is None
+    assert bare.tests.true_label(tmp_path / "cifar10-test-00999-truck.png") is not None
+    assert bare.tests.true_label(tmp_path / "cifar10-test-04242-truck.png") is None
 
 
 def test_patches_use_the_spt_models_patch_size(ex, image_file, cifar10):
-    plain, shifted, note = ex.patches(image_file, A, B)
+    plain, shifted, note = ui(ex).patches.patches(image_file, A, B)
     assert [name for _, name in shifted] == ["original", "left-up", "left-down", "right-up", "right-down"]
     assert "Patch size **4 px** on the 16×16 input" in note
     assert len({plain.shape} | {g.shape for g, _ in shifted}) == 1
 
 
-def test_attention_views_show_a_beside_b_in_one_picture_per_kind(ex, image_file):
-    from explorer.workbench import analyze_pair, square
-    focus, sheet, rollout, caption = ex.attention(image_file, A, B, 1, "mean of heads", 31.0, 0.0)
+def test_attention_views_show_a_beside_b_and_the_query_maps_in_one_picture(ex, image_file):
+    from explorer import render
+    from explorer.workbench import analyze_pair
+    maps, rollout, caption, cell = ui(ex).attention.attention(image_file, A, B, 1, "mean of heads", 31.0, 0.0)
     assert "row 3, col 0" in caption and "A on the left" in caption
-    # Each picture is A's view then B's, as the workbench draws them for each model alone.
-    image, preview = ex.decode(image_file)
+    assert cell == {"row": 3, "col": 0, "grid": 4}  # what the page outlines on the picker
+    # The rollout is A's view then B's; the maps from the query are the chosen layer's (A | B) above every
+    # layer x head (A | B), each exactly as the workbench draws them for each model alone.
+    image, preview = ex.images.get(image_file)
     views = analyze_pair([ex.store.get(A), ex.store.get(B)], ex.cache, image, preview, 1, "mean of heads",
                          (31.0, 0.0))
-    for picture, part in ((focus, "focus"), (sheet, "sheet"), (rollout, "rollout")):
+    pictures = {}
+    for part in ("focus", "sheet", "rollout"):
         alone = [getattr(v["view"], part) for v in views]
+        picture = render.side_by_side(alone, [f"model {t}:  {v['model'].label}" for t, v in zip("AB", views)])
         title = picture.shape[0] - max(a.shape[0] for a in alone)
         assert title > 5 and picture.shape[1] == sum(a.shape[1] for a in alone) + 16
         np.testing.assert_array_equal(picture[title:title + alone[0].shape[0], :alone[0].shape[1]], alone[0])
         np.testing.assert_array_equal(picture[title:title + alone[1].shape[0], -alone[1].shape[1]:], alone[1])
+        pictures[part] = picture
+    np.testing.assert_array_equal(rollout, pictures["rollout"])
+    focus, sheet = pictures["focus"], pictures["sheet"]
+    np.testing.assert_array_equal(maps[:focus.shape[0], :focus.shape[1]], focus)
+    np.testing.assert_array_equal(maps[-sheet.shape[0]:, :sheet.shape[1]], sheet)
+    assert maps.shape[0] == focus.shape[0] + sheet.shape[0] + 12
     with pytest.raises(gr.Error, match="no head 9"):
-        ex.attention(image_file, A, B, 0, "head 9", 0, 0)
+        ui(ex).attention.attention(image_file, A, B, 0, "head 9", 0, 0)
     heads = ex.store.get(B).config.num_heads
-    tiles = ex.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)[0]
+    tiles = ui(ex).attention.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)[0]
     # Every head of the layer as a captioned half-size tile, two to a row (the tiny model has two heads),
-    # for each model.
-    assert heads == 2 and tiles.shape[0] > 112 and 2 * 2 * 112 < tiles.shape[1] < 2 * 3 * 112
+    # for each model, above the sheets.
+    assert heads == 2 and tiles.shape[0] > 112 and 2 * 2 * 112 < tiles.shape[1]
 
 
-def test_a_query_click_and_a_layer_change_send_only_what_depends_on_them(ex, image_file):
-    full = ex.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)
-    picker, focus, sheet, caption = ex.attention_query(image_file, A, B, 1, "all heads", 31.0, 0.0)
-    for got, expected in zip((focus, sheet, caption), full[:2] + full[-1:]):
-        np.testing.assert_array_equal(got, expected)
-    assert picker.shape == (224, 224, 3) and "row 3, col 0" in caption
-    focus, caption = ex.attention_layer(image_file, A, B, 0, "head 1", 31.0, 0.0)
-    assert focus.ndim == 3 and "Layer 0 for A" in caption
-    assert not np.array_equal(focus, ex.attention_layer(image_file, A, B, 1, "head 1", 31.0, 0.0)[0])
+def test_a_query_click_sends_one_picture_and_the_cell_the_page_outlines(ex, image_file):
+    full = ui(ex).attention.attention(image_file, A, B, 1, "all heads", 31.0, 0.0)
+    maps, caption, cell = ui(ex).attention.attention_query(image_file, A, B, 1, "all heads", 31.0, 0.0)
+    np.testing.assert_array_equal(maps, full[0])
+    assert caption == full[2] and cell == full[3] == {"row": 3, "col": 0, "grid": 4}
+    picker = ui(ex).attention.query_picker(image_file)
+    assert picker.shape == (224, 224, 3)  # the plain image: no outline drawn into it
+    np.testing.assert_array_equal(picker, ui(ex).attention.query_picker(image_file))
+    layer0, caption, _ = ui(ex).attention.attention_query(image_file, A, B, 0, "head 1", 31.0, 0.0)
+    assert layer0.ndim == 3 and "Layer 0 for A" in caption
+    assert not np.array_equal(layer0, ui(ex).attention.attention_query(image_file, A, B, 1, "head 1", 31.0, 0.0)[0])
+    assert ui(ex).attention.query_picker(None) is None
 
     class Click:  # what Gradio hands the picker's select handler: (x, y) in picker pixels
         index = (10, 200)
-    qy, qx, *outputs = ex.pick_query(Click(), image_file, A, B, 1, "all heads")
+    qy, qx, *outputs = ui(ex).attention.pick_query(Click(), image_file, A, B, 1, "all heads")
     assert (qy, qx) == (200 * 32 / 224, 10 * 32 / 224)
-    assert "row 3, col 0" in outputs[-1]
+    assert "row 3, col 0" in outputs[1] and outputs[2] == {"row": 3, "col": 0, "grid": 4}
 
 
 def test_what_if_handler(ex, image_file):
-    top_a, top_a2, top_b, top_b2, maps, plot, summary = ex.what_if(
+    top_a, top_a2, top_b, top_b2, maps, plot, summary = ui(ex).what_if.what_if(
         image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")
-    assert top_a == ex.compare(image_file, A, B)[0] and len(top_a2) == 5 and len(top_b2) == 5
+    assert top_a == ui(ex).compare.compare(image_file, A, B)[0] and len(top_a2) == 5 and len(top_b2) == 5
     assert "τ × 0.25, diagonal mask off (learned: off)" in summary
     assert "τ × 1, diagonal mask off (learned: on)" in summary
     assert maps.ndim == 3 and plot.ndim == 3 and plot.shape[1] > plot.shape[0]
     assert maps.shape[1] > 2 * maps.shape[0]  # A's learned/what-if sheet beside B's, two rows each
-    again = ex.what_if(image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")[5]
+    again = ui(ex).what_if.what_if(image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")[5]
     assert again is plot  # drawn once: the same content comes from the plot cache
     with pytest.raises(gr.Error, match="between 0.25 and 4.0"):
-        ex.what_if(image_file, A, B, 1, 16.0, 16.0, 10, "as learned", 1.0, "off")
+        ui(ex).what_if.what_if(image_file, A, B, 1, 16.0, 16.0, 10, "as learned", 1.0, "off")
     with pytest.raises(gr.Error, match="diagonal mask is one of"):
-        ex.what_if(image_file, A, B, 1, 16.0, 16.0, 1, "sometimes", 1.0, "off")
+        ui(ex).what_if.what_if(image_file, A, B, 1, 16.0, 16.0, 1, "sometimes", 1.0, "off")
     with pytest.raises(gr.Error, match="No image yet"):
-        ex.what_if(None, A, B, 1, 16.0, 16.0, 1, "on", 1.0, "off")
+        ui(ex).what_if.what_if(None, A, B, 1, 16.0, 16.0, 1, "on", 1.0, "off")
 
 
 def test_locality_and_tau(ex, image_file):
-    dist, ent, table = ex.locality(image_file, A, B, "this image")
+    dist, ent, table = ui(ex).attention.locality(image_file, A, B, "this image")
     assert list(table.columns) == ["model", "mean distance (px)", "mean entropy (nats)"] and len(table) == 2
-    dist64, _, _ = ex.locality(image_file, A, B, "64 test images")
+    dist64, _, _ = ui(ex).attention.locality(image_file, A, B, "64 test images")
     assert len(dist.axes[0].get_lines()) >= 2
-    tau_plot, history_plot, tau_table = ex.tau(A, B)
+    tau_plot, history_plot, tau_table = ui(ex).tau.tau(A, B)
     assert set(tau_table["layer"]) == {0, 1} and all("spt_lsa" in m for m in tau_table["model"])
     lm = ex.store.get(B)
     assert tau_table["tau"][0] == f"{lm.probe.tau()[0][0]:.3f}"
 
 
 def test_disagreements(ex):
-    summary, table, gallery = ex.disagreements(A, B, 60)
+    summary, table, gallery = ui(ex).compare.disagreements(A, B, 60)
     assert "first **60** cifar10 test images" in summary and len(table) == 10
     assert all(isinstance(caption, str) and "true" in caption for _, caption in gallery)
     with pytest.raises(gr.Error, match="at least one"):
-        ex.disagreements(A, B, 0)
+        ui(ex).compare.disagreements(A, B, 0)
 
 
 @pytest.mark.parametrize("file, message", [(None, "No image yet")])
 def test_missing_image(ex, file, message):
     with pytest.raises(gr.Error, match=message):
-        ex.compare(file, A, B)
+        ui(ex).compare.compare(file, A, B)
 
 
 def test_bad_uploads_get_a_message_and_nothing_breaks(ex, tmp_path, image_file):
     bad = tmp_path / "fake.png"
     bad.write_text("not a png")
-    preview, note = ex.take_image(str(bad))
+    preview, note, truth = ui(ex).images.take_image(str(bad))
     assert preview is None and "not an image PIL can read" in note
     with pytest.raises(gr.Error, match="fake.png"):
-        ex.compare(str(bad), A, B)
-    assert len(ex.compare(image_file, A, B)[0]) == 5
+        ui(ex).compare.compare(str(bad), A, B)
+    assert len(ui(ex).compare.compare(image_file, A, B)[0]) == 5
 
 
 def _zip(tmp_path, members):
@@ -266,16 +302,16 @@ def _form(**changes):
 ])
 def test_fine_tune_form_is_validated(ex, changes, message):
     with pytest.raises(gr.Error, match=message):
-        ex.finetune_plan(**_form(**changes))
+        ui(ex).finetune.finetune_plan(**_form(**changes))
 
 
 def test_fine_tune_form_plans(ex):
-    pair = ex.finetune_plan(**_form(epochs=0, lr=0, batch_size=0, images=300))
+    pair = ui(ex).finetune.finetune_plan(**_form(epochs=0, lr=0, batch_size=0, images=300))
     assert [m.tag for m in pair.members] == ["A", "B"] and len(pair.dataset.x_train) == 300
     assert pair.recipe == {"epochs": None, "learning_rate": None, "batch_size": None, "freeze_backbone": False}
-    alone = ex.finetune_plan(**_form(what=A))
+    alone = ui(ex).finetune.finetune_plan(**_form(what=A))
     assert [(m.tag, m.base) for m in alone.members] == [("A", str((ex.root / A).resolve()))]
-    new = ex.finetune_plan(**_form(what=SCRATCH, variant="lsa"))
+    new = ui(ex).finetune.finetune_plan(**_form(what=SCRATCH, variant="lsa"))
     assert new.scratch and new.members[0].variant == "lsa" and new.members[0].base is None
 
 
@@ -288,15 +324,15 @@ def test_fine_tune_zip_problems(ex, tmp_path):
              ({"../x/a.png": buf.getvalue(), "c/b.png": buf.getvalue()}, "unsafe member path")]
     for members, message in cases:
         with pytest.raises(gr.Error, match=message):
-            ex.finetune_plan(**_form(data=ZIP, zip_file=_zip(tmp_path, members)))
+            ui(ex).finetune.finetune_plan(**_form(data=ZIP, zip_file=_zip(tmp_path, members)))
     bomb = _zip(tmp_path, {"a/x.png": b"\0" * (300 * 2**20), "b/y.png": buf.getvalue()})
     assert (tmp_path / "data.zip").stat().st_size < 2 * 2**20  # a real bomb: tiny on disk
     with pytest.raises(gr.Error, match="expands to 300 MiB; the limit is 200 MiB"):
-        ex.finetune_plan(**_form(data=ZIP, zip_file=bomb))
+        ui(ex).finetune.finetune_plan(**_form(data=ZIP, zip_file=bomb))
 
 
 def test_cancel_without_a_run(ex):
-    assert ex.cancel() == "No run is going on."
+    assert ui(ex).finetune.cancel() == "No run is going on."
 
 
 @pytest.mark.parametrize("ref", ["", "   ", "../etc/passwd", "owner/../x", "my model/with spaces",
@@ -304,15 +340,15 @@ def test_cancel_without_a_run(ex):
 def test_bad_hub_ids_answer_fast_and_keep_the_model(ex, ref):
     import time
     start = time.perf_counter()
-    slot, prev, card = ex.load_slot(ref, A)
+    slot, prev, card = ui(ex).slots.load_slot(ref, A)
     assert time.perf_counter() - start < 2.0
     assert (slot, prev) == (A, A) and "could not load" in card and "`vanilla`" in card
 
 
 def test_the_image_cache_encodes_a_picture_once_and_losslessly(tmp_path):
     from gradio import processing_utils as pu
-    from explorer.ui import _atomic_image_cache
-    _atomic_image_cache()
+    from explorer.ui.pictures import install_image_cache
+    install_image_cache()
     pixels = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)
     first = pu.save_img_array_to_cache(pixels, str(tmp_path), format="png")
     np.testing.assert_array_equal(np.asarray(Image.open(first)), pixels)
@@ -321,3 +357,32 @@ def test_the_image_cache_encodes_a_picture_once_and_losslessly(tmp_path):
     assert Path(first).stat().st_mtime_ns == mtime
     other = pu.save_img_array_to_cache(255 - pixels, str(tmp_path), format="png")
     assert other != first and np.array_equal(np.asarray(Image.open(other)), 255 - pixels)
+
+
+def test_the_first_visit_opens_analysed_without_a_model_call_per_visitor(ex):
+    from explorer.samples import examples
+    first = examples()[0]
+    demo = build_demo(ex)
+    props = {c["props"].get("elem_id"): c["props"] for c in demo.config["components"] if c["props"].get("elem_id")}
+    assert props["upload"]["value"]["path"].endswith(Path(first.path).name)
+    assert props["label-a"]["value"]["label"] and props["label-b"]["value"]["label"]
+    assert f"True label **{first.label}**" in props["verdict"]["value"]
+    assert props["maps"]["value"] and props["rollout"]["value"] and "Query patch row" in props["attn-caption"]["value"]
+    assert props["picker"]["value"] and f"**{first.label}**" in props["truth"]["value"]
+    assert "Patch size" in next(c["props"]["value"] for c in demo.config["components"]
+                                if "Patch size" in str(c["props"].get("value")))
+    # What a visitor gets is in the page's config, computed once: pages open with no model call.
+    image, _ = ex.images.get(first.path)
+    calls = ex.cache.get(ex.store.get(A), image)
+    assert calls[2]  # cached since the page was built
+    examples_block = [c for c in demo.config["components"] if c["type"] == "dataset"]
+    assert len(examples_block) == 1 and len(examples_block[0]["props"]["samples"]) == len(examples())
+
+
+def test_examples_cover_every_case_with_their_true_labels(ex):
+    from explorer.samples import examples
+    found = examples()
+    assert {e.case for e in found} == {"a", "b", "both", "neither"} and len({e.label for e in found}) == len(found)
+    for e in found:  # named like test samples: the app knows each one's label
+        assert ex.tests.true_label(e.path) == e.label
+        assert ui(ex).images.take_image(e.path)[0].shape == (224, 224, 3)

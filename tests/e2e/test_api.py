@@ -84,25 +84,23 @@ def test_patches(client, upload):
 
 def test_attention_for_a_chosen_query(client, upload):
     out = client.predict(handle_file(str(upload)), A, B, 1, "head 1", 4.0, 30.0, api_name="/attention")
-    *images, caption = out  # from the query, layer x head, rollout: A beside B in each
-    assert len(images) == 3 and all(np.asarray(Image.open(p)).ndim == 3 for p in images)
+    maps, rollout, caption, cell = out  # the maps from the query (chosen layer over every layer x head), rollout
+    assert all(np.asarray(Image.open(p)).ndim == 3 for p in (maps, rollout))
     # 16 px input, 4 px patches: pixel (y=4, x=30) of the 32 px image lies in row 0, col 3
-    assert "row 0, col 3" in caption
+    assert "row 0, col 3" in caption and cell == {"row": 0, "col": 3, "grid": 4}
     with pytest.raises(Exception, match="head 7 is not in the list of choices"):
         client.predict(handle_file(str(upload)), A, B, 1, "head 7", 4.0, 30.0, api_name="/attention")
 
 
-def test_a_query_click_returns_only_what_depends_on_the_query(client, upload):
+def test_a_query_click_returns_one_picture(client, upload):
     full = client.predict(handle_file(str(upload)), A, B, 1, "all heads", 4.0, 30.0, api_name="/attention")
-    picker, *images, caption = client.predict(handle_file(str(upload)), A, B, 1, "all heads", 4.0, 30.0,
-                                              api_name="/attention_query")
-    assert len(images) == 2 and "row 0, col 3" in caption
-    for got, expected in zip(images, full[:2]):  # from the query and the layer x head sheets, pixel for pixel
-        np.testing.assert_array_equal(np.asarray(Image.open(got)), np.asarray(Image.open(expected)))
-    assert np.asarray(Image.open(picker)).shape == (224, 224, 3)
-    focus, caption = client.predict(handle_file(str(upload)), A, B, 0, "head 1", 4.0, 30.0,
-                                    api_name="/attention_layer")
-    assert "Layer 0 for A" in caption and np.asarray(Image.open(focus)).ndim == 3
+    maps, caption, cell = client.predict(handle_file(str(upload)), A, B, 1, "all heads", 4.0, 30.0,
+                                         api_name="/attention_query")
+    assert "row 0, col 3" in caption and cell == full[3]
+    np.testing.assert_array_equal(np.asarray(Image.open(maps)), np.asarray(Image.open(full[0])))  # pixel for pixel
+    maps, caption, cell = client.predict(handle_file(str(upload)), A, B, 0, "head 1", 4.0, 30.0,
+                                         api_name="/attention_layer")
+    assert "Layer 0 for A" in caption and np.asarray(Image.open(maps)).ndim == 3
 
 
 def test_what_if(client, upload):

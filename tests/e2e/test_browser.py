@@ -12,6 +12,9 @@ from PIL import Image
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# The always-present "Upload your own image" button's file input (the upload box itself shows the first
+# example's file when the page opens, and takes a new one only once cleared).
+UPLOAD = "input[type=file]:has(+ #upload-own)"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
          "--disable-component-update", "--disable-sync"]
 
@@ -31,7 +34,7 @@ def browser():
 def page(browser, app_url):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(app_url)
-    page.wait_for_selector("#upload input[type=file]", state="attached", timeout=60_000)
+    page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
     yield page
     page.close()
 
@@ -40,7 +43,7 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     classes = set(cifar10.class_names)
     image = tmp_path / "bird.png"  # test image 13 is a bird
     Image.fromarray(cifar10.x_test[13]).resize((128, 128)).save(image)
-    page.set_input_files("#upload input[type=file]", str(image))
+    page.set_input_files(UPLOAD, str(image))
     page.wait_for_selector("#preview img", timeout=30_000)
     page.click("#compare-btn")
     page.wait_for_function(
@@ -69,7 +72,16 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
     page.wait_for_function(
         "() => /row 3, col 3/.test(document.querySelector('#attn-caption').innerText)", timeout=30_000)
-    # LSA switches: B's diagonal mask off, on the same page.
+    # The page outlines the query itself, over the bottom-right patch of the picture as shown (a 4 x 4 grid).
+    page.wait_for_function("""() => {
+        const o = document.querySelector('#picker .query-outline'), i = document.querySelector('#picker img');
+        if (!o || !i || o.style.display !== 'block') return false;
+        const a = o.getBoundingClientRect(), r = i.getBoundingClientRect(), side = Math.min(r.width, r.height);
+        const right = r.left + (r.width + side) / 2, bottom = r.top + (r.height + side) / 2;
+        return Math.abs(a.width - side / 4) < 2 && Math.abs(a.right - right) < 2 && Math.abs(a.bottom - bottom) < 2;
+    }""", timeout=10_000)
+    # LSA switches (a closed accordion until asked for): B's diagonal mask off, on the same page.
+    page.get_by_text("LSA switches: what if").click()
     page.locator("#what-if-btn").scroll_into_view_if_needed()
     page.locator("#wi-mask-b").get_by_text("off", exact=True).click()
     page.click("#what-if-btn")
@@ -88,13 +100,37 @@ def test_a_broken_upload_shows_a_message_and_the_app_keeps_serving(page, tmp_pat
     bad = tmp_path / "not-really.png"
     bad.write_text("this is text, not a PNG")
     page.get_by_role("tab", name="Compare").click()
-    page.set_input_files("#upload input[type=file]", str(bad))
+    page.set_input_files(UPLOAD, str(bad))
     page.wait_for_function("() => /not an image PIL can read/.test(document.body.innerText)", timeout=30_000)
     page.goto(page.url)  # a fresh page: the same server answers the next upload
     good = tmp_path / "ok.png"
     Image.fromarray(cifar10.x_test[3]).save(good)
-    page.set_input_files("#upload input[type=file]", str(good))
+    page.set_input_files(UPLOAD, str(good))
     page.wait_for_selector("#preview img", timeout=30_000)
     page.click("#compare-btn")
     page.wait_for_function(
         "() => /both say|disagree/.test(document.querySelector('#verdict').innerText)", timeout=30_000)
+
+
+def test_a_first_visit_shows_an_example_and_an_example_click_fills_every_tab(page):
+    from explorer.samples import examples
+    first, other = examples()[0], examples()[1]
+    # Before anything is pressed: the first example, analysed, in every tab.
+    assert f"True label **{first.label}**".replace("**", "") in page.inner_text("#verdict")
+    assert page.locator("#label-a").inner_text().strip() and page.locator("#preview img").count() == 1
+    page.get_by_role("tab", name="Attention").click()
+    assert "Query patch row" in page.inner_text("#attn-caption")
+    assert page.locator("#maps img").count() == 1 and page.locator("#rollout img").count() == 1
+    page.wait_for_function("() => { const o = document.querySelector('#picker .query-outline');"
+                           " return o && o.style.display === 'block' }", timeout=10_000)
+    page.get_by_role("tab", name="Patches").click()
+    assert "Patch size" in page.inner_text("body")
+    # An example click: its label, and every tab redrawn for it.
+    maps_before = page.locator("#maps img").get_attribute("src") if page.locator("#maps img").count() else None
+    page.locator("#examples").get_by_text(f"{other.label} ·").first.click()
+    page.wait_for_function(f"() => /True label {other.label}/.test(document.querySelector('#verdict').innerText)",
+                           timeout=30_000)
+    page.wait_for_function(f"() => /{other.label}/.test(document.querySelector('#truth').innerText)", timeout=30_000)
+    page.get_by_role("tab", name="Attention").click()
+    page.wait_for_function("(before) => { const i = document.querySelector('#maps img');"
+                           " return i && i.getAttribute('src') !== before }", arg=maps_before, timeout=30_000)

@@ -128,7 +128,7 @@ def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
     _, grids, note = client.predict(handle_file(str(upload)), A, B, api_name="/patches")
     assert len(grids) == 5 and "Patch size" in note
     outputs = client.predict(handle_file(str(upload)), A, B, 5, "all heads", 16, 16, api_name="/attention")
-    assert len(outputs) == 4 and "Query patch" in outputs[-1]
+    assert len(outputs) == 4 and "Query patch" in outputs[2]
     for scope in ("this image", "64 test images"):
         table = client.predict(handle_file(str(upload)), A, B, scope, api_name="/locality")[2]
         assert len(table["data"]) == 2

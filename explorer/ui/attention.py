@@ -1,0 +1,199 @@
+"""The Attention tab: maps from a query patch (the chosen layer and head, and every layer × head), the
+attention rollout, and locality (mean attention distance and entropy per layer); the what-if switches
+sit below (explorer.ui.what_if).
+
+A click on the picker sends one picture: the query's outline is drawn by the page itself (OUTLINE_JS,
+from the small `cell` value) and both kinds of maps from the query come as one picture.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+
+from explorer import render, reports
+from explorer.checkpoints import CheckpointError
+from explorer.ui import what_if
+from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.pictures import picture
+from explorer.workbench import HEAD_ALL, HEAD_MEAN, PARTS, analyze_pair, query_patch, side_by_side_pictures, square
+
+QUERY_PICKER = 224
+SCOPES = ["this image", "64 test images"]
+
+# Draws the query patch's outline over the picker image from {"row", "col", "grid"}, where the image is
+# actually shown (it is fitted into its box), and again whenever the picture or the page changes size.
+OUTLINE_JS = """
+function outline(cell, tries = 0) {
+  const root = document.querySelector('#picker');
+  const img = root && root.querySelector('img');
+  if (!img) {  // not rendered yet (the page is loading, or the tab was never shown): try again shortly
+    if (tries < 50) setTimeout(() => outline(cell, tries + 1), 200);
+    return;
+  }
+  const holder = img.parentElement;
+  let box = holder.querySelector('.query-outline');
+  if (!box) {
+    box = document.createElement('div');
+    box.className = 'query-outline';
+    holder.style.position = 'relative';
+    holder.appendChild(box);
+  }
+  root._cell = cell;
+  const place = () => {
+    const c = root._cell;
+    if (!c || !c.grid || !img.naturalWidth) { box.style.display = 'none'; return; }
+    const r = img.getBoundingClientRect(), p = holder.getBoundingClientRect();
+    const side = Math.min(r.width, r.height);  // the square picture, fitted (contain) into the img box
+    const step = side / c.grid;
+    box.style.display = 'block';
+    box.style.left = (r.left - p.left + (r.width - side) / 2 + c.col * step) + 'px';
+    box.style.top = (r.top - p.top + (r.height - side) / 2 + c.row * step) + 'px';
+    box.style.width = box.style.height = step + 'px';
+  };
+  if (!img._outlined) {
+    img._outlined = true;
+    img.addEventListener('load', place);
+    new ResizeObserver(place).observe(img);
+  }
+  place();
+}
+"""
+
+
+class AttentionTab:
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def query_picker(self, file):
+        """The image to click a query patch on (its outline is the page's)."""
+        try:
+            _, preview = self.ex.image(file)
+        except gr.Error:
+            return None
+        return square(preview, QUERY_PICKER)
+
+    def _cell(self, ref_b: str, qy, qx, request=None) -> dict:
+        config = self.ex.model(ref_b, request).config
+        row, col = query_patch((float(qy or 0), float(qx or 0)), config)
+        return {"row": row, "col": col, "grid": config.grid_size}
+
+    def _pictures(self, file, ref_a, ref_b, layer, head, qy, qx, parts, request=None):
+        image, preview = self.ex.image(file)
+        a, b = self.ex.pair(ref_a, ref_b, request)
+        try:
+            views = analyze_pair([a, b], self.ex.cache, image, preview, int(layer or 0), head or HEAD_ALL,
+                                 (float(qy or 0), float(qx or 0)), parts=parts)
+        except ValueError as e:
+            raise gr.Error(str(e)) from None
+        va, vb = views[0]["view"], views[1]["view"]
+        caption = (f"Query patch row {vb.query[0]}, col {vb.query[1]} of B's {b.config.grid_size}×"
+                   f"{b.config.grid_size} grid (cyan). Layer {va.layer} for A, {vb.layer} for B; A on the left, "
+                   f"B on the right; colours run from 0 to each map's maximum. LSA models never attend to the "
+                   f"query patch itself.")
+        pictures = side_by_side_pictures(views, parts)
+        # The chosen layer above every layer x head: everything that depends on the query, in one file.
+        return render.stacked([pictures["focus"], pictures["sheet"]]), pictures.get("rollout"), caption
+
+    def attention(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
+                  request: gr.Request = None):
+        """Everything, for a new image or the button: maps from the query, rollout, caption, query cell."""
+        maps, rollout, caption = self._pictures(file, ref_a, ref_b, layer, head, qy, qx, PARTS, request)
+        return maps, rollout, caption, self._cell(ref_b, qy, qx, request)
+
+    def attention_query(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
+                        request: gr.Request = None):
+        """A new query patch (or layer, or head): the maps from the query, caption and query cell; the
+        rollout does not depend on them and is not sent again."""
+        maps, _, caption = self._pictures(file, ref_a, ref_b, layer, head, qy, qx, ("focus", "sheet"), request)
+        return maps, caption, self._cell(ref_b, qy, qx, request)
+
+    def pick_query(self, evt: gr.SelectData, file, ref_a: str, ref_b: str, layer: float, head: str,
+                   request: gr.Request = None):
+        """A click on the picker, in one request: the new query and what depends on it."""
+        x, y = evt.index
+        size = self.ex.model(ref_b, request).config.image_size
+        qy, qx = float(y) * size / QUERY_PICKER, float(x) * size / QUERY_PICKER
+        return (qy, qx, *self.attention_query(file, ref_a, ref_b, layer, head, qy, qx, request))
+
+    def locality(self, file, ref_a: str, ref_b: str, scope: str, request: gr.Request = None, progress=gr.Progress()):
+        """Mean attention distance and entropy per layer, for this image or over 64 test images."""
+        a, b = self.ex.pair(ref_a, ref_b, request)
+        if scope == SCOPES[0]:
+            batch = self.ex.image(file)[0][None]
+        else:
+            batch = self.ex.test_images(ref_b, 64, request, progress).x_test[:64]
+        result = reports.locality([(f"A: {a.label}", a), (f"B: {b.label}", b)], batch, self.ex.cache)
+        return (render.plot_attention_distance(result.distance), render.plot_entropy(result.entropy),
+                pd.DataFrame(result.rows(), columns=list(result.COLUMNS)))
+
+
+def _shape(ex: Explorer, refs) -> tuple[int, int]:
+    """The most layers and heads of the slots' models: the choices the dropdowns offer."""
+    layers, heads = 1, 1
+    for ref in refs:
+        try:
+            lm = ex.store.get(ref) if ref else None
+        except (CheckpointError, ValueError, OSError):
+            lm = None
+        if lm is not None:
+            layers, heads = max(layers, lm.config.num_layers), max(heads, lm.config.num_heads)
+    return layers, heads
+
+
+def build(ex: Explorer, page: Page) -> AttentionTab:
+    tab = AttentionTab(ex)
+    layers, heads = _shape(ex, page.refs)
+    first = (page.first, *page.refs, layers - 1, HEAD_ALL, 16.0, 16.0)
+    maps0, rollout0, caption0, cell0 = initial(tab.attention, *first, default=(None, None, "", None))
+    locality0 = initial(tab.locality, page.first, *page.refs, SCOPES[0], default=(None, None, None))
+    with gr.Tab("Attention", id="attention") as attention_tab:
+        with gr.Row():
+            with gr.Column(scale=1, min_width=240):
+                # The hint sits above the picture: a floating label would hide its top patches.
+                gr.Markdown("**Click a patch** to choose the query", elem_id="picker-hint")
+                picker = picture("query patch", captioned=False, show_label=False, buttons=[],
+                                 height=QUERY_PICKER + 40, elem_id="picker",
+                                 value=initial(tab.query_picker, page.first))
+                cell = gr.JSON(cell0, visible=False)
+                layer = gr.Dropdown(list(range(layers)), value=layers - 1, label="layer")
+                head = gr.Dropdown([HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(heads)], value=HEAD_ALL,
+                                   label="head")
+                with gr.Row():
+                    qy = gr.Number(16, label="query y (px of 32)", precision=1)
+                    qx = gr.Number(16, label="query x (px of 32)", precision=1)
+                attn_btn = gr.Button("Show attention", variant="primary", elem_id="attn-btn")
+            with gr.Column(scale=3):
+                caption = gr.Markdown(caption0, elem_id="attn-caption")
+                rollout = picture("attention rollout: A | B", elem_id="rollout", value=rollout0)
+        maps = picture("from the query: the chosen layer, then every layer × head · A | B", elem_id="maps",
+                       value=maps0)
+        with gr.Accordion("Locality: mean attention distance and entropy", open=True):
+            scope = gr.Radio(SCOPES, value=SCOPES[0], label="over")
+            loc_btn = gr.Button("Measure locality")
+            with gr.Row():
+                dist_plot = gr.Plot(locality0[0], label="mean attention distance", show_label=False)
+                ent_plot = gr.Plot(locality0[1], label="attention entropy", show_label=False)
+            loc_table = gr.Dataframe(locality0[2], interactive=False)
+        what_if.build(ex, page, layer, qy, qx)
+
+    inputs = [page.upload, page.slot_a, page.slot_b, layer, head, qy, qx]
+    query_outputs = [maps, caption, cell]
+    attn = dict(concurrency_limit=4, concurrency_id="attention")
+    # A new image or the button draws everything; a query click (one request), a layer or a head change
+    # only what depends on them.
+    attn_btn.click(tab.attention, inputs, [maps, rollout, caption, cell], api_name="attention", **attn)
+    page.upload.change(tab.attention, inputs, [maps, rollout, caption, cell], api_name=False, **attn)
+    gr.on([layer.change, head.change], tab.attention_query, inputs, query_outputs, api_name="attention_layer",
+          **attn)
+    gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn)
+    page.upload.change(tab.query_picker, [page.upload], [picker], api_name=False)
+    picker.select(tab.pick_query, inputs[:5], [qy, qx, *query_outputs], api_name=False, **attn)
+    cell.change(None, [cell], None, js=OUTLINE_JS)
+    gr.on([picker.change, attention_tab.select], None, [cell], None, js=OUTLINE_JS)
+    page.extra["outline"] = (cell, OUTLINE_JS)  # the shell draws it once the page has loaded
+    loc_inputs, loc_outputs = [page.upload, page.slot_a, page.slot_b, scope], [dist_plot, ent_plot, loc_table]
+    loc_btn.click(tab.locality, loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)
+    page.upload.change(tab.locality, loc_inputs, loc_outputs, api_name=False, concurrency_limit=2)
+    return tab

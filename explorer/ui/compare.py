@@ -1,0 +1,79 @@
+"""The Compare tab: both models' top-5 on the image, and where they disagree over the test set."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from explorer import reports
+from explorer.ui.context import Explorer, Page, initial
+from explorer.workbench import square, top_k
+
+
+class CompareTab:
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def compare(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
+        """A's and B's top-5 and a verdict (agreement, the true label when known, timings)."""
+        image, _ = self.ex.image(file)
+        a, b = self.ex.pair(ref_a, ref_b, request)
+        results = []
+        for lm in (a, b):
+            result, seconds, cached = self.ex.cache.get(lm, image)
+            results.append((top_k(lm, result), seconds, cached))
+        (top_a, t_a, c_a), (top_b, t_b, c_b) = results
+        pred_a, pred_b = next(iter(top_a)), next(iter(top_b))
+        truth = self.ex.tests.true_label(file)
+        agree = "✔ both say" if pred_a == pred_b else "✘ they disagree:"
+        lines = [f"{agree} **{pred_a}**" + ("" if pred_a == pred_b else f" (A) vs **{pred_b}** (B)")]
+        if truth:
+            lines.append(f"True label **{truth}** · A {'✔' if pred_a == truth else '✘'} · "
+                         f"B {'✔' if pred_b == truth else '✘'}")
+        timing = lambda t, c: "cached" if c else f"{1000 * t:.0f} ms"
+        lines.append(f"Time: A {timing(t_a, c_a)} · B {timing(t_b, c_b)} (logits and all attention maps "
+                     "in one call)")
+        return top_a, top_b, "\n\n".join(lines)
+
+    def disagreements(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None,
+                      progress=gr.Progress()):
+        """Both models over the first N test images: accuracies, per-class top-1, where they disagree."""
+        if int(count or 0) < 1:
+            raise gr.Error("choose at least one test image")
+        a, b = self.ex.pair(ref_a, ref_b, request)
+        ds = self.ex.test_images(ref_b, int(count), request, progress)
+        try:
+            report = reports.disagreements(a, b, ds, int(count))
+        except ValueError as e:
+            raise gr.Error(str(e)) from None
+        table = pd.DataFrame(report.per_class(), columns=list(report.COLUMNS))
+        gallery = [(square(ds.x_test[i], 96), caption) for i, caption in report.captions()]
+        return report.summary(), table, gallery
+
+
+def build(ex: Explorer, page: Page) -> CompareTab:
+    tab = CompareTab(ex)
+    top_a, top_b, verdict_text = initial(tab.compare, page.first, *page.refs, default=(None, None, ""))
+    with gr.Tab("Compare", id="compare"):
+        compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+        with gr.Row():
+            label_a = gr.Label(top_a, num_top_classes=5, label="Model A top-5", elem_id="label-a")
+            label_b = gr.Label(top_b, num_top_classes=5, label="Model B top-5", elem_id="label-b")
+        verdict = gr.Markdown(verdict_text, elem_id="verdict")
+        with gr.Accordion("Find disagreements on the test set", open=False):
+            n_test = gr.Slider(50, 10000, value=1000, step=50, label="test images (the first N; 10,000 = all of them)",
+                               info=None if ex.tests.has_full() else "beyond the bundled 1,000, the full test set is "
+                                                                     "downloaded once")
+            dis_btn = gr.Button("Find disagreements")
+            dis_summary = gr.Markdown()
+            # One above the other: side by side, the table's last column and the captions were cut.
+            dis_table = gr.Dataframe(label="per-class top-1", interactive=False, elem_id="dis-table")
+            dis_gallery = gr.Gallery(format="png", label="where they disagree (true · A · B)", columns=6,
+                                     height="auto", elem_id="dis-gallery")
+
+    inputs, outputs = [page.upload, page.slot_a, page.slot_b], [label_a, label_b, verdict]
+    compare_btn.click(tab.compare, inputs, outputs, api_name="compare", concurrency_limit=4)
+    page.upload.change(tab.compare, inputs, outputs, api_name=False, concurrency_limit=4)
+    dis_btn.click(tab.disagreements, [page.slot_a, page.slot_b, n_test], [dis_summary, dis_table, dis_gallery],
+                  api_name="disagreements")
+    return tab

@@ -1,0 +1,255 @@
+"""What every tab shares: the app's state (models, results, test images, runs, visitors) and the access
+rules of a shared instance, in `Explorer`; the page's common components, in `Page`."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+
+from explorer import hub
+from explorer.checkpoints import CheckpointError
+from explorer.data import DatasetError
+from explorer.finetune import Limits
+from explorer.inputs import DecodedImages, ImageInputError
+from explorer.workbench import FineTuneRunner  # MERGE: moves with helper 5
+from explorer.samples import TestImages
+from explorer.shared import FINETUNED, RunStore, SharedLimits, new_visitor_id, owner_key, shared_mode
+from explorer.workbench import ModelStore, PlotCache, ResultCache, env_int
+
+PROJECT = Path(__file__).resolve().parents[2]
+DEFAULT_A = "cifar10-vanilla"
+DEFAULT_B = "cifar10-spt_lsa"
+
+
+def default_data_dir() -> str | None:
+    """$EXPLORER_DATA_DIR, else a `shared/data` folder beside the project (this repo's layout), else None:
+    the bundled sample, the Keras cache and downloads on demand (explorer.data)."""
+    if os.environ.get("EXPLORER_DATA_DIR"):
+        return os.environ["EXPLORER_DATA_DIR"]
+    beside = PROJECT.parent / "shared" / "data"
+    return str(beside) if beside.is_dir() else None
+
+
+def reporter(progress):
+    """explorer.data's progress(fraction or None, message) as a Gradio progress bar (a no-op outside a
+    request)."""
+    return lambda fraction, message: progress(fraction, desc=message)
+
+
+@dataclass
+class Page:
+    """The components every tab reads: the two model slots and the image, with the first example's file."""
+
+    slot_a: gr.Dropdown
+    slot_b: gr.Dropdown
+    upload: gr.File
+    refs: tuple[str | None, str | None] = (None, None)  # the slots' models when the page opens
+    first: str | None = None          # the example the page opens with, analysed when the app starts
+    extra: dict = field(default_factory=dict)  # components one tab makes and another updates
+
+
+def initial(handler, *args, default=None):
+    """A handler's outputs for the page's first paint (computed once, when the app starts), or `default`
+    when there is nothing to show or it fails: the page then opens empty there, as without examples."""
+    if any(a is None for a in args):
+        return default
+    try:
+        return handler(*args)
+    except Exception:  # noqa: BLE001  (a first paint never stops the app from starting)
+        return default
+
+
+class Explorer:
+    """State shared by all sessions: the model cache, probe results, test images and the fine-tune runner;
+    in shared mode (a public Space) also who each session is and what they may reach."""
+
+    def __init__(self, root: str | os.PathLike | None = None, data_dir: str | None = None,
+                 default_a: str = DEFAULT_A, default_b: str = DEFAULT_B, shared: bool | None = None):
+        self.root = Path(root or os.environ.get("EXPLORER_CHECKPOINTS", PROJECT / "checkpoints"))
+        self.data_dir = data_dir if data_dir is not None else default_data_dir()
+        self.shared = shared_mode() if shared is None else shared
+        self.shared_limits = SharedLimits.from_env()
+        self.runs = RunStore(self.root, self.shared, self.shared_limits)
+        hub_cache = str(self.root / ".hub-cache") if self.shared else None
+        self.store = ModelStore(self.root, cache_dir=hub_cache,
+                                max_hub_bytes=int(self.shared_limits.max_hub_mb * 1e6) if self.shared else None)
+        self.cache = ResultCache()
+        self.plots = PlotCache()
+        self.images = DecodedImages()
+        self.tests = TestImages(self.data_dir)
+        self.runner = FineTuneRunner(self.root / FINETUNED,
+                                     max_queue=self.shared_limits.max_queue if self.shared else 0,
+                                     on_publish=self._published)
+        self.limits = Limits(max_epochs=env_int("EXPLORER_MAX_EPOCHS", 30),
+                             max_images=env_int("EXPLORER_MAX_IMAGES", 50_000),
+                             max_zip_mb=env_int("EXPLORER_MAX_ZIP_MB", 200))
+        self.default_a, self.default_b = default_a, default_b
+        self.downloads_dir = Path(tempfile.mkdtemp(prefix="explorer-downloads-"))
+        self._visitors: dict[str, str] = {}        # session -> the visitor id its browser keeps
+        self._in_use: dict[str, dict] = {}         # session -> {slot: ref}: never pruned while shown
+        self._bases: dict[int, set[str]] = {}      # a run going on or waiting -> its bases' refs
+        self._visit_lock = threading.Lock()
+
+    # --- visitors (shared mode) ------------------------------------------------------------------
+
+    def owner(self, request=None) -> str | None:
+        """Whose runs a request may see: the hashed id its browser keeps (shared mode), else None. A
+        session that never said its id (an API client that skipped /visitor) is a visitor of its own."""
+        if not self.shared:
+            return None
+        session = getattr(request, "session_hash", None)
+        with self._visit_lock:
+            visitor = self._visitors.get(session) if session else None
+        if visitor is None and session:
+            visitor = f"session:{session}"
+        return owner_key(visitor) if visitor else None
+
+    def arrive(self, browser_id, request=None) -> str:
+        """Ties the request's session to the id its browser keeps (a new id when it has none)."""
+        visitor = browser_id if isinstance(browser_id, str) and re.fullmatch(r"[A-Za-z0-9_-]{16,64}", browser_id) \
+            else new_visitor_id()
+        session = getattr(request, "session_hash", None)
+        if session:
+            with self._visit_lock:
+                self._visitors[session] = visitor
+        self.prune()
+        return visitor
+
+    def leave(self, request=None) -> None:
+        """A page closed: its slots no longer keep runs from expiring."""
+        session = getattr(request, "session_hash", None)
+        with self._visit_lock:
+            self._in_use.pop(session, None)
+            self._visitors.pop(session, None)
+
+    def shown(self, request, slot: str, ref: str) -> None:
+        """Remembers what a page's slot shows: a run shown is never pruned."""
+        session = getattr(request, "session_hash", None)
+        if session:
+            with self._visit_lock:
+                self._in_use.setdefault(session, {})[slot] = ref
+
+    def protect_bases(self, key: int, refs: set[str] | None) -> None:
+        """Keeps a waiting or running job's bases from being pruned (None: the job ended)."""
+        with self._visit_lock:
+            if refs is None:
+                self._bases.pop(key, None)
+            else:
+                self._bases[key] = refs
+
+    def browser_secret(self) -> str:
+        """The key the visitor's id is encrypted with in their browser: $EXPLORER_BROWSER_SECRET, else one
+        kept beside the checkpoints, so ids (and with them visitors' runs) survive a restart."""
+        if os.environ.get("EXPLORER_BROWSER_SECRET"):
+            return os.environ["EXPLORER_BROWSER_SECRET"]
+        path = self.root / ".browser-secret"
+        try:
+            return path.read_text().strip()
+        except OSError:
+            secret = uuid.uuid4().hex
+            try:
+                tmp = path.with_name(f".tmp-{secret[:8]}-secret")
+                tmp.write_text(secret)
+                os.replace(tmp, path)
+            except OSError:
+                pass
+            return secret
+
+    def _shown_refs(self) -> set[str]:
+        with self._visit_lock:
+            return {ref for slots in self._in_use.values() for ref in slots.values() if ref}
+
+    def prune(self, keep: set[str] = frozenset()) -> list[str]:
+        """Removes expired and over-cap runs (shared mode), never one shown in a page or in use."""
+        with self._visit_lock:
+            bases = {ref for refs in self._bases.values() for ref in refs}
+        return self.runs.prune(self._shown_refs() | bases | set(keep))
+
+    def _published(self, folders, run_id: str, owner: str | None) -> None:
+        self.runs.mark_run(folders, run_id, owner)
+        self.prune(keep={str(Path(f).relative_to(self.root)) for f in folders})
+
+    # --- models ----------------------------------------------------------------------------------
+
+    def choices(self, request=None) -> list[str]:
+        return self.runs.listing(self.owner(request))
+
+    def my_runs(self, request=None) -> list[str]:
+        """The visitor's fine-tuned checkpoints (single user: all of them), newest last."""
+        return [r for r in self.choices(request) if r.startswith(f"{FINETUNED}/")]
+
+    def initial_refs(self) -> tuple[str | None, str | None]:
+        choices = self.runs.listing(None)
+        pick = lambda want, fallback: want if want in choices else (fallback if fallback in choices else None)
+        return pick(self.default_a, choices[0] if choices else None), pick(self.default_b, choices[-1] if choices else None)
+
+    def preload(self) -> None:
+        for ref in self.initial_refs():
+            if ref:
+                self.store.get(ref)
+
+    def model(self, ref: str, request=None):
+        """The loaded model of a reference the visitor may use (shared mode: listed to them, or a Hub id)."""
+        ref = self.runs.check(ref, self.owner(request))
+        fetched = self.shared and self.runs.is_hub(ref) and not self.store.has(ref)
+        lm = self.store.get(ref)
+        if fetched:  # a new Hub checkpoint came down: keep the app's Hub cache within its cap
+            self._prune_hub(also=ref)
+        return lm
+
+    def _prune_hub(self, also: str) -> list[str]:
+        def repo_folder(ref):
+            repo_id, _ = hub.parse_ref(ref)
+            return Path(self.store.cache_dir) / f"models--{repo_id.replace('/', '--')}"
+        keep = [repo_folder(r) for r in self._shown_refs() | {also} if self.runs.is_hub(r)]
+        return hub.prune_cache(self.store.cache_dir, int(self.shared_limits.max_hub_cache_mb * 1e6), keep)
+
+    def pair(self, a: str, b: str, request=None):
+        """Both slots' models, or a gr.Error saying why not."""
+        try:
+            return self.model(a, request), self.model(b, request)
+        except (CheckpointError, ValueError, OSError) as e:
+            raise gr.Error(f"model not available: {self.safe(e)}") from None
+
+    def dataset_of(self, ref_b: str | None, request=None) -> str:
+        """The dataset whose test images go with slot B's model (CIFAR-10 unless it is CIFAR-100's)."""
+        try:
+            name = self.model(ref_b, request).card.get("dataset", {}).get("name") if ref_b else None
+        except (CheckpointError, ValueError, OSError):
+            name = None
+        return name if name in ("cifar10", "cifar100") else "cifar10"
+
+    def test_images(self, ref_b: str | None, need: int, request=None, progress=None):
+        """At least `need` test images of B's dataset (downloaded once when need be), or a gr.Error."""
+        name = self.dataset_of(ref_b, request)
+        try:
+            return self.tests.dataset(name, need=need, progress=reporter(progress) if progress else None)
+        except DatasetError as e:
+            raise gr.Error(f"{need:,} {name} test images are not here: {e}") from None
+
+    # --- images and errors -------------------------------------------------------------------------
+
+    def image(self, file) -> tuple[np.ndarray, np.ndarray]:
+        """(model input, preview) of the image in the page, or a gr.Error saying what is wrong with it."""
+        if file is None:
+            raise gr.Error("No image yet: upload one, click an example or take a sample from the test set.")
+        try:
+            return self.images.get(file)
+        except ImageInputError as e:
+            raise gr.Error(str(e)) from None
+
+    def safe(self, error) -> str:
+        """An error's text for the page; in shared mode without the server's paths."""
+        text = str(error)
+        if not self.shared:
+            return text
+        text = text.replace(str(self.root.resolve()), "checkpoints").replace(str(self.root), "checkpoints")
+        return re.sub(r"(?<![\w.])/(?:[^\s'\"/]+/)+([^\s'\"/]+)", r"\1", text)

@@ -1,0 +1,256 @@
+"""The Fine-tune tab: the form, a run followed live (or a place in the queue on a shared instance), its
+report, and the visitor's fine-tuned checkpoints to download."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import gradio as gr
+import pandas as pd
+
+from explorer import render
+from explorer.checkpoints import CheckpointError
+from explorer.config import PRESETS, VARIANTS
+from explorer.data import DatasetError
+from explorer.finetune import ZIP, JobError, choose_backend, job_data, plan_job, report
+from explorer.finetune_status import CANCEL_ANSWERS, queue_status, run_status
+from explorer.shared import REFUSED
+from explorer.ui.context import Explorer, Page, reporter
+from explorer.workbench import Busy, QueueFull, square  # MERGE: Busy, QueueFull move with helper 5
+
+SCRATCH = "(a new model from scratch)"
+PAIR = "A and B (the two slots)"
+CURVES_EVERY_S = 10.0
+HELP = """\
+Fine-tunes **both slots' models on the same data, split and recipe** (one after the other), or one
+checkpoint alone, in a separate training process ({where}); the new checkpoints go into the model slots,
+so every tab then compares them. Upload a zip with one folder of images per class; it is split 80/20 into
+training and held-out test images. **The default recipe** (every number at 0): the head starts where it can
+already score (the base's own rows when your classes are among its classes, else a logistic regression
+on the frozen features), then the whole model trains (AdamW, warmup + cosine, crop + flip; peak learning
+rate 5e-4, or 1e-4 for classes the base knows) for up to 500 steps, with a batch size scaled to your
+data, keeping the epoch that does best on a 10 % validation split (the starting head included). About
+a minute per model for 1,000 images on 2 CPU cores. Limits here: {epochs} epochs, {images:,} images."""
+KEEP = 8  # outputs a waiting or running Start leaves as they are: all but the status line
+
+
+class FinetuneTab:
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def training_where(self) -> str:
+        """Where a fine-tune will run, as the tab says it."""
+        try:
+            backend, reason = choose_backend(self.ex.runner.environ)
+        except JobError as e:
+            return f"⚠ {e}"
+        return f"Keras on {backend}; {reason}" if reason != "no GPU" else f"CPU, Keras on {backend}"
+
+    def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
+                      images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
+                      request=None):
+        """The form as a validated finetune.Plan; every refusal is a gr.Error that says why. CIFAR comes
+        whole (downloaded once if need be, `progress` following it)."""
+        ex = self.ex
+        if what == PAIR:
+            bases = [("A", ref_a), ("B", ref_b)]
+        elif what in (None, "", SCRATCH):
+            bases = []
+        else:
+            bases = [(next((t for t, r in (("A", ref_a), ("B", ref_b)) if r == what), ""), what)]
+        try:
+            owner = ex.owner(request)
+            members = ex.store.members([(tag, ex.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
+            size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
+            load = lambda name: ex.tests.training_data(name, progress=reporter(progress) if progress else None)
+            dataset = job_data(data, zip_file, load, ex.limits, size)
+            return plan_job(members, dataset, epochs, lr, batch_size, images, bool(freeze), (name or "").strip(),
+                            ex.limits, scratch=(preset, variant) if not bases else None)
+        except (JobError, DatasetError, CheckpointError, OSError) as e:
+            raise gr.Error(ex.safe(e)) from None
+
+    def finetune(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name,
+                 a, b, request: gr.Request = None, progress=gr.Progress()):
+        """Starts a run and streams both models' curves until it ends (the run is not tied to this page);
+        when it succeeds, its checkpoints go into the slots they came from. In shared mode a Start that
+        finds another visitor's run going on waits in the queue, its place and wait shown, refreshed."""
+        ex = self.ex
+        plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
+                                  name, a, b, progress, request)
+        owner, key, mine = ex.owner(request), id(plan), set(ex.my_runs(request))
+        ex.protect_bases(key, {r for r in (a, b) if r in mine})
+        try:
+            if ex.shared:
+                started: dict = {}
+                yield from self._wait_in_queue(plan, owner, started)
+                run_id = started.get("run_id")
+            else:
+                try:
+                    run_id = ex.runner.start(plan, owner, ex.runs.out_dir(owner))
+                except (Busy, JobError) as e:
+                    raise gr.Error(str(e)) from None
+            if run_id is not None:
+                yield from self._follow_run(run_id, plan, a, b, progress, request)
+        finally:
+            ex.protect_bases(key, None)
+
+    def _wait_in_queue(self, plan, owner, started: dict):
+        """Joins the queue and waits for this Start's turn, saying where it stands; puts the run's id in
+        `started` (nothing, when the visitor left the queue)."""
+        runner = self.ex.runner
+        try:
+            ticket = runner.join(owner)
+        except QueueFull as e:
+            raise gr.Error(str(e)) from None
+        try:
+            while True:
+                if runner.ready(ticket):
+                    try:
+                        started["run_id"] = runner.start(plan, owner, self.ex.runs.out_dir(owner), ticket)
+                        return
+                    except JobError as e:
+                        raise gr.Error(str(e)) from None
+                    except Busy:
+                        pass
+                if ticket.cancelled:
+                    yield (CANCEL_ANSWERS["left"],) + (gr.update(),) * KEEP
+                    return
+                yield (queue_status(*runner.position(ticket), plan.description),) + (gr.update(),) * KEEP
+                time.sleep(1.0)
+        finally:
+            if "run_id" not in started:
+                runner.leave(ticket)
+
+    def _follow_run(self, run_id, plan, a, b, progress, request):
+        # The curves are redrawn at most every CURVES_EVERY_S during a run: Gradio turns each matplotlib
+        # figure into a PNG in this process (~0.25 s for the two, holding the GIL), which would otherwise
+        # land on other visitors' requests at every epoch of a fast run.
+        shown, drawn = None, 0.0
+        while True:
+            s = self.ex.runner.snapshot()
+            if s.run_id != run_id:  # a later run replaced this one's state; nothing more to show
+                return
+            m = s.members[s.current]
+            if m.total_steps:
+                progress(m.step / m.total_steps, desc=f"{m.label}: step {m.step}/{m.total_steps}")
+            epochs_seen = tuple(len(x.history) for x in s.members)
+            if not s.running:
+                yield self._run_outputs(s, plan, a, b, final=True, request=request)
+                return
+            if epochs_seen != shown and time.monotonic() - drawn >= CURVES_EVERY_S:
+                shown, drawn = epochs_seen, time.monotonic()
+                yield self._run_outputs(s, plan, a, b, request=request)
+            else:
+                yield (run_status(s, self.ex.root),) + (gr.update(),) * KEEP
+            time.sleep(0.5)
+
+    def _run_outputs(self, s, plan, a, b, final: bool = False, request=None):
+        """Status, curves, tau; when the run is done also its report and the slots holding its checkpoints."""
+        histories = {m.label: m.history for m in s.members}
+        curves, tau = render.plot_training(histories), render.plot_tau_history(histories)
+        status = run_status(s, self.ex.root)
+        if not (final and s.status == "done"):
+            return (status, curves, tau) + (gr.update(),) * 6
+        rep = report([m.__dict__ for m in s.members], plan.dataset.y_test, plan.dataset.class_names)
+        names, x, y = plan.dataset.class_names, plan.dataset.x_test, plan.dataset.y_test
+        preds = [m.predictions for m in s.members]
+        gallery = [(square(x[i], 96), f"{names[y[i]]}: " + " · ".join(
+            f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(s.members, preds))) for i in rep.disagree[:18]]
+        refs = [os.path.relpath(m.checkpoint, self.ex.root) for m in s.members]
+        if len(refs) == 2:
+            a, b = refs
+        elif s.members[0].tag == "A":
+            a = refs[0]
+        else:
+            b = refs[0]
+        choices = self.ex.choices(request)
+        return (status + ("\n\n" + rep.summary if rep.summary else ""), curves, tau,
+                pd.DataFrame(rep.rows, columns=rep.columns), pd.DataFrame(rep.per_class, columns=rep.per_class_columns),
+                gallery, gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
+                gr.update(choices=[PAIR, SCRATCH] + choices))
+
+    def cancel(self, request: gr.Request = None):
+        """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
+        return CANCEL_ANSWERS[self.ex.runner.cancel_as(self.ex.owner(request))]
+
+    def mine(self, request: gr.Request = None):
+        """The visitor's fine-tuned checkpoints, the newest chosen (ready to download)."""
+        runs = self.ex.my_runs(request)
+        newest = max(runs, key=lambda r: (self.ex.root / r).stat().st_mtime, default=None)
+        return gr.update(choices=runs, value=newest)
+
+    def download(self, ref: str | None, request: gr.Request = None) -> str:
+        """A zip of one of the visitor's fine-tuned checkpoints (`<name>/` and its files)."""
+        if not ref or ref not in self.ex.my_runs(request):
+            raise gr.Error(REFUSED if ref else "choose one of your fine-tuned checkpoints first")
+        try:
+            target = self.ex.downloads_dir / uuid.uuid4().hex[:12]
+            return str(self.ex.runs.zip_checkpoint(ref, self.ex.owner(request), target))
+        except (CheckpointError, OSError) as e:
+            raise gr.Error(self.ex.safe(e)) from None
+
+
+def build(ex: Explorer, page: Page) -> FinetuneTab:
+    tab = FinetuneTab(ex)
+    choices = ex.choices()
+    with gr.Tab("Fine-tune", id="finetune"):
+        if ex.shared:
+            with gr.Row():
+                gr.Markdown(f"**A shared instance:** {ex.shared_limits.describe()}.", elem_id="shared-note")
+                if os.environ.get("SPACE_ID"):
+                    gr.DuplicateButton("Duplicate this Space to fine-tune on your own hardware", size="sm",
+                                       scale=0, elem_id="duplicate")
+        gr.Markdown(HELP.format(where=tab.training_where(), epochs=ex.limits.max_epochs, images=ex.limits.max_images))
+        with gr.Row():
+            base = gr.Dropdown([PAIR, SCRATCH] + choices, value=PAIR, label="fine-tune",
+                               info="both slots on one split, or one checkpoint alone")
+            preset = gr.Dropdown(sorted(PRESETS), value="cifar-small", label="preset (new model)")
+            variant = gr.Dropdown(list(VARIANTS), value="spt_lsa", label="variant (new model)")
+        with gr.Row():
+            data = gr.Radio([ZIP, "cifar10", "cifar100"], value=ZIP, label="data")
+            zip_file = gr.File(label="zip of class folders", file_types=[".zip"], type="filepath", elem_id="ft-zip")
+        with gr.Row():
+            epochs = gr.Number(0, label="epochs (0 = auto)", precision=0, min_width=120)
+            lr = gr.Number(0, label="learning rate (0 = auto)", min_width=120)
+            batch = gr.Number(0, label="batch size (0 = auto)", precision=0, min_width=120)
+            subset = gr.Number(0, label="training images (0 = all)", precision=0, min_width=120)
+            name = gr.Textbox("", label="name (optional)", min_width=160)
+        freeze = gr.Checkbox(False, label="freeze the backbone (train only the head)", elem_id="ft-freeze")
+        with gr.Row():
+            start = gr.Button("Start", variant="primary", elem_id="ft-start")
+            cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
+        status = gr.Markdown("No run yet.", elem_id="ft-status")
+        curves = gr.Plot(label="loss and accuracy", show_label=False)
+        results = gr.Dataframe(label="result on the held-out test images", interactive=False,
+                               headers=["model", "test top-1", "test top-5", "device", "images/s", "train time"])
+        # One above the other: side by side at 1280 px the table's last column and the captions were cut.
+        per_class = gr.Dataframe(label="per-class test top-1", interactive=False, elem_id="ft-per-class",
+                                 headers=["class", "A top-1", "B top-1", "B − A (points)"])
+        gallery = gr.Gallery(format="png", label="test images where they disagree (true class: A's guess · B's guess)",
+                             columns=6, height="auto", elem_id="ft-gallery")
+        tau = gr.Plot(label="tau per layer", show_label=False)
+        with gr.Row():
+            mine = gr.Dropdown(ex.my_runs() if not ex.shared else [], value=None, scale=3,
+                               label="your fine-tuned checkpoints" if ex.shared else "fine-tuned checkpoints",
+                               info="a zip of the folder: `python -m explorer.evaluate` and "
+                                    "`keras.saving.load_model` (after `import explorer`) load it")
+            download = gr.Button("Download", scale=1, elem_id="ft-download")
+            archive = gr.File(label="checkpoint zip", interactive=False, scale=2, height=120)
+    # The zip box only matters for a zip: CIFAR comes from the data folder or is downloaded.
+    data.change(lambda d: gr.update(visible=d == ZIP), [data], [zip_file], api_name=False, queue=False)
+    page.extra.update(ft_base=base, ft_mine=mine)
+
+    # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.
+    start.click(tab.finetune, [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name,
+                               page.slot_a, page.slot_b],
+                [status, curves, tau, results, per_class, gallery, page.slot_a, page.slot_b, base],
+                api_name="finetune", concurrency_id="finetune",
+                # every waiting Start holds a worker: the queue, the run followed, one to refuse
+                concurrency_limit=ex.shared_limits.max_queue + 2 if ex.shared else 4,
+                # progress and a refusal show on the status line only, not on the model slots
+                show_progress_on=[status]).then(tab.mine, None, [mine], api_name=False)
+    cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None)
+    download.click(tab.download, [mine], [archive], api_name="download_checkpoint")
+    return tab

@@ -1,0 +1,77 @@
+"""The image column: an upload, its preview, test samples by class, and the bundled examples (both right,
+they disagree, both wrong) that fill every tab when clicked."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from explorer.data import DatasetError
+from explorer.samples import Example, examples
+from explorer.ui.context import Explorer, reporter
+from explorer.ui.pictures import picture
+from explorer.workbench import square
+
+PREVIEW = 224
+CASES = {"both": "both right", "a": "only A right", "b": "only B right", "neither": "both wrong"}
+
+
+class ImagesColumn:
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def truth(self, file) -> str:
+        found = self.ex.tests.identify(file) if file else None
+        return f"True label: **{found[2]}** ({found[0]} test image #{found[1]})" if found else ""
+
+    def take_image(self, file):
+        """Preview of an upload (or a clear reason why it cannot be used) and its true label when known."""
+        if file is None:
+            return None, "", ""
+        try:
+            _, preview = self.ex.image(file)
+        except gr.Error as e:
+            return None, f"**⚠ {e.message}**", ""
+        shown = square(preview, PREVIEW) if max(preview.shape[:2]) * 2 <= PREVIEW else preview
+        return shown, "", self.truth(file)
+
+    def sample(self, class_name: str, ref_b: str | None, seed: float | None = None, request: gr.Request = None,
+               progress=gr.Progress()):
+        """A test image (random, or of one class) saved as PNG, its preview and its true label."""
+        name = self.ex.dataset_of(ref_b, request)
+        try:
+            s = self.ex.tests.sample(name, class_name, None if seed is None else int(seed), reporter(progress))
+        except DatasetError as e:
+            raise gr.Error(f"no {name} test samples: {e}") from None
+        except ValueError as e:
+            raise gr.Error(str(e)) from None
+        return s.path, square(s.image, PREVIEW), f"True label: **{s.label}** ({name} test image #{s.index})"
+
+
+def build(ex: Explorer, slot_b: gr.Dropdown, classes: list[str], first: Example | None) -> gr.File:
+    """The column's components and events; returns the upload every tab reads."""
+    col = ImagesColumn(ex)
+    preview0, note0, truth0 = col.take_image(first.path) if first else (None, "", "")
+    upload = gr.File(first.path if first else None, label="Image (any format or size)", file_types=["image"],
+                     type="filepath", elem_id="upload")
+    # Always there, also while the upload box shows a file (it takes a new one only once cleared).
+    own = gr.UploadButton("⬆ Upload your own image", file_types=["image"], type="filepath", size="sm",
+                          elem_id="upload-own")
+    preview = picture("Input", captioned=False, height=PREVIEW, elem_id="preview", value=preview0)
+    found = examples()
+    if found:
+        # A click puts the file in the upload, whose change fills every tab.
+        gr.Examples([[e.path] for e in found], [upload], elem_id="examples",
+                    label="Examples: click one (true label · who is right)",
+                    example_labels=[f"{e.label} · {CASES.get(e.case, e.case)}" for e in found])
+    with gr.Row():
+        sample_class = gr.Dropdown(classes, value="random", label="Test sample of class", scale=2)
+        sample_btn = gr.Button("Sample", scale=1, elem_id="sample")
+    # Hidden in the page (always random there); API callers pass a seed to pick reproducibly.
+    sample_seed = gr.Number(-1, visible=False, label="seed (-1: random)")
+    truth = gr.Markdown(truth0, elem_id="truth")
+    gr.Markdown(ex.tests.note(ex.shared), elem_id="data-note")
+    image_note = gr.Markdown(note0)
+    own.upload(lambda file: file, [own], [upload], api_name=False, queue=False)
+    upload.change(col.take_image, [upload], [preview, image_note, truth], api_name="image")
+    sample_btn.click(col.sample, [sample_class, slot_b, sample_seed], [upload, preview, truth], api_name="sample")
+    return upload

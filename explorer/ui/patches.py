@@ -1,0 +1,47 @@
+"""The Patches tab: the vanilla ViT's patch grid and SPT's five views (the image and its four half-patch
+shifts), at the patch size of the SPT model in use."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from explorer import render
+from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.pictures import picture
+from explorer.workbench import square
+
+
+class PatchesTab:
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def patches(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
+        """The plain grid, the five SPT views as a gallery, and a note on the sizes."""
+        image, preview = self.ex.image(file)
+        a, b = self.ex.pair(ref_a, ref_b, request)
+        lm = b if b.config.use_spt or not a.config.use_spt else a
+        config = lm.config
+        # The grids show the image as the model sees it: resized to its working size.
+        shown = square(preview, config.input_size) if config.input_size != config.image_size else image
+        grids = render.spt_grids(shown, config.patch_size)
+        note = (f"Patch size **{config.patch_size} px** on the {config.input_size}×{config.input_size} input "
+                f"of **{lm.name}**; each shifted view moves the image by half a patch "
+                f"({config.patch_size // 2} px), zeros where it was padded. SPT concatenates the five "
+                f"views' patches before the projection.")
+        return render.patch_grid(shown, config.patch_size), [(g, name) for name, g in grids.items()], note
+
+
+def build(ex: Explorer, page: Page) -> PatchesTab:
+    tab = PatchesTab(ex)
+    plain, views, note = initial(tab.patches, page.first, *page.refs, default=(None, None, ""))
+    with gr.Tab("Patches", id="patches"):
+        patch_note = gr.Markdown(note)
+        grid_plain = picture("vanilla ViT patches", value=plain)
+        grids = gr.Gallery(views, format="png", label="SPT: the image and its four half-patch shifts", columns=5,
+                           height=260, object_fit="contain", allow_preview=True)
+        patches_btn = gr.Button("Show patches", elem_id="patches-btn")
+
+    inputs, outputs = [page.upload, page.slot_a, page.slot_b], [grid_plain, grids, patch_note]
+    patches_btn.click(tab.patches, inputs, outputs, api_name="patches", concurrency_limit=4)
+    page.upload.change(tab.patches, inputs, outputs, api_name=False, concurrency_limit=4)
+    return tab

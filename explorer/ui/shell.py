@@ -1,0 +1,156 @@
+"""The page: its header, the two model slots, the image column and the tabs (one module each), and what
+the page does when a visitor arrives, refreshes the model lists or leaves."""
+
+from __future__ import annotations
+
+import os
+
+import gradio as gr
+
+from explorer.checkpoints import CheckpointError
+from explorer.samples import examples
+from explorer.shared import REFUSED
+from explorer.ui import attention, compare, finetune, images, patches, tau
+from explorer.ui.context import Explorer, Page
+from explorer.ui.pictures import install_image_cache
+from explorer.ui.finetune import PAIR, SCRATCH
+
+CSS = """
+.slot-card {min-height: 3.2em}
+footer {display: none !important}
+/* Output pictures carry their own captions (head, layer) along their top edge: keep Gradio's label and
+   buttons above the picture instead of floating over those captions. */
+.pic > label[data-testid="block-label"].float {position: static; margin-bottom: 4px}
+.pic .image-container > .icon-button-wrapper {position: static; justify-content: flex-end}
+/* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
+.query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
+                pointer-events: none; display: none}
+"""
+
+
+def _fmt_pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+class Slots:
+    """The model slots' handlers: a card per model, loading with the previous model kept on failure."""
+
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def card_markdown(self, ref: str | None, error: str | None = None, request=None) -> str:
+        lines = [f"**⚠ {error}**"] if error else []
+        if not ref:
+            if not self.ex.choices(request):
+                where = "here" if self.ex.shared else f"under `{self.ex.root}`"
+                lines.append(f"No checkpoints {where} yet. Train one with `python -m explorer.train`, start a run "
+                             "in the Fine-tune tab, or type a Hub id (`owner/name@revision`).")
+            return "\n\n".join(lines)
+        s = self.ex.model(ref, request).summary()
+        tau_mode = f", tau per {s['tau_mode']}" if s["tau_mode"] else ""
+        epochs = f" · {s['epochs']} epoch{'s' if s['epochs'] != 1 else ''}" if s["epochs"] else ""
+        lines.append(f"**{s['name']}** · `{s['variant']}`{tau_mode} · {s['dataset']} ({s['classes']} classes) · "
+                     f"{s['parameters']:,} parameters · test top-1 **{_fmt_pct(s['test_top1'])}**, "
+                     f"top-5 {_fmt_pct(s['test_top5'])}{epochs}")
+        return "\n\n".join(lines)
+
+    def card(self, ref: str | None) -> str:
+        try:
+            return self.card_markdown(ref)
+        except (CheckpointError, ValueError, OSError) as e:
+            return f"**⚠ could not load {ref!r}: {e}**"
+
+    def load_slot(self, ref: str, previous: str | None, request=None, slot: str = ""):
+        """Loads `ref` into a slot; on failure the previous model stays, with the reason shown."""
+        try:
+            self.ex.model(ref, request)
+        except (CheckpointError, ValueError, OSError) as e:
+            shown = previous if previous else None
+            # A refused reference is not echoed: one message, whatever was typed.
+            shown_ref = f"{ref!r}" if len(str(ref)) <= 120 and REFUSED not in str(e) else "that reference"
+            return shown, shown, self.card_markdown(shown, error=f"could not load {shown_ref}: {self.ex.safe(e)}",
+                                                    request=request)
+        self.ex.shown(request, slot, ref)
+        return ref, ref, self.card_markdown(ref, request=request)
+
+    def load_a(self, ref, previous, request: gr.Request = None):
+        return self.load_slot(ref, previous, request, "A")
+
+    def load_b(self, ref, previous, request: gr.Request = None):
+        return self.load_slot(ref, previous, request, "B")
+
+    def refresh(self, a: str | None, b: str | None, request: gr.Request = None):
+        choices = self.ex.choices(request)
+        return (gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
+                gr.update(choices=[PAIR, SCRATCH] + choices))
+
+    def visit(self, browser_id, request: gr.Request = None):
+        """A page opens (shared mode): the visitor's id (a new one when the browser has none), their lists."""
+        visitor = self.ex.arrive(browser_id, request)
+        choices = self.ex.choices(request)
+        return (visitor, gr.update(choices=choices), gr.update(choices=choices),
+                gr.update(choices=[PAIR, SCRATCH] + choices),
+                gr.update(choices=self.ex.my_runs(request), value=None))
+
+
+def _classes(ex: Explorer, ref_b: str | None) -> list[str]:
+    try:
+        return ["random"] + (ex.store.get(ref_b).class_names if ref_b else [])
+    except (CheckpointError, ValueError, OSError):
+        return ["random"]
+
+
+def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
+    ex = explorer or Explorer()
+    install_image_cache()
+    slots = Slots(ex)
+    choices, refs = ex.choices(), ex.initial_refs()
+    found = examples()
+    first = found[0] if found and all(refs) else None
+    with gr.Blocks(title="SPT/LSA ViT Explorer") as demo:
+        # Shared mode: the visitor's random id, kept (encrypted) in their browser across reloads.
+        visitor = (gr.BrowserState(None, storage_key="spt-lsa-explorer-visitor", secret=ex.browser_secret())
+                   if ex.shared else None)
+        gr.Markdown("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch "
+                    "Tokenization** and **Locality Self-Attention** ([Lee, Lee & Song 2021]"
+                    "(https://arxiv.org/abs/2112.13492)), trained on the same small dataset. Pick two models, "
+                    "give them an image (or click an example), and look inside.")
+        prev_a, prev_b = gr.State(refs[0]), gr.State(refs[1])
+        with gr.Row():
+            with gr.Column():
+                slot_a = gr.Dropdown(choices, value=refs[0], label="Model A", allow_custom_value=True,
+                                     info="a checkpoint, or a Hub id owner/name[@revision]")
+                card_a = gr.Markdown(slots.card(refs[0]), elem_classes="slot-card")
+            with gr.Column():
+                slot_b = gr.Dropdown(choices, value=refs[1], label="Model B", allow_custom_value=True,
+                                     info="a checkpoint, or a Hub id owner/name[@revision]")
+                card_b = gr.Markdown(slots.card(refs[1]), elem_classes="slot-card")
+        refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm")
+        with gr.Row():
+            with gr.Column(scale=1, min_width=260):
+                upload = images.build(ex, slot_b, _classes(ex, refs[1]), first)
+            with gr.Column(scale=3):
+                page = Page(slot_a, slot_b, upload, refs, first.path if first else None)
+                with gr.Tabs():
+                    compare.build(ex, page)
+                    patches.build(ex, page)
+                    attention.build(ex, page)
+                    tau.build(ex, page)
+                    finetune.build(ex, page)
+
+        slot_a.change(slots.load_a, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
+        slot_b.change(slots.load_b, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b")
+        ft_base, ft_mine = page.extra["ft_base"], page.extra["ft_mine"]
+        refresh_btn.click(slots.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh").then(
+            finetune.FinetuneTab(ex).mine, None, [ft_mine], api_name=False)
+        cell, outline_js = page.extra["outline"]
+        demo.load(None, [cell], None, js=outline_js)
+        if ex.shared:
+            demo.load(slots.visit, [visitor], [visitor, slot_a, slot_b, ft_base, ft_mine], api_name="visitor")
+            demo.unload(ex.leave)
+    return demo
+
+
+def launch_kwargs() -> dict:
+    return {"server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+            "theme": gr.themes.Soft(), "css": CSS, "show_error": True}

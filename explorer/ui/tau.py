@@ -1,0 +1,52 @@
+"""The Tau tab: each LSA model's learned temperature per layer against √d_k, and over training."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from explorer import render
+from explorer.probe import tau_table
+from explorer.ui.context import Explorer, Page, initial
+
+COLUMNS = ["model", "layer", "tau", "initial √d_k", "ratio"]
+
+
+class TauTab:
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
+        """Tau per layer and over training for every LSA model loaded that this visitor may see (in
+        shared mode, another visitor's runs are not shown)."""
+        self.ex.pair(ref_a, ref_b, request)
+        visible = set(self.ex.choices(request))
+        models = [lm for lm in self.ex.store.loaded() if lm.config.use_lsa
+                  and (not self.ex.shared or lm.ref in visible or self.ex.runs.is_hub(lm.ref))]
+        per_model = {lm.label: lm.probe.tau() for lm in models}
+        initial_tau = {lm.label: lm.config.initial_tau for lm in models}
+        history = {lm.label: lm.card.get("history", []) for lm in models}
+        rows = [[lm.label, row["layer"], ", ".join(f"{v:.3f}" for v in row["tau"]), f"{row['initial']:.3f}",
+                 f"{row['mean_tau'] / row['initial']:.2f}"]
+                for lm in models for row in tau_table(lm.model, lm.config)]
+        return (render.plot_tau(per_model, initial_tau), render.plot_tau_history(history),
+                pd.DataFrame(rows, columns=COLUMNS))
+
+
+def build(ex: Explorer, page: Page) -> TauTab:
+    tab = TauTab(ex)
+    plot, history, table = initial(tab.tau, *page.refs, default=(None, None, None))
+    with gr.Tab("Tau", id="tau"):
+        gr.Markdown("LSA divides the attention logits by a learned temperature **tau** instead of the fixed "
+                    "√d_k; a tau below √d_k sharpens attention.")
+        tau_btn = gr.Button("Show tau")
+        with gr.Row():
+            tau_plot = gr.Plot(plot, label="tau per layer", show_label=False)
+            tau_hist = gr.Plot(history, label="tau over training", show_label=False)
+        tau_frame = gr.Dataframe(table, interactive=False)
+
+    inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame]
+    tau_btn.click(tab.tau, inputs, outputs, api_name="tau")
+    for slot in (page.slot_a, page.slot_b):
+        slot.change(tab.tau, inputs, outputs, api_name=False)
+    return tab

@@ -1,0 +1,93 @@
+"""The Attention tab's what-if switches: each model with every layer's tau scaled and the diagonal mask
+switched, on the same weights, beside the model as it learned."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from explorer import render
+from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.pictures import picture
+from explorer.workbench import picture_title, what_if, what_if_plot
+
+# The tau factors, sqrt(2) apart, and the diagonal-mask choices (None: as the model learned).
+TAU_CHOICES = [("¼×", 0.25), ("0.35×", 0.35), ("½×", 0.5), ("0.71×", 0.71), ("1× (as learned)", 1.0),
+               ("1.4×", 1.41), ("2×", 2.0), ("2.8×", 2.83), ("4×", 4.0)]
+MASKS = {"as learned": None, "on": True, "off": False}
+TEXT = ("LSA divides every layer's attention logits by a learned temperature τ and masks the diagonal, so no "
+        "patch attends to itself; here you can scale τ (for a vanilla model, its fixed √d_k) and switch the mask "
+        "on or off, on the same weights. A τ below √d_k (a factor below 1×) sharpens attention: entropy and mean "
+        "distance fall and the maps from the query narrow to fewer patches; with the mask off, watch how much "
+        "attention each patch keeps for itself and whether the top-5 moves.")
+DEFAULTS = (1.0, "as learned", 0.5, "as learned")  # A as learned; B with a sharper tau
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def summary_line(name: str, w) -> str:
+    own = "on" if w.model.probe.diagonal_mask else "off"
+    (top, p), (top_w, p_w) = next(iter(w.top5.items())), next(iter(w.top5_what_if.items()))
+    timing = "cached" if w.seconds == 0 else f"{1000 * w.seconds:.0f} ms"
+    return (f"**{name}** · τ × {w.factor:g}, diagonal mask {'on' if w.diagonal_mask else 'off'} (learned: {own}) · "
+            f"top-1 **{top}** {_pct(p)} → **{top_w}** {_pct(p_w)} · mean entropy "
+            f"{w.entropy[0].mean():.2f} → {w.entropy[1].mean():.2f} nats · mean distance "
+            f"{w.distance[0].mean():.1f} → {w.distance[1].mean():.1f} px · what-if pass {timing}")
+
+
+class WhatIfTab:
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def what_if(self, file, ref_a: str, ref_b: str, layer: float, qy: float, qx: float, factor_a: float,
+                mask_a: str, factor_b: float, mask_b: str, request: gr.Request = None):
+        """Both models as learned beside their what-if on this image: top-5s, maps, plot and summary."""
+        image, preview = self.ex.image(file)
+        a, b = self.ex.pair(ref_a, ref_b, request)
+        if mask_a not in MASKS or mask_b not in MASKS:
+            raise gr.Error(f"the diagonal mask is one of {list(MASKS)}")
+        try:
+            wa, wb = (what_if(lm, self.ex.cache, image, preview, factor, MASKS[mask], int(layer or 0),
+                              (float(qy or 0), float(qx or 0)))
+                      for lm, factor, mask in ((a, factor_a, mask_a), (b, factor_b, mask_b)))
+        except ValueError as e:
+            raise gr.Error(str(e)) from None
+        tagged = (("A", wa), ("B", wb))
+        names = [f"{tag}: {w.model.label}" for tag, w in tagged]
+        plot = what_if_plot(list(zip(names, (wa, wb))), self.ex.plots)
+        maps = render.side_by_side([w.maps for _, w in tagged], [picture_title(tag, w.model) for tag, w in tagged])
+        summary = "\n\n".join(summary_line(n, w) for n, w in zip(names, (wa, wb)))
+        summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wb.layer} "
+                    f"(each coloured from 0 to its own maximum).")
+        return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, maps, plot, summary
+
+
+def build(ex: Explorer, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.Number) -> WhatIfTab:
+    tab = WhatIfTab(ex)
+    first = initial(tab.what_if, page.first, *page.refs, layer.value, qy.value, qx.value, *DEFAULTS,
+                    default=(None,) * 6 + ("",))
+    with gr.Accordion("LSA switches: what if τ or the diagonal mask were different?", open=False):
+        gr.Markdown(TEXT, elem_id="what-if-text")
+        with gr.Row():
+            factor_a = gr.Dropdown(TAU_CHOICES, value=DEFAULTS[0], label="A: τ factor", elem_id="wi-factor-a")
+            mask_a = gr.Radio(list(MASKS), value=DEFAULTS[1], label="A: diagonal mask", elem_id="wi-mask-a")
+            factor_b = gr.Dropdown(TAU_CHOICES, value=DEFAULTS[2], label="B: τ factor", elem_id="wi-factor-b")
+            mask_b = gr.Radio(list(MASKS), value=DEFAULTS[3], label="B: diagonal mask", elem_id="wi-mask-b")
+        button = gr.Button("What if", variant="primary", elem_id="what-if-btn")
+        summary = gr.Markdown(first[6], elem_id="what-if-summary")
+        with gr.Row():
+            top_a = gr.Label(first[0], num_top_classes=5, label="A top-5 as learned")
+            top_a2 = gr.Label(first[1], num_top_classes=5, label="A top-5 what if", elem_id="wi-top-a")
+            top_b = gr.Label(first[2], num_top_classes=5, label="B top-5 as learned")
+            top_b2 = gr.Label(first[3], num_top_classes=5, label="B top-5 what if", elem_id="wi-top-b")
+        maps = picture("from the query, learned and what if: A | B", elem_id="what-if-maps", value=first[4])
+        plot = picture("entropy and distance, learned and what if", show_label=False, elem_id="what-if-plot",
+                       value=first[5])
+    button.click(tab.what_if, [page.upload, page.slot_a, page.slot_b, layer, qy, qx, factor_a, mask_a, factor_b,
+                               mask_b], [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name="what_if",
+                 concurrency_limit=4, concurrency_id="attention")
+    # A new image: the shown what-if was another image's; nothing is computed until What if is pressed.
+    page.upload.change(lambda: (None,) * 6 + ("_Press **What if** for this image._",), None,
+                       [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name=False, queue=False)
+    return tab

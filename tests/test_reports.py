@@ -1,0 +1,57 @@
+"""Reports over many test images, without a server: disagreements and attention locality."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from explorer import reports
+from explorer.probe import attention_entropy, mean_attention_distance
+from explorer.workbench import ModelStore, ResultCache
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_checkpoints):
+    store = ModelStore("/")
+    return store.get(str(tiny_checkpoints["vanilla"])), store.get(str(tiny_checkpoints["spt_lsa"]))
+
+
+def test_disagreements_count_what_each_model_gets_right(pair, cifar10):
+    a, b = pair
+    report = reports.disagreements(a, b, cifar10, 200)
+    x, y = cifar10.x_test[:200], cifar10.y_test[:200]
+    pa, pb = (np.asarray(lm.model.predict(x.astype("float32"), verbose=0)).argmax(-1) for lm in pair)
+    np.testing.assert_array_equal(report.predictions, np.stack([pa, pb]))
+    np.testing.assert_array_equal(report.differ, np.flatnonzero(pa != pb))
+    assert f"A **{100 * (pa == y).mean():.1f} %** top-1" in report.summary()
+    assert f"they disagree on **{int((pa != pb).sum())}**" in report.summary()
+    rows = report.per_class()
+    assert [r[0] for r in rows] == cifar10.class_names
+    for c, row in enumerate(rows):
+        seen = y == c
+        if seen.any():
+            gain = 100 * ((pb[seen] == c).mean() - (pa[seen] == c).mean())
+            assert row[3] == f"{gain:+.1f}"
+    for i, caption in report.captions(limit=5):
+        assert pa[i] != pb[i] and caption.startswith(f"#{i} true {cifar10.class_names[y[i]]}")
+
+
+def test_disagreements_refuse_what_cannot_be_compared(pair, cifar10):
+    a, b = pair
+    with pytest.raises(ValueError, match="at least one"):
+        reports.disagreements(a, b, cifar10, 0)
+    assert reports.disagreements(a, b, cifar10, 10**9).count == len(cifar10.x_test)
+
+
+def test_locality_of_one_image_uses_the_cache_and_of_many_the_probe(pair, cifar10):
+    a, b = pair
+    cache = ResultCache()
+    one = reports.locality([("A", a), ("B", b)], cifar10.x_test[:1], cache)
+    assert cache.get(a, cifar10.x_test[0])[2]  # the single image went through the shared cache
+    batch = cifar10.x_test[:8]
+    many = reports.locality([("A", a), ("B", b)], batch)
+    attention = b.probe(batch).attention
+    np.testing.assert_allclose(many.distance["B"], mean_attention_distance(attention, b.config.grid_size,
+                                                                           b.config.pixels_per_patch))
+    np.testing.assert_allclose(many.entropy["B"], attention_entropy(attention))
+    assert [r[0] for r in one.rows()] == ["A", "B"] and one.distance["A"].shape == many.distance["A"].shape
