@@ -1,10 +1,12 @@
 """Retakes the README's screenshots from the real app on the shipped checkpoints.
 
-    python docs/screenshots.py   # writes docs/compare.png, screenshot.png, whatif.png and finetune.png
+    python docs/screenshots.py   # writes docs/first-visit.png (and -800), patches.png, tau.png, compare.png,
+                                 # screenshot.png, whatif.png and finetune.png
 
 Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data
 or the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium),
-uploads CIFAR-10 test image 13 (a bird, from the bundled sample) at 128 px, and captures the Compare tab
+captures a first visit (the bundled example the page opens with, at 1280 and 800 px) with its Patches and
+Tau tabs, uploads CIFAR-10 test image 13 (a bird, from the bundled sample) at 128 px, and captures the Compare tab
 and the Attention tab with the bottom-right patch as the query, then the LSA switches with A's tau at a
 quarter and B's diagonal mask off. Then it fine-tunes both models on a zip of six CIFAR-100 superclasses
 (bench/finetune_quality.py's "new" task, one neither model has seen; built from the CIFAR folder) with
@@ -49,13 +51,29 @@ def main() -> int:
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # A first visit, at 800 px (a narrow window) and 1280 px: the bundled example, already analysed.
+            narrow = browser.new_page(viewport={"width": 800, "height": 1000})
+            narrow.goto(url)
+            narrow.wait_for_function(DONE, timeout=60_000)
+            narrow.wait_for_timeout(1500)
+            narrow.screenshot(path=str(ROOT / "docs" / "first-visit-800.png"))
+            narrow.close()
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(url)
+            page.wait_for_function(DONE, timeout=60_000)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(ROOT / "docs" / "first-visit.png"))
+            page.get_by_role("tab", name="Patches").click()
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(ROOT / "docs" / "patches.png"))
+            page.get_by_role("tab", name="Tau").click()
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(ROOT / "docs" / "tau.png"))
+            page.get_by_role("tab", name="Compare").click()
             page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
             page.set_input_files(UPLOAD, str(image))
             page.wait_for_selector("#preview img", timeout=30_000)
-            page.click("#compare-btn")
-            page.wait_for_function(DONE, timeout=60_000)
+            page.wait_for_function("() => /bird/.test(document.querySelector('#verdict').innerText)", timeout=60_000)
             page.wait_for_timeout(1000)
             page.screenshot(path=str(ROOT / "docs" / "compare.png"))
 
@@ -72,6 +90,7 @@ def main() -> int:
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
 
+            page.get_by_text("LSA switches: what if").click()
             page.locator("#what-if-btn").scroll_into_view_if_needed()
             page.locator("#wi-factor-a input").click()
             page.get_by_role("option", name="¼×").click()
@@ -97,7 +116,8 @@ def main() -> int:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
-    print("wrote docs/compare.png, docs/screenshot.png, docs/whatif.png and docs/finetune.png")
+    print("wrote docs/first-visit.png, first-visit-800.png, patches.png, tau.png, compare.png, screenshot.png, "
+          "whatif.png and finetune.png")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Pictures for the explorer: numpy/PIL images for per-request views, matplotlib figures for plots."""
+"""Pictures for the explorer: numpy/PIL images for per-request views (patch grids, attention overlays,
+captions, fast PNG); the matplotlib plots are in explorer.plots."""
 
 from __future__ import annotations
 
@@ -9,9 +10,6 @@ from collections.abc import Sequence
 
 import matplotlib
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from PIL import Image, ImageDraw, ImageFont
 
 CMAP = "inferno"
@@ -24,14 +22,10 @@ BAR_WIDTH = 14
 BAR_GAP = 2
 COLORBAR_WIDTH = BAR_GAP + BAR_WIDTH
 QUERY_COLOR = (0, 255, 255)  # cyan is absent from inferno, so the outline never blends into the map
-MODEL_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-NO_LSA_TEXT = "no LSA layers in the loaded models"
 
 _WHITE = (255, 255, 255)
 _BLACK = (0, 0, 0)
 _GRID_TARGET_WIDTH = 320
-_LINESTYLES = ("-", "--", ":", "-.")
 
 
 # ---------------------------------------------------------------------------------------------- images
@@ -434,170 +428,3 @@ def stacked(images: Sequence[np.ndarray], gap: int = 12) -> np.ndarray:
         out[y:y + p.shape[0], :p.shape[1]] = p
         y += p.shape[0] + gap
     return out
-
-
-# ----------------------------------------------------------------------------------------------- plots
-
-
-def model_color(index: int) -> str:
-    """Colour of the index-th model: blue, orange, then the rest of tab10."""
-    return MODEL_COLORS[index % len(MODEL_COLORS)]
-
-
-def _figure(figsize: tuple[float, float] = (6.0, 3.6)) -> Figure:
-    return Figure(figsize=figsize, layout="constrained")
-
-
-def _no_data(fig: Figure, text: str) -> Figure:
-    ax = fig.axes[0] if fig.axes else fig.add_subplot()
-    ax.set_axis_off()
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.35")
-    return fig
-
-
-def _label_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:
-    """The app's plot convention: labelled axes, integer ticks along x (layers, epochs), a light grid."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
-
-
-def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -> Figure:
-    """Each model's per-layer mean over heads as a line, its heads as small dots of the same colour."""
-    fig = _figure()
-    ax = fig.add_subplot()
-    for k, (name, values) in enumerate(per_model.items()):
-        v = np.asarray(values, np.float64)
-        if v.ndim == 1:
-            v = v[:, None]
-        layers = np.arange(v.shape[0])
-        color = model_color(k)
-        ax.plot(layers, np.nanmean(v, axis=1), color=color, marker="o", label=name)
-        ax.scatter(np.repeat(layers, v.shape[1]), v.ravel(), color=color, s=12, alpha=0.45, linewidths=0)
-    _label_axes(ax, "layer", ylabel, title)
-    if per_model:
-        ax.legend()
-    return fig
-
-
-def plot_attention_distance(per_model: dict[str, np.ndarray], pixels_label: str = "pixels") -> Figure:
-    """Mean attention distance per layer for each model's (L, H) array; dots are single heads."""
-    return _per_layer_plot(per_model, f"mean attention distance ({pixels_label})", "Attention distance")
-
-
-def plot_entropy(per_model: dict[str, np.ndarray]) -> Figure:
-    """Attention entropy (nats) per layer for each model's (L, H) array; dots are single heads."""
-    return _per_layer_plot(per_model, "attention entropy (nats)", "Attention entropy")
-
-
-def plot_what_if(entropy: dict[str, tuple[np.ndarray, np.ndarray]],
-                 distance: dict[str, tuple[np.ndarray, np.ndarray]]) -> Figure:
-    """Entropy and mean attention distance per layer (mean over heads), learned solid, what-if dashed.
-
-    Each dict maps a model's name to its (learned, what-if) pair of (L, H) arrays.
-    """
-    fig = _figure((8.0, 3.4))
-    axes = fig.subplots(1, 2)
-    panels = ((axes[0], entropy, "attention entropy (nats)", "Entropy"),
-              (axes[1], distance, "mean attention distance (pixels)", "Attention distance"))
-    for ax, per_model, ylabel, title in panels:
-        for k, (name, (learned, changed)) in enumerate(per_model.items()):
-            for values, style, tag in ((learned, "-", "learned"), (changed, "--", "what if")):
-                v = np.asarray(values, np.float64).reshape(len(values), -1)
-                ax.plot(np.arange(len(v)), v.mean(1), color=model_color(k), linestyle=style,
-                        marker="o" if style == "-" else "s", markersize=4, label=f"{name}: {tag}")
-        _label_axes(ax, "layer", ylabel, title)
-    if entropy:
-        axes[0].legend(fontsize="small")
-    return fig
-
-
-def plot_tau(per_model: dict[str, list[list[float]]], initial: dict[str, float]) -> Figure:
-    """Learned LSA temperature per layer (dots per head), dashed at each model's initial sqrt(d_k)."""
-    fig = _figure()
-    ax = fig.add_subplot()
-    # Colours follow the model's position among all loaded models, so they match the other plots.
-    shown = [(k, name, tau) for k, (name, tau) in enumerate(per_model.items()) if tau]
-    if not shown:
-        return _no_data(fig, NO_LSA_TEXT)
-    for k, name, tau in shown:
-        color = model_color(k)
-        layers = np.arange(len(tau))
-        ax.plot(layers, [float(np.mean(t)) for t in tau], color=color, marker="o", label=name)
-        xs = [layer for layer, t in zip(layers, tau) if len(t) > 1 for _ in t]
-        ys = [v for t in tau if len(t) > 1 for v in t]
-        if xs:
-            ax.scatter(xs, ys, color=color, s=12, alpha=0.45, linewidths=0)
-        if name in initial:
-            ax.axhline(initial[name], color=color, linestyle="--", linewidth=1,
-                       label=f"initial √d_k = {initial[name]:.3g}")
-    _label_axes(ax, "layer", "temperature τ", "Learned LSA temperature")
-    ax.legend()
-    return fig
-
-
-def plot_tau_history(per_model: dict[str, list[dict]]) -> Figure:
-    """Mean tau of each layer over epochs: colour by layer (viridis), line style by model."""
-    fig = _figure()
-    ax = fig.add_subplot()
-    series: dict[str, list[tuple[list[float], list[float]]]] = {}
-    for name, history in per_model.items():
-        points = [(float(e["epoch"]), [float(np.mean(t)) for t in e["tau"]]) for e in history if e.get("tau")]
-        if not points:
-            continue
-        layers = max(len(means) for _, means in points)
-        series[name] = [([x for x, m in points if len(m) > layer],
-                         [m[layer] for _, m in points if len(m) > layer]) for layer in range(layers)]
-    if not series:
-        return _no_data(fig, NO_LSA_TEXT)
-    layers = max(len(s) for s in series.values())
-    colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, layers))
-    for k, (name, per_layer) in enumerate(series.items()):
-        style = _LINESTYLES[k % len(_LINESTYLES)]
-        for layer, (xs, ys) in enumerate(per_layer):
-            ax.plot(xs, ys, color=colors[layer], linestyle=style, marker="." if len(xs) == 1 else None)
-    # Proxy handles keep the legend at models + layers entries instead of one per line.
-    handles = [Line2D([], [], color="0.2", linestyle=_LINESTYLES[k % len(_LINESTYLES)], label=name)
-               for k, name in enumerate(series)]
-    handles += [Line2D([], [], color=colors[layer], label=f"L{layer}") for layer in range(layers)]
-    ax.legend(handles=handles, fontsize="small", ncols=2)
-    _label_axes(ax, "epoch", "mean temperature τ", "LSA temperature during training")
-    return fig
-
-
-def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
-    """Loss and top-1 accuracy per epoch, train solid and validation dashed; missing keys are skipped.
-
-    Several runs (a dict of label -> history) share the axes, one colour per run, so a pair fine-tune's
-    two models can be compared epoch by epoch; epoch 0 (before any step) is drawn where it is given."""
-    runs = history if isinstance(history, dict) else {"": history}
-    fig = _figure((8.0, 3.4))
-    axes = fig.subplots(1, 2)
-    panels = ((axes[0], "loss", ("loss", "val_loss")), (axes[1], "top-1 accuracy", ("top1", "val_top1")))
-    for ax, ylabel, keys in panels:
-        for k, (label, run) in enumerate(runs.items()):
-            for j, key in enumerate(keys):
-                points = [(e.get("epoch", i), e[key]) for i, e in enumerate(run) if e.get(key) is not None]
-                if not points:
-                    continue
-                xs, ys = zip(*points)
-                color = MODEL_COLORS[k if label else j]
-                ax.plot(xs, ys, color=color, marker="o", markersize=3 if len(xs) > 12 else 5,
-                        linestyle="--" if key.startswith("val_") else "-",
-                        label=f"{label} {key}".strip())
-        _label_axes(ax, "epoch", ylabel)
-        if ax.get_lines():
-            ax.legend(fontsize="small")
-        else:
-            ax.text(0.5, 0.5, "no epochs yet", ha="center", va="center", transform=ax.transAxes, color="0.35")
-    return fig
-
-
-def figure_to_array(fig: Figure) -> np.ndarray:
-    """The figure rendered by Agg as an RGB uint8 (H, W, 3) array."""
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return np.asarray(canvas.buffer_rgba())[..., :3].copy()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer import render
+from explorer import plots, render
 from explorer.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
 from explorer.config import ViTConfig
 from explorer.probe import (TAU_FACTORS, Probe, ProbeResult, WhatIfProbe, attention_entropy,
@@ -372,7 +372,7 @@ class PlotCache:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        picture = render.figure_to_array(draw())
+        picture = plots.figure_to_array(draw())
         picture.setflags(write=False)
         with self._lock:
             self._items[key] = picture
@@ -381,13 +381,13 @@ class PlotCache:
         return picture
 
 
-def what_if_plot(named: list[tuple[str, "WhatIf"]], plots: PlotCache) -> np.ndarray:
+def what_if_plot(named: list[tuple[str, "WhatIf"]], cache: PlotCache) -> np.ndarray:
     """Entropy and mean attention distance per layer, learned against what-if, for each named what-if."""
     digest = hashlib.blake2b(digest_size=16)
     for name, w in named:
         digest.update(name.encode() + b"\0" + np.ascontiguousarray(w.entropy).tobytes()
                       + np.ascontiguousarray(w.distance).tobytes())
-    return plots.get(digest.digest(), lambda: render.plot_what_if({n: tuple(w.entropy) for n, w in named},
+    return cache.get(digest.digest(), lambda: plots.plot_what_if({n: tuple(w.entropy) for n, w in named},
                                                                   {n: tuple(w.distance) for n, w in named}))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from explorer import render
+from explorer import plots, render
 
 RNG = np.random.default_rng(0)
 
@@ -228,7 +228,7 @@ def _legend_texts(ax) -> list[str]:
 
 def test_per_layer_plots():
     data = {"vanilla": RNG.random((6, 4)) * 20, "spt_lsa": RNG.random((6, 4)), "third": RNG.random((6, 4))}
-    for fig in (render.plot_attention_distance(data), render.plot_entropy(data)):
+    for fig in (plots.plot_attention_distance(data), plots.plot_entropy(data)):
         assert isinstance(fig, Figure)
         ax = fig.axes[0]
         lines = ax.get_lines()
@@ -236,13 +236,13 @@ def test_per_layer_plots():
         assert [line.get_color() for line in lines] == ["#1f77b4", "#ff7f0e", "#2ca02c"]
         np.testing.assert_allclose(lines[0].get_ydata(), data["vanilla"].mean(axis=1))
         assert len(ax.collections) == 3 and len(ax.collections[0].get_offsets()) == 24
-    assert "pixels" in render.plot_attention_distance(data).axes[0].get_ylabel()
-    assert "nats" in render.plot_entropy(data).axes[0].get_ylabel()
+    assert "pixels" in plots.plot_attention_distance(data).axes[0].get_ylabel()
+    assert "nats" in plots.plot_entropy(data).axes[0].get_ylabel()
 
 
 def test_plot_tau():
     per_model = {"vanilla": [], "lsa": [[5.0], [5.5], [6.0]], "lsa_head": [[5.0, 6.0], [4.0, 4.5]]}
-    fig = render.plot_tau(per_model, {"lsa": 8.0, "lsa_head": 8.0})
+    fig = plots.plot_tau(per_model, {"lsa": 8.0, "lsa_head": 8.0})
     ax = fig.axes[0]
     lines = ax.get_lines()
     assert len(lines) == 4  # a tau line and a dashed initial line for each model that has tau
@@ -254,17 +254,17 @@ def test_plot_tau():
     assert len(ax.collections) == 1 and len(ax.collections[0].get_offsets()) == 4
 
 
-@pytest.mark.parametrize("plot", [lambda: render.plot_tau({"vanilla": []}, {}),
-                                  lambda: render.plot_tau_history({"vanilla": [{"epoch": 1, "tau": []}]})])
+@pytest.mark.parametrize("plot", [lambda: plots.plot_tau({"vanilla": []}, {}),
+                                  lambda: plots.plot_tau_history({"vanilla": [{"epoch": 1, "tau": []}]})])
 def test_no_lsa_text(plot):
     fig = plot()
-    assert [t.get_text() for t in fig.axes[0].texts] == [render.NO_LSA_TEXT]
+    assert [t.get_text() for t in fig.axes[0].texts] == [plots.NO_LSA_TEXT]
     assert not fig.axes[0].get_lines()
 
 
 def test_plot_tau_history():
     history = [{"epoch": e, "tau": [[8.0 - e], [8.0 - 2 * e, 8.0]]} for e in range(1, 4)]
-    fig = render.plot_tau_history({"lsa": history, "spt_lsa": history[:2], "vanilla": []})
+    fig = plots.plot_tau_history({"lsa": history, "spt_lsa": history[:2], "vanilla": []})
     ax = fig.axes[0]
     lines = ax.get_lines()
     assert len(lines) == 4  # two layers for each of the two models with tau
@@ -277,17 +277,17 @@ def test_plot_tau_history():
 def test_plot_training_skips_missing_keys():
     history = [{"epoch": 1, "loss": 2.0, "top1": 0.3},
                {"epoch": 2, "loss": 1.5, "val_loss": 1.7, "top1": 0.4}]
-    fig = render.plot_training(history)
+    fig = plots.plot_training(history)
     loss_ax, acc_ax = fig.axes
     assert _legend_texts(loss_ax) == ["loss", "val_loss"] and _legend_texts(acc_ax) == ["top1"]
     np.testing.assert_array_equal(loss_ax.get_lines()[1].get_xdata(), [2])
-    single = render.plot_training([{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "top1": 0.5, "val_top1": 0.4}])
+    single = plots.plot_training([{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "top1": 0.5, "val_top1": 0.4}])
     assert [len(ax.get_lines()) for ax in single.axes] == [2, 2]
 
 
 def test_figure_to_array():
-    fig = render.plot_training([{"epoch": 1, "loss": 1.0}])
-    array = render.figure_to_array(fig)
+    fig = plots.plot_training([{"epoch": 1, "loss": 1.0}])
+    array = plots.figure_to_array(fig)
     width, height = fig.get_size_inches() * fig.dpi
     assert array.dtype == np.uint8 and array.shape == (round(height), round(width), 3)
     assert (array < 255).any()
@@ -295,7 +295,7 @@ def test_figure_to_array():
 
 def test_plot_what_if_draws_learned_solid_and_what_if_dashed():
     learned, changed = RNG.random((6, 4)), RNG.random((6, 4)) / 2
-    fig = render.plot_what_if({"A": (learned, changed), "B": (changed, learned)},
+    fig = plots.plot_what_if({"A": (learned, changed), "B": (changed, learned)},
                               {"A": (learned * 10, changed * 10), "B": (changed * 10, learned * 10)})
     entropy, distance = fig.axes
     assert "nats" in entropy.get_ylabel() and "pixels" in distance.get_ylabel()

@@ -9,10 +9,9 @@ from the small `cell` value) and both kinds of maps from the query come as one p
 from __future__ import annotations
 
 import gradio as gr
-import numpy as np
 import pandas as pd
 
-from explorer import render, reports
+from explorer import plots, render, reports
 from explorer.checkpoints import CheckpointError
 from explorer.ui import what_if
 from explorer.ui.context import Explorer, Page, initial
@@ -125,7 +124,7 @@ class AttentionTab:
         else:
             batch = self.ex.test_images(ref_b, 64, request, progress).x_test[:64]
         result = reports.locality([(f"A: {a.label}", a), (f"B: {b.label}", b)], batch, self.ex.cache)
-        return (render.plot_attention_distance(result.distance), render.plot_entropy(result.entropy),
+        return (plots.plot_attention_distance(result.distance), plots.plot_entropy(result.entropy),
                 pd.DataFrame(result.rows(), columns=list(result.COLUMNS)))
 
 

@@ -10,7 +10,7 @@ import uuid
 import gradio as gr
 import pandas as pd
 
-from explorer import render
+from explorer import plots
 from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import DatasetError
@@ -149,7 +149,7 @@ class FinetuneTab:
     def _run_outputs(self, s, plan, a, b, final: bool = False, request=None):
         """Status, curves, tau; when the run is done also its report and the slots holding its checkpoints."""
         histories = {m.label: m.history for m in s.members}
-        curves, tau = render.plot_training(histories), render.plot_tau_history(histories)
+        curves, tau = plots.plot_training(histories), plots.plot_tau_history(histories)
         status = run_status(s, self.ex.root)
         if not (final and s.status == "done"):
             return (status, curves, tau) + (gr.update(),) * 6

@@ -5,7 +5,8 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from explorer import render
+from explorer import plots
+from explorer.checkpoints import CheckpointError
 from explorer.probe import tau_table
 from explorer.ui.context import Explorer, Page, initial
 
@@ -19,7 +20,11 @@ class TauTab:
     def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
         """Tau per layer and over training for every LSA model loaded that this visitor may see (in
         shared mode, another visitor's runs are not shown)."""
-        self.ex.pair(ref_a, ref_b, request)
+        for ref in (ref_a, ref_b):  # the slots' models are shown once loaded; a refusal is the slot's to say
+            try:
+                self.ex.model(ref, request)
+            except (CheckpointError, ValueError, OSError):
+                pass
         visible = set(self.ex.choices(request))
         models = [lm for lm in self.ex.store.loaded() if lm.config.use_lsa
                   and (not self.ex.shared or lm.ref in visible or self.ex.runs.is_hub(lm.ref))]
@@ -29,7 +34,7 @@ class TauTab:
         rows = [[lm.label, row["layer"], ", ".join(f"{v:.3f}" for v in row["tau"]), f"{row['initial']:.3f}",
                  f"{row['mean_tau'] / row['initial']:.2f}"]
                 for lm in models for row in tau_table(lm.model, lm.config)]
-        return (render.plot_tau(per_model, initial_tau), render.plot_tau_history(history),
+        return (plots.plot_tau(per_model, initial_tau), plots.plot_tau_history(history),
                 pd.DataFrame(rows, columns=COLUMNS))
 
 

@@ -31,6 +31,9 @@ def _canonical(kind, result):
         *labels, maps, plot, summary = result
         return ([[(c["label"], round(c["confidence"], 6)) for c in label["confidences"]] for label in labels],
                 _file_digest(maps), _file_digest(plot), re.sub(r" · what-if pass [^\n]*", "", summary))
+    if kind in ("attention", "click"):  # pictures, the caption, and the query cell the page outlines
+        *images, text, cell = result
+        return tuple(_file_digest(p) for p in images) + (text, tuple(sorted(cell.items())))
     *images, text = result
     paths = []
     for item in images:  # an image path, or a gallery: a list of {"image": path, "caption": ...}
