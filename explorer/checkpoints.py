@@ -9,8 +9,8 @@ The same layout is used locally and on the Hub, so a snapshot of a Hub repo is l
 (`resolve` is the one place a reference becomes a folder; explorer.hub only moves folders).
 Folders are written under a temporary name and renamed into place: a reader never sees half of one.
 
-    python -m explorer.hub push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
-    python -m explorer.hub pull owner/vit-spt-lsa-cifar10@main
+    python -m explorer.checkpoints push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
+    python -m explorer.checkpoints pull owner/vit-spt-lsa-cifar10@main
 """
 
 from __future__ import annotations
@@ -380,8 +380,8 @@ def describe_augmentation(recipe: dict) -> str:
 
 
 def main(argv=None) -> int:
-    """`python -m explorer.hub push|pull`: checkpoints to and from the Hub."""
-    p = argparse.ArgumentParser(prog="python -m explorer.hub", description=__doc__,
+    """`python -m explorer.checkpoints push|pull`: checkpoints to and from the Hub."""
+    p = argparse.ArgumentParser(prog="python -m explorer.checkpoints", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     push_p = sub.add_parser("push", help="upload a checkpoint folder to a Hub model repo")

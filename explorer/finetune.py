@@ -1,7 +1,7 @@
 """A fine-tuning job, without the app: a request validated into a plan (data split once, one recipe, one or
 two models), the plan run in a worker process, and the side-by-side report of its results.
 
-The worker (`python -m explorer.finetune JOB_DIR`, started by workbench.FineTuneRunner) has a Keras
+The worker (`python -m explorer.finetune JOB_DIR`, started by runner.FineTuneRunner) has a Keras
 backend of its own: JAX on a CUDA GPU when the GPU requirements are installed, else the app's. It reads
 the plan and the split images from JOB_DIR, writes its checkpoints under JOB_DIR/staging, and reports
 progress as JSON lines on its standard output; the runner moves the checkpoints into place only once the

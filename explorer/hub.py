@@ -6,8 +6,8 @@ public Space shared by strangers never fills its disk because a visitor typed th
 What is in the files, and turning a reference into a checkpoint, is explorer.checkpoints' business;
 the command line lives there too, with the checks it needs:
 
-    python -m explorer.hub push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
-    python -m explorer.hub pull owner/vit-spt-lsa-cifar10@main
+    python -m explorer.checkpoints push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
+    python -m explorer.checkpoints pull owner/vit-spt-lsa-cifar10@main
 
 Limits, in megabytes (10**6 bytes; unset or 0 means the default):
     EXPLORER_MAX_HUB_MB        the checkpoint files of one repo (default 50)
@@ -20,7 +20,6 @@ import dataclasses
 import math
 import os
 import re
-import sys
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -261,8 +260,3 @@ def upload(folder: str | os.PathLike, repo_id: str, private: bool = False, token
                              commit_message=commit_message or f"Upload {folder.name}",
                              ignore_patterns=[".*", "__pycache__"])
     return str(getattr(info, "commit_url", info))
-
-
-if __name__ == "__main__":  # `python -m explorer.hub`: the CLI checks checkpoints, so it lives there
-    from explorer.checkpoints import main
-    sys.exit(main())

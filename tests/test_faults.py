@@ -18,7 +18,7 @@ import pytest
 from explorer.checkpoints import CheckpointError, clean_stale, list_checkpoints, load_checkpoint
 from explorer.finetune import plan_job
 from explorer.train import TrainConfig, train_new
-from explorer.workbench import FineTuneRunner
+from explorer.runner import FineTuneRunner
 from tests.conftest import ROOT, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from explorer.data import Dataset, read_image_zip
 from explorer.finetune import JobError, Limits, choose_backend, plan_job, recipe_for, report
 from explorer.train import (TrainConfig, accuracy_metrics, fine_tune, fine_tune_recipe, make_batches, predict_logits,
                             prepare_head)
-from explorer.workbench import Busy, FineTuneRunner
+from explorer.runner import Busy, FineTuneRunner
 from tests.conftest import ROOT
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"

@@ -13,7 +13,7 @@ import pytest
 from explorer.checkpoints import load_checkpoint
 from explorer.finetune import plan_job
 from explorer.train import predict_logits
-from explorer.workbench import FineTuneRunner
+from explorer.runner import FineTuneRunner
 from tests.conftest import ROOT
 
 # Loads each checkpoint on JAX and saves its logits for the images given: what the worker's model computes.

@@ -19,7 +19,7 @@ from explorer.checkpoints import CheckpointError
 from explorer.data import DatasetError
 from explorer.finetune import Limits
 from explorer.inputs import DecodedImages, ImageInputError
-from explorer.workbench import FineTuneRunner  # MERGE: moves with helper 5
+from explorer.runner import FineTuneRunner
 from explorer.samples import TestImages
 from explorer.shared import FINETUNED, RunStore, SharedLimits, new_visitor_id, owner_key, shared_mode
 from explorer.workbench import ModelStore, PlotCache, ResultCache, env_int

@@ -15,10 +15,10 @@ from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import DatasetError
 from explorer.finetune import ZIP, JobError, choose_backend, job_data, plan_job, report
-from explorer.finetune_status import CANCEL_ANSWERS, queue_status, run_status
+from explorer.runner import CANCEL_ANSWERS, Busy, QueueFull, queue_status, run_status
 from explorer.shared import REFUSED
 from explorer.ui.context import Explorer, Page, reporter
-from explorer.workbench import Busy, QueueFull, square  # MERGE: Busy, QueueFull move with helper 5
+from explorer.workbench import square
 
 SCRATCH = "(a new model from scratch)"
 PAIR = "A and B (the two slots)"

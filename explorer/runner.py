@@ -1,0 +1,409 @@
+"""The fine-tune runner: one job at a time in a worker process (`python -m explorer.finetune JOB_DIR`), owned
+by the visitor who started it, with a first-come queue on a shared instance; and the run's state as the
+Fine-tune tab says it."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+class Busy(RuntimeError):
+    """A fine-tuning run is already going on."""
+
+
+class QueueFull(Busy):
+    """As many Starts wait as the queue holds."""
+
+
+@dataclass
+class Ticket:
+    """A Start waiting for the run going on to end (shared mode's first-come queue)."""
+
+    id: int
+    owner: str | None
+    seen: float
+    cancelled: bool = False
+
+
+@dataclass
+class MemberState:
+    """One model of a run as the worker reports it."""
+
+    tag: str
+    label: str
+    history: list = field(default_factory=list)
+    step: int = 0
+    total_steps: int = 0
+    last_loss: float | None = None
+    checkpoint: str | None = None     # the final folder, once the whole run succeeded
+    folder: str | None = None         # its name in the staging folder
+    metrics: dict | None = None
+    training: dict | None = None
+    predictions: list | None = None
+    recipe: dict | None = None
+
+
+@dataclass
+class RunState:
+    running: bool = False
+    status: str = "idle"              # idle, starting, training, done, cancelled, failed
+    members: list = field(default_factory=list)
+    current: int = 0
+    error: str | None = None
+    started: float = 0.0
+    ended: float | None = None
+    device: str = ""
+    backend: str = ""
+    backend_reason: str = ""
+    description: str = ""
+    run_id: int = 0
+    owner: str | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended or time.time()) - self.started if self.started else 0.0
+
+
+class FineTuneRunner:
+    """One fine-tuning job at a time, in a worker process (`python -m explorer.finetune`) with a Keras
+    backend of its own; its progress is read with `snapshot()`.
+
+    The worker writes its checkpoints into a hidden job folder under `out_dir`; they are moved into
+    `out_dir` only when every member has finished, so a cancelled (killed at once) or crashed run leaves
+    no checkpoint, and never a partial one.
+
+    Each run has an `owner` (None for the single-user tool): only the owner's Cancel ends it. With
+    `max_queue`, a Start that finds a run going on may `join` a first-come queue of that many and start
+    when its ticket comes first (`ready`); a ticket its page stopped asking about for `stale_s` is dropped.
+    `on_publish(folders, run_id, owner)` is called with a finished run's checkpoint folders. The worker
+    runs at `priority` (EXPLORER_WORKER_PRIORITY): "idle" (the default: Linux's SCHED_IDLE, so it takes only
+    the CPU the app leaves), a niceness ("10"), or "normal".
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, environ: dict | None = None, max_queue: int = 0,
+                 on_publish=None, stale_s: float = 30.0, priority: str | None = None):
+        self.out_dir = Path(out_dir)
+        self.priority = (os.environ.get("EXPLORER_WORKER_PRIORITY", "idle") if priority is None else priority).strip()
+        if self.priority not in ("idle", "normal") and not self.priority.lstrip("-").isdigit():
+            raise ValueError(f"EXPLORER_WORKER_PRIORITY={self.priority!r}: expected idle, normal or a niceness")
+        self.environ = environ
+        self.max_queue = max_queue
+        self.on_publish = on_publish
+        self.stale_s = stale_s
+        self._lock = threading.Lock()
+        self._state = RunState()
+        self._proc = None
+        self._thread: threading.Thread | None = None
+        self._runs = 0
+        self._queue: list[Ticket] = []
+        self._tickets = 0
+        self._durations: list[float] = []
+        self._out = self.out_dir
+
+    def _priority_prefix(self, which) -> list[str]:
+        """What the worker's command starts with, so that serving comes first: every thread of it, from exec
+        on, runs under SCHED_IDLE (only when the app leaves a core idle), or at a niceness."""
+        if self.priority == "idle" and which("chrt"):
+            return ["chrt", "--idle", "0"]
+        nice = 19 if self.priority == "idle" else 0 if self.priority == "normal" else int(self.priority)
+        return ["nice", "-n", str(nice)] if nice and which("nice") else []
+
+    # --- the queue (shared mode) --------------------------------------------------------------------
+
+    def _purge(self) -> None:
+        now = time.time()
+        self._queue = [t for t in self._queue if not t.cancelled and now - t.seen < self.stale_s]
+
+    def join(self, owner: str | None) -> Ticket:
+        """A place in the queue; QueueFull when `max_queue` Starts already wait behind a run going on."""
+        with self._lock:
+            self._purge()
+            if (self._state.running or self._queue) and len(self._queue) >= self.max_queue:
+                waiting = f"{len(self._queue)} Start{'s' if len(self._queue) != 1 else ''} already wait"
+                raise QueueFull(f"the fine-tuning queue is full: a run is going on and {waiting} (the most "
+                                f"this instance holds); try again later, or duplicate the Space to train on "
+                                f"your own hardware")
+            self._tickets += 1
+            ticket = Ticket(self._tickets, owner, time.time())
+            self._queue.append(ticket)
+            return ticket
+
+    def leave(self, ticket: Ticket) -> None:
+        with self._lock:
+            ticket.cancelled = True
+            self._purge()
+
+    def ready(self, ticket: Ticket) -> bool:
+        """Whether `ticket` may start now (no run going on, first in the queue); keeps it alive."""
+        with self._lock:
+            ticket.seen = time.time()
+            self._purge()
+            return not self._state.running and bool(self._queue) and self._queue[0] is ticket
+
+    def position(self, ticket: Ticket) -> tuple[int, int, float | None]:
+        """(1-based place, queue length, estimated seconds until it starts or None) of a waiting ticket."""
+        with self._lock:
+            ticket.seen = time.time()
+            self._purge()
+            place = next((i + 1 for i, t in enumerate(self._queue) if t is ticket), 0)
+            return place, len(self._queue), self._estimate(place)
+
+    def _estimate(self, place: int) -> float | None:
+        s = self._state
+        projected = None
+        if s.running:
+            totals = [m.total_steps for m in s.members if m.total_steps]
+            if totals:
+                total = sum(totals) + (len(s.members) - len(totals)) * totals[0]
+                done = sum(m.step for m in s.members)
+                if done / total > 0.02:
+                    projected = s.elapsed * total / done
+        typical = float(np.median(self._durations)) if self._durations else projected
+        if typical is None:
+            return None
+        remaining = max(projected - s.elapsed, 0.0) if projected is not None else (typical if s.running else 0.0)
+        return remaining + max(place - 1, 0) * typical
+
+    # --- a run --------------------------------------------------------------------------------------
+
+    def start(self, plan, owner: str | None = None, out_dir: str | os.PathLike | None = None,
+              ticket: Ticket | None = None) -> int:
+        """Starts the job `plan` (a finetune.Plan) unless one is going on (or, with a `ticket`, unless it
+        is not first in the queue); its checkpoints go to `out_dir` (default: the runner's). Returns
+        the run id."""
+        import shutil
+        import subprocess
+        import sys
+        import uuid
+        from explorer.checkpoints import clean_stale
+        from explorer.finetune import choose_backend, write_job
+        backend, reason = choose_backend(self.environ)
+        with self._lock:
+            self._purge()
+            if self._state.running:
+                raise Busy("a fine-tuning run is already going on"
+                           + (f" ({self._state.description})" if self._state.owner == owner else "")
+                           + "; wait for it to end" + (" or cancel it" if self._state.owner == owner else ""))
+            if ticket is not None:
+                if not self._queue or self._queue[0] is not ticket:
+                    raise Busy("another Start is ahead in the queue")
+                self._queue.pop(0)
+            elif self._queue:
+                raise Busy(f"{len(self._queue)} Start(s) wait in the queue")
+            self._runs += 1
+            self._out = Path(out_dir) if out_dir is not None else self.out_dir
+            self._state = RunState(running=True, status="starting", started=time.time(),
+                                   description=plan.description, backend=backend, backend_reason=reason,
+                                   members=[MemberState(m.tag, m.label) for m in plan.members],
+                                   run_id=self._runs, owner=owner)
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            clean_stale(self.out_dir)
+            job_dir = self.out_dir / f".tmp-{os.getpid()}-job-{uuid.uuid4().hex[:8]}"
+            write_job(plan, job_dir)
+            env = {**(os.environ if self.environ is None else self.environ), "KERAS_BACKEND": backend,
+                   "PYTHONUNBUFFERED": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+            log = open(job_dir / "worker.log", "wb")
+            root = Path(__file__).resolve().parents[1]
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+            command = self._priority_prefix(shutil.which) + [sys.executable, "-m", "explorer.finetune",
+                                                              str(job_dir)]
+            proc = subprocess.Popen(command,
+                                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
+                                    cwd=str(root))
+            log.close()
+        except Exception as e:
+            with self._lock:
+                self._state.running, self._state.status = False, "failed"
+                self._state.error = f"the training process could not start: {type(e).__name__}: {e}"
+                self._state.ended = time.time()
+            raise
+        with self._lock:
+            self._proc = proc
+            self._thread = threading.Thread(target=self._follow, args=(proc, job_dir), name="fine-tune",
+                                            daemon=True)
+            self._thread.start()
+            return self._state.run_id
+
+    def _event(self, event: dict) -> None:
+        with self._lock:
+            s = self._state
+            kind = event.get("kind")
+            # Lines still in the pipe after a Cancel must not turn "cancelled" back into "training".
+            if kind in ("member", "batch") and s.status == "starting":
+                s.status = "training"
+            member = s.members[event["member"]] if "member" in event else None
+            if kind == "started":
+                s.device, s.backend = event["device"], event["backend"]
+            elif kind == "member":
+                s.current = event["member"]
+                member.recipe = event.get("recipe")
+            elif kind == "batch":
+                member.step, member.total_steps = event["step"], event["total_steps"]
+                member.last_loss = event["loss"]
+            elif kind == "epoch":
+                member.history = member.history + [{k: v for k, v in event.items() if k not in ("kind", "member")}]
+            elif kind == "member_done":
+                member.folder, member.metrics = event["folder"], event["metrics"]
+                member.training, member.predictions = event["training"], event["predictions"]
+            elif kind == "error":
+                s.error = event["error"]
+
+    def _follow(self, proc, job_dir: Path) -> None:
+        import json
+        import shutil
+        done = False
+        for line in proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            done = done or event.get("kind") == "done"
+            self._event(event)
+        code = proc.wait()
+        with self._lock:
+            cancelled = self._state.status == "cancelled"
+        try:
+            if done and code == 0 and not cancelled:
+                self._publish(job_dir)
+                with self._lock:
+                    self._durations = (self._durations + [self._state.elapsed])[-20:]
+            elif not cancelled:
+                with self._lock:
+                    self._state.status = "failed"
+                    self._state.error = self._state.error or self._crash_message(code, job_dir)
+        except Exception as e:  # e.g. the disk filled up while moving: nothing is left half-moved
+            with self._lock:
+                self._state.status, self._state.error = "failed", f"{type(e).__name__}: {e}"
+        finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            with self._lock:
+                self._state.running, self._state.ended = False, time.time()
+                self._proc = None
+
+    @staticmethod
+    def _crash_message(code: int, job_dir: Path) -> str:
+        try:
+            tail = [line for line in (job_dir / "worker.log").read_text(errors="replace").splitlines()
+                    if line.strip()][-3:]
+        except OSError:
+            tail = []
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return f"the training process {how}" + (f": {' / '.join(tail)}" if tail else "")
+
+    def _publish(self, job_dir: Path) -> None:
+        """Moves every member's checkpoint into out_dir (a new name if the planned one is taken)."""
+        from explorer.checkpoints import unique_dir, update_card
+        with self._lock:
+            folders = [m.folder for m in self._state.members]
+        if None in folders:
+            raise RuntimeError("the training process ended without writing every checkpoint")
+        moved = []
+        self._out.mkdir(parents=True, exist_ok=True)
+        try:
+            for folder in folders:
+                target = unique_dir(self._out, folder)
+                os.rename(job_dir / "staging" / folder, target)
+                moved.append(target)
+                if target.name != folder:
+                    update_card(target, name=target.name)
+        except BaseException:
+            import shutil
+            for target in moved:  # all or nothing
+                shutil.rmtree(target, ignore_errors=True)
+            raise
+        if self.on_publish is not None:
+            with self._lock:
+                run_id, owner = f"{os.getpid()}-{self._state.run_id}-{int(self._state.started)}", self._state.owner
+            self.on_publish(moved, run_id, owner)
+        with self._lock:
+            for m, target in zip(self._state.members, moved):
+                m.checkpoint = str(target)
+            self._state.status = "done"
+
+    def cancel(self, owner: str | None = None) -> bool:
+        """Ends `owner`'s run at once (its process is killed); returns whether it did."""
+        return self.cancel_as(owner) == "cancelled"
+
+    def cancel_as(self, owner: str | None = None) -> str:
+        """Cancel as `owner` asks it: "cancelled" (their run was going on: its process is killed at
+        once), "left" (they were waiting in the queue), "not yours" (another owner's run is going on;
+        nothing happens) or "none"."""
+        with self._lock:
+            mine = [t for t in self._queue if t.owner == owner and not t.cancelled]
+            proc = self._proc if self._state.running else None
+            if proc is not None and self._state.owner == owner:
+                self._state.status = "cancelled"
+            elif mine:
+                for t in mine:
+                    t.cancelled = True
+                self._purge()
+                return "left"
+            else:
+                return "not yours" if self._state.running else "none"
+        proc.kill()
+        return "cancelled"
+
+    def wait(self, timeout: float | None = None) -> None:
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def snapshot(self) -> RunState:
+        import copy
+        with self._lock:
+            return copy.deepcopy(self._state)
+
+
+# --- the run as the page says it ----------------------------------------------------------------
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def run_status(s, root: str | os.PathLike) -> str:
+    """Markdown for a RunState `s`: the run, each member's progress and result, and how it ended;
+    checkpoints are named relative to `root`."""
+    if s.status == "idle":
+        return "No run yet."
+    where = f"on **{s.device}** ({s.backend})" if s.device else f"starting a {s.backend} worker"
+    lines = [f"**{s.status}** · {s.description} · {where} · {s.elapsed:.0f} s"]
+    for m in s.members:
+        pct = 100 * m.step / m.total_steps if m.total_steps else 0
+        t = m.training or {}
+        done = (f" · done: test top-1 **{100 * m.metrics['test_top1']:.1f} %**, "
+                f"{t.get('images_per_second')} images/s" if m.metrics and "test_top1" in m.metrics else "")
+        start = next((e for e in m.history if e.get("epoch") == 0), None)
+        head = f" · head: {start['head']}" if start and start.get("head") else ""
+        lines.append(f"{m.label}: step {m.step}/{m.total_steps} ({pct:.0f} %)"
+                     + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done)
+    if s.status == "done":
+        saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
+        lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")
+    if s.status == "cancelled":
+        lines.append("Cancelled: the training process was stopped and nothing was saved.")
+    if s.error:
+        lines.append(f"**⚠ the run failed:** {s.error} · nothing was saved; the slots are as they were.")
+    return "\n\n".join(lines)
+
+
+def queue_status(place: int, length: int, eta: float | None, description: str) -> str:
+    """Markdown for a Start waiting behind another visitor's run."""
+    wait = f"about {duration(eta)}" if eta is not None else "an estimate comes once it has made progress"
+    return (f"**waiting** · another visitor's run is going on · your place in the queue: **{place} of {length}** · "
+            f"{wait} · {description} starts by itself when its turn comes; keep this page open (Cancel leaves "
+            f"the queue)")
+
+
+CANCEL_ANSWERS = {"cancelled": "Cancelled: the training process was stopped and nothing was saved.",
+                  "left": "You left the queue; nothing was started.",
+                  "not yours": "The run going on is not yours: only the visitor who started it can cancel it. "
+                               "Press Start to wait for your turn in the queue.",
+                  "none": "No run is going on."}
