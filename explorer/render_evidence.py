@@ -8,13 +8,14 @@ arrays and numbers (what `explorer.evidence` returns), so a test draws them with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 from PIL import Image, ImageDraw
 
-from explorer.render import (QUERY_COLOR, _figure, _label_axes, _no_data, _rgb, _text_mask, attention_overlay,
+from explorer.render import (QUERY_COLOR, _figure, _font, _label_axes, _no_data, _rgb, _text_mask, attention_overlay,
                              label_image, model_color, side_by_side)
 
 _WHITE = (255, 255, 255)
@@ -36,15 +37,26 @@ def _base(image: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(rgb).resize((size, size), Image.NEAREST if small else Image.BILINEAR))
 
 
+@functools.lru_cache(maxsize=1024)
+def _text_width(text: str) -> float:
+    return _font().getlength(text)
+
+
 def _wrap(text: str, width: int) -> list[str]:
     """`text` broken at spaces into lines no wider than `width` pixels in the app's font; words are set
     two spaces apart, since the font's space is 2 px wide and one reads as none."""
+    space = _text_width("  ")
     lines: list[str] = []
+    used = 0.0
     for word in text.split():
-        if lines and _text_mask(f"{lines[-1]}  {word}").shape[1] + 6 <= width:
+        w = _text_width(word)
+        # label_image leaves a 3 px margin each side; words are measured once and cached.
+        if lines and used + space + w + 6 <= width:
             lines[-1] = f"{lines[-1]}  {word}"
+            used += space + w
         else:
             lines.append(word)
+            used = w
     return lines or [""]
 
 
