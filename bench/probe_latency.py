@@ -1,11 +1,13 @@
 """(a) a plain `model.predict(x)` per model vs (b) the app's full analysis of the same image for BOTH
 models (logits, all attention maps, rollout, distances, entropy, every per-request picture); and (c) the
 probe of both models vs (d) their what-if probe (tau scaled, diagonal mask switched: one more forward
-pass each, never a rebuild).
+pass each, never a rebuild); and the evidence views against (a): (e) the occlusion map of both models
+(every single-patch occluded copy of the image, mean fill, in one batched call per model) and (f) the
+shift strip of both models (the image moved by -4..+4 px and mirrored, one call per model).
 
     python bench/probe_latency.py [--a checkpoints/cifar10-vanilla] [--b checkpoints/cifar10-spt_lsa]
 
-Prints the medians and the ratios b / a and d / c, measured in this one run.
+Prints the medians and the ratios b / a, d / c, e / a, f / a and (e + f) / c, measured in this one run.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def main():
     p.add_argument("--repeats", type=int, default=50)
     args = p.parse_args()
 
-    from explorer import render
+    from explorer import evidence, render
     from explorer.data import load_cifar
     from explorer.workbench import ModelStore, ResultCache, analyze_pair, side_by_side_pictures
     store = ModelStore(ROOT)
@@ -54,6 +56,16 @@ def main():
         render.spt_grids(images[i], spt.patch_size)
         return views
 
+    def occlusion(i):
+        pair = evidence.occlusion_pair(models, images[i], window=1, fill="mean")
+        evidence.occlusion_picture(pair, images[i], ["A", "B"])  # what the tab would send
+        return pair
+
+    def strip(i):
+        shifted = evidence.shift_strip(models, images[i], max_shift=4)
+        evidence.strip_picture(shifted)
+        return shifted
+
     start = time.perf_counter()
     what_if(0)  # builds and compiles each model's what-if probe, once
     built = time.perf_counter() - start
@@ -62,13 +74,15 @@ def main():
         full(i)
         probe(i)
         what_if(i)
-    a, b, c, d = [], [], [], []
+        occlusion(i)
+        strip(i)
+    a, b, c, d, e, f = [], [], [], [], [], []
     for i in range(5, 5 + args.repeats):
-        for fn, times in ((naive, a), (full, b), (probe, c), (what_if, d)):
+        for fn, times in ((naive, a), (full, b), (probe, c), (what_if, d), (occlusion, e), (strip, f)):
             start = time.perf_counter()
             fn(i)
             times.append(time.perf_counter() - start)
-    ma, mb, mc, md = (statistics.median(t) * 1000 for t in (a, b, c, d))
+    ma, mb, mc, md, me, mf = (statistics.median(t) * 1000 for t in (a, b, c, d, e, f))
     print(f"models: {models[0].label} | {models[1].label}; {args.repeats} images")
     print(f"(a) model.predict, both models, one image: median {ma:.1f} ms ({ma / 2:.1f} ms per model)")
     print(f"(b) full analysis, both models, one image: median {mb:.1f} ms")
@@ -77,6 +91,14 @@ def main():
     print(f"(d) what-if probe (tau x factor, diagonal mask switched), both models: median {md:.1f} ms "
           f"(built once in {built:.1f} s on first use)")
     print(f"ratio d / c = {md / mc:.2f}  (goal: about one more forward pass, ~1.0)")
+    copies = models[1].config.grid_size ** 2 + 1
+    print(f"(e) occlusion map, both models ({copies} copies each, one call per model, with its picture): "
+          f"median {me:.1f} ms")
+    print(f"ratio e / a = {me / ma:.2f}  (one batched call per model against one model.predict per model)")
+    print(f"(f) shift strip, both models (-4..+4 px and the mirror, one call per model, with its picture): "
+          f"median {mf:.1f} ms")
+    print(f"ratio f / a = {mf / ma:.2f}")
+    print(f"ratio (e + f) / c = {(me + mf) / mc:.2f}  (both evidence views in probe calls' time; goal: a few)")
 
 
 if __name__ == "__main__":
