@@ -16,7 +16,6 @@ import argparse
 import sys
 import time
 
-import numpy as np
 from _common import ROOT, data_dir
 
 DEFAULT = [str(ROOT / "checkpoints" / "cifar10-vanilla"), str(ROOT / "checkpoints" / "cifar10-spt_lsa")]
@@ -27,7 +26,7 @@ def log(message: str) -> None:
 
 
 def summarise(lm, x, y, occlusion_count: int, target: str, max_shift: int, padding: str, batch_size: int) -> dict:
-    from explorer import evidence
+    from explorer import evidence, robustness
     started = time.perf_counter()
     results = []
     chunk = max(1, batch_size // (lm.config.num_patches + 1)) * 16
@@ -44,7 +43,7 @@ def summarise(lm, x, y, occlusion_count: int, target: str, max_shift: int, paddi
             logged[0] = done
             log(f"  {lm.name}: shifts {done}/{total} ({time.perf_counter() - occluded:.0f} s)")
 
-    robustness = evidence.shift_robustness(lm, x, y, max_shift=max_shift, padding=padding,
+    robustness = robustness.shift_robustness(lm, x, y, max_shift=max_shift, padding=padding,
                                            batch_size=batch_size, progress=progress)
     return {"name": lm.name, "variant": lm.config.variant, "concentration": evidence.mean_concentration(results),
             "robustness": robustness, "occlusion_s": occluded - started,

@@ -26,7 +26,7 @@ def main():
     p.add_argument("--repeats", type=int, default=50)
     args = p.parse_args()
 
-    from explorer import evidence, render
+    from explorer import evidence, render, robustness
     from explorer.data import load_cifar
     from explorer.workbench import ModelStore, ResultCache, analyze_pair, side_by_side_pictures
     store = ModelStore(ROOT)
@@ -62,8 +62,8 @@ def main():
         return pair
 
     def strip(i):
-        shifted = evidence.shift_strip(models, images[i], max_shift=4)
-        evidence.strip_picture(shifted)
+        shifted = robustness.shift_strip(models, images[i], max_shift=4)
+        robustness.strip_picture(shifted)
         return shifted
 
     start = time.perf_counter()

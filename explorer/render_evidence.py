@@ -15,8 +15,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from PIL import Image, ImageDraw
 
-from explorer.render import (QUERY_COLOR, _figure, _font, _label_axes, _no_data, _rgb, _text_mask, attention_overlay,
-                             label_image, model_color, side_by_side)
+from explorer.plots import _figure, _label_axes, _no_data, model_color
+from explorer.render import QUERY_COLOR, _font, _rgb, _text_mask, attention_overlay, label_image, side_by_side
 
 _WHITE = (255, 255, 255)
 _CHANGED = (255, 228, 225)  # the pale red behind an answer that differs from the unshifted image's

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from explorer import evidence as ev
+from explorer import robustness as rb
 from explorer.models import build_vit
 from explorer.probe import Probe, softmax
 from tests.conftest import tiny_config
@@ -217,28 +218,28 @@ def test_concentration_by_hand():
 
 def test_shift_moves_the_content_as_documented():
     image = RNG.integers(1, 256, size=(6, 7, 3)).astype(np.uint8)  # no zeros: padding shows
-    right = ev.shift(image, 0, 2, "zero")
+    right = rb.shift(image, 0, 2, "zero")
     np.testing.assert_array_equal(right[:, 2:], image[:, :-2])
     assert (right[:, :2] == 0).all()
-    up = ev.shift(image, -1, 0, "edge")
+    up = rb.shift(image, -1, 0, "edge")
     np.testing.assert_array_equal(up[:-1], image[1:])
     np.testing.assert_array_equal(up[-1], image[-1])
-    corner = ev.shift(image, 1, -3, "edge")
+    corner = rb.shift(image, 1, -3, "edge")
     np.testing.assert_array_equal(corner[1:, :-3], image[:-1, 3:])
     np.testing.assert_array_equal(corner[0, :-3], image[0, 3:])
-    np.testing.assert_array_equal(ev.shift(image, 0, 0), image)
+    np.testing.assert_array_equal(rb.shift(image, 0, 0), image)
     batch = np.stack([image, image[::-1]])
-    np.testing.assert_array_equal(ev.shift(batch, 0, 2)[1], ev.shift(image[::-1], 0, 2))
-    np.testing.assert_array_equal(ev.flip(image), image[:, ::-1])
+    np.testing.assert_array_equal(rb.shift(batch, 0, 2)[1], rb.shift(image[::-1], 0, 2))
+    np.testing.assert_array_equal(rb.flip(image), image[:, ::-1])
     with pytest.raises(ValueError, match="padding must be one of"):
-        ev.shift(image, 1, 0, "wrap")
+        rb.shift(image, 1, 0, "wrap")
 
 
 @pytest.mark.parametrize("padding", ["zero", "edge"])
 def test_shift_zero_gives_the_unshifted_predictions_exactly(probes, cifar10, padding):
     probe = probes["spt_lsa"]
     x, y = cifar10.x_test[:12], cifar10.y_test[:12]
-    r = ev.shift_robustness(probe, x, y, max_shift=2, padding=padding, batch_size=30)
+    r = rb.shift_robustness(probe, x, y, max_shift=2, padding=padding, batch_size=30)
     plain = probe.model.predict(x.astype("float32"), verbose=0).argmax(-1)
     assert r.top1.shape == (4, 3, 12)
     for d in range(4):
@@ -255,21 +256,21 @@ def test_a_mirror_symmetric_image_keeps_its_answer_under_flip(probes):
     symmetric = np.concatenate([half, half[:, :, ::-1]], axis=2)
     random = RNG.integers(0, 256, size=(6, 32, 32, 3)).astype(np.uint8)
     for probe in probes.values():
-        r = ev.shift_robustness(probe, symmetric, max_shift=1)
+        r = rb.shift_robustness(probe, symmetric, max_shift=1)
         assert r.flip_unchanged == 1.0 and r.accuracy is None and r.flip_accuracy is None
         # On images that are not symmetric, the flip's answers are those of the explicit mirror images.
         mirrored = probe.model.predict(random[:, :, ::-1].astype("float32"), verbose=0).argmax(-1)
-        np.testing.assert_array_equal(ev.shift_robustness(probe, random, max_shift=0).flip_top1, mirrored)
+        np.testing.assert_array_equal(rb.shift_robustness(probe, random, max_shift=0).flip_top1, mirrored)
 
 
 def test_batch_and_single_image_robustness_and_strip_agree(probes, images):
     a, b = probes["vanilla"], probes["spt_lsa"]
-    together = ev.robustness_pair([a, b], images[:5], max_shift=2, batch_size=20)  # 2 images per call
+    together = rb.robustness_pair([a, b], images[:5], max_shift=2, batch_size=20)  # 2 images per call
     for i, image in enumerate(images[:5]):
-        strip = ev.shift_strip([a, b], image, max_shift=2)
+        strip = rb.shift_strip([a, b], image, max_shift=2)
         assert strip.labels == ["-2 px", "-1 px", "0 px", "+1 px", "+2 px", "flip"] and strip.centre == 2
         for model, robust, answers in zip((a, b), together, strip.answers):
-            alone = ev.shift_robustness(model, image, max_shift=2)
+            alone = rb.shift_robustness(model, image, max_shift=2)
             np.testing.assert_array_equal(alone.top1[..., 0], robust.top1[..., i])
             assert alone.flip_top1[0] == robust.flip_top1[i] == answers.top1[-1]
             right, left = robust.directions.index("right"), robust.directions.index("left")
@@ -279,21 +280,21 @@ def test_batch_and_single_image_robustness_and_strip_agree(probes, images):
 
 
 def test_strip_shows_the_copies_the_models_saw(probes, images):
-    strip = ev.shift_strip([probes["vanilla"]], images[2], max_shift=3, padding="edge", axis="vertical",
+    strip = rb.shift_strip([probes["vanilla"]], images[2], max_shift=3, padding="edge", axis="vertical",
                            with_flip=False)
     assert strip.images.shape == (7, 32, 32, 3) and strip.images.dtype == np.uint8
     np.testing.assert_array_equal(strip.images[3], images[2])
-    np.testing.assert_array_equal(strip.images[6], ev.shift(images[2], 3, 0, "edge"))
-    picture = ev.strip_picture(strip, "A", cell=64)
+    np.testing.assert_array_equal(strip.images[6], rb.shift(images[2], 3, 0, "edge"))
+    picture = rb.strip_picture(strip, "A", cell=64)
     assert picture.shape[1] == 7 * 64 + 6 * 4
     with pytest.raises(ValueError, match="axis must be one of"):
-        ev.shift_strip([probes["vanilla"]], images[2], axis="diagonal")
+        rb.shift_strip([probes["vanilla"]], images[2], axis="diagonal")
 
 
 def test_robustness_rejects_bad_settings(probes, images):
     with pytest.raises(ValueError, match="max_shift must be a whole number"):
-        ev.shift_robustness(probes["vanilla"], images[:2], max_shift=-1)
+        rb.shift_robustness(probes["vanilla"], images[:2], max_shift=-1)
     with pytest.raises(ValueError, match="directions must be some of"):
-        ev.shift_robustness(probes["vanilla"], images[:2], directions=("sideways",))
+        rb.shift_robustness(probes["vanilla"], images[:2], directions=("sideways",))
     with pytest.raises(ValueError, match="2 images but 3 labels"):
-        ev.shift_robustness(probes["vanilla"], images[:2], labels=[0, 1, 2])
+        rb.shift_robustness(probes["vanilla"], images[:2], labels=[0, 1, 2])

@@ -10,7 +10,7 @@ import pytest
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from explorer import render, render_evidence as rv
+from explorer import plots, render, render_evidence as rv
 
 
 def test_importing_it_builds_nothing_from_keras():
@@ -98,12 +98,12 @@ def test_robustness_plot_draws_both_models_in_the_app_colours():
     assert isinstance(fig, Figure) and len(fig.axes) == 2
     for ax, key in zip(fig.axes, ("accuracy", "unchanged")):
         lines = [line for line in ax.get_lines() if line.get_linestyle() != "None"]
-        assert [to_rgb(line.get_color()) for line in lines] == [to_rgb(render.model_color(k)) for k in (0, 1)]
+        assert [to_rgb(line.get_color()) for line in lines] == [to_rgb(plots.model_color(k)) for k in (0, 1)]
         stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
         assert [tuple(s.get_xdata()) for s in stars] == [(3.0,), (3.0,)]
         assert [t.get_text() for t in ax.get_xticklabels()][-1] == "flip"
     np.testing.assert_allclose(fig.axes[0].get_lines()[0].get_ydata(), [0.8, 0.7, 0.6])
-    assert render.figure_to_array(fig).ndim == 3
+    assert plots.figure_to_array(fig).ndim == 3
 
 
 def test_robustness_plot_without_labels_says_so():
