@@ -17,6 +17,7 @@ from explorer.finetune import ZIP
 from explorer.ui import Explorer, build_demo
 from explorer.ui.attention import AttentionTab
 from explorer.ui.compare import CompareTab
+from explorer.ui.evidence import LABEL, TOP1, EvidenceTab
 from explorer.ui.finetune import PAIR, SCRATCH, FinetuneTab
 from explorer.ui.images import ImagesColumn
 from explorer.ui.patches import PatchesTab
@@ -35,7 +36,7 @@ def ui(ex: Explorer) -> SimpleNamespace:
     if id(ex) not in _UI:
         _UI[id(ex)] = SimpleNamespace(slots=Slots(ex), images=ImagesColumn(ex), compare=CompareTab(ex),
                                       patches=PatchesTab(ex), attention=AttentionTab(ex), what_if=WhatIfTab(ex),
-                                      tau=TauTab(ex), finetune=FinetuneTab(ex))
+                                      tau=TauTab(ex), finetune=FinetuneTab(ex), evidence=EvidenceTab(ex))
     return _UI[id(ex)]
 
 
@@ -386,3 +387,44 @@ def test_examples_cover_every_case_with_their_true_labels(ex):
     for e in found:  # named like test samples: the app knows each one's label
         assert ex.tests.true_label(e.path) == e.label
         assert ui(ex).images.take_image(e.path)[0].shape == (224, 224, 3)
+
+
+def test_evidence_tab_occlusion_strip_and_robustness(ex, image_file, cifar10):
+    from explorer import evidence, robustness
+    mean = "the image's mean colour"
+    picture, text = ui(ex).evidence.evidence(image_file, A, B, TOP1, mean, 1)
+    a, b = ex.store.get(A), ex.store.get(B)
+    image, _ = ex.images.get(image_file)
+    pair = evidence.occlusion_pair([a, b], image)  # what the tab shows, computed without it
+    assert f"**A** · {evidence.occlusion_caption(pair.results[0])}" in text
+    assert f"**B** · {evidence.occlusion_caption(pair.results[1])}" in text and f"({pair.vmax:.3f})" in text
+    assert picture.ndim == 3 and picture.shape[1] > picture.shape[0]
+    truth = cifar10.class_names[cifar10.y_test[42]]
+    _, text = ui(ex).evidence.evidence(image_file, A, B, LABEL, "a blur of the image", 2)
+    assert f"p({truth})" in text and "(true label)" in text and "2×2 patches" in text
+    _, text = ui(ex).evidence.evidence(image_file, A, B, "ship", mean, 1)
+    assert text.count("p(ship)") == 2 and "(chosen class)" in text
+    with pytest.raises(gr.Error, match="known only for test samples"):
+        ui(ex).evidence.evidence(_holiday(image_file), A, B, LABEL, mean, 1)
+    with pytest.raises(gr.Error, match="not a class both models predict"):
+        ui(ex).evidence.evidence(image_file, A, B, "dragon", mean, 1)
+    with pytest.raises(gr.Error, match="No image yet"):
+        ui(ex).evidence.evidence(None, A, B, TOP1, mean, 1)
+    strip = ui(ex).evidence.shift_strip(image_file, A, B, 2, "edge")
+    alone = robustness.strip_picture(robustness.shift_strip([a, b], image, 2, "edge"))
+    np.testing.assert_array_equal(strip, alone)
+    plot, table, summary = ui(ex).evidence.robustness(A, B, 60, 2, "zero")
+    curves = robustness.robustness_pair([a, b], cifar10.x_test[:60], cifar10.y_test[:60], 2, "zero")
+    assert list(table["unchanged at S px"]) == [f"{100 * r.unchanged[-1]:.1f} %" for r in curves]
+    assert list(table["top-1"]) == [f"{100 * r.accuracy[0]:.1f} %" for r in curves]
+    assert "first **60** cifar10 test images" in summary and len(plot.axes) == 2
+    assert ui(ex).evidence.robustness(A, B, 60, 2, "zero")[1].equals(table)  # cached, the same
+    with pytest.raises(gr.Error, match="at least one test image"):
+        ui(ex).evidence.robustness(A, B, 60, 0, "zero")
+
+
+def _holiday(image_file):
+    """The same pixels under a name that is not a test sample's: no true label."""
+    target = Path(image_file).with_name("holiday.png")
+    shutil.copy(image_file, target)
+    return str(target)

@@ -10,7 +10,7 @@ import gradio as gr
 from explorer.checkpoints import CheckpointError
 from explorer.samples import examples
 from explorer.shared import REFUSED
-from explorer.ui import attention, compare, finetune, images, patches, tau
+from explorer.ui import attention, compare, evidence, finetune, images, patches, tau
 from explorer.ui.context import Explorer, Page
 from explorer.ui.pictures import install_image_cache
 from explorer.ui.finetune import PAIR, SCRATCH
@@ -135,6 +135,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                     compare.build(ex, page)
                     patches.build(ex, page)
                     attention.build(ex, page)
+                    evidence.build(ex, page)
                     tau.build(ex, page)
                     finetune.build(ex, page)
 

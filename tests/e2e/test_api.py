@@ -30,7 +30,7 @@ def test_api_lists_every_endpoint(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/compare", "/sample", "/patches", "/attention", "/locality", "/tau", "/finetune", "/cancel",
             "/load_model_a", "/load_model_b", "/disagreements", "/refresh", "/image", "/attention_query",
-            "/attention_layer", "/what_if"} <= names
+            "/attention_layer", "/what_if", "/evidence", "/shift_strip", "/robustness"} <= names
     assert "/load_model" not in names
 
 
@@ -219,3 +219,16 @@ def test_bad_fine_tune_parameters(client, args, message):
     with pytest.raises(Exception, match=message):
         client.predict(B, "tiny", "spt_lsa", values["data"], None, values["epochs"], values["lr"], values["batch"],
                        values["subset"], False, "", A, B, api_name="/finetune")
+
+
+def test_evidence_endpoints(client, upload):
+    picture, text = client.predict(handle_file(str(upload)), A, B, "each model's top-1", "the image's mean colour", 1,
+                                   api_name="/evidence")
+    assert np.asarray(Image.open(picture)).ndim == 3 and text.count("of patches carry") == 2
+    with pytest.raises(Exception, match="known only for test samples"):  # an upload has no true label
+        client.predict(handle_file(str(upload)), A, B, "the true label", "the image's mean colour", 1,
+                       api_name="/evidence")
+    strip = client.predict(handle_file(str(upload)), A, B, 2, "zero", api_name="/shift_strip")
+    assert np.asarray(Image.open(strip)).shape[1] > 5 * np.asarray(Image.open(strip)).shape[0] / 2
+    plot, table, summary = client.predict(A, B, 50, 2, "edge", api_name="/robustness")
+    assert plot["type"] == "matplotlib" and len(table["data"]) == 2 and "first **50**" in summary

@@ -134,3 +134,17 @@ def test_a_first_visit_shows_an_example_and_an_example_click_fills_every_tab(pag
     page.get_by_role("tab", name="Attention").click()
     page.wait_for_function("(before) => { const i = document.querySelector('#maps img');"
                            " return i && i.getAttribute('src') !== before }", arg=maps_before, timeout=30_000)
+
+
+def test_the_evidence_tab_shows_both_models_evidence_and_their_shift_robustness(page, tmp_path):
+    page.get_by_role("tab", name="Evidence").click()
+    # The first example's occlusion maps and shift strip are there before anything is pressed.
+    assert page.locator("#occlusion img").count() == 1 and page.locator("#shift-strip img").count() == 1
+    assert page.inner_text("#evidence-summary").count("of patches carry") == 2
+    page.click("#robustness-btn")
+    page.wait_for_function("() => /keeps/.test((document.querySelector('#robustness-summary') || {}).innerText || '')",
+                           timeout=120_000)
+    assert "unchanged at S px" in page.inner_text("#robustness-table")
+    page.locator("#evidence-text").scroll_into_view_if_needed()
+    page.screenshot(path=str(tmp_path / "evidence.png"), full_page=True)
+    assert Image.open(tmp_path / "evidence.png").size[0] >= 1000
