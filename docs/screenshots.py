@@ -1,7 +1,7 @@
 """Retakes the README's screenshots from the real app on the shipped checkpoints.
 
     python docs/screenshots.py   # writes docs/first-visit.png (and -800), patches.png, tau.png, compare.png,
-                                 # screenshot.png, whatif.png and finetune.png
+                                 # screenshot.png, whatif.png, evidence.png and finetune.png
 
 Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data
 or the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium),
@@ -103,6 +103,14 @@ def main() -> int:
             section = page.locator("#what-if-text").locator("xpath=ancestor::div[contains(@class, 'block')][1]")
             section.screenshot(path=str(ROOT / "docs" / "whatif.png"))
 
+            page.get_by_role("tab", name="Evidence").click()
+            page.click("#robustness-btn")
+            page.wait_for_function(
+                "() => /keeps/.test((document.querySelector('#robustness-summary') || {}).innerText || '')",
+                timeout=300_000)
+            page.wait_for_timeout(2000)
+            page.screenshot(path=str(ROOT / "docs" / "evidence.png"), full_page=True)
+
             page.get_by_role("tab", name="Fine-tune").click()
             page.set_input_files("#ft-zip input[type=file]", str(new_task))
             page.wait_for_timeout(2000)
@@ -117,7 +125,7 @@ def main() -> int:
         proc.wait(10)
     shutil.rmtree(work)
     print("wrote docs/first-visit.png, first-visit-800.png, patches.png, tau.png, compare.png, screenshot.png, "
-          "whatif.png and finetune.png")
+          "whatif.png, evidence.png and finetune.png")
     return 0
 
 

@@ -174,7 +174,7 @@ def build(ex: Explorer, page: Page) -> AttentionTab:
             with gr.Row():
                 dist_plot = gr.Plot(locality0[0], label="mean attention distance", show_label=False)
                 ent_plot = gr.Plot(locality0[1], label="attention entropy", show_label=False)
-            loc_table = gr.Dataframe(locality0[2], interactive=False)
+            loc_table = gr.Dataframe(locality0[2], interactive=False, wrap=True, elem_id="locality-table")
         what_if.build(ex, page, layer, qy, qx)
 
     inputs = [page.upload, page.slot_a, page.slot_b, layer, head, qy, qx]

@@ -189,7 +189,8 @@ class Explorer:
     def initial_refs(self) -> tuple[str | None, str | None]:
         choices = self.runs.listing(None)
         pick = lambda want, fallback: want if want in choices else (fallback if fallback in choices else None)
-        return pick(self.default_a, choices[0] if choices else None), pick(self.default_b, choices[-1] if choices else None)
+        return (pick(self.default_a, choices[0] if choices else None),
+                pick(self.default_b, choices[-1] if choices else None))
 
     def preload(self) -> None:
         for ref in self.initial_refs():

@@ -223,10 +223,10 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
             cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
         status = gr.Markdown("No run yet.", elem_id="ft-status")
         curves = gr.Plot(label="loss and accuracy", show_label=False)
-        results = gr.Dataframe(label="result on the held-out test images", interactive=False,
+        results = gr.Dataframe(label="result on the held-out test images", interactive=False, wrap=True,
                                headers=["model", "test top-1", "test top-5", "device", "images/s", "train time"])
         # One above the other: side by side at 1280 px the table's last column and the captions were cut.
-        per_class = gr.Dataframe(label="per-class test top-1", interactive=False, elem_id="ft-per-class",
+        per_class = gr.Dataframe(label="per-class test top-1", interactive=False, wrap=True, elem_id="ft-per-class",
                                  headers=["class", "A top-1", "B top-1", "B − A (points)"])
         gallery = gr.Gallery(format="png", label="test images where they disagree (true class: A's guess · B's guess)",
                              columns=6, height="auto", elem_id="ft-gallery")

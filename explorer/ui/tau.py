@@ -48,7 +48,7 @@ def build(ex: Explorer, page: Page) -> TauTab:
         with gr.Row():
             tau_plot = gr.Plot(plot, label="tau per layer", show_label=False)
             tau_hist = gr.Plot(history, label="tau over training", show_label=False)
-        tau_frame = gr.Dataframe(table, interactive=False)
+        tau_frame = gr.Dataframe(table, interactive=False, wrap=True)
 
     inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame]
     tau_btn.click(tab.tau, inputs, outputs, api_name="tau")
