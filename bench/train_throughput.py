@@ -1,4 +1,4 @@
-"""Training images/s: our loop (explorer.train.fit) against the seed's own loop (keras.io vit_small_ds,
+"""Training images/s: our loop (explorer.fitting.fit) against the seed's own loop (keras.io vit_small_ds,
 bench/seed_vit_small_ds.py) on the same preset geometry, data and batch size, measured in one run.
 
     python bench/train_throughput.py [--preset cifar-small] [--variant spt_lsa] [--steps 60]
@@ -39,7 +39,7 @@ def main():
     from explorer.config import get_preset
     from explorer.data import load_cifar
     from explorer.models import build_vit
-    from explorer.train import TrainConfig, fit
+    from explorer.fitting import TrainConfig, fit
     from seed_vit_small_ds import build_seed_model, compile_seed
 
     ds = load_cifar("cifar10", data_dir())
@@ -68,7 +68,7 @@ def main():
           f"dim {config.projection_dim}), {args.variant}, batch {args.batch_size}, {args.steps} steps "
           f"(first {args.skip} skipped)")
     print(f"seed loop (keras.io vit_small_ds): {r_seed:7.1f} images/s   params {seed_model.count_params():,}")
-    print(f"our loop (explorer.train.fit):     {r_ours:7.1f} images/s   params {model.count_params():,}")
+    print(f"our loop (explorer.fitting.fit):     {r_ours:7.1f} images/s   params {model.count_params():,}")
     print(f"ratio ours / seed = {r_ours / r_seed:.2f}  (goal >= 1.2)")
 
 

@@ -148,7 +148,7 @@ def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int)
     if source == ZIP:
         if zip_file is None:
             raise JobError("upload a zip of class folders (one sub-folder of images per class)")
-        from explorer.data import read_image_zip
+        from explorer.folders import read_image_zip
         return read_image_zip(zip_file, image_size=image_size, max_bytes=limits.max_zip_mb * 2**20,
                               max_files=limits.max_images * 2)
     if source in ("cifar10", "cifar100"):
@@ -161,7 +161,8 @@ def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: b
     recipe with as many steps) with the request's values on top. `known_classes`: the job's classes are all
     classes of the member's base."""
     import dataclasses
-    from explorer.train import TrainConfig, fine_tune_recipe
+    from explorer.fitting import TrainConfig
+    from explorer.transfer import fine_tune_recipe
     given = {k: v for k, v in plan_recipe.items() if v is not None}
     if scratch:
         given.pop("freeze_backbone", None)
@@ -229,7 +230,9 @@ def run_job(job_dir: Path, emit) -> None:
     """Trains every member of the job in `job_dir` in turn, writing checkpoints to job_dir/staging and
     reporting each step through `emit(event)`."""
     from explorer.config import get_preset
-    from explorer.train import base_rows, device_name, fine_tune, train_new
+    from explorer.fitting import device_name
+    from explorer.transfer import base_rows, fine_tune
+    from explorer.train import train_new
     import keras
     job, ds = read_job(job_dir)
     emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend()})

@@ -11,7 +11,7 @@ from explorer.checkpoints import (CARD, CheckpointError, list_checkpoints, load_
                                   unique_dir, update_card, write_checkpoint)
 from explorer.hub import HubError, download, parse_ref
 from explorer.models import build_vit
-from explorer.train import predict_logits
+from explorer.fitting import predict_logits
 from tests.conftest import ROOT, populate_hf_cache, tiny_config
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.data import (DatasetError, augment_batch, find_cifar, keras_cache_dir, load_cifar, mix_batch,
-                           read_image_folder, read_image_zip)
+from explorer.augment import augment_batch, mix_batch
+from explorer.data import DatasetError, find_cifar, keras_cache_dir, load_cifar
+from explorer.folders import read_image_folder, read_image_zip
 
 
 def test_cifar10_read_back_exactly_as_written(cifar10, data_dir):

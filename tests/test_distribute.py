@@ -12,21 +12,22 @@ import numpy as np
 import pytest
 
 from explorer.checkpoints import load_checkpoint
-from explorer.train import DistributionError, check_batch_split, distribute_over_devices, main, predict_logits
+from explorer.fitting import DistributionError, check_batch_split, distribute_over_devices, predict_logits
+from explorer.train import main
 from tests.conftest import ROOT
 
-# The CLI in a process of its own, recording what the run's _finish was given and returned: the test
+# The CLI in a process of its own, recording what the run's finish_run was given and returned: the test
 # predictions and logits of the trained model, and the devices its weights live on.
 _RUN = """
 import json, sys
-from explorer import train
-finish, seen = train._finish, {}
+from explorer import fitting, train
+finish, seen = train.finish_run, {}
 def record(model, record, config, preset, dataset, *args, **kwargs):
     seen.update(finish(model, record, config, preset, dataset, *args, **kwargs),
-                logits=train.predict_logits(model, dataset.x_test).tolist(),
+                logits=fitting.predict_logits(model, dataset.x_test).tolist(),
                 weight_devices=sorted(str(d) for d in model.weights[0].value.sharding.device_set))
     return seen
-train._finish = record
+train.finish_run = record
 code = train.main(sys.argv[2:])
 with open(sys.argv[1], "w") as f:
     json.dump(seen, f)

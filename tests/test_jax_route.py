@@ -12,7 +12,7 @@ import pytest
 
 from explorer.checkpoints import load_checkpoint
 from explorer.finetune import plan_job
-from explorer.train import predict_logits
+from explorer.fitting import predict_logits
 from explorer.runner import FineTuneRunner
 from tests.conftest import ROOT
 
@@ -21,7 +21,7 @@ _JAX_LOGITS = """
 import sys
 import numpy as np
 from explorer.checkpoints import load_checkpoint
-from explorer.train import predict_logits
+from explorer.fitting import predict_logits
 x = np.load(sys.argv[1])
 np.savez(sys.argv[2], *[predict_logits(load_checkpoint(folder)[0], x) for folder in sys.argv[3:]])
 """

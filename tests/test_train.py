@@ -12,8 +12,9 @@ import pytest
 from explorer.checkpoints import describe_augmentation, list_checkpoints, load_checkpoint
 from explorer.models import build_vit
 from explorer.models import tau_values
-from explorer.train import (Cancelled, TrainConfig, accuracy_metrics, continued_record, fine_tune, fit,
-                            make_batches, predict_logits, split_validation, train_new)
+from explorer.fitting import Cancelled, TrainConfig, accuracy_metrics, fit, make_batches, predict_logits, split_validation
+from explorer.transfer import continued_record, fine_tune
+from explorer.train import train_new
 from explorer.schedules import WarmUpCosine
 from tests.conftest import ROOT, tiny_config
 
@@ -88,18 +89,18 @@ def test_train_cli_on_512_images_writes_a_loadable_checkpoint(tmp_path, data_dir
 def test_train_new_checkpoint_predicts_like_the_trained_model(cifar10, tmp_path, images):
     model_holder = {}
     import explorer.train as train_module
-    original = train_module._finish
+    original = train_module.finish_run
 
     def spy(model, *args, **kwargs):
         model_holder["model"] = model
         return original(model, *args, **kwargs)
 
-    train_module._finish = spy
+    train_module.finish_run = spy
     try:
         result = train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=16),
                            TrainConfig(epochs=1, batch_size=64), tmp_path, verbose=0)
     finally:
-        train_module._finish = original
+        train_module.finish_run = original
     loaded, _ = load_checkpoint(result["checkpoint"])
     np.testing.assert_allclose(predict_logits(loaded, images), predict_logits(model_holder["model"], images),
                                atol=1e-5)

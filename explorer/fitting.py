@@ -1,0 +1,415 @@
+"""The training loop: the recipe (TrainConfig), batches that are a pure function of (seed, epoch, index),
+the warmup-cosine AdamW, callbacks (best epoch, cancel, time limit, backups), devices and data parallelism,
+predictions and accuracy, and writing a finished run's checkpoint. explorer.train starts new models with it,
+explorer.transfer continues or fine-tunes trained ones.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from explorer.augment import augment_batch, mix_batch
+from explorer.data import Dataset
+from explorer.schedules import WarmUpCosine
+
+
+# How a fine-tune's classifier starts (see prepare_head): "auto" keeps the base's head for the base's own
+# classes, takes the base's rows when the new classes are some of the base's, else fits a linear probe.
+HEAD_INITS = ("auto", "probe", "new")
+
+
+class Cancelled(Exception):
+    """The run was cancelled; nothing was saved."""
+
+
+class DistributionError(ValueError):
+    """A data-parallel run that cannot be: not on JAX, or a batch that does not split evenly."""
+
+
+@dataclass
+class TrainConfig:
+    """The recipe. keras.io: AdamW lr 1e-3, weight decay 1e-4, batch 256, 10 % warmup then cosine."""
+
+    epochs: int = 30
+    batch_size: int = 128
+    learning_rate: float = 1e-3
+    weight_decay: float = 1e-4
+    warmup_fraction: float = 0.1
+    label_smoothing: float = 0.1
+    validation_fraction: float = 0.1
+    augment: bool = True
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mix_prob: float = 1.0
+    seed: int = 0
+    max_seconds: float | None = None
+    max_steps: int | None = None
+    train_subset: int | None = None
+    freeze_backbone: bool = False
+    head_init: str = "auto"
+    keep_best: bool = False
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (isinstance(self.learning_rate, (int, float)) and 0 < self.learning_rate <= 1):
+            raise ValueError(f"learning_rate must be in (0, 1], got {self.learning_rate!r}")
+        if not 0 <= self.weight_decay < 1:
+            raise ValueError(f"weight_decay must be in [0, 1), got {self.weight_decay!r}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if not 0 <= self.validation_fraction < 1:
+            raise ValueError(f"validation_fraction must be in [0, 1), got {self.validation_fraction!r}")
+        for name in ("mixup_alpha", "cutmix_alpha"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value <= 10):
+                raise ValueError(f"{name} must be in [0, 10] (0 = off), got {value!r}")
+        if not 0 < self.mix_prob <= 1:
+            raise ValueError(f"mix_prob must be in (0, 1], got {self.mix_prob!r}")
+        for name in ("max_seconds", "max_steps", "train_subset"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive when given, got {value!r}")
+        if self.head_init not in HEAD_INITS:
+            raise ValueError(f"head_init must be one of {HEAD_INITS}, got {self.head_init!r}")
+
+
+def _keras():
+    import keras
+    return keras
+
+
+def device_name() -> str:
+    """"GPU (name)" when the backend sees an accelerator, else "CPU"."""
+    keras = _keras()
+    backend = keras.backend.backend()
+    try:
+        if backend == "tensorflow":
+            import tensorflow as tf
+            gpus = tf.config.list_physical_devices("GPU")
+            return f"GPU ({gpus[0].name})" if gpus else "CPU"
+        if backend == "jax":
+            import jax
+            device = jax.devices()[0]
+            return "CPU" if device.platform == "cpu" else f"GPU ({device.device_kind})"
+        if backend == "torch":
+            import torch
+            return f"GPU ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "CPU"
+    except Exception:
+        pass
+    return "CPU"
+
+
+def distribute_over_devices() -> int:
+    """Makes every model built afterwards data-parallel over all the devices Keras' JAX backend sees (its
+    accelerators, else the CPU's), with Keras' own distribution API: the weights replicated on each device,
+    every batch split evenly between them, the gradients averaged. Returns how many devices."""
+    keras = _keras()
+    if keras.backend.backend() != "jax":
+        raise DistributionError(f"--distribute needs Keras' JAX backend (KERAS_BACKEND=jax; on a GPU "
+                                f"machine with requirements-gpu.txt), not {keras.backend.backend()!r}")
+    devices = keras.distribution.list_devices()
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    return len(devices)
+
+
+def data_parallel_devices() -> int:
+    """How many devices share each batch: those of the distribution set by distribute_over_devices, else 1."""
+    distribution = _keras().distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh = distribution.device_mesh
+    return int(mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)])
+
+
+def check_batch_split(batch_size: int, devices: int) -> None:
+    if batch_size % devices:
+        raise DistributionError(f"a batch of {batch_size} images does not split evenly over {devices} "
+                                f"devices; give --batch-size a multiple of {devices}")
+
+
+def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_alpha=0.0, cutmix_alpha=0.0,
+                 mix_prob=1.0):
+    """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch.
+
+    Every batch has `batch_size` images, so a compiled step never meets a new shape (JAX compiles again for
+    each): a shuffled epoch's last batch is topped up from the start of its order; an unshuffled one
+    (validation) repeats images with sample weight 0, so they count for nothing.
+    With a mixup or cutmix alpha, batches are also mixed (see augment.mix_batch) and labels become soft."""
+    keras = _keras()
+
+    class Batches(keras.utils.PyDataset):
+        # Batch i of epoch e depends on (seed, e, i) alone, never on when it is asked for: tf.data prefetches
+        # the next epoch's first batches before the epoch ends, and a resumed run must draw what the
+        # uninterrupted one drew. Calls are counted from `begin` on (Keras' peek at the shapes comes first).
+        def __init__(self):
+            super().__init__()
+            self.first_epoch, self.calls, self.counting = 0, 0, False
+            self.cached = (0, self._order(0))
+
+        def begin(self, epochs_done: int = 0) -> None:
+            """Training starts, or resumes after `epochs_done` epochs: the next call is that epoch's first."""
+            self.first_epoch, self.calls, self.counting = epochs_done, 0, True
+
+        def _order(self, epoch):
+            return np.random.default_rng([seed, epoch]).permutation(len(x)) if shuffle else np.arange(len(x))
+
+        def __len__(self):
+            return math.ceil(len(x) / batch_size)
+
+        def __getitem__(self, i):
+            epoch = 0
+            if self.counting and shuffle:
+                epoch = self.first_epoch + self.calls // len(self)
+                self.calls += 1
+            if self.cached[0] != epoch:
+                self.cached = (epoch, self._order(epoch))
+            order = self.cached[1]
+            rng = np.random.default_rng([seed, epoch, i])
+            index = np.sort(order[i * batch_size:(i + 1) * batch_size])
+            real = len(index)
+            if real < batch_size:
+                index = np.concatenate([index, np.resize(order if shuffle else index, batch_size - real)])
+            images = x[index]
+            if augment:
+                images = augment_batch(images, rng)
+            images, labels = images.astype("float32"), np.eye(num_classes, dtype="float32")[y[index]]
+            if not shuffle:
+                weights = (np.arange(batch_size) < real).astype("float32")
+                return images, labels, weights
+            return mix_batch(images, labels, rng, mixup_alpha, cutmix_alpha, mix_prob)
+
+    return Batches()
+
+
+def split_validation(x, y, fraction, seed):
+    if not fraction:
+        return (x, y), None
+    order = np.random.default_rng(seed + 1).permutation(len(x))
+    n_val = max(1, int(round(len(x) * fraction)))
+    val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
+    return (x[train], y[train]), (x[val], y[val])
+
+
+def _better(record: dict, best: dict | None) -> bool:
+    """Whether an epoch's validation beats the best so far: higher top-1, then lower loss."""
+    if best is None:
+        return True
+    if record["val_top1"] != best["val_top1"]:
+        return record["val_top1"] > best["val_top1"]
+    return (record.get("val_loss") or 0.0) <= (best.get("val_loss") or float("inf"))
+
+
+def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
+                   progress: Callable[[dict], None] | None, cancel: threading.Event | None,
+                   state: dict, batches=None):
+    keras = _keras()
+    from explorer.models import tau_values
+
+    class Recorder(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            if batches is not None:
+                batches.begin(0)
+            state["start"] = time.perf_counter()
+            state.setdefault("steps", 0)
+            state["epoch_start"] = time.perf_counter()
+
+        def on_epoch_begin(self, epoch, logs=None):
+            state["epoch_start"] = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            state["steps"] += 1
+            elapsed = time.perf_counter() - state["start"]
+            if cancel is not None and cancel.is_set():
+                state["cancelled"] = True
+                self.model.stop_training = True
+            if tc.max_steps and state["steps"] >= tc.max_steps:
+                state["stopped_by"] = "max_steps"
+                self.model.stop_training = True
+            if tc.max_seconds and elapsed >= tc.max_seconds:
+                state["stopped_by"] = "max_seconds"
+                self.model.stop_training = True
+            if progress is not None:
+                progress({"kind": "batch", "step": state["steps"],
+                          "total_steps": steps_per_epoch * tc.epochs, "epoch": state.get("epoch", 0),
+                          "loss": float((logs or {}).get("loss", float("nan"))), "elapsed": elapsed})
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs = dict(logs or {})
+            state["epoch"] = epoch + 1
+            record = {"epoch": epoch + 1,
+                      "time_s": round(time.perf_counter() - state["epoch_start"], 2),
+                      "learning_rate": float(keras.ops.convert_to_numpy(
+                          self.model.optimizer.learning_rate)),
+                      **{k: float(v) for k, v in logs.items() if k != "learning_rate"},
+                      "tau": tau_values(self.model)}
+            history.append(record)
+            if tc.keep_best and "val_top1" in record and _better(record, state.get("best")):
+                state["best"] = {"epoch": epoch + 1, "val_top1": record["val_top1"],
+                                 "val_loss": record.get("val_loss"), "weights": self.model.get_weights()}
+            if progress is not None:
+                progress({"kind": "epoch", **record})
+
+    return [Recorder()]
+
+
+def training_split(dataset: Dataset, tc: TrainConfig):
+    """((x_train, y_train), (x_val, y_val) or None): the recipe's subset and held-out split of the training
+    images, the same for the same recipe (fit and prepare_head both use it)."""
+    x, y = dataset.x_train, dataset.y_train
+    if tc.train_subset and tc.train_subset < len(x):
+        keep = np.sort(np.random.default_rng(tc.seed).permutation(len(x))[:tc.train_subset])
+        x, y = x[keep], y[keep]
+    return split_validation(x, y, tc.validation_fraction, tc.seed)
+
+
+def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
+        progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
+        backup: str | os.PathLike | None = None, start: dict | None = None, base: dict | None = None) -> dict:
+    """Trains `model` in place on `dataset` with the recipe; returns the run's record (no saving).
+
+    `start` (metrics of the model before any step, see prepare_head) is reported as epoch 0. With a
+    `backup` folder, the state after every epoch is kept there (explorer.backup): a run killed at any
+    moment and started again with the same arguments resumes from its last completed epoch and ends
+    as if it had never stopped; a backup of another run (`base`, the recipe, data or model differ) is
+    refused with the reason."""
+    keras = _keras()
+    keras.utils.set_random_seed(tc.seed)
+    (x_train, y_train), val = training_split(dataset, tc)
+    num_classes = dataset.num_classes
+    batch_size = min(tc.batch_size, len(x_train))
+    devices = data_parallel_devices()
+    check_batch_split(batch_size, devices)
+    train_batches = make_batches(x_train, y_train, num_classes, batch_size, tc.augment, tc.seed, True,
+                                 tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob)
+    # One validation batch when it fits (exact weighted loss, one compiled shape), else padded batches; padded
+    # to a size every device gets an equal share of.
+    val_size = -(-(len(val[0]) if len(val[0]) <= 2048 else 512) // devices) * devices if val is not None else 0
+    val_batches = (make_batches(val[0], val[1], num_classes, val_size, False, tc.seed, False)
+                   if val is not None else None)
+    steps_per_epoch = len(train_batches)
+    total_steps = steps_per_epoch * tc.epochs
+    if tc.max_steps:
+        total_steps = min(total_steps, tc.max_steps)
+    schedule = WarmUpCosine(tc.learning_rate, total_steps, int(tc.warmup_fraction * total_steps))
+    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=tc.weight_decay)
+    # Temperatures, norms, biases and position embeddings are not decayed towards zero.
+    optimizer.exclude_from_weight_decay(var_names=["tau", "bias", "gamma", "beta", "position_embedding"])
+    top5 = min(5, num_classes)
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                            label_smoothing=tc.label_smoothing),
+                  metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
+                           keras.metrics.TopKCategoricalAccuracy(k=top5, name="top5")])
+    history: list[dict] = []
+    state: dict = {"cancelled": False, "stopped_by": None, "wall_before": 0.0}
+    if backup:
+        from explorer import backup as backups
+        done = backups.check(backup, backups.run_identity(model, dataset, tc, base))
+        if done:
+            print(f"resuming from backup {backup}: {done} of {tc.epochs} epochs done", flush=True)
+    if tc.keep_best and start is not None and "val_top1" in start:
+        # Step 0 competes too: a run that never beats the head it started from keeps that head.
+        state["best"] = {"epoch": 0, "val_top1": start["val_top1"], "val_loss": start.get("val_loss"),
+                         "weights": model.get_weights()}
+    callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, train_batches)
+    if backup:
+        # After the recorder: an epoch is saved once its record is in the history.
+        callbacks.append(backups.TrainingBackup(backup, train_batches, history, state))
+    if start is not None and progress is not None:
+        progress({"kind": "epoch", "epoch": 0, **start})
+    began = time.perf_counter()
+    # shuffle=False: the batches shuffle themselves, by (seed, epoch), not by Python's global random state.
+    model.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose, shuffle=False,
+              callbacks=callbacks)
+    wall = time.perf_counter() - began + state["wall_before"]
+    if state["cancelled"] or (cancel is not None and cancel.is_set()):
+        raise Cancelled("training was cancelled; no checkpoint was written")
+    images_seen = state["steps"] * batch_size
+    best = state.get("best")
+    kept = len(history)
+    if best is not None and best["epoch"] != len(history):
+        model.set_weights(best["weights"])
+        kept = best["epoch"]
+    metrics = {}
+    if history:
+        last = history[kept - 1] if kept >= 1 else start
+        metrics.update({k: last[k] for k in ("top1", "top5", "loss") if k in last})
+        metrics.update({k: last[k] for k in ("val_top1", "val_top5", "val_loss") if k in last})
+    return {"history": history, "metrics": metrics, "steps": state["steps"],
+            "stopped_by": state["stopped_by"], "epochs_done": len(history),
+            "training": {"epochs": len(history), "planned_epochs": tc.epochs, "steps": state["steps"],
+                         "wall_time_s": round(wall, 1),
+                         "images_per_second": round(images_seen / wall, 1) if wall > 0 else None,
+                         "train_images": int(len(x_train)), "batch_size": batch_size,
+                         "start": start, "kept_epoch": kept,
+                         "validation_images": int(len(val[0])) if val is not None else 0,
+                         "device": device_name() if devices == 1 else f"{devices} × {device_name()}",
+                         "devices": devices, "recipe": asdict(tc)}}
+
+
+def predict_logits(model, x, batch_size: int = 500) -> np.ndarray:
+    devices = data_parallel_devices()
+    out = []
+    for i in range(0, len(x), batch_size):
+        batch = x[i:i + batch_size].astype("float32")
+        n = len(batch)
+        if n % devices:  # a data-parallel model takes only batches every device has an equal share of
+            batch = np.concatenate([batch, np.repeat(batch[-1:], devices - n % devices, axis=0)])
+        out.append(np.asarray(model.predict_on_batch(batch))[:n])
+    return np.concatenate(out) if out else np.zeros((0, model.output_shape[-1]), "float32")
+
+
+def accuracy_metrics(logits: np.ndarray, y: np.ndarray) -> dict:
+    y = np.asarray(y)
+    num_classes = logits.shape[-1]
+    top1 = logits.argmax(-1) == y
+    k = min(5, num_classes)
+    topk = (np.argsort(-logits, axis=-1)[:, :k] == y[:, None]).any(-1)
+    per_class = [float(top1[y == c].mean()) if (y == c).any() else None for c in range(num_classes)]
+    return {"top1": float(top1.mean()), "top5": float(topk.mean()), "per_class": per_class,
+            "count": int(len(y))}
+
+
+def drop_backup(backup, record: dict) -> None:
+    """A finished run's backup goes once its checkpoint is written: the same command then starts anew.
+    A run stopped by --max-seconds keeps it, so the same command with more time goes on from there."""
+    if backup and record.get("stopped_by") != "max_seconds":
+        from explorer.backup import remove
+        remove(backup)
+
+
+def finish_run(model, record, config, preset, dataset, out_dir, name, base) -> dict:
+    from explorer.checkpoints import unique_dir, write_checkpoint
+    logits = predict_logits(model, dataset.x_test) if len(dataset.x_test) else None
+    test = accuracy_metrics(logits, dataset.y_test) if logits is not None else None
+    metrics = dict(record["metrics"])
+    if test is not None:
+        metrics.update(test_top1=test["top1"], test_top5=test["top5"], test_per_class=test["per_class"],
+                       test_count=test["count"])
+    is_cifar = dataset.name in ("cifar10", "cifar100")
+    card = {"variant": config.variant, "preset": preset, "config": config.to_dict(),
+            "dataset": {"name": dataset.name, "num_classes": dataset.num_classes,
+                        "source": "CIFAR python-pickle folder" if is_cifar else Path(dataset.source).name,
+                        "train_images": record["training"]["train_images"],
+                        "validation_images": record["training"]["validation_images"],
+                        "test_images": int(len(dataset.x_test)),
+                        "note": dataset.note},
+            "class_names": list(dataset.class_names), "metrics": metrics,
+            "history": record["history"], "training": record["training"], "base": base}
+    folder = write_checkpoint(model, unique_dir(out_dir, name), card)
+    return {"checkpoint": str(folder), "metrics": metrics, "history": record["history"],
+            "training": record["training"],
+            "test_predictions": logits.argmax(-1).tolist() if logits is not None else []}

@@ -1,0 +1,204 @@
+"""Starting from a trained model: the short fine-tune recipe, the classifier head (the base's own rows, a
+linear probe on frozen features, or a new one), a continued stage of the base's own training, and
+`fine_tune` itself.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from explorer.config import ViTConfig
+from explorer.data import Dataset, DatasetError
+from explorer.fitting import (Cancelled, TrainConfig, accuracy_metrics, drop_backup, finish_run, fit,
+                              predict_logits, training_split)
+
+
+
+# The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
+# than FT_IMAGE_BUDGET images (~50 s for the SPT/LSA cifar-small model at batch 16 on 2 CPU cores), at a peak
+# learning rate that depends on whether the new classes are classes the base already knows.
+FT_TARGET_STEPS = 500
+FT_IMAGE_BUDGET = 8000
+FT_LEARNING_RATE = 5e-4        # a task the base never saw: its features have to move
+FT_LEARNING_RATE_KNOWN = 1e-4  # the base's own classes: its features are already tuned for them
+FT_WEIGHT_DECAY = 0.05
+
+
+def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int | None = None,
+                     learning_rate: float | None = None, freeze_backbone: bool = False,
+                     known_classes: bool = False, **overrides) -> TrainConfig:
+    """The default recipe for fine-tuning a checkpoint on `n_images` training images (before the 10 %
+    validation split): a head that starts where it can already score (the base's rows, or a linear probe on
+    the frozen features; see prepare_head), then the whole model with AdamW, warmup + cosine, crop + flip,
+    with a batch size scaled to the data so that even a few hundred images give up to FT_TARGET_STEPS steps
+    (FT_IMAGE_BUDGET images at most, which keeps about a thousand images near a minute on 2 CPU cores),
+    keeping the epoch (step 0 included) that does best on the validation split. `known_classes`: the new
+    classes are all base classes (a gentler learning rate). Given values win."""
+    validation_fraction = overrides.pop("validation_fraction", 0.1 if n_images >= 20 else 0.0)
+    n_fit = max(1, n_images - int(round(n_images * validation_fraction)))
+    if batch_size is None:
+        batch_size = int(np.clip(2 ** round(math.log2(max(n_fit / 24, 1))), 16, 128))
+    batch_size = max(1, min(batch_size, n_fit))
+    if epochs is None:
+        steps = min(FT_TARGET_STEPS, FT_IMAGE_BUDGET / batch_size)
+        epochs = int(np.clip(round(steps / math.ceil(n_fit / batch_size)), 1, 30))
+    if learning_rate is None:
+        learning_rate = FT_LEARNING_RATE_KNOWN if known_classes else FT_LEARNING_RATE
+    return TrainConfig(**{"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+                          "weight_decay": FT_WEIGHT_DECAY, "validation_fraction": validation_fraction,
+                          "freeze_backbone": freeze_backbone, "head_init": "auto", "keep_best": True,
+                          **overrides})
+
+
+def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
+              name: str | None = None, verbose: int = 1, progress=None, cancel=None,
+              backup: str | None = None, extend: bool = False) -> dict:
+    """Continues training a checkpoint on `dataset`; its head is prepared by `prepare_head` first.
+
+    With `extend`, this is a second stage of the base's own training rather than a fine-tune: the
+    dataset, its held-out split and the class list must be the base's, and the new checkpoint's history,
+    epoch count, wall time and throughput cover both stages (see `continued_record`).
+    """
+    from explorer.checkpoints import load_checkpoint
+    model, card = load_checkpoint(base)
+    config = ViTConfig.from_dict(card["config"])
+    if dataset.x_train.shape[1:3] != (config.image_size, config.image_size):
+        raise DatasetError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
+                         f"{config.image_size}x{config.image_size}")
+    if extend:
+        check_continuation(card, dataset, tc)
+    model, start = prepare_head(model, card.get("class_names") or [], dataset, tc)
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("training was cancelled; no checkpoint was written")
+    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
+                 start=start, base={"name": card.get("name"), "created": card.get("created"),
+                                    "epochs": len(card.get("history") or []), "continued": extend})
+    lineage = {"name": card.get("name"), "source": str(base)}
+    if extend:
+        record = continued_record(card, record)
+        lineage.update(continued=True, epochs=len(card["history"]))
+    suffix = f"{record['training']['epochs']}ep" if extend else f"ft-{dataset.name}"
+    result = finish_run(model, record, config, card.get("preset"), dataset, out_dir,
+                     name or f"{card.get('name', 'model')}-{suffix}", base=lineage)
+    drop_backup(backup, record)
+    return result
+
+
+def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
+    """Where each of `classes` sits in the base's class list (matched case-insensitively), or None when
+    any of them is not a base class."""
+    index = {str(c).strip().lower(): i for i, c in enumerate(base_classes)}
+    rows = [index.get(str(c).strip().lower()) for c in classes]
+    return None if not rows or None in rows else rows
+
+
+def pooled_features(model, x: np.ndarray, batch_size: int = 500) -> np.ndarray:
+    """What the classifier head sees (the pooled, normalised tokens) for uint8 images `x`."""
+    import keras
+    from explorer.models import HEAD
+    features = keras.Model(model.inputs, model.get_layer(HEAD).input)
+    return predict_logits(features, x, batch_size)
+
+
+def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConfig):
+    """(model, start metrics): the model with the head the fine-tune starts from, and how it scores.
+
+    With `tc.head_init` "auto": the base's own classes keep the base's head; classes that are all among
+    the base's take the base's rows for them (so step 0 scores what the base scores on them); any other
+    class list gets a linear probe (logistic regression on the frozen pooled features of the training
+    split and its mirror images, its L2 chosen on the validation split). A frozen backbone takes the
+    probe too, unless the base's rows already do better on the validation split. "probe" always fits the
+    probe; "new" is a freshly initialised head. The backbone is frozen when the recipe says so.
+    """
+    from explorer.linear import LinearHead, fit_probe
+    from explorer.models import HEAD, freeze_backbone, replace_head
+    n = dataset.num_classes
+    (x_fit, y_fit), val = training_split(dataset, tc)
+    same = model.output_shape[-1] == n and [str(c) for c in base_classes] == list(dataset.class_names)
+    rows = base_rows(base_classes, dataset.class_names) if len(base_classes) == model.output_shape[-1] else None
+    old = model.get_layer(HEAD)
+    kernel, bias = (np.asarray(w) for w in old.get_weights())
+    if not same:
+        model = replace_head(model, n)
+    head = model.get_layer(HEAD)
+    how = "kept" if same else "new"
+    if same and tc.head_init == "auto":
+        pass
+    elif rows is not None and tc.head_init == "auto":
+        head.set_weights([kernel[:, rows], bias[rows]])
+        how = "base rows"
+    if tc.head_init == "probe" or (tc.head_init == "auto" and (how == "new" or tc.freeze_backbone)):
+        features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]))
+        labels = np.concatenate([y_fit, y_fit])
+        val_features = pooled_features(model, val[0]) if val is not None else None
+        current = LinearHead(*(np.asarray(w, np.float64) for w in head.get_weights()), l2=0.0)
+        probe = fit_probe(features, labels, n, val_features, val[1] if val is not None else None,
+                          init=current if how != "new" else None)
+        keep_rows = (how in ("kept", "base rows") and val is not None
+                     and current.accuracy(val_features, val[1]) > probe.accuracy(val_features, val[1]))
+        if not keep_rows:
+            head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
+            how = f"linear probe (L2 {probe.l2:g})"
+    freeze_backbone(model, tc.freeze_backbone)
+    start = {"head": how}
+    if val is not None:
+        metrics = accuracy_metrics(predict_logits(model, val[0]), val[1])
+        start.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
+    return model, start
+def check_continuation(card: dict, dataset: Dataset, tc: TrainConfig) -> None:
+    """Refuses a continuation that would not be the same training: other data, classes or held-out split.
+
+    The split is a function of the number of images, the validation fraction and the seed, so those must
+    match the base's; otherwise images the base validated on would now be trained on.
+    """
+    recipe = (card.get("training") or {}).get("recipe") or {}
+    data = card.get("dataset") or {}
+    if not card.get("history") or not recipe:
+        raise DatasetError(f"{card.get('name')} has no training history or recipe to continue")
+    problems = []
+    if data.get("name") != dataset.name:
+        problems.append(f"it was trained on {data.get('name')!r}, not {dataset.name!r}")
+    if list(card.get("class_names") or []) != list(dataset.class_names):
+        problems.append("its class list differs from the dataset's")
+    for key in ("validation_fraction", "seed", "train_subset"):
+        if recipe.get(key) != getattr(tc, key):
+            problems.append(f"its {key} was {recipe.get(key)!r}, this run's is {getattr(tc, key)!r}")
+    n = len(dataset.x_train) if not tc.train_subset else min(tc.train_subset, len(dataset.x_train))
+    if data.get("train_images", 0) + data.get("validation_images", 0) != n:
+        problems.append(f"it saw {data.get('train_images', 0) + data.get('validation_images', 0)} "
+                        f"train+validation images, this dataset has {n}")
+    if tc.freeze_backbone:
+        problems.append("a continuation trains the whole model (drop --freeze-backbone)")
+    if problems:
+        raise DatasetError(f"cannot continue {card.get('name')}: " + "; ".join(problems)
+                         + " (use a plain fine-tune for a different setup)")
+
+
+def _stage(training: dict) -> dict:
+    return {k: training.get(k) for k in ("epochs", "steps", "wall_time_s", "images_per_second", "device",
+                                         "recipe")}
+
+
+def continued_record(base_card: dict, record: dict) -> dict:
+    """`record` (a run that continued `base_card`'s training) as one run: the base's history then this
+    run's, epochs numbered from the start and tagged with their stage; epochs, steps and wall time
+    summed; images/s over the whole; `recipe` stays the first stage's, `stages` lists every stage."""
+    before = [dict(e, stage=e.get("stage", 1)) for e in base_card.get("history") or []]
+    first = base_card.get("training") or {}
+    stages = [dict(s) for s in first.get("stages") or [_stage(first)]]
+    new = record["training"]
+    stages.append(_stage(new))
+    history = before + [dict(e, epoch=e["epoch"] + len(before), stage=len(stages)) for e in record["history"]]
+    wall = sum(s.get("wall_time_s") or 0 for s in stages)
+    images = sum((s.get("images_per_second") or 0) * (s.get("wall_time_s") or 0) for s in stages)
+    devices = list(dict.fromkeys(s.get("device") for s in stages if s.get("device")))
+    training = {**new, "epochs": len(history),
+                "planned_epochs": sum(s.get("epochs") or 0 for s in stages[:-1]) + new.get("planned_epochs", 0),
+                "steps": sum(s.get("steps") or 0 for s in stages),
+                "wall_time_s": round(wall, 1),
+                "images_per_second": round(images / wall, 1) if wall > 0 else None,
+                "device": "; ".join(devices), "recipe": stages[0]["recipe"], "stages": stages}
+    return {**record, "history": history, "training": training}
