@@ -83,8 +83,8 @@ def build_zips(folder: Path, data: Path) -> dict[str, Path]:
 def probe_accuracy(model, ds) -> float:
     """Logistic regression on the frozen pooled features of all training images; its L2 chosen on a 10 %
     validation split of them, then refitted on all of them."""
-    from explorer.linear import fit_logistic, fit_probe
     from explorer.fitting import split_validation
+    from explorer.linear import fit_logistic, fit_probe
     from explorer.transfer import pooled_features
     features, test = pooled_features(model, ds.x_train), pooled_features(model, ds.x_test)
     (fx, fy), (vx, vy) = split_validation(features, ds.y_train, 0.1, 0)
@@ -108,11 +108,11 @@ def main():
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     from explorer.checkpoints import load_checkpoint
-    from explorer.folders import read_image_zip
-    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
-    from explorer.transfer import base_rows, fine_tune, fine_tune_recipe
-    from explorer.train import train_new
     from explorer.config import ViTConfig
+    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
+    from explorer.folders import read_image_zip
+    from explorer.train import train_new
+    from explorer.transfer import base_rows, fine_tune, fine_tune_recipe
     import explorer.transfer
     if args.steps:
         explorer.transfer.FT_TARGET_STEPS = args.steps

@@ -38,8 +38,8 @@ def main():
     import keras
     from explorer.config import get_preset
     from explorer.data import load_cifar
-    from explorer.models import build_vit
     from explorer.fitting import TrainConfig, fit
+    from explorer.models import build_vit
     from seed_vit_small_ds import build_seed_model, compile_seed
 
     ds = load_cifar("cifar10", data_dir())

@@ -19,9 +19,9 @@ import numpy as np
 from explorer.checkpoints import CheckpointError, load_checkpoint, update_card
 from explorer.config import ViTConfig
 from explorer.data import DATASETS, DatasetError, load_test_set
+from explorer.fitting import accuracy_metrics, predict_logits
 from explorer.folders import load_dataset
 from explorer.probe import Probe, attention_entropy, mean_attention_distance, softmax
-from explorer.fitting import accuracy_metrics, predict_logits
 
 CHECK_SET = 200
 

@@ -231,8 +231,8 @@ def run_job(job_dir: Path, emit) -> None:
     reporting each step through `emit(event)`."""
     from explorer.config import get_preset
     from explorer.fitting import device_name
-    from explorer.transfer import base_rows, fine_tune
     from explorer.train import train_new
+    from explorer.transfer import base_rows, fine_tune
     import keras
     job, ds = read_job(job_dir)
     emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend()})

@@ -12,8 +12,8 @@ import pytest
 
 from explorer.backup import METADATA, RUN, BackupError, check
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.models import build_vit
 from explorer.fitting import TrainConfig, fit
+from explorer.models import build_vit
 from tests.conftest import ROOT, tiny_config
 
 # Timings differ between runs; everything else in an epoch record must be equal.

@@ -9,9 +9,9 @@ import pytest
 
 from explorer.checkpoints import (CARD, CheckpointError, list_checkpoints, load_checkpoint, read_card,
                                   unique_dir, update_card, write_checkpoint)
+from explorer.fitting import predict_logits
 from explorer.hub import HubError, download, parse_ref
 from explorer.models import build_vit
-from explorer.fitting import predict_logits
 from tests.conftest import ROOT, populate_hf_cache, tiny_config
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

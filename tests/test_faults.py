@@ -18,8 +18,8 @@ import pytest
 from explorer.checkpoints import CheckpointError, clean_stale, list_checkpoints, load_checkpoint
 from explorer.finetune import plan_job
 from explorer.fitting import TrainConfig
-from explorer.train import train_new
 from explorer.runner import FineTuneRunner
+from explorer.train import train_new
 from tests.conftest import ROOT, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -16,11 +16,11 @@ from PIL import Image
 
 from explorer.checkpoints import list_checkpoints, load_checkpoint
 from explorer.data import Dataset
-from explorer.folders import read_image_zip
 from explorer.finetune import JobError, Limits, choose_backend, plan_job, recipe_for, report
-from explorer.fitting import TrainConfig, accuracy_metrics, make_batches, predict_logits
-from explorer.transfer import fine_tune, fine_tune_recipe, prepare_head
+from explorer.fitting import TrainConfig, accuracy_metrics, make_batches, predict_logits, training_split
+from explorer.folders import read_image_zip
 from explorer.runner import Busy, FineTuneRunner
+from explorer.transfer import fine_tune, fine_tune_recipe, prepare_head
 from tests.conftest import ROOT
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
@@ -89,8 +89,7 @@ def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10
     assert start["head"] == "base rows" and prepared.output_shape == (None, 3)
     np.testing.assert_allclose(predict_logits(prepared, x), base_logits[:, rows], rtol=1e-5, atol=1e-5)
     # ... and the run's epoch 0 reports what the base scores on the validation split
-    (_, _), (vx, vy) = __import__("explorer.fitting", fromlist=["training_split"]).training_split(
-        ds, fine_tune_recipe(len(x)))
+    (_, _), (vx, vy) = training_split(ds, fine_tune_recipe(len(x)))
     assert start["val_top1"] == pytest.approx(accuracy_metrics(predict_logits(model, vx)[:, rows], vy)["top1"])
 
 

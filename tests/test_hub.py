@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from explorer.checkpoints import load_checkpoint
-from explorer.hub import CHECKPOINT_FILES, max_hub_bytes, max_hub_cache_bytes, prune_cache
 from explorer.fitting import predict_logits
+from explorer.hub import CHECKPOINT_FILES, max_hub_bytes, max_hub_cache_bytes, prune_cache
 from tests.conftest import ROOT, populate_hf_cache
 from tests.hub_server import GITATTRIBUTES, Declared, FakeHub
 

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from explorer.checkpoints import describe_augmentation, list_checkpoints, load_checkpoint
+from explorer.fitting import (Cancelled, TrainConfig, accuracy_metrics, fit, make_batches, predict_logits,
+                              split_validation)
 from explorer.models import build_vit
 from explorer.models import tau_values
-from explorer.fitting import Cancelled, TrainConfig, accuracy_metrics, fit, make_batches, predict_logits, split_validation
-from explorer.transfer import continued_record, fine_tune
-from explorer.train import train_new
 from explorer.schedules import WarmUpCosine
+from explorer.train import train_new
+from explorer.transfer import continued_record, fine_tune
 from tests.conftest import ROOT, tiny_config
 
 

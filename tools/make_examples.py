@@ -27,8 +27,8 @@ def main() -> int:
     from PIL import Image
     from explorer.checkpoints import load_checkpoint
     from explorer.data import sample_set
-    from explorer.samples import EXAMPLES_DIR
     from explorer.fitting import predict_logits
+    from explorer.samples import EXAMPLES_DIR
 
     ds = sample_set()
     probs = []

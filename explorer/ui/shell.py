@@ -12,8 +12,8 @@ from explorer.samples import examples
 from explorer.shared import REFUSED
 from explorer.ui import attention, compare, evidence, finetune, images, patches, tau
 from explorer.ui.context import Explorer, Page
-from explorer.ui.pictures import install_image_cache
 from explorer.ui.finetune import PAIR, SCRATCH
+from explorer.ui.pictures import install_image_cache
 
 CSS = """
 .slot-card {min-height: 3.2em}
