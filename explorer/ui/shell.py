@@ -22,6 +22,10 @@ footer {display: none !important}
    buttons above the picture instead of floating over those captions. */
 .pic > label[data-testid="block-label"].float {position: static; margin-bottom: 4px}
 .pic .image-container > .icon-button-wrapper {position: static; justify-content: flex-end}
+/* Gallery captions ("true class: A's guess · B's guess") wrap over the picture instead of being cut. */
+#ft-gallery .caption-label, #dis-gallery .caption-label {white-space: normal; max-width: none;
+                                                        left: var(--block-label-margin); text-overflow: clip;
+                                                        font-size: 11px; line-height: 1.25; padding: 2px 5px}
 /* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
 .query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
                 pointer-events: none; display: none}
