@@ -11,6 +11,7 @@ import pandas as pd
 
 from explorer import evidence, robustness
 from explorer.render_evidence import plot_shift_robustness
+from explorer.reports import pct
 from explorer.ui.context import Explorer, Page, initial
 from explorer.ui.pictures import picture
 from explorer.workbench import picture_title
@@ -25,9 +26,6 @@ TEXT = ("**Occlusion** hides one patch (or a window of patches) at a time and me
 COLUMNS = ["model", "top-1", "top-1 at S px", "unchanged at 1 px", "unchanged at S px", "flipped: top-1",
            "flipped: unchanged"]
 
-
-def _pct(value) -> str:
-    return "–" if value is None else f"{100 * value:.1f} %"
 
 
 class EvidenceTab:
@@ -101,15 +99,15 @@ class EvidenceTab:
                 while len(self._curves) > 16:
                     self._curves.pop(next(iter(self._curves)))
         names = [f"{tag}: {lm.label}" for tag, lm in zip("AB", (a, b))]
-        rows = [[name, _pct(r.accuracy[0] if r.accuracy is not None else None),
-                 _pct(r.accuracy[-1] if r.accuracy is not None else None), _pct(r.unchanged[1]),
-                 _pct(r.unchanged[-1]), _pct(r.flip_accuracy), _pct(r.flip_unchanged)]
+        rows = [[name, pct(r.accuracy[0] if r.accuracy is not None else None),
+                 pct(r.accuracy[-1] if r.accuracy is not None else None), pct(r.unchanged[1]),
+                 pct(r.unchanged[-1]), pct(r.flip_accuracy), pct(r.flip_unchanged)]
                 for name, r in zip(names, results)]
         ra, rb = results
         summary = (f"On the first **{count}** {ds.name} test images, moved by 1 to {max_shift} px ({padding} "
                    f"padding, the mean of left, right, up and down): at {max_shift} px A keeps **"
-                   f"{_pct(ra.unchanged[-1])}** of its answers and B **{_pct(rb.unchanged[-1])}**; mirrored, A "
-                   f"keeps {_pct(ra.flip_unchanged)} and B {_pct(rb.flip_unchanged)}. The bands span the four "
+                   f"{pct(ra.unchanged[-1])}** of its answers and B **{pct(rb.unchanged[-1])}**; mirrored, A "
+                   f"keeps {pct(ra.flip_unchanged)} and B {pct(rb.flip_unchanged)}. The bands span the four "
                    f"directions; the stars are the mirrored images.")
         return plot_shift_robustness(dict(zip(names, results))), pd.DataFrame(rows, columns=COLUMNS), summary
 

@@ -8,6 +8,7 @@ import os
 import gradio as gr
 
 from explorer.checkpoints import CheckpointError
+from explorer.reports import pct
 from explorer.samples import examples
 from explorer.shared import REFUSED
 from explorer.ui import attention, compare, evidence, finetune, images, patches, tau
@@ -32,9 +33,6 @@ footer {display: none !important}
 """
 
 
-def _fmt_pct(value) -> str:
-    return "–" if value is None else f"{100 * value:.1f} %"
-
 
 class Slots:
     """The model slots' handlers: a card per model, loading with the previous model kept on failure."""
@@ -54,8 +52,8 @@ class Slots:
         tau_mode = f", tau per {s['tau_mode']}" if s["tau_mode"] else ""
         epochs = f" · {s['epochs']} epoch{'s' if s['epochs'] != 1 else ''}" if s["epochs"] else ""
         lines.append(f"**{s['name']}** · `{s['variant']}`{tau_mode} · {s['dataset']} ({s['classes']} classes) · "
-                     f"{s['parameters']:,} parameters · test top-1 **{_fmt_pct(s['test_top1'])}**, "
-                     f"top-5 {_fmt_pct(s['test_top5'])}{epochs}")
+                     f"{s['parameters']:,} parameters · test top-1 **{pct(s['test_top1'])}**, "
+                     f"top-5 {pct(s['test_top5'])}{epochs}")
         return "\n\n".join(lines)
 
     def card(self, ref: str | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer import render
+from explorer.reports import pct
 from explorer.ui.context import Explorer, Page, initial
 from explorer.ui.pictures import picture
 from explorer.workbench import picture_title, what_if, what_if_plot
@@ -22,16 +23,13 @@ TEXT = ("LSA divides every layer's attention logits by a learned temperature τ 
 DEFAULTS = (1.0, "as learned", 0.5, "as learned")  # A as learned; B with a sharper tau
 
 
-def _pct(value) -> str:
-    return "–" if value is None else f"{100 * value:.1f} %"
-
 
 def summary_line(name: str, w) -> str:
     own = "on" if w.model.probe.diagonal_mask else "off"
     (top, p), (top_w, p_w) = next(iter(w.top5.items())), next(iter(w.top5_what_if.items()))
     timing = "cached" if w.seconds == 0 else f"{1000 * w.seconds:.0f} ms"
     return (f"**{name}** · τ × {w.factor:g}, diagonal mask {'on' if w.diagonal_mask else 'off'} (learned: {own}) · "
-            f"top-1 **{top}** {_pct(p)} → **{top_w}** {_pct(p_w)} · mean entropy "
+            f"top-1 **{top}** {pct(p)} → **{top_w}** {pct(p_w)} · mean entropy "
             f"{w.entropy[0].mean():.2f} → {w.entropy[1].mean():.2f} nats · mean distance "
             f"{w.distance[0].mean():.1f} → {w.distance[1].mean():.1f} px · what-if pass {timing}")
 
