@@ -6,7 +6,6 @@ import gradio as gr
 import pandas as pd
 
 from explorer import plots
-from explorer.checkpoints import CheckpointError
 from explorer.probe import tau_table
 from explorer.ui.context import Explorer, Page, initial
 
@@ -20,11 +19,7 @@ class TauTab:
     def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
         """Tau per layer and over training for every LSA model loaded that this visitor may see (in
         shared mode, another visitor's runs are not shown)."""
-        for ref in (ref_a, ref_b):  # the slots' models are shown once loaded; a refusal is the slot's to say
-            try:
-                self.ex.model(ref, request)
-            except (CheckpointError, ValueError, OSError):
-                pass
+        self.ex.pair(ref_a, ref_b, request)  # a reference the visitor may not use is refused here
         visible = set(self.ex.choices(request))
         models = [lm for lm in self.ex.store.loaded() if lm.config.use_lsa
                   and (not self.ex.shared or lm.ref in visible or self.ex.runs.is_hub(lm.ref))]
@@ -36,6 +31,15 @@ class TauTab:
                 for lm in models for row in tau_table(lm.model, lm.config)]
         return (plots.plot_tau(per_model, initial_tau), plots.plot_tau_history(history),
                 pd.DataFrame(rows, columns=COLUMNS))
+
+
+    def after_slot_change(self, ref_a: str, ref_b: str, request: gr.Request = None):
+        """The tab redrawn when a slot changes; a refused slot is the slot's card to explain (it goes back to
+        its model, which redraws this again), so nothing is shown here for it."""
+        try:
+            return self.tau(ref_a, ref_b, request)
+        except gr.Error:
+            return gr.update(), gr.update(), gr.update()
 
 
 def build(ex: Explorer, page: Page) -> TauTab:
@@ -53,5 +57,5 @@ def build(ex: Explorer, page: Page) -> TauTab:
     inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame]
     tau_btn.click(tab.tau, inputs, outputs, api_name="tau")
     for slot in (page.slot_a, page.slot_b):
-        slot.change(tab.tau, inputs, outputs, api_name=False)
+        slot.change(tab.after_slot_change, inputs, outputs, api_name=False)
     return tab
