@@ -423,6 +423,19 @@ def test_evidence_tab_occlusion_strip_and_robustness(ex, image_file, cifar10):
         ui(ex).evidence.robustness(A, B, 60, 0, "zero")
 
 
+def test_an_upload_is_analysed_for_evidence_only_while_the_evidence_tab_is_open(ex, image_file):
+    from explorer.ui.evidence import STALE, TAB
+    mean = "the image's mean colour"
+    form = (image_file, A, B, TOP1, mean, 1, 2, "edge")
+    assert ui(ex).evidence.upload("Compare", *form) == (None, STALE, None)  # no occlusion pass elsewhere
+    shown, text, strip = ui(ex).evidence.upload(TAB, *form)
+    alone, alone_text = ui(ex).evidence.evidence(image_file, A, B, TOP1, mean, 1)
+    np.testing.assert_array_equal(shown, alone)
+    assert text == alone_text
+    np.testing.assert_array_equal(strip, ui(ex).evidence.shift_strip(image_file, A, B, 2, "edge"))
+    assert ui(ex).evidence.upload(TAB, None, *form[1:]) == (None, STALE, None)  # a cleared upload box
+
+
 def _holiday(image_file):
     """The same pixels under a name that is not a test sample's: no true label."""
     target = Path(image_file).with_name("holiday.png")

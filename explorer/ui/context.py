@@ -54,6 +54,7 @@ class Page:
     refs: tuple[str | None, str | None] = (None, None)  # the slots' models when the page opens
     first: str | None = None          # the example the page opens with, analysed when the app starts
     extra: dict = field(default_factory=dict)  # components one tab makes and another updates
+    tab: gr.State | None = None       # the label of the tab this visitor has open (set by the shell)
 
 
 def initial(handler, *args, default=None):

@@ -23,6 +23,8 @@ TEXT = ("**Occlusion** hides one patch (or a window of patches) at a time and me
         "for A and B; with SPT/LSA's locality bias, the evidence should sit on the object and be more "
         "concentrated. **Shifts** move the test images by 1 to S pixels in each direction (and mirror them): "
         "a model that uses local structure the way a CNN does keeps its answers as the image moves.")
+TAB = "Evidence"
+STALE = "_A new image: open this tab or press **Show evidence**._"
 COLUMNS = ["model", "top-1", "top-1 at S px", "unchanged at 1 px", "unchanged at S px", "flipped: top-1",
            "flipped: unchanged"]
 
@@ -64,6 +66,14 @@ class EvidenceTab:
                      f"{int(window or 1)}×{int(window or 1)} patches filled with {fill}; "
                      f"{pair.results[0].windows.size} occluded copies per model, in one call each.")
         return shown, "\n\n".join(lines)
+
+    def upload(self, open_tab: str, file, ref_a: str, ref_b: str, target: str, fill: str, window: float,
+               max_shift: float, padding: str, request: gr.Request = None):
+        """A new image: analysed at once when this tab is open, otherwise left until the tab is opened."""
+        if open_tab != TAB or file is None:
+            return None, STALE, None
+        shown, text = self.evidence(file, ref_a, ref_b, target, fill, window, request)
+        return shown, text, self.shift_strip(file, ref_a, ref_b, max_shift, padding, request)
 
     def shift_strip(self, file, ref_a: str, ref_b: str, max_shift: float, padding: str, request: gr.Request = None):
         """This image moved by -S..S pixels (and mirrored), with A's and B's answer under each copy."""
@@ -123,7 +133,7 @@ def build(ex: Explorer, page: Page) -> EvidenceTab:
     fill0 = next(iter(FILLS))
     occ0, occ_text0 = initial(tab.evidence, page.first, *page.refs, TOP1, fill0, 1, default=(None, ""))
     strip0 = initial(tab.shift_strip, page.first, *page.refs, 4, "zero")
-    with gr.Tab("Evidence", id="evidence"):
+    with gr.Tab(TAB, id="evidence") as evidence_tab:
         gr.Markdown(TEXT, elem_id="evidence-text")
         with gr.Row():
             target = gr.Dropdown([TOP1, LABEL] + classes, value=TOP1, label="class whose probability is measured")
@@ -145,9 +155,13 @@ def build(ex: Explorer, page: Page) -> EvidenceTab:
 
     occ_inputs = [page.upload, page.slot_a, page.slot_b, target, fill, window]
     occ_btn.click(tab.evidence, occ_inputs, [occ_map, occ_text], api_name="evidence", concurrency_limit=4)
-    page.upload.change(tab.evidence, occ_inputs, [occ_map, occ_text], api_name=False, concurrency_limit=4)
     strip_inputs = [page.upload, page.slot_a, page.slot_b, max_shift, padding]
-    gr.on([page.upload.change, max_shift.release, padding.change], tab.shift_strip, strip_inputs, [strip],
+    # A new image is analysed here only while the tab is open, or when it is opened: an upload made on
+    # another tab costs no occlusion pass.
+    page.upload.change(tab.upload, [page.tab] + occ_inputs + [max_shift, padding], [occ_map, occ_text, strip],
+                       api_name=False, concurrency_limit=4)
+    evidence_tab.select(tab.evidence, occ_inputs, [occ_map, occ_text], api_name=False, concurrency_limit=4)
+    gr.on([evidence_tab.select, max_shift.release, padding.change], tab.shift_strip, strip_inputs, [strip],
           api_name="shift_strip", concurrency_limit=4)
     rob_btn.click(tab.robustness, [page.slot_a, page.slot_b, count, max_shift, padding],
                   [rob_plot, rob_table, rob_text], api_name="robustness", concurrency_limit=2)

@@ -132,8 +132,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
             with gr.Column(scale=1, min_width=260):
                 upload = images.build(ex, slot_b, _classes(ex, refs[1]), first)
             with gr.Column(scale=3):
-                page = Page(slot_a, slot_b, upload, refs, first.path if first else None)
-                with gr.Tabs():
+                page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"))
+                with gr.Tabs() as tabs:
                     compare.build(ex, page)
                     patches.build(ex, page)
                     attention.build(ex, page)
@@ -141,6 +141,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                     tau.build(ex, page)
                     finetune.build(ex, page)
 
+        tabs.select(open_tab, None, [page.tab], api_name=False, queue=False)
         slot_a.change(slots.load_a, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
         slot_b.change(slots.load_b, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b")
         ft_base, ft_mine = page.extra["ft_base"], page.extra["ft_mine"]
@@ -152,6 +153,11 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
             demo.load(slots.visit, [visitor], [visitor, slot_a, slot_b, ft_base, ft_mine], api_name="visitor")
             demo.unload(ex.leave)
     return demo
+
+
+def open_tab(evt: gr.SelectData) -> str:
+    """The label of the tab the visitor just opened (a tab that works only when looked at reads it)."""
+    return evt.value
 
 
 def launch_kwargs() -> dict:

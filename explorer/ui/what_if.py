@@ -7,7 +7,7 @@ import gradio as gr
 
 from explorer import render
 from explorer.reports import pct
-from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.context import Explorer, Page
 from explorer.ui.pictures import picture
 from explorer.workbench import picture_title, what_if, what_if_plot
 
@@ -21,6 +21,7 @@ TEXT = ("LSA divides every layer's attention logits by a learned temperature τ 
         "distance fall and the maps from the query narrow to fewer patches; with the mask off, watch how much "
         "attention each patch keeps for itself and whether the top-5 moves.")
 DEFAULTS = (1.0, "as learned", 0.5, "as learned")  # A as learned; B with a sharper tau
+PRESS = "_Press **What if** for this image._"
 
 
 
@@ -63,8 +64,8 @@ class WhatIfTab:
 
 def build(ex: Explorer, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.Number) -> WhatIfTab:
     tab = WhatIfTab(ex)
-    first = initial(tab.what_if, page.first, *page.refs, layer.value, qy.value, qx.value, *DEFAULTS,
-                    default=(None,) * 6 + ("",))
+    # Nothing is computed at start-up: the accordion is closed, and a what-if probe costs memory per model.
+    first = (None,) * 6 + (PRESS,)
     with gr.Accordion("LSA switches: what if τ or the diagonal mask were different?", open=False):
         gr.Markdown(TEXT, elem_id="what-if-text")
         with gr.Row():
@@ -86,6 +87,6 @@ def build(ex: Explorer, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.Nu
                                mask_b], [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name="what_if",
                  concurrency_limit=4, concurrency_id="attention")
     # A new image: the shown what-if was another image's; nothing is computed until What if is pressed.
-    page.upload.change(lambda: (None,) * 6 + ("_Press **What if** for this image._",), None,
+    page.upload.change(lambda: (None,) * 6 + (PRESS,), None,
                        [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name=False, queue=False)
     return tab

@@ -148,3 +148,29 @@ def test_the_evidence_tab_shows_both_models_evidence_and_their_shift_robustness(
     page.locator("#evidence-text").scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / "evidence.png"), full_page=True)
     assert Image.open(tmp_path / "evidence.png").size[0] >= 1000
+
+
+def test_evidence_follows_a_new_image_when_the_tab_is_open_or_opened(page):
+    from explorer.samples import examples
+    _, second, third = examples()[:3]
+    page.get_by_role("tab", name="Evidence").click()
+    src = page.locator("#occlusion img").get_attribute("src")
+    # While the tab is open, a new image is analysed at once.
+    page.locator("#examples").get_by_text(f"{second.label} ·").first.click()
+    page.wait_for_function("(before) => { const i = document.querySelector('#occlusion img');"
+                           " return i && i.getAttribute('src') !== before }", arg=src, timeout=30_000)
+    assert page.inner_text("#evidence-summary").count("of patches carry") == 2
+    page.wait_for_selector("#shift-strip img", timeout=30_000)
+    # On another tab, an upload costs no occlusion pass: the tab says so and analyses it once opened.
+    page.get_by_role("tab", name="Compare").click()
+    src = page.locator("#occlusion img").get_attribute("src") if page.locator("#occlusion img").count() else None
+    page.locator("#examples").get_by_text(f"{third.label} ·").first.click()
+    page.wait_for_function(f"() => /True label {third.label}/.test(document.querySelector('#verdict').innerText)",
+                           timeout=30_000)
+    page.get_by_role("tab", name="Evidence").click()
+    page.wait_for_function("() => (document.querySelector('#evidence-summary') || {}).innerText"
+                           " && document.querySelector('#evidence-summary').innerText.split('of patches carry')"
+                           ".length === 3", timeout=30_000)
+    page.wait_for_selector("#occlusion img", timeout=30_000)
+    assert page.locator("#occlusion img").get_attribute("src") != src
+    page.wait_for_selector("#shift-strip img", timeout=30_000)
