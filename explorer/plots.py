@@ -107,9 +107,14 @@ def plot_tau(per_model: dict[str, list[list[float]]], initial: dict[str, float])
         ys = [v for t in tau if len(t) > 1 for v in t]
         if xs:
             ax.scatter(xs, ys, color=color, s=12, alpha=0.45, linewidths=0)
+    # One dashed line per distinct initial value: in its model's colour when it is that model's alone.
+    starts: dict[float, list[int]] = {}
+    for k, name, _ in shown:
         if name in initial:
-            ax.axhline(initial[name], color=color, linestyle="--", linewidth=1,
-                       label=f"initial √d_k = {initial[name]:.3g}")
+            starts.setdefault(float(initial[name]), []).append(k)
+    for value, owners in starts.items():
+        ax.axhline(value, color=model_color(owners[0]) if len(owners) == 1 else "0.45", linestyle="--",
+                   linewidth=1, label=f"initial √d_k = {value:.3g}")
     _label_axes(ax, "layer", "temperature τ", "Learned LSA temperature")
     ax.legend()
     return fig

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer import plots, render
-from explorer.checkpoints import CheckpointError, list_checkpoints, load_checkpoint
+from explorer.checkpoints import CheckpointError, list_checkpoints, load_checkpoint, read_card
 from explorer.config import ViTConfig
 from explorer.probe import (TAU_FACTORS, Probe, ProbeResult, WhatIfProbe, attention_entropy,
                             mean_attention_distance, query_attention, rollout, rollout_map)
@@ -92,6 +92,13 @@ class ModelStore:
     def choices(self) -> list[str]:
         """Every checkpoint under root, as references relative to it, newest runs last."""
         return [str(p.relative_to(self.root)) for p in list_checkpoints(self.root)]
+
+    def local_card(self, ref: str) -> dict | None:
+        """The card of a checkpoint under root, read without loading its model (None when unreadable)."""
+        try:
+            return read_card(self.root / ref)
+        except (CheckpointError, OSError, ValueError):
+            return None
 
     def key(self, ref: str) -> str:
         if not isinstance(ref, str) or not ref.strip():

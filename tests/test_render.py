@@ -245,13 +245,17 @@ def test_plot_tau():
     fig = plots.plot_tau(per_model, {"lsa": 8.0, "lsa_head": 8.0})
     ax = fig.axes[0]
     lines = ax.get_lines()
-    assert len(lines) == 4  # a tau line and a dashed initial line for each model that has tau
+    assert len(lines) == 3  # a tau line per model that has tau, one dashed line for their shared start
     assert lines[0].get_color() == "#ff7f0e"  # colour follows the model's position among all models
     dashed = [line for line in lines if line.get_linestyle() == "--"]
-    assert len(dashed) == 2 and all(np.allclose(line.get_ydata(), 8.0) for line in dashed)
-    assert "initial √d_k = 8" in _legend_texts(ax)
-    np.testing.assert_allclose(lines[2].get_ydata(), [5.5, 4.25])
+    assert len(dashed) == 1 and np.allclose(dashed[0].get_ydata(), 8.0) and dashed[0].get_color() == "0.45"
+    assert _legend_texts(ax).count("initial √d_k = 8") == 1
+    np.testing.assert_allclose(lines[1].get_ydata(), [5.5, 4.25])
     assert len(ax.collections) == 1 and len(ax.collections[0].get_offsets()) == 4
+    # Different starts: one line each, in its model's colour.
+    fig = plots.plot_tau(per_model, {"lsa": 8.0, "lsa_head": 4.0})
+    dashed = [line for line in fig.axes[0].get_lines() if line.get_linestyle() == "--"]
+    assert [line.get_color() for line in dashed] == ["#ff7f0e", "#2ca02c"]
 
 
 @pytest.mark.parametrize("plot", [lambda: plots.plot_tau({"vanilla": []}, {}),

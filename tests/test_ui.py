@@ -253,6 +253,33 @@ def test_locality_and_tau(ex, image_file):
     assert tau_table["tau"][0] == f"{lm.probe.tau()[0][0]:.3f}"
 
 
+def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(tmp_path, tiny_checkpoints, cifar10,
+                                                                         data_dir):
+    from explorer.fitting import TrainConfig
+    from explorer.train import train_new
+    from tests.conftest import tiny_config
+    root = tmp_path / "checkpoints"
+    for variant, path in tiny_checkpoints.items():
+        shutil.copytree(path, root / f"cifar10-{variant}")
+    train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=32, seed=2),
+              TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25), root, name="cifar10-lsa", verbose=0)
+    broken = root / "cifar10-broken"
+    shutil.copytree(root / "cifar10-lsa", broken)
+    (broken / "model.weights.h5").write_bytes(b"not a weights file")
+    here = Explorer(root=root, data_dir=str(data_dir))
+    tab = TauTab(here)
+    assert tab.shipped_lsa() == ["cifar10-broken", "cifar10-lsa", "cifar10-spt_lsa"]  # from the cards alone
+    _, _, table = tab.tau(A, A)  # neither slot holds an LSA model
+    labels = [here.store.get(r).label for r in ("cifar10-lsa", "cifar10-spt_lsa")]
+    assert list(dict.fromkeys(table["model"])) == labels and "(lsa)" in labels[0] and "(spt_lsa)" in labels[1]
+    for ref in ("cifar10-lsa", "cifar10-spt_lsa"):
+        lm = here.store.get(ref)
+        rows = table[table["model"] == lm.label]
+        assert list(rows["tau"]) == [", ".join(f"{v:.3f}" for v in t) for t in lm.probe.tau()]
+    plot, history, _ = tab.tau(B, A)
+    assert [t.get_text() for t in plot.axes[0].get_legend().get_texts()][:2] == labels
+
+
 def test_disagreements(ex):
     summary, table, gallery = ui(ex).compare.disagreements(A, B, 60)
     assert "first **60** cifar10 test images" in summary and len(table) == 10

@@ -6,7 +6,9 @@ import gradio as gr
 import pandas as pd
 
 from explorer import plots
+from explorer.config import ViTConfig
 from explorer.probe import tau_table
+from explorer.shared import FINETUNED
 from explorer.ui.context import Explorer, Page, initial
 
 COLUMNS = ["model", "layer", "tau", "initial √d_k", "ratio"]
@@ -16,13 +18,43 @@ class TauTab:
     def __init__(self, ex: Explorer):
         self.ex = ex
 
-    def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
-        """Tau per layer and over training for every LSA model loaded that this visitor may see (in
-        shared mode, another visitor's runs are not shown)."""
-        self.ex.pair(ref_a, ref_b, request)  # a reference the visitor may not use is refused here
+    def shipped_lsa(self, request=None) -> list[str]:
+        """The app's own LSA checkpoints (not fine-tuned runs), read from their cards without loading."""
+        refs = []
+        for ref in self.ex.choices(request):
+            card = None if ref.startswith(f"{FINETUNED}/") else self.ex.store.local_card(ref)
+            try:
+                if card is not None and ViTConfig.from_dict(card["config"]).use_lsa:
+                    refs.append(ref)
+            except (KeyError, TypeError, ValueError):
+                continue  # a broken card: its slot says why when it is chosen
+        return refs
+
+    def models(self, ref_a: str, ref_b: str, request=None) -> list:
+        """The LSA models to show: every shipped LSA checkpoint (so the LSA-only and the SPT/LSA model sit
+        side by side whatever the slots hold), then the slots' and any other loaded LSA model this visitor
+        may see (in shared mode, another visitor's runs are not shown)."""
+        a, b = self.ex.pair(ref_a, ref_b, request)  # a reference the visitor may not use is refused here
+        shipped = []
+        for ref in self.shipped_lsa(request):
+            try:
+                shipped.append(self.ex.store.get(ref))
+            except (OSError, ValueError):  # CheckpointError included: a broken checkpoint is left out
+                continue
         visible = set(self.ex.choices(request))
-        models = [lm for lm in self.ex.store.loaded() if lm.config.use_lsa
-                  and (not self.ex.shared or lm.ref in visible or self.ex.runs.is_hub(lm.ref))]
+        loaded = [lm for lm in [a, b] + self.ex.store.loaded()
+                  if not self.ex.shared or lm.ref in visible or self.ex.runs.is_hub(lm.ref)]
+        models, seen = [], set()
+        for lm in shipped + loaded:
+            key = self.ex.store.key(lm.ref)
+            if lm.config.use_lsa and key not in seen:
+                seen.add(key)
+                models.append(lm)
+        return models
+
+    def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
+        """Tau per layer and over training for every LSA model shown (see `models`)."""
+        models = self.models(ref_a, ref_b, request)
         per_model = {lm.label: lm.probe.tau() for lm in models}
         initial_tau = {lm.label: lm.config.initial_tau for lm in models}
         history = {lm.label: lm.card.get("history", []) for lm in models}
