@@ -5,6 +5,8 @@
 
 --flip also scores each image averaged with its mirror image (horizontal-flip test-time augmentation),
 stored beside the plain single-view numbers, which stay the headline ones.
+--ablation also prints the 2x2 ablation's README section (explorer/ablation.py) for one checkpoint of each
+variant: vanilla, lsa, spt, spt_lsa.
 --locality N also prints, per layer, what SPT/LSA are meant to change: the mean attention distance (in
 input pixels) and the attention entropy over the first N test images, and the learned tau.
 """
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
-from explorer.checkpoints import CheckpointError, load_checkpoint, update_card
+from explorer.ablation import AblationError, ablation_markdown, by_variant
+from explorer.checkpoints import CheckpointError, load_checkpoint, read_card, update_card
 from explorer.config import ViTConfig
 from explorer.data import DATASETS, DatasetError, load_test_set
 from explorer.fitting import accuracy_metrics, predict_logits
@@ -150,6 +154,9 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, help="first N test images only (metrics are then not stored)")
     p.add_argument("--no-store", action="store_true", help="do not write the metrics into the cards")
     p.add_argument("--markdown", action="store_true", help="also print a Markdown results table")
+    p.add_argument("--ablation", action="store_true",
+                   help="also print the 2x2 ablation's Markdown (one checkpoint of each variant: vanilla, lsa, "
+                        "spt, spt_lsa) beside the paper's")
     p.add_argument("--flip", action="store_true",
                    help="also score each image averaged with its mirror image (test-time augmentation)")
     p.add_argument("--locality", type=int, default=0, metavar="N",
@@ -158,15 +165,23 @@ def main(argv=None) -> int:
     if args.locality < 0 or (args.limit is not None and args.limit < 1):
         p.error("--locality and --limit take a positive number of images")
     try:
+        if args.ablation and all(Path(ref).is_dir() for ref in args.checkpoints):
+            # Refused before anything is evaluated (the variants are in the local cards); Hub ids are checked after.
+            by_variant([{"ref": ref, "card": read_card(ref), "dataset": None, "metrics": None}
+                        for ref in args.checkpoints], check_sets=False)
         results = evaluate(args.checkpoints, args.dataset, args.data_dir, args.limit,
                            store=not args.no_store, locality_images=args.locality, flip=args.flip)
-    except (CheckpointError, DatasetError) as e:
+        ablation = ablation_markdown(results) if args.ablation else None
+    except (CheckpointError, DatasetError, AblationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_table(results))
     if args.markdown:
         print()
         print(markdown_table(results))
+    if ablation:
+        print()
+        print(ablation)
     return 0
 
 
