@@ -253,12 +253,13 @@ def test_locality_and_tau(ex, image_file):
     assert tau_table["tau"][0] == f"{lm.probe.tau()[0][0]:.3f}"
 
 
-def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(tmp_path, tiny_checkpoints, cifar10,
-                                                                         data_dir):
+@pytest.fixture(scope="module")
+def ablation_root(tmp_path_factory, tiny_checkpoints, cifar10):
+    """Three corners of the 2x2 (vanilla, LSA alone, SPT/LSA) and a broken LSA checkpoint."""
     from explorer.fitting import TrainConfig
     from explorer.train import train_new
     from tests.conftest import tiny_config
-    root = tmp_path / "checkpoints"
+    root = tmp_path_factory.mktemp("ablation") / "checkpoints"
     for variant, path in tiny_checkpoints.items():
         shutil.copytree(path, root / f"cifar10-{variant}")
     train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=32, seed=2),
@@ -266,6 +267,11 @@ def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(tmp_p
     broken = root / "cifar10-broken"
     shutil.copytree(root / "cifar10-lsa", broken)
     (broken / "model.weights.h5").write_bytes(b"not a weights file")
+    return root
+
+
+def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(ablation_root, data_dir):
+    root = ablation_root
     here = Explorer(root=root, data_dir=str(data_dir))
     tab = TauTab(here)
     assert tab.shipped_lsa() == ["cifar10-broken", "cifar10-lsa", "cifar10-spt_lsa"]  # from the cards alone
@@ -278,6 +284,28 @@ def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(tmp_p
         assert list(rows["tau"]) == [", ".join(f"{v:.3f}" for v in t) for t in lm.probe.tau()]
     plot, history, _ = tab.tau(B, A)
     assert [t.get_text() for t in plot.axes[0].get_legend().get_texts()][:2] == labels
+
+
+def test_ablation_pairs_put_two_corners_of_the_2x2_in_the_slots_in_one_click(ablation_root, data_dir, ex):
+    from explorer.ui.shell import ablation_pairs
+    here = Explorer(root=ablation_root, data_dir=str(data_dir))
+    pairs = ablation_pairs(here, B)
+    # One checkpoint per variant (cifar10-lsa, not the other LSA folder), pairs in the reader's order.
+    assert pairs == [("ViT | SPT + LSA", A, B), ("ViT | LSA alone", A, "cifar10-lsa"),
+                     ("LSA alone | SPT + LSA", "cifar10-lsa", B)]
+    demo = build_demo(here)
+    buttons = {c["id"]: c["props"]["value"] for c in demo.config["components"]
+               if "pair-btn" in (c["props"].get("elem_classes") or [])}
+    assert sorted(buttons.values()) == sorted(label for label, _, _ in pairs)
+    slots = {c["props"].get("label"): c["id"] for c in demo.config["components"]}
+    wired = {}
+    for fn in demo.fns.values():
+        for label in [buttons[t[0]] for t in fn.targets if t[0] in buttons and t[1] == "click"]:
+            assert [o._id for o in fn.outputs] == [slots["Model A"], slots["Model B"]]
+            wired[label] = fn.fn()
+    assert wired == {label: (a, b) for label, a, b in pairs}
+    assert ablation_pairs(ex, B) == []  # two variants are no ablation: no row of pairs
+    assert not any("pair-btn" in (c["props"].get("elem_classes") or []) for c in build_demo(ex).config["components"])
 
 
 def test_disagreements(ex):

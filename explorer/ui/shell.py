@@ -7,10 +7,11 @@ import os
 
 import gradio as gr
 
+from explorer.ablation import NAMES, ORDER
 from explorer.checkpoints import CheckpointError
 from explorer.reports import pct
 from explorer.samples import examples
-from explorer.shared import REFUSED
+from explorer.shared import FINETUNED, REFUSED
 from explorer.ui import attention, compare, evidence, finetune, images, patches, tau
 from explorer.ui.context import Explorer, Page
 from explorer.ui.finetune import PAIR, SCRATCH
@@ -18,6 +19,8 @@ from explorer.ui.pictures import install_image_cache
 
 CSS = """
 .slot-card {min-height: 3.2em}
+#pairs-label {align-self: center}
+.pair-btn {white-space: nowrap; flex: 0 0 auto !important; min-width: max-content !important}
 footer {display: none !important}
 /* Output pictures carry their own captions (head, layer) along their top edge: keep Gradio's label and
    buttons above the picture instead of floating over those captions. */
@@ -95,6 +98,35 @@ class Slots:
                 gr.update(choices=self.ex.my_runs(request), value=None))
 
 
+# The ablation's pairs, in the order a reader asks about them: the whole gain, each part, the parts apart.
+PAIRS = [("vanilla", "spt_lsa"), ("vanilla", "spt"), ("vanilla", "lsa"), ("lsa", "spt"), ("spt", "spt_lsa"),
+         ("lsa", "spt_lsa")]
+
+
+def ablation_pairs(ex: Explorer, ref_b: str | None) -> list[tuple[str, str, str]]:
+    """(label, A, B) for each pair of the 2x2 ablation among the app's own checkpoints of slot B's dataset
+    (one per variant: the one named <dataset>-<variant> when there are several); none below three variants."""
+    cards = {ref: ex.store.local_card(ref) for ref in ex.runs.listing(None) if not ref.startswith(f"{FINETUNED}/")}
+    dataset = (cards.get(ref_b) or {}).get("dataset", {}).get("name")
+    if dataset is None:
+        return []
+    by_variant: dict[str, str] = {}
+    for ref, card in cards.items():
+        variant = (card or {}).get("variant")
+        if (card or {}).get("dataset", {}).get("name") != dataset or variant not in ORDER:
+            continue
+        if variant not in by_variant or ref == f"{dataset}-{variant}":
+            by_variant[variant] = ref
+    if len(by_variant) < 3:
+        return []
+    return [(f"{NAMES[a]} | {NAMES[b]}", by_variant[a], by_variant[b]) for a, b in PAIRS
+            if a in by_variant and b in by_variant]
+
+
+def _pick(a: str, b: str):
+    return lambda: (a, b)
+
+
 def _classes(ex: Explorer, ref_b: str | None) -> list[str]:
     try:
         return ["random"] + (ex.store.get(ref_b).class_names if ref_b else [])
@@ -127,7 +159,13 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                 slot_b = gr.Dropdown(choices, value=refs[1], label="Model B", allow_custom_value=True,
                                      info="a checkpoint, or a Hub id owner/name[@revision]")
                 card_b = gr.Markdown(slots.card(refs[1]), elem_classes="slot-card")
-        refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm")
+        pairs, pair_btns = ablation_pairs(ex, refs[1]), []
+        with gr.Row(equal_height=True):
+            refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm", scale=0, min_width=220)
+            if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots
+                gr.Markdown("**Ablation pairs** (A | B):", elem_id="pairs-label", scale=0, min_width=190)
+                pair_btns = [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
+                             for label, a, b in pairs]
         with gr.Row():
             with gr.Column(scale=1, min_width=260):
                 upload = images.build(ex, slot_b, _classes(ex, refs[1]), first)
@@ -142,6 +180,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                     finetune.build(ex, page)
 
         tabs.select(open_tab, None, [page.tab], api_name=False, queue=False)
+        for btn, a, b in pair_btns:
+            btn.click(_pick(a, b), None, [slot_a, slot_b], api_name=False, queue=False)
         slot_a.change(slots.load_a, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
         slot_b.change(slots.load_b, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b")
         ft_base, ft_mine = page.extra["ft_base"], page.extra["ft_mine"]
