@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from explorer.compiled import forward
 from explorer.probe import softmax
 
 FILLS = ("mean", "blur")
@@ -100,11 +101,12 @@ class Classifier:
 
     def probabilities(self, batch: np.ndarray) -> np.ndarray:
         """Softmax of one compiled forward call over the whole batch (logits only)."""
+        run = forward(self.keras)
         if self.lock is None:
-            logits = self.keras.predict_on_batch(batch)
+            logits = run(batch)
         else:
             with self.lock:  # one call at a time per loaded model, as workbench does
-                logits = self.keras.predict_on_batch(batch)
+                logits = run(batch)
         return softmax(np.asarray(logits, np.float64))
 
 

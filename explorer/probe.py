@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from explorer.compiled import forward
 from explorer.config import ViTConfig
 from explorer.layers import attention_what_if
 from explorer.models import TOKENIZER, attention_layers, tau_values
@@ -79,7 +80,7 @@ class Probe:
         size = self.config.image_size
         if images.shape[1:] != (size, size, 3):
             raise ValueError(f"the probe takes (batch, {size}, {size}, 3) images, got {images.shape}")
-        outputs = self._probe.predict_on_batch(images.astype("float32"))
+        outputs = forward(self._probe)(images.astype("float32"))
         logits, patches, *scores = (np.asarray(o) for o in outputs)
         return ProbeResult(logits=logits, attention=np.stack(scores, axis=1), patches=patches)
 

@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 # Lower layers first: a module may import only modules of its own layer or below.
 LAYERS = [
-    {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation"},
+    {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled"},
     {"layers", "data"},
     {"models", "augment", "folders", "checkpoints", "shared"},
     {"probe", "fitting", "backup"},
