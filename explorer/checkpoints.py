@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.metadata as _metadata
 import json
 import os
 import re
@@ -49,13 +50,17 @@ def _now() -> str:
 
 
 def versions() -> dict:
+    """Keras, its backend and the backend library's version (jax and jaxlib on JAX), read from the installed
+    packages' metadata, so a JAX worker never imports TensorFlow to write its card."""
     import keras
-    out = {"keras": keras.__version__, "backend": keras.backend.backend()}
-    try:
-        import tensorflow as tf
-        out["tensorflow"] = tf.__version__
-    except ImportError:
-        pass
+    backend = keras.backend.backend()
+    out = {"keras": keras.__version__, "backend": backend}
+    packages = {"tensorflow": ["tensorflow", "tensorflow-cpu"], "jax": ["jax", "jaxlib"], "torch": ["torch"]}
+    for package in packages.get(backend, []):
+        try:
+            out[package.replace("-cpu", "")] = _metadata.version(package)
+        except _metadata.PackageNotFoundError:
+            continue
     return out
 
 

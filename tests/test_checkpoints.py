@@ -26,6 +26,9 @@ def test_layout_and_card(tiny_checkpoints):
     for key in ("name", "variant", "preset", "config", "dataset", "class_names", "metrics", "history",
                 "training", "versions", "parameters"):
         assert key in card, key
+    import keras
+    import tensorflow as tf
+    assert card["versions"] == {"keras": keras.__version__, "backend": "tensorflow", "tensorflow": tf.__version__}
     readme = (folder / "README.md").read_text()
     assert readme.startswith("---\n") and "library_name: keras" in readme and "test top-1" in readme
 

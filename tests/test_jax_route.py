@@ -16,6 +16,11 @@ from explorer.fitting import predict_logits
 from explorer.runner import FineTuneRunner
 from tests.conftest import ROOT
 
+def jax_version() -> str:
+    from importlib.metadata import version
+    return version("jax")
+
+
 # Loads each checkpoint on JAX and saves its logits for the images given: what the worker's model computes.
 _JAX_LOGITS = """
 import sys
@@ -66,6 +71,7 @@ def test_a_pair_job_on_jax_predicts_in_the_app_what_the_worker_predicted(tiny_ch
     for m, on_jax in zip(s.members, jax_logits):
         model, card = load_checkpoint(m.checkpoint)
         assert card["versions"]["backend"] == "jax" and card["training"]["device"] == "CPU"
+        assert card["versions"]["jax"] == jax_version() and "tensorflow" not in card["versions"]
         assert [e["epoch"] for e in m.history] == [0, 1, 2] and len(m.predictions) == len(x_test)
         logits = predict_logits(model, x_test)  # the app, on TensorFlow
         assert logits.argmax(-1).tolist() == m.predictions
