@@ -137,7 +137,9 @@ def ablation_markdown(results: list[dict]) -> str:
     tau, per-class gains and (with locality) entropy and distance per layer."""
     res = by_variant(results)
     ds = res["vanilla"]["dataset"]
-    parts = [f"On all {res['vanilla']['metrics']['count']:,} {ds.name} test images:", "", *grid(res), "",
+    count, total = res["vanilla"]["metrics"]["count"], len(getattr(ds, "x_test", ()))
+    which = f"the first {count:,} of {total:,}" if count < total else f"all {count:,}"
+    parts = [f"On {which} {ds.name} test images:", "", *grid(res), "",
              *main_table(res), "", additivity(res), "", *per_class(res)]
     if all("locality" in res[v] for v in ORDER):
         n = res["vanilla"]["locality"]["images"]

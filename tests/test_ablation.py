@@ -48,6 +48,13 @@ def test_the_section_holds_the_grid_the_table_beside_the_paper_and_how_the_gains
     assert "| distance (px), SPT + LSA | 10.0 | 11.0 | 10.5 |" in text
 
 
+def test_a_limited_evaluation_says_so():
+    results = [result(v, TOP1[v], count=300) for v in ORDER]
+    for r in results:
+        r["dataset"].x_test = [None] * 10_000
+    assert ablation_markdown(results).startswith("On the first 300 of 10,000 cifar10 test images:")
+
+
 def test_no_joint_gain_is_said_plainly_and_locality_is_optional():
     results = [result(v, 0.70 if v != "lsa" else 0.72) for v in ORDER]
     for r in results:
