@@ -9,15 +9,13 @@ the command line lives there too, with the checks it needs:
     python -m explorer.checkpoints push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
     python -m explorer.checkpoints pull owner/vit-spt-lsa-cifar10@main
 
-Limits, in megabytes (10**6 bytes; unset or 0 means the default):
-    EXPLORER_MAX_HUB_MB        the checkpoint files of one repo (default 50)
-    EXPLORER_MAX_HUB_CACHE_MB  the Hugging Face cache, for `prune_cache` (default 500)
+The limits (`download`'s max_bytes, `prune_cache`'s size) are the caller's: a shared instance takes them
+from EXPLORER_MAX_HUB_MB and EXPLORER_MAX_HUB_CACHE_MB (explorer.shared.SharedLimits).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import uuid
@@ -35,8 +33,6 @@ CHECKPOINT_FILES = ("explorer.json", "config.json", "metadata.json", "model.weig
 _CARD, _REQUIRED_FILES = CHECKPOINT_FILES[0], CHECKPOINT_FILES[:4]
 
 MB = 10**6
-MAX_HUB_MB = 50
-MAX_HUB_CACHE_MB = 500
 _TIMEOUT_S = 10
 
 
@@ -75,27 +71,6 @@ def is_offline() -> bool:
     from huggingface_hub import constants
     value = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
     return value in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE)
-
-
-def _megabytes(variable: str, default_mb: float) -> int:
-    raw = os.environ.get(variable, "").strip()
-    try:
-        value = float(raw) if raw else 0.0
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{variable}={raw!r} is not a number of megabytes (0 or unset: {default_mb:g})")
-    return int((value or default_mb) * MB)
-
-
-def max_hub_bytes() -> int:
-    """The most bytes of checkpoint files `download` may fetch for one repo: $EXPLORER_MAX_HUB_MB."""
-    return _megabytes("EXPLORER_MAX_HUB_MB", MAX_HUB_MB)
-
-
-def max_hub_cache_bytes() -> int:
-    """The size `prune_cache` keeps the Hugging Face cache under: $EXPLORER_MAX_HUB_CACHE_MB."""
-    return _megabytes("EXPLORER_MAX_HUB_CACHE_MB", MAX_HUB_CACHE_MB)
 
 
 def _size(n: int) -> str:
@@ -165,7 +140,7 @@ def download(ref: str, cache_dir: str | None = None, max_bytes: int | None = Non
     CHECKPOINT_FILES.
 
     Online, the Hub's file list is read first: a repo without the checkpoint files, or whose files
-    together exceed `max_bytes` (None: no limit; see `max_hub_bytes`), is refused before anything is
+    together exceed `max_bytes` (None: no limit), is refused before anything is
     written to the cache. Offline (HF_HUB_OFFLINE), or when the Hub does not answer, it comes from the
     cache, without a request.
     """
@@ -214,7 +189,7 @@ def download(ref: str, cache_dir: str | None = None, max_bytes: int | None = Non
 def prune_cache(cache_dir: str | os.PathLike | None, max_bytes: int,
                 keep: Iterable[str | os.PathLike] = ()) -> list[str]:
     """Removes whole cached repos, least recently used first, until the Hugging Face cache holds at most
-    `max_bytes` (see `max_hub_cache_bytes`); a repo with a path in `keep` (a snapshot folder in use)
+    `max_bytes`; a repo with a path in `keep` (a snapshot folder in use)
     stays. Returns the ids of the repos removed, in order.
     """
     from huggingface_hub import constants, scan_cache_dir

@@ -14,6 +14,7 @@ nothing removed). In shared mode:
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import secrets
 import shutil
@@ -45,8 +46,8 @@ def _env_number(env, name: str, default: float, kind=int):
         number = kind(value) if value else default
     except ValueError:
         raise ValueError(f"environment variable {name}={value!r} is not a number") from None
-    if number < 0:
-        raise ValueError(f"environment variable {name}={value!r} must not be negative")
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"environment variable {name}={value!r} must be a finite number, not negative")
     return number
 
 

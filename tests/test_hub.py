@@ -17,7 +17,7 @@ import pytest
 
 from explorer.checkpoints import load_checkpoint
 from explorer.fitting import predict_logits
-from explorer.hub import CHECKPOINT_FILES, max_hub_bytes, max_hub_cache_bytes, prune_cache
+from explorer.hub import CHECKPOINT_FILES, prune_cache
 from tests.conftest import ROOT, populate_hf_cache
 from tests.hub_server import GITATTRIBUTES, Declared, FakeHub
 
@@ -176,18 +176,3 @@ def test_prune_cache_removes_the_least_recently_used_repos_and_never_a_kept_one(
     assert prune_cache(cache, 0, keep=[snapshots["oldest"] / "model.weights.h5"]) == ["someone/newest"]
     assert (snapshots["oldest"] / "model.weights.h5").read_bytes() == bytes([0]) * 1000
     assert prune_cache(tmp_path / "no-cache", 0) == []
-
-
-def test_limits_come_from_the_environment_in_megabytes(monkeypatch):
-    for variable, limit, default in (("EXPLORER_MAX_HUB_MB", max_hub_bytes, 50),
-                                     ("EXPLORER_MAX_HUB_CACHE_MB", max_hub_cache_bytes, 500)):
-        monkeypatch.delenv(variable, raising=False)
-        assert limit() == default * MB
-        monkeypatch.setenv(variable, "0")
-        assert limit() == default * MB
-        monkeypatch.setenv(variable, "12.5")
-        assert limit() == 12_500_000
-        for bad in ("lots", "-1", "nan"):
-            monkeypatch.setenv(variable, bad)
-            with pytest.raises(ValueError, match=f"{variable}='{bad}' is not a number of megabytes"):
-                limit()

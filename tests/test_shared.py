@@ -37,6 +37,12 @@ def test_shared_mode_comes_from_the_space_or_the_flag():
     assert (limits.max_queue, limits.run_ttl_hours, limits.max_runs) == (5, 0.5, 20)
     with pytest.raises(ValueError, match="EXPLORER_MAX_RUNS='many' is not a number"):
         SharedLimits.from_env({"EXPLORER_MAX_RUNS": "many"})
+    # The Hub limits, in megabytes (10**6 bytes): the workbench and the cache pruning take them from here.
+    hub = SharedLimits.from_env({"EXPLORER_MAX_HUB_MB": "12.5", "EXPLORER_MAX_HUB_CACHE_MB": "0"})
+    assert (hub.max_hub_mb, hub.max_hub_cache_mb) == (12.5, 0.0)
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(ValueError, match=f"EXPLORER_MAX_HUB_MB='{bad}' must be a finite number, not negative"):
+            SharedLimits.from_env({"EXPLORER_MAX_HUB_MB": bad})
 
 
 def test_a_visitor_reaches_the_shipped_models_their_runs_and_hub_ids_only(root, tmp_path):
