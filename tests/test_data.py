@@ -357,3 +357,43 @@ def test_an_archive_put_in_the_keras_cache_by_hand_is_used_offline(no_data, data
     cache.mkdir(parents=True)
     _archive(data_dir, cache / "cifar-10-python.tar.gz")
     assert len(load_cifar("cifar10", no_data).x_train) == 2000  # the URL is a closed port: no download
+
+
+@pytest.mark.parametrize("has_data_filter", [True, False], ids=["python-3.11.4+", "older-tarfile"])
+@pytest.mark.parametrize("member, kind", [("../evil", "file"), ("/abs/evil", "file"),
+                                          ("cifar-10-batches-py/link", "symlink")])
+def test_an_archive_with_a_member_outside_its_folder_or_a_link_is_refused(no_data, data_dir, tmp_path, monkeypatch,
+                                                                         member, kind, has_data_filter):
+    import io
+    import tarfile
+    if not has_data_filter:  # Python before 3.11.4 (Debian 12's 3.11.2) has no extraction filters
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    cache = keras_cache_dir()
+    cache.mkdir(parents=True)
+    archive = _archive(data_dir, cache / "cifar-10-python.tar.gz")
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
+    with tarfile.open(archive, "w:gz") as tar:
+        for m, data in members:
+            tar.addfile(m, io.BytesIO(data) if data is not None else None)
+        extra = tarfile.TarInfo(member)
+        if kind == "symlink":
+            extra.type, extra.linkname = tarfile.SYMTYPE, str(tmp_path / "outside")
+            tar.addfile(extra)
+        else:
+            extra.size = 4
+            tar.addfile(extra, io.BytesIO(b"evil"))
+    with pytest.raises(DatasetError, match="not a plain file or folder inside the archive's own folder"):
+        load_cifar("cifar10", no_data)
+    assert not (cache / "cifar-10-batches-py-target").exists()
+    assert not [p for p in cache.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    assert not (tmp_path / "outside").exists() and not (cache.parent / "evil").exists()
+
+
+def test_an_archive_unpacks_without_tarfile_filters(no_data, data_dir, monkeypatch):
+    import tarfile
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)  # as on Python before 3.11.4
+    cache = keras_cache_dir()
+    cache.mkdir(parents=True)
+    _archive(data_dir, cache / "cifar-10-python.tar.gz")
+    np.testing.assert_array_equal(load_cifar("cifar10", no_data).x_test, load_cifar("cifar10", data_dir).x_test)
