@@ -167,6 +167,10 @@ def test_evidence_follows_a_new_image_when_the_tab_is_open_or_opened(page):
     page.locator("#examples").get_by_text(f"{third.label} ·").first.click()
     page.wait_for_function(f"() => /True label {third.label}/.test(document.querySelector('#verdict').innerText)",
                            timeout=30_000)
+    # The notice is its own event: under load it may land after Compare's verdict, so wait for it here.
+    page.wait_for_function("() => /A new image: open this tab/.test("
+                           "(document.querySelector('#evidence-summary') || {}).textContent || '')", timeout=30_000)
+    assert page.locator("#occlusion img").count() == 0
     page.get_by_role("tab", name="Evidence").click()
     page.wait_for_function("() => (document.querySelector('#evidence-summary') || {}).innerText"
                            " && document.querySelector('#evidence-summary').innerText.split('of patches carry')"
