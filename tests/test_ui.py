@@ -425,6 +425,9 @@ def test_the_first_visit_opens_analysed_without_a_model_call_per_visitor(ex):
     assert f"True label **{first.label}**" in props["verdict"]["value"]
     assert props["maps"]["value"] and props["rollout"]["value"] and "Query patch row" in props["attn-caption"]["value"]
     assert props["picker"]["value"] and f"**{first.label}**" in props["truth"]["value"]
+    # Tables filled on a click show their own column names until then, not Gradio's 1, 2, 3.
+    assert props["robustness-table"]["value"]["headers"][:2] == ["model", "top-1"]
+    assert props["dis-table"]["value"]["headers"] == ["class", "A top-1", "B top-1", "B − A (points)"]
     assert "Patch size" in next(c["props"]["value"] for c in demo.config["components"]
                                 if "Patch size" in str(c["props"].get("value")))
     # What a visitor gets is in the page's config, computed once: pages open with no model call.

@@ -67,7 +67,8 @@ def build(ex: Explorer, page: Page) -> CompareTab:
             dis_btn = gr.Button("Find disagreements")
             dis_summary = gr.Markdown()
             # One above the other: side by side, the table's last column and the captions were cut.
-            dis_table = gr.Dataframe(label="per-class top-1", interactive=False, wrap=True, elem_id="dis-table")
+            dis_table = gr.Dataframe(label="per-class top-1", interactive=False, wrap=True, elem_id="dis-table",
+                                     headers=list(reports.Disagreements.COLUMNS))
             dis_gallery = gr.Gallery(format="png", label="where they disagree (true · A · B)", columns=6,
                                      height="auto", elem_id="dis-gallery")
 

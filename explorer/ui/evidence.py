@@ -149,7 +149,7 @@ def build(ex: Explorer, page: Page) -> EvidenceTab:
         rob_btn = gr.Button("Measure shift robustness", elem_id="robustness-btn")
         rob_text = gr.Markdown(elem_id="robustness-summary")
         rob_plot = gr.Plot(label="accuracy and unchanged answers against the shift", show_label=False)
-        rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table")
+        rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table", headers=COLUMNS)
         strip = picture("this image moved by -S..S pixels, and mirrored: each model's answer",
                         elem_id="shift-strip", value=strip0)
 
