@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PORT = 7860  # what a Space serves on
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 # What a Space upload leaves out (README: hf upload ... --exclude), and what is never in a clone.
-NOT_UPLOADED = shutil.ignore_patterns(".venv", ".git", "runs", "__pycache__", ".pytest_cache", ".gradio", "*.pyc")
+NOT_UPLOADED = shutil.ignore_patterns(".venv", ".git", "runs", "ablation", "__pycache__", ".pytest_cache", ".gradio",
+                                      "*.pyc")
 
 
 def front_matter() -> dict:
@@ -38,6 +39,12 @@ def test_the_front_matter_names_the_gradio_that_requirements_pin():
     meta = front_matter()
     assert meta["sdk"] == "gradio" and pins["gradio"] == meta["sdk_version"], (pins.get("gradio"), meta)
     assert meta["app_file"] == "app.py"
+
+
+def test_the_readme_upload_leaves_out_what_this_check_leaves_out():
+    excluded = set(re.findall(r'--exclude "([^"/]+)/\*"', (ROOT / "README.md").read_text()))
+    assert excluded == {".venv", "runs", ".git", "ablation"}
+    assert NOT_UPLOADED(str(ROOT), sorted(excluded)) == excluded  # and the copy below leaves them out too
 
 
 def _port_free(port: int) -> bool:
