@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explorer.checkpoints import list_checkpoints, read_card
+from explorer.config import ViTConfig
 from tests.conftest import NO_NETWORK, ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -140,7 +142,9 @@ def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
         table = client.predict(handle_file(str(upload)), A, B, scope, api_name="/locality")[2]
         assert len(table["data"]) == 2
     tau_table = client.predict(A, B, api_name="/tau")[2]
-    assert len(tau_table["data"]) == 6  # the SPT/LSA model's six layers
+    shipped = [c for c in list_checkpoints(ROOT / "checkpoints") if c.parent == ROOT / "checkpoints"]
+    shipped_lsa = [c for c in shipped if ViTConfig.from_dict(read_card(c)["config"]).use_lsa]
+    assert len(tau_table["data"]) == 6 * len(shipped_lsa) >= 6  # six layers per shipped LSA model
     # Fine-tune: the tab answers (a run needs the full data or a zip; see test_ui and test_load).
     assert "No run" in client.predict(api_name="/cancel")
     # A Space runs in shared mode: a visitor id for the browser, and the button to duplicate it.
