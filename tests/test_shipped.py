@@ -1,4 +1,5 @@
-"""The two checkpoints shipped in checkpoints/: present, small, complete cards, and honest numbers."""
+"""The checkpoints shipped in checkpoints/ (the pair, and the ablation's other two corners once trained):
+present, small, complete cards, one recipe, and honest numbers."""
 
 import numpy as np
 import pytest
@@ -10,17 +11,17 @@ from tests.conftest import ROOT
 
 SHIPPED = ROOT / "checkpoints"
 PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")
+NAMES = sorted(p.name for p in list_checkpoints(SHIPPED) if p.parent == SHIPPED)  # not fine-tuned runs
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    return {name: load_checkpoint(SHIPPED / name) for name in PAIR}
+    return {name: load_checkpoint(SHIPPED / name) for name in NAMES}
 
 
-def test_both_are_listed_and_small():
-    listed = {p.name for p in list_checkpoints(SHIPPED)}
-    assert set(PAIR) <= listed
-    for name in PAIR:
+def test_all_are_listed_and_small():
+    assert set(PAIR) <= set(NAMES)
+    for name in NAMES:
         size = sum(p.stat().st_size for p in (SHIPPED / name).rglob("*") if p.is_file())
         assert size <= 10 * 2**20, f"{name} is {size / 2**20:.1f} MiB"
 
@@ -46,16 +47,19 @@ def test_cards_are_complete(shipped):
 
 
 def test_same_recipe_only_the_variant_differs(shipped):
-    (_, vanilla), (_, lsa) = shipped["cifar10-vanilla"], shipped["cifar10-spt_lsa"]
-    assert vanilla["variant"] == "vanilla" and lsa["variant"] == "spt_lsa"
-    assert lsa["config"]["tau_mode"] == "layer"
-    differ = {k for k in vanilla["config"] if vanilla["config"][k] != lsa["config"][k]}
-    assert differ == {"variant"}
-    assert vanilla["training"]["recipe"] == lsa["training"]["recipe"]
-    assert vanilla["training"]["epochs"] == lsa["training"]["epochs"]
-    stages = [[(s["epochs"], s["recipe"]) for s in card["training"].get("stages", [])] for card in (vanilla, lsa)]
-    assert stages[0] == stages[1]
-    assert [e.get("stage", 1) for e in vanilla["history"]] == [e.get("stage", 1) for e in lsa["history"]]
+    _, vanilla = shipped["cifar10-vanilla"]
+    assert vanilla["variant"] == "vanilla"
+    for name, (_, other) in shipped.items():
+        assert name == f"cifar10-{other['variant']}"
+        if other["variant"] != "vanilla":
+            assert other["config"]["tau_mode"] == "layer"
+        differ = {k for k in vanilla["config"] if vanilla["config"][k] != other["config"][k]}
+        assert differ <= {"variant"}, name
+        assert vanilla["training"]["recipe"] == other["training"]["recipe"], name
+        assert vanilla["training"]["epochs"] == other["training"]["epochs"], name
+        stages = [[(s["epochs"], s["recipe"]) for s in card["training"].get("stages", [])] for card in (vanilla, other)]
+        assert stages[0] == stages[1], name
+        assert [e.get("stage", 1) for e in vanilla["history"]] == [e.get("stage", 1) for e in other["history"]], name
 
 
 def test_check_set_accuracy_matches_the_card_on_a_fresh_machine(shipped, no_data):
@@ -70,5 +74,7 @@ def test_check_set_accuracy_matches_the_card_on_a_fresh_machine(shipped, no_data
 
 
 def test_tau_in_the_card_is_the_models_tau(shipped):
-    model, card = shipped["cifar10-spt_lsa"]
-    np.testing.assert_allclose(card["history"][-1]["tau"], tau_values(model), rtol=1e-6)
+    lsa = {name: lm for name, lm in shipped.items() if ViTConfig.from_dict(lm[1]["config"]).use_lsa}
+    assert "cifar10-spt_lsa" in lsa
+    for name, (model, card) in lsa.items():
+        np.testing.assert_allclose(card["history"][-1]["tau"], tau_values(model), rtol=1e-6, err_msg=name)
