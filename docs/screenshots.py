@@ -26,7 +26,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from explorer.checkpoints import read_card  # noqa: E402
+from explorer.checkpoints import list_checkpoints, read_card  # noqa: E402
 from explorer.config import ViTConfig  # noqa: E402
 from explorer.data import sample_set  # noqa: E402
 from tests.e2e.conftest import start_app  # noqa: E402
@@ -41,8 +41,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="screenshots-"))
     image = work / "bird.png"
     Image.fromarray(sample_set().x_test[13]).resize((128, 128)).save(image)
-    for name in ("cifar10-vanilla", "cifar10-spt_lsa"):
-        shutil.copytree(ROOT / "checkpoints" / name, work / "checkpoints" / name)
+    for folder in list_checkpoints(ROOT / "checkpoints"):  # every shipped one (the ablation's too), no runs
+        if folder.parent == ROOT / "checkpoints":
+            shutil.copytree(folder, work / "checkpoints" / folder.name)
     sys.path.insert(0, str(ROOT / "bench"))
     from _common import data_dir
     from finetune_quality import build_zips
