@@ -143,6 +143,7 @@ def ablation_markdown(results: list[dict]) -> str:
              *main_table(res), "", additivity(res), "", *per_class(res)]
     if all("locality" in res[v] for v in ORDER):
         n = res["vanilla"]["locality"]["images"]
-        parts += ["", f"Over the first {n} test images (layers numbered as in the app):", "", *tau_rows(res), "",
-                  *locality_rows(res)]
+        # Tau is a weight, the same whatever the images; entropy and distance are measured over n of them.
+        parts += ["", "Learned τ per layer (layers numbered as in the app):", "", *tau_rows(res), "",
+                  f"Attention over the first {n} test images:", "", *locality_rows(res)]
     return "\n".join(parts)

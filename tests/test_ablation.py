@@ -46,6 +46,8 @@ def test_the_section_holds_the_grid_the_table_beside_the_paper_and_how_the_gains
     assert f"| LSA alone (starts at √d_k = {start:.3g}) | 4.50 | 4.20 |" in text and "| SPT alone (" not in text.split(
         "learned τ")[1].split("| per layer")[0]
     assert "| distance (px), SPT + LSA | 10.0 | 11.0 | 10.5 |" in text
+    # Tau is a weight: its table comes before the line that says over how many images the attention was measured.
+    assert text.index("| learned τ") < text.index("Attention over the first") < text.index("| per layer |")
 
 
 def test_a_limited_evaluation_says_so():
