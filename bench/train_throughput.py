@@ -40,6 +40,8 @@ def main():
     p.add_argument("--skip", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
+    if args.rounds < 1 or args.steps < args.skip + 2:
+        p.error("--rounds must be at least 1 and --steps at least --skip + 2 (two timed batches)")
 
     import keras
     from explorer.config import get_preset
