@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from explorer.augment import augment_batch, mix_batch
-from explorer.data import Dataset
+from explorer.data import Dataset, DatasetError
 from explorer.schedules import WarmUpCosine
 
 
@@ -53,6 +53,14 @@ class TrainConfig:
     max_seconds: float | None = None
     max_steps: int | None = None
     train_subset: int | None = None
+    # The small-data study's data: the validation split drawn with `split_seed` (None: with `seed`, as
+    # before), then a class-balanced subset of `balanced_subset` training images that contains every
+    # smaller one drawn with the same split seed, whatever the training seed.
+    split_seed: int | None = None
+    balanced_subset: int | None = None
+    # Validation after every n-th epoch (and always after the last): at 1,000 training images a pass over
+    # 5,000 validation images costs more than the epoch itself.
+    validation_every: int = 1
     freeze_backbone: bool = False
     head_init: str = "auto"
     keep_best: bool = False
@@ -78,7 +86,13 @@ class TrainConfig:
                 raise ValueError(f"{name} must be in [0, 10] (0 = off), got {value!r}")
         if not 0 < self.mix_prob <= 1:
             raise ValueError(f"mix_prob must be in (0, 1], got {self.mix_prob!r}")
-        for name in ("max_seconds", "max_steps", "train_subset"):
+        if not isinstance(self.validation_every, int) or self.validation_every < 1:
+            raise ValueError(f"validation_every must be a positive integer, got {self.validation_every!r}")
+        if self.split_seed is not None and (not isinstance(self.split_seed, int) or self.split_seed < 0):
+            raise ValueError(f"split_seed must be a non-negative integer when given, got {self.split_seed!r}")
+        if self.train_subset and self.balanced_subset:
+            raise ValueError("train_subset and balanced_subset are two ways to take a subset: give one")
+        for name in ("max_seconds", "max_steps", "train_subset", "balanced_subset"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive when given, got {value!r}")
@@ -146,7 +160,8 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_al
 
     Every batch has `batch_size` images, so a compiled step never meets a new shape (JAX compiles again for
     each): a shuffled epoch's last batch is topped up from the start of its order; an unshuffled one
-    (validation) repeats images with sample weight 0, so they count for nothing.
+    (validation) repeats images with sample weight 0, so they count for nothing (the real images' weight
+    makes the validation loss and the weighted metrics their exact means over the real images).
     With a mixup or cutmix alpha, batches are also mixed (see augment.mix_batch) and labels become soft."""
     keras = _keras()
 
@@ -187,8 +202,11 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_al
                 images = augment_batch(images, rng)
             images, labels = images.astype("float32"), np.eye(num_classes, dtype="float32")[y[index]]
             if not shuffle:
-                weights = (np.arange(batch_size) < real).astype("float32")
-                return images, labels, weights
+                # Repeats weigh 0 and real images all the same: the weighted metrics (compile's
+                # weighted_metrics) then count each real image once, and so does the loss, which Keras
+                # averages over every row of every batch (padding included): hence the factor.
+                weights = (np.arange(batch_size) < real) * np.float32(len(self) * batch_size / len(x))
+                return images, labels, weights.astype("float32")
             return mix_batch(images, labels, rng, mixup_alpha, cutmix_alpha, mix_prob)
 
     return Batches()
@@ -214,7 +232,7 @@ def _better(record: dict, best: dict | None) -> bool:
 
 def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
                    progress: Callable[[dict], None] | None, cancel: threading.Event | None,
-                   state: dict, batches=None):
+                   state: dict, batches=None, validation=None):
     keras = _keras()
     from explorer.models import tau_values
 
@@ -248,6 +266,12 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
 
         def on_epoch_end(self, epoch, logs=None):
             logs = dict(logs or {})
+            last = epoch + 1 == tc.epochs or self.model.stop_training
+            if validation is not None and last and "val_top1" not in logs and not state["cancelled"]:
+                # The last epoch fell between validations (or a step or time limit ends the run here): the
+                # weights a run ends with are always validated.
+                logs.update({f"val_{k}": v for k, v in
+                             self.model.evaluate(validation, verbose=0, return_dict=True).items()})
             state["epoch"] = epoch + 1
             record = {"epoch": epoch + 1,
                       "time_s": round(time.perf_counter() - state["epoch_start"], 2),
@@ -265,14 +289,38 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
     return [Recorder()]
 
 
+def balanced_subset(y, n: int, num_classes: int, seed: int) -> np.ndarray:
+    """Sorted indices of n images, n // num_classes of each class (one more for the first n % num_classes
+    classes): each class's first images in one fixed order per class drawn from `seed`, so the subset of
+    a smaller n is part of the subset of a larger one."""
+    y = np.asarray(y)
+    if n > len(y):
+        raise DatasetError(f"a subset of {n} images was asked for, the training split has {len(y)}")
+    rng = np.random.default_rng([seed, 7])
+    keep = []
+    for c in range(num_classes):
+        members = np.flatnonzero(y == c)
+        quota = n // num_classes + (1 if c < n % num_classes else 0)
+        if quota > len(members):
+            raise DatasetError(f"a class-balanced subset of {n} images needs {quota} of class {c}, "
+                               f"the training split has {len(members)}")
+        keep.append(members[rng.permutation(len(members))[:quota]])
+    return np.sort(np.concatenate(keep))
+
+
 def training_split(dataset: Dataset, tc: TrainConfig):
     """((x_train, y_train), (x_val, y_val) or None): the recipe's subset and held-out split of the training
     images, the same for the same recipe (fit and prepare_head both use it)."""
     x, y = dataset.x_train, dataset.y_train
+    split_seed = tc.seed if tc.split_seed is None else tc.split_seed
     if tc.train_subset and tc.train_subset < len(x):
-        keep = np.sort(np.random.default_rng(tc.seed).permutation(len(x))[:tc.train_subset])
+        keep = np.sort(np.random.default_rng(split_seed).permutation(len(x))[:tc.train_subset])
         x, y = x[keep], y[keep]
-    return split_validation(x, y, tc.validation_fraction, tc.seed)
+    (x, y), val = split_validation(x, y, tc.validation_fraction, split_seed)
+    if tc.balanced_subset:
+        keep = balanced_subset(y, tc.balanced_subset, dataset.num_classes, split_seed)
+        x, y = x[keep], y[keep]
+    return (x, y), val
 
 
 def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
@@ -311,8 +359,10 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     model.compile(optimizer=optimizer,
                   loss=keras.losses.CategoricalCrossentropy(from_logits=True,
                                                             label_smoothing=tc.label_smoothing),
-                  metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
-                           keras.metrics.TopKCategoricalAccuracy(k=top5, name="top5")])
+                  # weighted_metrics, not metrics: Keras 3 gives sample weights to these only, and the
+                  # validation batches' padding has weight 0 (see make_batches).
+                  weighted_metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
+                                    keras.metrics.TopKCategoricalAccuracy(k=top5, name="top5")])
     history: list[dict] = []
     state: dict = {"cancelled": False, "stopped_by": None, "wall_before": 0.0}
     if backup:
@@ -324,7 +374,8 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
         # Step 0 competes too: a run that never beats the head it started from keeps that head.
         state["best"] = {"epoch": 0, "val_top1": start["val_top1"], "val_loss": start.get("val_loss"),
                          "weights": model.get_weights()}
-    callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, train_batches)
+    callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, train_batches,
+                               val_batches)
     if backup:
         # After the recorder: an epoch is saved once its record is in the history.
         callbacks.append(backups.TrainingBackup(backup, train_batches, history, state))
@@ -333,7 +384,7 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     began = time.perf_counter()
     # shuffle=False: the batches shuffle themselves, by (seed, epoch), not by Python's global random state.
     model.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose, shuffle=False,
-              callbacks=callbacks)
+              callbacks=callbacks, validation_freq=tc.validation_every)
     wall = time.perf_counter() - began + state["wall_before"]
     if state["cancelled"] or (cancel is not None and cancel.is_set()):
         raise Cancelled("training was cancelled; no checkpoint was written")

@@ -81,6 +81,13 @@ def parse_args(argv=None):
                    help="fraction of batches that are mixed when --mixup or --cutmix is on")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--subset", type=int, help="train on this many images only")
+    p.add_argument("--balanced-subset", type=int, metavar="N",
+                   help="after the validation split, train on N images, as many of each class, each size's "
+                        "images part of every larger size's (drawn with --split-seed; the small-data study)")
+    p.add_argument("--split-seed", type=int, help="seed of the validation split and of --subset or "
+                                                 "--balanced-subset (default: --seed)")
+    p.add_argument("--val-every", type=int, default=1, metavar="N",
+                   help="validate after every N-th epoch and after the last (default: 1)")
     p.add_argument("--test-subset", type=int, help="evaluate on this many test images only")
     p.add_argument("--max-seconds", type=float, help="stop after this much training time")
     p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
@@ -111,7 +118,8 @@ def main(argv=None) -> int:
                                    validation_fraction=args.val_fraction).items() if v is not None}
     given.update(augment=not args.no_augment, mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
                  mix_prob=args.mix_prob, seed=args.seed, max_seconds=args.max_seconds, max_steps=args.max_steps,
-                 train_subset=args.subset, freeze_backbone=args.freeze_backbone)
+                 train_subset=args.subset, freeze_backbone=args.freeze_backbone, split_seed=args.split_seed,
+                 balanced_subset=args.balanced_subset, validation_every=args.val_every)
     try:
         tc = TrainConfig(**given)  # refuses a bad recipe before anything is loaded
     except ValueError as e:

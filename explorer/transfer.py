@@ -163,10 +163,12 @@ def check_continuation(card: dict, dataset: Dataset, tc: TrainConfig) -> None:
         problems.append(f"it was trained on {data.get('name')!r}, not {dataset.name!r}")
     if list(card.get("class_names") or []) != list(dataset.class_names):
         problems.append("its class list differs from the dataset's")
-    for key in ("validation_fraction", "seed", "train_subset"):
+    for key in ("validation_fraction", "seed", "train_subset", "split_seed", "balanced_subset"):
         if recipe.get(key) != getattr(tc, key):
             problems.append(f"its {key} was {recipe.get(key)!r}, this run's is {getattr(tc, key)!r}")
     n = len(dataset.x_train) if not tc.train_subset else min(tc.train_subset, len(dataset.x_train))
+    if tc.balanced_subset:
+        n = tc.balanced_subset + int(data.get("validation_images", 0))
     if data.get("train_images", 0) + data.get("validation_images", 0) != n:
         problems.append(f"it saw {data.get('train_images', 0) + data.get('validation_images', 0)} "
                         f"train+validation images, this dataset has {n}")

@@ -265,3 +265,58 @@ def test_train_cli_refuses_a_continuation_on_other_data(tiny_checkpoints, tmp_pa
     assert out.returncode == 2, out.stderr[-2000:]
     assert "error: cannot continue tiny-vanilla:" in out.stderr and "Traceback" not in out.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_validation_counts_each_real_image_once(cifar10):
+    """2,550 validation images go in batches of 512, the last padded with 10 repeats of weight 0: the
+    reported validation accuracy and loss are those of the same weights on the 2,550 images, exactly."""
+    import dataclasses
+    data = dataclasses.replace(cifar10, x_train=np.concatenate([cifar10.x_train, cifar10.x_test]),
+                               y_train=np.concatenate([cifar10.y_train, cifar10.y_test]))
+    tc = TrainConfig(epochs=1, batch_size=64, validation_fraction=0.85, augment=False, learning_rate=3e-3)
+    model = build_vit(tiny_config(), 10)
+    record = fit(model, data, tc, verbose=0)
+    _, (x_val, y_val) = split_validation(data.x_train, data.y_train, tc.validation_fraction, tc.seed)
+    assert len(x_val) == 2550 and len(x_val) % 512
+    logits = predict_logits(model, x_val)
+    exact = accuracy_metrics(logits, y_val)
+    last = record["history"][-1]
+    assert 0.15 < exact["top1"] < 0.9  # trained a little: a repeat's right or wrong answer would show
+    assert last["val_top1"] == pytest.approx(exact["top1"], abs=1e-6)
+    assert last["val_top5"] == pytest.approx(exact["top5"], abs=1e-6)
+    smoothed = np.full((len(y_val), 10), tc.label_smoothing / 10, "float32")
+    smoothed[np.arange(len(y_val)), y_val] += 1 - tc.label_smoothing
+    loss = -(smoothed * (logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+                         - logits.max(-1, keepdims=True))).sum(-1).mean()
+    assert last["val_loss"] == pytest.approx(loss, rel=1e-4)
+
+
+def test_validation_every_n_epochs_and_after_the_last(cifar10):
+    model = build_vit(tiny_config(), 10)
+    record = fit(model, cifar10.subset(train=256, test=0),
+                 TrainConfig(epochs=5, batch_size=64, validation_every=2), verbose=0)
+    assert ["val_top1" in h for h in record["history"]] == [False, True, False, True, True]
+    assert record["metrics"]["val_top1"] == record["history"][-1]["val_top1"]
+    stopped = fit(build_vit(tiny_config(), 10), cifar10.subset(train=256, test=0),
+                  TrainConfig(epochs=5, batch_size=64, validation_every=4, max_steps=7), verbose=0)
+    assert stopped["epochs_done"] == 2 and "val_top1" in stopped["history"][-1]
+
+
+def test_balanced_subsets_are_nested_balanced_and_leave_validation_alone(cifar10):
+    from explorer.fitting import training_split
+    splits = {n: training_split(cifar10, TrainConfig(balanced_subset=n, split_seed=0, seed=s))
+              for n, s in ((100, 3), (250, 0), (1000, 1))}
+    val = [v for _, v in splits.values()]
+    full_train, full_val = training_split(cifar10, TrainConfig(seed=0))
+    for x_val, y_val in val:  # the same validation images whatever the size and training seed
+        assert np.array_equal(x_val, full_val[0]) and np.array_equal(y_val, full_val[1])
+    keys = {n: {bytes(img) for img in x} for n, ((x, _), _) in splits.items()}
+    assert keys[100] < keys[250] < keys[1000] <= {bytes(img) for img in full_train[0]}
+    for n, ((x, y), _) in splits.items():
+        assert len(x) == n and np.bincount(y, minlength=10).tolist() == [n // 10] * 10
+    other = training_split(cifar10, TrainConfig(balanced_subset=100, split_seed=1))[0][0]
+    assert {bytes(img) for img in other} != keys[100]
+    with pytest.raises(ValueError, match="the training split has"):
+        training_split(cifar10, TrainConfig(balanced_subset=5000, split_seed=0))
+    with pytest.raises(ValueError, match="give one"):
+        TrainConfig(balanced_subset=100, train_subset=200)

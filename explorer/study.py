@@ -1,0 +1,447 @@
+"""The small-data study: vanilla against SPT/LSA at several training-set sizes and seeds, as a grid of trials
+on Ray Tune. Each trial is exactly `python -m explorer.train` with a `--backup` (one TensorFlow thread per
+CPU Ray gives it); a grid killed at any moment and started again with the same command skips the trials
+whose record is written and resumes the others from their last completed epoch, on this machine or on
+another one that has the study folder (records and backups are plain files, committed as they come).
+
+    python -m explorer.study plan [study/grid.json] [--rate 270]     the trials and what they cost
+    python -m explorer.study run  [study/grid.json] [--address ray://host:10001]
+    python -m explorer.study show [study/grid.json] TRIAL            one trial's `explorer.train` command
+
+The grid file (study/grid.json) names the dataset, the preset, the recipe and, per training-set size, the
+epochs, how often to validate, the seeds and the variants; see study/README.md for the design. Ray is
+imported by `run` only: the app and a Space never load it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from explorer.config import VARIANTS
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_GRID = "study/grid.json"
+RESULT_COLUMNS = ("train_images", "variant", "seed", "epochs", "steps", "test_top1", "test_top5", "val_top1",
+                  "train_top1", "wall_seconds", "images_per_second", "test_images", "trial")
+
+
+class StudyError(ValueError):
+    """A grid file or trial that cannot be run; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    train_images: int
+    variant: str
+    seed: int
+    epochs: int
+    val_every: int
+
+    @property
+    def name(self) -> str:
+        return f"n{self.train_images:05d}-{self.variant}-s{self.seed}"
+
+    @property
+    def images_seen(self) -> int:
+        return self.train_images * self.epochs
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A grid file, read and checked. Paths in it are relative to the file's folder."""
+
+    path: Path
+    name: str
+    dataset: str
+    preset: str
+    split_seed: int
+    batch_size: int
+    train_args: tuple[str, ...]
+    trials: tuple[Trial, ...]
+    keep_dir: Path
+    keep_seed: int
+    keep_variants: tuple[str, ...]
+    test_subset: int | None = None
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    @property
+    def records(self) -> Path:
+        return self.folder / "cards"
+
+    @property
+    def backups(self) -> Path:
+        return self.folder / "backups"
+
+    @property
+    def scratch(self) -> Path:
+        return self.folder / ".runs"
+
+    @property
+    def results_csv(self) -> Path:
+        return self.folder / "results.csv"
+
+    def trial(self, name: str) -> Trial:
+        for t in self.trials:
+            if t.name == name:
+                return t
+        raise StudyError(f"{self.path} has no trial {name!r}; it has {', '.join(t.name for t in self.trials)}")
+
+    def kept(self, trial: Trial) -> bool:
+        return trial.seed == self.keep_seed and trial.variant in self.keep_variants
+
+    def checkpoint_name(self, trial: Trial) -> str:
+        return (f"{self.dataset}-{trial.train_images}-{trial.variant}" if self.kept(trial)
+                else f"{trial.name}")
+
+    def checkpoint_dir(self, trial: Trial) -> Path:
+        return (self.keep_dir if self.kept(trial) else self.scratch) / self.checkpoint_name(trial)
+
+    def digest(self) -> str:
+        """Changes when the trials or their arguments change: a Ray experiment belongs to one grid."""
+        text = json.dumps([self.dataset, self.preset, self.split_seed, self.batch_size, list(self.train_args),
+                           [t.name + f"/{t.epochs}/{t.val_every}" for t in self.trials], self.test_subset])
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+    def train_argv(self, trial: Trial, data_dir: str | None = None, out: Path | None = None,
+                   name: str | None = None, backup: Path | None = None, threads: int = 1) -> list[str]:
+        """The arguments of `python -m explorer.train` that run `trial`; the grid passes them unchanged."""
+        argv = ["--preset", self.preset, "--variant", trial.variant, "--dataset", self.dataset,
+                "--balanced-subset", str(trial.train_images), "--split-seed", str(self.split_seed),
+                "--seed", str(trial.seed), "--epochs", str(trial.epochs), "--val-every", str(trial.val_every),
+                "--batch-size", str(self.batch_size), *self.train_args, "--threads", str(threads),
+                "--verbose", "2",
+                "--out", str(out if out is not None else self.checkpoint_dir(trial).parent),
+                "--name", name or self.checkpoint_name(trial),
+                "--backup", str(backup if backup is not None else self.backups / trial.name)]
+        if self.test_subset:
+            argv += ["--test-subset", str(self.test_subset)]
+        if data_dir:
+            argv += ["--data-dir", str(data_dir)]
+        return argv
+
+
+def _int(value, what: str, low: int = 1) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise StudyError(f"{what} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
+    """The grid file at `path`, checked: every size, variant, seed and epoch count, before anything runs."""
+    path = Path(path).resolve()
+    try:
+        spec = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StudyError(f"no grid file at {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise StudyError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(spec, dict):
+        raise StudyError(f"{path} must hold a JSON object")
+    missing = {"name", "dataset", "preset", "sizes"} - set(spec)
+    if missing:
+        raise StudyError(f"{path} lacks {', '.join(sorted(missing))}")
+    trials = []
+    seen = set()
+    for i, size in enumerate(spec["sizes"]):
+        where = f"{path.name}: sizes[{i}]"
+        n = _int(size.get("train_images"), f"{where}.train_images")
+        epochs = _int(size.get("epochs"), f"{where}.epochs")
+        val_every = _int(size.get("val_every", 1), f"{where}.val_every")
+        seeds = size.get("seeds")
+        if not isinstance(seeds, list) or not seeds:
+            raise StudyError(f"{where}.seeds must be a non-empty list of integers, got {seeds!r}")
+        variants = size.get("variants")
+        if not isinstance(variants, list) or not variants or set(variants) - set(VARIANTS):
+            raise StudyError(f"{where}.variants must be some of {list(VARIANTS)}, got {variants!r}")
+        for seed in seeds:
+            for variant in variants:
+                trial = Trial(n, variant, _int(seed, f"{where}.seeds[]", 0), epochs, val_every)
+                if trial.name in seen:
+                    raise StudyError(f"{where}: trial {trial.name} is listed twice")
+                seen.add(trial.name)
+                trials.append(trial)
+    keep = spec.get("keep", {})
+    train_args = spec.get("train_args", [])
+    if not isinstance(train_args, list) or not all(isinstance(a, str) for a in train_args):
+        raise StudyError(f"{path.name}: train_args must be a list of strings (extra explorer.train flags)")
+    reserved = {"--variant", "--seed", "--epochs", "--balanced-subset", "--split-seed", "--out", "--name",
+                "--backup", "--threads", "--val-every", "--batch-size", "--data-dir", "--subset"}
+    clash = sorted(reserved & set(train_args))
+    if clash:
+        raise StudyError(f"{path.name}: train_args may not set {', '.join(clash)}: the grid sets them per trial")
+    return Grid(path=path, name=str(spec["name"]), dataset=str(spec["dataset"]), preset=str(spec["preset"]),
+                split_seed=_int(spec.get("split_seed", 0), "split_seed", 0),
+                batch_size=_int(spec.get("batch_size", 128), "batch_size"), train_args=tuple(train_args),
+                trials=tuple(order_trials(trials, keep.get("seed", 0), keep.get("variants", ["vanilla", "spt_lsa"]))),
+                keep_dir=(path.parent / keep.get("dir", "../checkpoints/study")).resolve(),
+                keep_seed=keep.get("seed", 0), keep_variants=tuple(keep.get("variants", ["vanilla", "spt_lsa"])),
+                test_subset=spec.get("test_subset"))
+
+
+def order_trials(trials: list[Trial], keep_seed: int, keep_variants) -> list[Trial]:
+    """The order Ray starts them in: first the kept pair at every size (the app's checkpoints), then the
+    other seeds of those variants, then the other variants; longest first within each, so that the last
+    trials to start are short ones and the cores stay busy to the end."""
+    def tier(t: Trial) -> int:
+        if t.variant in keep_variants:
+            return 0 if t.seed == keep_seed else 1
+        return 2
+    return sorted(trials, key=lambda t: (tier(t), -t.images_seen, t.seed, t.variant))
+
+
+# ---- one trial -------------------------------------------------------------------------------------------
+
+def record_path(grid: Grid, trial: Trial) -> Path:
+    return grid.records / f"{trial.name}.json"
+
+
+def read_record(grid: Grid, trial: Trial) -> dict | None:
+    path = record_path(grid, trial)
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def result_row(card: dict, trial: Trial) -> dict:
+    m, t = card.get("metrics", {}), card.get("training", {})
+    return {"train_images": card["dataset"]["train_images"], "variant": card["variant"],
+            "seed": t.get("recipe", {}).get("seed"), "epochs": t.get("epochs"), "steps": t.get("steps"),
+            "test_top1": m.get("test_top1"), "test_top5": m.get("test_top5"), "val_top1": m.get("val_top1"),
+            "train_top1": m.get("train_top1"), "wall_seconds": t.get("wall_time_s"),
+            "images_per_second": t.get("images_per_second"), "test_images": card["dataset"].get("test_images"),
+            "trial": trial.name}
+
+
+def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: int = 1) -> dict:
+    """Runs one trial to its end (or finds it done) and returns its results row. What survives a kill at
+    any point: the trial's backup (every completed epoch), its finished checkpoint, its record."""
+    done = read_record(grid, trial)
+    if done is not None:
+        print(f"{trial.name}: done before, not repeated", flush=True)
+        return result_row(done, trial)
+    from explorer.checkpoints import is_checkpoint, read_card, update_card
+    folder = grid.checkpoint_dir(trial)
+    card = read_card(folder) if is_checkpoint(folder) else None
+    recipe = card["training"]["recipe"] if card else {}
+    if (recipe.get("seed"), recipe.get("balanced_subset"), recipe.get("epochs")) != (
+            trial.seed, trial.train_images, trial.epochs):
+        if folder.exists():  # another run's leftovers under this trial's name: never mixed into it
+            raise StudyError(f"{folder} exists but is not this trial's finished checkpoint; move it away")
+        from explorer import train
+        argv = grid.train_argv(trial, data_dir, threads=threads)
+        print(f"{trial.name}: python -m explorer.train {' '.join(argv)}", flush=True)
+        if train.main(argv) != 0:
+            raise StudyError(f"{trial.name}: explorer.train failed (its message is above)")
+        card = read_card(folder)
+    if "train_top1" not in card["metrics"]:
+        card = update_card(folder, metrics={"train_top1": train_accuracy(folder, grid, data_dir)})
+    record = record_path(grid, trial)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(card, indent=1))
+    os.replace(tmp, record)
+    if not grid.kept(trial):
+        shutil.rmtree(folder, ignore_errors=True)
+    return result_row(card, trial)
+
+
+def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
+    """Top-1 of the checkpoint on the very images it was trained on (no augmentation): how far it fit them."""
+    from dataclasses import fields
+
+    from explorer.checkpoints import load_checkpoint
+    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits, training_split
+    from explorer.folders import load_dataset
+    model, card = load_checkpoint(folder)
+    names = {f.name for f in fields(TrainConfig)}
+    tc = TrainConfig(**{k: v for k, v in card["training"]["recipe"].items() if k in names})
+    (x, y), _ = training_split(load_dataset(grid.dataset, data_dir), tc)
+    return accuracy_metrics(predict_logits(model, x), y)["top1"]
+
+
+# ---- results ---------------------------------------------------------------------------------------------
+
+def collect(grid: Grid) -> list[dict]:
+    """The results row of every trial of the grid that has a record, in the grid's order by size."""
+    rows = [result_row(card, t) for t in grid.trials if (card := read_record(grid, t)) is not None]
+    return sorted(rows, key=lambda r: (r["train_images"], VARIANTS.index(r["variant"]), r["seed"]))
+
+
+def write_results(grid: Grid) -> Path:
+    rows = collect(grid)
+    grid.folder.mkdir(parents=True, exist_ok=True)
+    tmp = grid.results_csv.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if row[k] is None else row[k]) for k in RESULT_COLUMNS})
+    os.replace(tmp, grid.results_csv)
+    return grid.results_csv
+
+
+def read_results(path: str | os.PathLike) -> list[dict]:
+    """results.csv as rows with numbers (the app reads this; it needs neither Ray nor the records)."""
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            parsed = {}
+            for k, v in row.items():
+                if k in ("variant", "trial"):
+                    parsed[k] = v
+                elif v == "":
+                    parsed[k] = None
+                else:
+                    parsed[k] = float(v) if any(c in v for c in ".eE") else int(v)
+            out.append(parsed)
+    return out
+
+
+# ---- the grid on Ray Tune --------------------------------------------------------------------------------
+
+def _tune_trial(config: dict) -> None:
+    """Ray Tune's trainable: one trial, in a Ray worker process with `threads` CPUs of its own."""
+    from ray import tune
+    grid = read_grid(config["grid"])
+    row = run_trial(grid, grid.trial(config["trial"]), config.get("data_dir"), config.get("threads", 1))
+    tune.report({k: v for k, v in row.items() if isinstance(v, (int, float))})
+
+
+def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, threads: int = 1,
+             data_dir: str | None = None, only: list[str] | None = None) -> int:
+    """Runs every trial not yet recorded, `threads` CPUs each, on a local Ray (`cpus` CPUs, default all)
+    or the Ray cluster at `address`; returns how many trials did not finish."""
+    import ray
+    from ray import tune
+    trials = [grid.trial(n) for n in only] if only else list(grid.trials)
+    todo = [t for t in trials if read_record(grid, t) is None]
+    write_results(grid)
+    print(f"{grid.name}: {len(trials)} trials, {len(trials) - len(todo)} done before", flush=True)
+    if not todo:
+        return 0
+    data_dir = str(Path(data_dir).resolve()) if data_dir else None
+
+    class Results(tune.Callback):
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            write_results(grid)
+
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+           "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
+           "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "tensorflow"),
+           "OMP_NUM_THREADS": str(threads)}
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": env}, include_dashboard=False)
+    else:
+        ray.init(num_cpus=cpus or os.cpu_count(), runtime_env={"env_vars": env}, include_dashboard=False)
+    try:
+        storage = grid.folder / ".ray"
+        experiment = f"{grid.name}-{grid.digest()}-{hashlib.sha256(' '.join(t.name for t in todo).encode()).hexdigest()[:6]}"
+        trainable = tune.with_resources(_tune_trial, {"cpu": threads})
+        if tune.Tuner.can_restore(str(storage / experiment)):
+            print(f"resuming Ray Tune experiment {storage / experiment}", flush=True)
+            tuner = tune.Tuner.restore(str(storage / experiment), trainable, resume_unfinished=True,
+                                       resume_errored=True)
+        else:
+            space = {"trial": tune.grid_search([t.name for t in todo]), "grid": str(grid.path),
+                     "data_dir": data_dir, "threads": threads}
+            tuner = tune.Tuner(trainable, param_space=space,
+                               tune_config=tune.TuneConfig(reuse_actors=False),
+                               run_config=tune.RunConfig(name=experiment, storage_path=str(storage),
+                                                         callbacks=[Results()], verbose=1,
+                                                         failure_config=tune.FailureConfig(max_failures=0)))
+        results = tuner.fit()
+        failed = [r for r in results if r.error is not None]
+        for r in failed:
+            print(f"trial {r.config.get('trial')} failed: {r.error}", file=sys.stderr, flush=True)
+    finally:
+        ray.shutdown()
+    write_results(grid)
+    left = [t for t in todo if read_record(grid, t) is None]
+    print(f"{grid.name}: {len(trials) - len(left)} of {len(trials)} trials done"
+          + (f"; not finished: {', '.join(t.name for t in left)} (run the same command again to resume)"
+             if left else ""), flush=True)
+    return len(left)
+
+
+# ---- plan -----------------------------------------------------------------------------------------------
+
+def validation_cost(trial: Trial, validation_images: int, forward_ratio: float = 3.0) -> float:
+    """Validation passes in training-image equivalents (a forward pass costs about a third of a step)."""
+    passes = trial.epochs // trial.val_every + (1 if trial.epochs % trial.val_every else 0)
+    return passes * validation_images / forward_ratio
+
+
+def plan_table(grid: Grid, rate: float, validation_images: int = 5000) -> str:
+    """The cost table: per size, the trials, their epochs and the hours each takes at `rate` training
+    images/s per thread (validation and the final evaluations included)."""
+    by_size: dict[int, list[Trial]] = {}
+    for t in grid.trials:
+        by_size.setdefault(t.train_images, []).append(t)
+    lines = ["| train images | trials | epochs | validate every | images seen per trial | hours per trial "
+             "| hours |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    total = 0.0
+    for n, trials in sorted(by_size.items()):
+        t = trials[0]
+        extra = validation_cost(t, validation_images) + (10000 + n) / 3.0  # test and train evaluations
+        hours = (t.images_seen + extra) / rate / 3600
+        total += hours * len(trials)
+        lines.append(f"| {n:,} | {len(trials)} | {t.epochs} | {t.val_every} | {t.images_seen:,} | {hours:.2f} "
+                     f"| {hours * len(trials):.1f} |")
+    lines.append(f"| **all** | **{len(grid.trials)}** | | | | | **{total:.1f}** |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m explorer.study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("plan", "run", "show"):
+        s = sub.add_parser(name)
+        s.add_argument("grid", nargs="?" if name != "show" else None, default=DEFAULT_GRID)
+        if name == "show":
+            s.add_argument("trial")
+        if name in ("run", "show"):
+            s.add_argument("--data-dir", help="folder holding the CIFAR pickles (else as explorer.train finds them)")
+        if name == "plan":
+            s.add_argument("--rate", type=float, default=270.0,
+                           help="training images/s of one thread on this host (default 270)")
+        if name == "run":
+            s.add_argument("--address", help="join the Ray cluster at this address instead of starting one; "
+                                             "the study folder must be the same path on every node")
+            s.add_argument("--cpus", type=int, help="CPUs of the local Ray (default: all): one trial each")
+            s.add_argument("--threads", type=int, default=1, help="CPUs (TensorFlow threads) per trial")
+            s.add_argument("--only", nargs="+", metavar="TRIAL", help="run only these trials")
+    args = p.parse_args(argv)
+    try:
+        grid = read_grid(args.grid)
+        if args.command == "plan":
+            print(plan_table(grid, args.rate))
+            for t in grid.trials:
+                print(f"  {t.name}: {t.epochs} epochs, validation every {t.val_every}"
+                      + (" (kept)" if grid.kept(t) else ""))
+        elif args.command == "show":
+            trial = grid.trial(args.trial)
+            print("python -m explorer.train " + " ".join(grid.train_argv(trial, args.data_dir)))
+        elif args.command == "run":
+            if args.threads < 1 or (args.cpus is not None and args.cpus < args.threads):
+                raise StudyError("--threads must be at least 1 and --cpus at least --threads")
+            return 1 if run_grid(grid, args.address, args.cpus, args.threads, args.data_dir, args.only) else 0
+    except StudyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The small-data study's grid: read and checked, each trial exactly an `explorer.train` run, and the grid
+on a real local Ray Tune, stopped mid-way with Ctrl-C and restarted, ending as the trials run directly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from explorer.study import StudyError, plan_table, read_grid, read_results, write_results
+from tests.conftest import ROOT
+
+TINY_GRID = {
+    "name": "tiny-grid", "dataset": "cifar10", "preset": "tiny", "split_seed": 0, "batch_size": 16,
+    "test_subset": 200, "keep": {"dir": "kept", "seed": 0, "variants": ["vanilla", "spt_lsa"]},
+    "sizes": [{"train_images": 40, "epochs": 80, "val_every": 5, "seeds": [0], "variants": ["vanilla", "spt_lsa"]},
+              {"train_images": 80, "epochs": 24, "val_every": 4, "seeds": [0], "variants": ["vanilla", "spt_lsa"]},
+              {"train_images": 40, "epochs": 80, "val_every": 5, "seeds": [1], "variants": ["vanilla"]}],
+}
+
+
+def write_grid(folder: Path, spec: dict = TINY_GRID) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "grid.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_the_shipped_grid_is_the_design(tmp_path):
+    grid = read_grid(ROOT / "study" / "grid.json")
+    sizes = sorted({t.train_images for t in grid.trials})
+    assert sizes == [1000, 2500, 5000, 10000, 20000]
+    for n in sizes:
+        trials = [t for t in grid.trials if t.train_images == n]
+        seeds = {v: sorted(t.seed for t in trials if t.variant == v) for v in {t.variant for t in trials}}
+        assert len(seeds["vanilla"]) >= (3 if n <= 5000 else 1) and seeds["vanilla"] == seeds["spt_lsa"]
+        assert (set(seeds) == {"vanilla", "spt", "lsa", "spt_lsa"}) == (n <= 2500)
+        assert len({(t.epochs, t.val_every) for t in trials}) == 1  # one rule per size
+    assert grid.trials[0].seed == 0 and grid.kept(grid.trials[0])  # the app's checkpoints come first
+    assert "| **all** |" in plan_table(grid, 270.0)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"sizes": [{"train_images": 0, "epochs": 1, "seeds": [0], "variants": ["vanilla"]}]}, "train_images"),
+    ({"sizes": [{"train_images": 10, "epochs": 1, "seeds": [0], "variants": ["vit"]}]}, "variants"),
+    ({"sizes": [{"train_images": 10, "epochs": 1, "seeds": [], "variants": ["vanilla"]}]}, "seeds"),
+    ({"sizes": [{"train_images": 10, "epochs": 1, "seeds": [0, 0], "variants": ["vanilla"]}]}, "listed twice"),
+    ({"train_args": ["--seed", "3"]}, "may not set --seed"),
+])
+def test_a_bad_grid_is_refused_with_the_field(tmp_path, change, message):
+    with pytest.raises(StudyError, match=message):
+        read_grid(write_grid(tmp_path, {**TINY_GRID, **change}))
+
+
+def test_a_missing_or_broken_grid_file(tmp_path):
+    with pytest.raises(StudyError, match="no grid file"):
+        read_grid(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(StudyError, match="not valid JSON"):
+        read_grid(tmp_path / "bad.json")
+
+
+def ray_processes(tmpdir: str) -> list[int]:
+    """Processes started for the Ray whose temp dir is `tmpdir` (they inherit RAY_TMPDIR)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                env = (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if f"RAY_TMPDIR={tmpdir}".encode() in env.split(b"\0"):
+                found.append(int(proc.name))
+    return found
+
+
+def backup_epochs(folder: Path) -> dict[str, int]:
+    out = {}
+    for meta in folder.glob("backups/*/training_metadata.json"):
+        try:
+            out[meta.parent.name] = json.loads(meta.read_text()).get("epoch", 0)
+        except (OSError, json.JSONDecodeError):
+            pass
+    return out
+
+
+@pytest.mark.slow
+def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, data_dir):
+    import tempfile
+    grid_path = write_grid(tmp_path / "study")
+    grid = read_grid(grid_path)
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+    command = [sys.executable, "-m", "explorer.study", "run", str(grid_path), "--data-dir", str(data_dir),
+               "--cpus", "2"]
+    log1 = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log1, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    # Ctrl-C once a trial is recorded and another has completed a few epochs in its backup.
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if first.poll() is not None:
+            pytest.fail("the grid ended before it could be stopped:\n" + (tmp_path / "first.log").read_text()[-3000:])
+        done = {p.stem for p in grid.records.glob("*.json")}
+        # A trial early in its run: Tune's graceful stop does not give it time to finish.
+        if done and any(1 <= e <= grid.trial(k).epochs // 4 for k, e in backup_epochs(grid.folder).items()
+                        if k not in done):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("no trial finished in 10 minutes")
+    first.send_signal(signal.SIGINT)
+    assert first.wait(timeout=180) != 0
+    log1.close()
+    done_first = {p.stem: p.stat().st_mtime_ns for p in grid.records.glob("*.json")}
+    interrupted = {k: v for k, v in backup_epochs(grid.folder).items() if k not in done_first and v >= 1}
+    assert done_first and interrupted and len(done_first) < len(grid.trials)
+    deadline = time.monotonic() + 60
+    while ray_processes(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray_processes(ray_tmp) == [], "Ray processes left behind after Ctrl-C"
+
+    second = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out[-4000:]
+    assert f"{len(done_first)} done before" in out
+    for name, epochs in interrupted.items():
+        trial = grid.trial(name)
+        assert f"resuming from backup {grid.backups / name}: {epochs} of {trial.epochs} epochs done" in out, out[-4000:]
+    assert {p.stem: p.stat().st_mtime_ns for p in grid.records.glob("*.json") if p.stem in done_first} == done_first
+    assert ray_processes(ray_tmp) == [], "Ray processes left behind after the grid ended"
+    assert not list(grid.backups.glob("*/training_metadata.json"))  # finished runs drop their backups
+
+    rows = {r["trial"]: r for r in read_results(grid.results_csv)}
+    assert set(rows) == {t.name for t in grid.trials}
+    assert write_results(grid) and {r["trial"] for r in read_results(grid.results_csv)} == set(rows)
+
+    from explorer.checkpoints import load_checkpoint, read_card
+    for trial in grid.trials:
+        direct = tmp_path / "direct"
+        argv = grid.train_argv(trial, str(data_dir), out=direct, name=trial.name, backup=tmp_path / "db" / trial.name)
+        run = subprocess.run([sys.executable, "-m", "explorer.train", *argv], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        card = read_card(direct / trial.name)
+        record = json.loads((grid.records / f"{trial.name}.json").read_text())
+        row = rows[trial.name]
+        assert row["train_images"] == card["dataset"]["train_images"] == trial.train_images
+        assert row["seed"] == card["training"]["recipe"]["seed"] == trial.seed
+        for key in ("test_top1", "test_top5", "val_top1"):
+            assert row[key] == pytest.approx(card["metrics"][key], abs=1e-6), (trial.name, key)
+        assert [h["loss"] for h in record["history"]] == pytest.approx([h["loss"] for h in card["history"]],
+                                                                       rel=1e-5)
+        assert record["training"]["steps"] == card["training"]["steps"] == row["steps"]
+        assert 0 <= row["train_top1"] <= 1 and row["images_per_second"] > 0
+        if grid.kept(trial):
+            kept, _ = load_checkpoint(grid.checkpoint_dir(trial))
+            mine, _ = load_checkpoint(direct / trial.name)
+            for a, b in zip(kept.get_weights(), mine.get_weights(), strict=True):
+                np.testing.assert_allclose(a, b, atol=1e-6)
+        else:
+            assert not grid.checkpoint_dir(trial).exists()  # only the kept seed keeps its weights
