@@ -168,3 +168,14 @@ def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, da
                 np.testing.assert_allclose(a, b, atol=1e-6)
         else:
             assert not grid.checkpoint_dir(trial).exists()  # only the kept seed keeps its weights
+
+
+def test_ray_is_for_training_only():
+    """Ray is in what training and CI install, never in what a Space installs, and only `run` imports it."""
+    lines = lambda name: [line.split("#")[0].strip() for line in (ROOT / name).read_text().splitlines()]  # noqa: E731
+    assert not any(line.startswith("ray") for line in lines("requirements.txt"))
+    assert "ray[tune]==2.60.0" in lines("requirements-train.txt")
+    assert "-r requirements-train.txt" in lines("requirements-test.txt")
+    code = "import sys, explorer.study; print(any(m == 'ray' or m.startswith('ray.') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
