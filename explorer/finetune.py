@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,13 +90,15 @@ def check_number(name: str, value, low, high, integer: bool = True, auto: bool =
 
 def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs=None, learning_rate=None,
              batch_size=None, images=None, freeze: bool = False, name: str | None = None,
-             limits: Limits = Limits(), scratch: tuple[str, str] | None = None) -> Plan:
+             limits: Limits = Limits(), scratch: tuple[str, str] | None = None, train_on_all: bool = False) -> Plan:
     """Validates a request into a plan.
 
     `members`: (tag, label, checkpoint folder, card) of each base model, one or two; empty with `scratch`
     = (preset, variant) for a new model. `dataset` is the whole data (train and test). `images` caps the
     training images (and the test images at a fifth of it); epochs, learning rate and batch size of None
-    or 0 leave them to the default recipe.
+    or 0 leave them to the default recipe. A held-out test part too small to judge the models by is
+    refused before anything trains, unless `train_on_all` (the dataset then has no test images, and the
+    run no test score).
     """
     epochs = check_number("epochs", epochs, 1, limits.max_epochs, auto=True)
     learning_rate = check_number("learning rate", learning_rate, 1e-6, 1.0, integer=False, auto=True)
@@ -134,23 +137,30 @@ def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs
     if len(dataset.x_train) < 2 or len(set(dataset.y_train.tolist())) < 2:
         raise JobError(f"{dataset.name} has too few training images ({len(dataset.x_train)}) or classes "
                        f"to learn from")
+    if not train_on_all:
+        from explorer.folders import held_out_problem
+        problem = held_out_problem(dataset)
+        if problem:
+            raise JobError(f"{problem} (tick “Train on all images”)")
     recipe = {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size,
               "freeze_backbone": bool(freeze)}
     what = " and ".join(m.label for m in planned)
-    description = (f"{what} on {dataset.name} ({len(dataset.x_train)} train / {len(dataset.x_test)} test "
-                   f"images, {dataset.num_classes} classes)")
+    test = (f"{len(dataset.x_test)} test" if len(dataset.x_test) else "no test: all trained on, no test score")
+    description = (f"{what} on {dataset.name} ({len(dataset.x_train)} train / {test} images, "
+                   f"{dataset.num_classes} classes)")
     return Plan(planned, dataset, recipe, description, scratch=scratch is not None)
 
 
-def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int) -> Dataset:
-    """The data a job asks for: an uploaded zip of class folders (read within the limits, split 80/20) or
-    a CIFAR dataset through `load_cifar(name)`."""
+def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int,
+             train_on_all: bool = False) -> Dataset:
+    """The data a job asks for: an uploaded zip of class folders (read within the limits, each class split
+    80/20, or all for training with `train_on_all`) or a CIFAR dataset through `load_cifar(name)`."""
     if source == ZIP:
         if zip_file is None:
             raise JobError("upload a zip of class folders (one sub-folder of images per class)")
         from explorer.folders import read_image_zip
         return read_image_zip(zip_file, image_size=image_size, max_bytes=limits.max_zip_mb * 2**20,
-                              max_files=limits.max_images * 2)
+                              max_files=limits.max_images * 2, test_fraction=0.0 if train_on_all else 0.2)
     if source in ("cifar10", "cifar100"):
         return load_cifar(source)
     raise JobError(f"unknown data source {source!r}; choose a zip of class folders, cifar10 or cifar100")
@@ -161,6 +171,7 @@ def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: b
     recipe with as many steps) with the request's values on top. `known_classes`: the job's classes are all
     classes of the member's base."""
     import dataclasses
+
     from explorer.fitting import TrainConfig
     from explorer.transfer import fine_tune_recipe
     given = {k: v for k, v in plan_recipe.items() if v is not None}
@@ -194,10 +205,15 @@ def read_job(job_dir: Path) -> tuple[dict, Dataset]:
 # --- choosing the worker's backend -----------------------------------------------------------------
 
 
-def cuda_gpu_present() -> bool:
-    """Whether an NVIDIA driver shows a GPU (without importing any framework)."""
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return (gpus.is_dir() and any(gpus.iterdir())) or Path("/dev/nvidia0").exists()
+def cuda_gpu_present(root: str | os.PathLike = "/") -> bool:
+    """Whether an NVIDIA driver shows a GPU (without importing any framework): its files under `root`."""
+    gpus = Path(root) / "proc" / "driver" / "nvidia" / "gpus"
+    return (gpus.is_dir() and any(gpus.iterdir())) or (Path(root) / "dev" / "nvidia0").exists()
+
+
+def _gpu_probe(environ) -> Callable[[], bool]:
+    # EXPLORER_DRIVER_ROOT: where the driver's /proc and /dev are seen (a container may mount them elsewhere).
+    return lambda: cuda_gpu_present(environ.get("EXPLORER_DRIVER_ROOT", "/"))
 
 
 def jax_cuda_installed(find_spec=importlib.util.find_spec) -> bool:
@@ -205,11 +221,12 @@ def jax_cuda_installed(find_spec=importlib.util.find_spec) -> bool:
         find_spec(name) is not None for name in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
 
 
-def choose_backend(environ=None, gpu_present=cuda_gpu_present, jax_cuda=jax_cuda_installed) -> tuple[str, str]:
+def choose_backend(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed) -> tuple[str, str]:
     """(Keras backend for the training worker, why). EXPLORER_TRAIN_BACKEND wins; else JAX when a CUDA GPU
     and JAX with CUDA are both there (the proven GPU route: TensorFlow's wheels here are CPU-only); else
     the app's own backend."""
     environ = os.environ if environ is None else environ
+    gpu_present = gpu_present or _gpu_probe(environ)
     wanted = environ.get("EXPLORER_TRAIN_BACKEND", "").strip().lower()
     if wanted:
         if wanted not in BACKENDS:
@@ -226,19 +243,54 @@ def choose_backend(environ=None, gpu_present=cuda_gpu_present, jax_cuda=jax_cuda
 # --- the worker ------------------------------------------------------------------------------------
 
 
+
+def hardware_note(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed) -> str:
+    """Where fine-tuning runs will train, as the Fine-tune tab says it: on a GPU or not, and when a GPU would
+    sit idle, exactly what to change; on a Space without one, what duplicating it buys."""
+    environ = os.environ if environ is None else environ
+    gpu_present = gpu_present or _gpu_probe(environ)
+    try:
+        backend, reason = choose_backend(environ, gpu_present, jax_cuda)
+    except JobError as e:
+        return f"⚠ {e}"
+    space = bool(environ.get("SPACE_ID"))
+    gpu = gpu_present()
+    switch = ("replace this Space's `requirements.txt` with the repository's `requirements-gpu.txt` (the same "
+              "packages plus JAX with CUDA 12) and let the Space rebuild" if space else
+              "`pip install -r requirements-gpu.txt` (JAX with CUDA 12) and restart the app")
+    if gpu and backend == "jax" and jax_cuda():
+        return "Runs train on this machine's **GPU** (a worker process on Keras' JAX backend with CUDA)."
+    if gpu and reason == "EXPLORER_TRAIN_BACKEND":
+        return (f"This machine has an NVIDIA GPU; `EXPLORER_TRAIN_BACKEND={backend}` sends runs to Keras' {backend} "
+                f"backend{', which trains on the GPU when it has CUDA' if backend != 'tensorflow' else ' on the CPU'}.")
+    if gpu:
+        return (f"⚠ **This machine has an NVIDIA GPU, but runs will train on its CPU**: JAX with CUDA is not "
+                f"installed. To train on the GPU, {switch}.")
+    if space:
+        return ("Runs train on this Space's **CPU**, shared by its visitors. **Duplicate the Space** for a copy of "
+                "your own: no queue and no shared limits; on GPU hardware (Settings → Space hardware, an NVIDIA "
+                "T4 or L4) with `requirements-gpu.txt` as its `requirements.txt`, runs train on the GPU. ZeroGPU "
+                "hardware does not help: it serves PyTorch only, and runs here train with Keras on JAX.")
+    return (f"Runs train on this machine's **CPU** (Keras on {backend}); with an NVIDIA GPU, "
+            "`pip install -r requirements-gpu.txt` and they train on it.")
+
+
 def run_job(job_dir: Path, emit) -> None:
     """Trains every member of the job in `job_dir` in turn, writing checkpoints to job_dir/staging and
     reporting each step through `emit(event)`."""
+    import keras
+
     from explorer.config import get_preset
     from explorer.fitting import device_name
     from explorer.train import train_new
     from explorer.transfer import base_rows, fine_tune
-    import keras
     job, ds = read_job(job_dir)
     emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend()})
     staging = job_dir / "staging"
     for i, m in enumerate(job["members"]):
-        progress = lambda event, i=i: emit({**event, "member": i})
+        def progress(event, i=i):
+            emit({**event, "member": i})
+
         known = base_rows(m.get("classes") or [], ds.class_names) is not None
         tc = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)
         emit({"kind": "member", "member": i, "recipe": dict(tc.__dict__)})
@@ -337,6 +389,9 @@ def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> R
         a, b = (m["label"] for m in members)
         summary = (f"On {len(y)} test images they disagree on **{len(diff)}**: {a} right on "
                    f"{int((pa[diff] == y[diff]).sum())}, {b} right on {int((pb[diff] == y[diff]).sum())}.")
+    if len(y_test) == 0:
+        summary = ("**No test score**: every image was used for training, as asked, so nothing is left to "
+                   "judge the models on.")
     columns = ["model", "test top-1", "test top-5", "device", "images/s", "train time"]
     return Report(rows, per_class, disagree, summary, columns, per_class_columns)
 

@@ -10,16 +10,15 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from explorer.augment import augment_batch, mix_batch
 from explorer.data import Dataset, DatasetError
 from explorer.schedules import WarmUpCosine
-
 
 # How a fine-tune's classifier starts (see prepare_head): "auto" keeps the base's head for the base's own
 # classes, takes the base's rows when the new classes are some of the base's, else fits a linear probe.

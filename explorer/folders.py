@@ -47,12 +47,45 @@ def read_image_folder(root: str | os.PathLike, image_size: int = 32, test_fracti
                   name or root.name, str(root))
 
 
+# A held-out test part smaller than this cannot say how good a model is.
+MIN_TEST_IMAGES = 10
+
+
 def _split(x, y, classes, test_fraction, seed, name, source) -> Dataset:
+    """Each class is split on its own: round(n * test_fraction) of its n images are held out for the test,
+    so every class with three images or more is in the test part."""
     rng = np.random.default_rng(seed)
-    order = rng.permutation(len(x))
-    n_test = int(round(len(x) * test_fraction))
-    test, train = order[:n_test], order[n_test:]
+    test, train = [], []
+    for c in range(len(classes)):
+        members = np.flatnonzero(y == c)
+        members = members[rng.permutation(len(members))]
+        k = int(round(len(members) * test_fraction))
+        test.append(members[:k])
+        train.append(members[k:])
+    test, train = np.sort(np.concatenate(test)), np.sort(np.concatenate(train))
     return Dataset(name, x[train], y[train], x[test], y[test], list(classes), source)
+
+
+def images_per_class_needed(num_classes: int, test_fraction: float = 0.2, min_test: int = MIN_TEST_IMAGES) -> int:
+    """The fewest images per class for a held-out part with an image of every class and `min_test` in all."""
+    want = max(1, -(-min_test // num_classes))
+    n = 1
+    while int(round(n * test_fraction)) < want:
+        n += 1
+    return n
+
+
+def held_out_problem(dataset: Dataset, test_fraction: float = 0.2, min_test: int = MIN_TEST_IMAGES) -> str | None:
+    """Why the dataset's held-out test part is too small to judge a model by, with what would do; None when
+    it is not. Asked before any training starts."""
+    if len(dataset.y_test) >= min_test:
+        return None
+    sizes = np.bincount(np.concatenate([dataset.y_train, dataset.y_test]).astype(int), minlength=dataset.num_classes)
+    need = images_per_class_needed(dataset.num_classes, test_fraction, min_test)
+    return (f"{dataset.name}: the {test_fraction:.0%} of images held out to test the models would hold "
+            f"{len(dataset.y_test)}, too few to judge them by. Give at least {need} images per class "
+            f"({need * dataset.num_classes} in all; the smallest class here has {sizes.min()}), or train on all "
+            f"the images with no test score.")
 
 
 def read_image_zip(path: str | os.PathLike, image_size: int = 32, test_fraction: float = 0.2,
@@ -105,14 +138,16 @@ def read_image_zip(path: str | os.PathLike, image_size: int = 32, test_fraction:
     return _split(np.stack(x), np.asarray(y), classes, test_fraction, seed, path.stem, str(path))
 
 
-def load_dataset(name: str, data_dir: str | os.PathLike | None = None, image_size: int = 32) -> Dataset:
-    """"cifar10", "cifar100", a folder of class folders, or a zip of them."""
+def load_dataset(name: str, data_dir: str | os.PathLike | None = None, image_size: int = 32,
+                 test_fraction: float = 0.2) -> Dataset:
+    """"cifar10", "cifar100", a folder of class folders, or a zip of them (`test_fraction` of each class
+    held out for the test; 0 trains on all of them)."""
     if name in DATASETS:
         return load_cifar(name, data_dir)
     path = Path(name)
     if path.is_dir():
-        return read_image_folder(path, image_size)
+        return read_image_folder(path, image_size, test_fraction=test_fraction)
     if path.suffix.lower() == ".zip" and path.is_file():
-        return read_image_zip(path, image_size)
+        return read_image_zip(path, image_size, test_fraction=test_fraction)
     raise DatasetError(f"unknown dataset {name!r}: expected one of {DATASETS}, a folder of class "
                        f"folders, or a .zip of them")

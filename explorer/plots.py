@@ -177,6 +177,38 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
     return fig
 
 
+def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[str, tuple[float, float]] | None = None,
+                    note: str = "", colors: dict[str, str] | None = None) -> Figure:
+    """Test top-1 against training-set size on a log axis: one line per variant (label -> sizes, means,
+    stds) with a mean ± std band, and single points drawn apart as star markers (label -> (size, top-1)),
+    for example models trained with another, longer recipe. `colors`: label -> colour (else by order)."""
+    colors = colors or {}
+    fig = _figure((7.0, 4.0))
+    ax = fig.add_subplot()
+    if not curves and not markers:
+        return _no_data(fig, "no finished trials yet")
+    for k, (label, (sizes, means, stds)) in enumerate(curves.items()):
+        x, m, sd = (np.asarray(v, np.float64) for v in (sizes, means, stds))
+        color = colors.get(label, model_color(k))
+        ax.plot(x, 100 * m, color=color, marker="o", label=label)
+        ax.fill_between(x, 100 * (m - sd), 100 * (m + sd), color=color, alpha=0.18, linewidth=0)
+    for k, (label, (size, value)) in enumerate((markers or {}).items()):
+        ax.scatter([size], [100 * value], color=colors.get(label, model_color(k)), marker="*", s=140, edgecolors="black",
+                   linewidths=0.6, zorder=3, label=label)
+    ax.set_xscale("log")
+    ticks = sorted({int(v) for _, (sizes, _, _) in curves.items() for v in sizes}
+                   | {int(size) for size, _ in (markers or {}).values()})
+    ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("training images (log scale)")
+    ax.set_ylabel("test top-1 (%)")
+    ax.grid(alpha=0.3)
+    if note:
+        ax.set_title(note, fontsize="small")
+    ax.legend(fontsize="small", loc="lower right")
+    return fig
+
+
 def figure_to_array(fig: Figure) -> np.ndarray:
     """The figure rendered by Agg as an RGB uint8 (H, W, 3) array."""
     canvas = FigureCanvasAgg(fig)

@@ -7,6 +7,7 @@ another one that has the study folder (records and backups are plain files, comm
     python -m explorer.study plan [study/grid.json] [--rate 270]     the trials and what they cost
     python -m explorer.study run  [study/grid.json] [--address ray://host:10001]
     python -m explorer.study show [study/grid.json] TRIAL            one trial's `explorer.train` command
+    python -m explorer.study report [study/grid.json]                results.csv, RESULTS.md, curve.png
 
 The grid file (study/grid.json) names the dataset, the preset, the recipe and, per training-set size, the
 epochs, how often to validate, the seeds and the variants; see study/README.md for the design. Ray is
@@ -22,6 +23,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,20 +185,22 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
     return Grid(path=path, name=str(spec["name"]), dataset=str(spec["dataset"]), preset=str(spec["preset"]),
                 split_seed=_int(spec.get("split_seed", 0), "split_seed", 0),
                 batch_size=_int(spec.get("batch_size", 128), "batch_size"), train_args=tuple(train_args),
-                trials=tuple(order_trials(trials, keep.get("seed", 0), keep.get("variants", ["vanilla", "spt_lsa"]))),
+                trials=tuple(order_trials(trials, keep.get("seed", 0), keep.get("variants", ["vanilla", "spt_lsa"]),
+                                          _int(spec.get("first_seeds", 3), "first_seeds"))),
                 keep_dir=(path.parent / keep.get("dir", "../checkpoints/study")).resolve(),
                 keep_seed=keep.get("seed", 0), keep_variants=tuple(keep.get("variants", ["vanilla", "spt_lsa"])),
                 test_subset=spec.get("test_subset"))
 
 
-def order_trials(trials: list[Trial], keep_seed: int, keep_variants) -> list[Trial]:
-    """The order Ray starts them in: first the kept pair at every size (the app's checkpoints), then the
-    other seeds of those variants, then the other variants; longest first within each, so that the last
-    trials to start are short ones and the cores stay busy to the end."""
+def order_trials(trials: list[Trial], keep_seed: int, keep_variants, first_seeds: int = 3) -> list[Trial]:
+    """The order Ray starts them in: the kept pair at every size (the app's checkpoints), then the kept
+    variants' other seeds among the first `first_seeds`, then the other variants' first seeds, then every
+    further seed; longest first within each, so that the last trials to start are short ones and the cores
+    stay busy to the end. A grid stopped at any point has its most needed trials done."""
     def tier(t: Trial) -> int:
-        if t.variant in keep_variants:
-            return 0 if t.seed == keep_seed else 1
-        return 2
+        if t.seed == keep_seed and t.variant in keep_variants:
+            return 0
+        return (1 if t.variant in keep_variants else 2) + (2 if t.seed >= first_seeds else 0)
     return sorted(trials, key=lambda t: (tier(t), -t.images_seen, t.seed, t.variant))
 
 
@@ -279,15 +283,18 @@ def collect(grid: Grid) -> list[dict]:
 
 
 def write_results(grid: Grid) -> Path:
+    """results.csv in the study folder, and the same file beside the kept checkpoints, where the app (and a
+    Space, which is not sent the study folder) reads it."""
     rows = collect(grid)
-    grid.folder.mkdir(parents=True, exist_ok=True)
-    tmp = grid.results_csv.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if row[k] is None else row[k]) for k in RESULT_COLUMNS})
-    os.replace(tmp, grid.results_csv)
+    for path in (grid.results_csv, grid.keep_dir / "results.csv"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: ("" if row[k] is None else row[k]) for k in RESULT_COLUMNS})
+        os.replace(tmp, path)
     return grid.results_csv
 
 
@@ -306,6 +313,23 @@ def read_results(path: str | os.PathLike) -> list[dict]:
                     parsed[k] = float(v) if any(c in v for c in ".eE") else int(v)
             out.append(parsed)
     return out
+
+
+def report(grid: Grid) -> list[Path]:
+    """results.csv, RESULTS.md (the tables) and curve.png (the figure) in the study folder, from the records."""
+    from PIL import Image
+
+    from explorer import study_report
+    from explorer.plots import figure_to_array
+    write_results(grid)
+    rows = read_results(grid.results_csv)
+    shipped = study_report.shipped_points(grid.keep_dir.parent, grid.dataset)
+    markdown = study_report.markdown(rows)
+    (grid.folder / "RESULTS.md").write_text(
+        f"# {grid.name}: results\n\nWritten by `python -m explorer.study report` from {len(rows)} finished "
+        f"trials of {len(grid.trials)} (results.csv).\n\n{markdown}\n\n![curve](curve.png)\n")
+    Image.fromarray(figure_to_array(study_report.curve_figure(rows, shipped))).save(grid.folder / "curve.png")
+    return [grid.results_csv, grid.folder / "RESULTS.md", grid.folder / "curve.png"]
 
 
 # ---- the grid on Ray Tune --------------------------------------------------------------------------------
@@ -345,21 +369,17 @@ def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, th
     else:
         ray.init(num_cpus=cpus or os.cpu_count(), runtime_env={"env_vars": env}, include_dashboard=False)
     try:
-        storage = grid.folder / ".ray"
-        experiment = f"{grid.name}-{grid.digest()}-{hashlib.sha256(' '.join(t.name for t in todo).encode()).hexdigest()[:6]}"
-        trainable = tune.with_resources(_tune_trial, {"cpu": threads})
-        if tune.Tuner.can_restore(str(storage / experiment)):
-            print(f"resuming Ray Tune experiment {storage / experiment}", flush=True)
-            tuner = tune.Tuner.restore(str(storage / experiment), trainable, resume_unfinished=True,
-                                       resume_errored=True)
-        else:
-            space = {"trial": tune.grid_search([t.name for t in todo]), "grid": str(grid.path),
-                     "data_dir": data_dir, "threads": threads}
-            tuner = tune.Tuner(trainable, param_space=space,
-                               tune_config=tune.TuneConfig(reuse_actors=False),
-                               run_config=tune.RunConfig(name=experiment, storage_path=str(storage),
-                                                         callbacks=[Results()], verbose=1,
-                                                         failure_config=tune.FailureConfig(max_failures=0)))
+        # A new Tune experiment over the trials not yet recorded: finished ones are not scheduled at all,
+        # and a trial that was running resumes from its backup (explorer.train --backup), which also holds
+        # when the grid moved to another machine with the study folder and nothing of Ray's state.
+        experiment = f"{grid.name}-{grid.digest()}-{time.strftime('%Y%m%d-%H%M%S')}"
+        space = {"trial": tune.grid_search([t.name for t in todo]), "grid": str(grid.path), "data_dir": data_dir,
+                 "threads": threads}
+        tuner = tune.Tuner(tune.with_resources(_tune_trial, {"cpu": threads}), param_space=space,
+                           tune_config=tune.TuneConfig(reuse_actors=False),
+                           run_config=tune.RunConfig(name=experiment, storage_path=str(grid.folder / ".ray"),
+                                                     callbacks=[Results()], verbose=1,
+                                                     failure_config=tune.FailureConfig(max_failures=0)))
         results = tuner.fit()
         failed = [r for r in results if r.error is not None]
         for r in failed:
@@ -406,7 +426,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m explorer.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    for name in ("plan", "run", "show"):
+    for name in ("plan", "run", "show", "report"):
         s = sub.add_parser(name)
         s.add_argument("grid", nargs="?" if name != "show" else None, default=DEFAULT_GRID)
         if name == "show":
@@ -437,6 +457,9 @@ def main(argv=None) -> int:
             if args.threads < 1 or (args.cpus is not None and args.cpus < args.threads):
                 raise StudyError("--threads must be at least 1 and --cpus at least --threads")
             return 1 if run_grid(grid, args.address, args.cpus, args.threads, args.data_dir, args.only) else 0
+        elif args.command == "report":
+            for path in report(grid):
+                print(f"wrote {path}")
     except StudyError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -15,20 +15,37 @@ import sys
 from pathlib import Path
 
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
-from explorer.data import Dataset, DatasetError
-from explorer.folders import load_dataset
-from explorer.fitting import (DistributionError, TrainConfig, check_batch_split, device_name,
-                              distribute_over_devices, drop_backup, finish_run, fit)
-from explorer.transfer import (FT_IMAGE_BUDGET, FT_LEARNING_RATE, FT_LEARNING_RATE_KNOWN, FT_TARGET_STEPS,
-                               FT_WEIGHT_DECAY, base_rows, fine_tune, fine_tune_recipe)
+from explorer.data import DATASETS, Dataset, DatasetError
+from explorer.fitting import (
+    DistributionError,
+    TrainConfig,
+    check_batch_split,
+    device_name,
+    distribute_over_devices,
+    drop_backup,
+    finish_run,
+    fit,
+)
+from explorer.folders import held_out_problem, load_dataset
+from explorer.transfer import (
+    FT_IMAGE_BUDGET,
+    FT_LEARNING_RATE,
+    FT_LEARNING_RATE_KNOWN,
+    FT_TARGET_STEPS,
+    FT_WEIGHT_DECAY,
+    base_rows,
+    fine_tune,
+    fine_tune_recipe,
+)
 
 
 def train_new(config: ViTConfig, preset: str, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
               backup: str | None = None) -> dict:
     """Builds a fresh model, trains it, evaluates on the test split and writes a checkpoint."""
-    from explorer.models import build_vit
     import keras
+
+    from explorer.models import build_vit
     keras.utils.set_random_seed(tc.seed)
     model = build_vit(config, dataset.num_classes)
     record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
@@ -40,7 +57,8 @@ def train_new(config: ViTConfig, preset: str, dataset: Dataset, tc: TrainConfig,
 
 
 def _default_help(name: str) -> str:
-    recipe = {"epochs": f"about {FT_TARGET_STEPS} steps' worth, {FT_IMAGE_BUDGET} images at most", "batch_size": "scaled to the data (16-128)",
+    recipe = {"epochs": f"about {FT_TARGET_STEPS} steps' worth, {FT_IMAGE_BUDGET} images at most",
+              "batch_size": "scaled to the data (16-128)",
               "learning_rate": f"{FT_LEARNING_RATE}, or {FT_LEARNING_RATE_KNOWN} for classes the base knows",
               "weight_decay": str(FT_WEIGHT_DECAY)}
     new = getattr(TrainConfig, name)
@@ -81,6 +99,9 @@ def parse_args(argv=None):
                    help="fraction of batches that are mixed when --mixup or --cutmix is on")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--subset", type=int, help="train on this many images only")
+    p.add_argument("--train-on-all", action="store_true",
+                   help="a folder or zip: train on every image, holding none out (no test score); without it a "
+                        "held-out fifth too small to judge the model is refused before training")
     p.add_argument("--balanced-subset", type=int, metavar="N",
                    help="after the validation split, train on N images, as many of each class, each size's "
                         "images part of every larger size's (drawn with --split-seed; the small-data study)")
@@ -139,7 +160,9 @@ def main(argv=None) -> int:
         devices = distribute_over_devices() if args.distribute else 1  # before any model is built
         if not args.base or args.batch_size:  # else the recipe picks the batch size once the data is read
             check_batch_split(tc.batch_size, devices)
-        dataset = load_dataset(args.dataset, args.data_dir)
+        dataset = load_dataset(args.dataset, args.data_dir, test_fraction=0.0 if args.train_on_all else 0.2)
+        if not args.train_on_all and args.dataset not in DATASETS and held_out_problem(dataset):
+            raise DatasetError(f"{held_out_problem(dataset)} (--train-on-all)")
         if args.test_subset:
             dataset = dataset.subset(test=args.test_subset, seed=args.seed)
         print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "

@@ -397,3 +397,22 @@ def test_an_archive_unpacks_without_tarfile_filters(no_data, data_dir, monkeypat
     cache.mkdir(parents=True)
     _archive(data_dir, cache / "cifar-10-python.tar.gz")
     np.testing.assert_array_equal(load_cifar("cifar10", no_data).x_test, load_cifar("cifar10", data_dir).x_test)
+
+
+def test_folders_split_each_class_and_say_when_the_test_part_is_too_small(tmp_path):
+    from explorer.folders import held_out_problem, images_per_class_needed
+    for name, count in (("a", 10), ("b", 5), ("c", 3), ("d", 2)):
+        (tmp_path / name).mkdir()
+        for i in range(count):
+            (tmp_path / name / f"{i}.png").write_bytes(_png("red"))
+    ds = read_image_folder(tmp_path, test_fraction=0.2)
+    assert np.bincount(ds.y_test, minlength=4).tolist() == [2, 1, 1, 0]  # round(n / 5) of each class
+    assert len(ds.x_train) == 16
+    assert images_per_class_needed(4) == 13 and images_per_class_needed(10) == 3 and images_per_class_needed(2) == 23
+    problem = held_out_problem(ds)
+    assert "would hold 4, too few" in problem and "at least 13 images per class (52 in all; the smallest class here has 2)" in problem
+    assert held_out_problem(read_image_folder(tmp_path, test_fraction=0.0)) is not None
+    for name in "abcd":
+        for i in range(13):
+            (tmp_path / name / f"more{i}.png").write_bytes(_png("blue"))
+    assert held_out_problem(read_image_folder(tmp_path, test_fraction=0.2)) is None

@@ -74,7 +74,11 @@ def test_every_batch_has_one_shape_and_padding_counts_for_nothing():
     val = make_batches(x, y, 3, 32, False, 0, False)
     weights = [val[i][2] for i in range(len(val))]
     assert {val[i][0].shape for i in range(len(val))} == {(32, 8, 8, 3)}
-    assert sum(float(w.sum()) for w in weights) == 70 and weights[-1][:6].all() and not weights[-1][6:].any()
+    # Every real image weighs the same and each repeat 0; the weights sum to the rows Keras averages the loss
+    # over (3 batches of 32), so the loss is the real images' mean (see test_train's exact-validation test).
+    real = np.concatenate(weights)[:70]
+    assert np.allclose(real, 96 / 70) and not weights[-1][6:].any()
+    assert sum(float(w.sum()) for w in weights) == pytest.approx(96)
 
 
 def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10):
@@ -321,3 +325,83 @@ def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp
         os.kill(worker, signal.SIGKILL)
     assert not alive, "the worker kept training after its app was gone"
     assert not (job / "staging").exists() or not any((job / "staging").iterdir())
+
+
+# --- a zip too small to judge ------------------------------------------------------------------------
+
+
+def test_a_zip_too_small_to_judge_is_refused_before_training(tiny_checkpoints, cifar10, tmp_path):
+    """One image per class (the case that used to train and report "On 0 test images"), and four per class
+    of three classes (a held-out part of 3): refused with how many images per class would do."""
+    for per_class, classes, need in ((1, ["cat", "dog", "ship"], 18), (4, ["cat", "dog", "ship"], 18),
+                                     (1, list(cifar10.class_names), 3)):
+        x, y = pick(cifar10, classes, per_class)
+        ds = read_image_zip(class_zip(tmp_path / f"{per_class}-{len(classes)}.zip", x, y, classes))
+        with pytest.raises(JobError, match=rf"would hold {len(ds.x_test)}, too few to judge them by\. Give at least "
+                                           rf"{need} images per class \({need * len(classes)} in all; the smallest "
+                                           rf"class here has {per_class}\).*Train on all images"):
+            plan_job(_members(tiny_checkpoints, "A", "B"), ds)
+    x, y = pick(cifar10, ["cat", "dog", "ship"], 18)  # the number it asked for is enough
+    ds = read_image_zip(class_zip(tmp_path / "enough.zip", x, y, ["cat", "dog", "ship"]))
+    assert len(plan_job(_members(tiny_checkpoints, "A", "B"), ds).dataset.x_test) >= 10
+    capped = cifar10.subset(test=9, seed=0)  # a small held-out part however it came about
+    with pytest.raises(JobError, match="would hold 9"):
+        plan_job(_members(tiny_checkpoints, "A", "B"), capped)
+
+
+def test_training_on_all_images_says_there_is_no_test_score(tiny_checkpoints, cifar10, tmp_path):
+    from explorer.finetune import ZIP, job_data
+    x, y = pick(cifar10, ["cat", "dog", "ship"], 2)
+    data = class_zip(tmp_path / "two.zip", x, y, ["cat", "dog", "ship"])
+    ds = job_data(ZIP, str(data), None, Limits(), 32, train_on_all=True)
+    assert len(ds.x_train) == 6 and len(ds.x_test) == 0
+    plan = plan_job(_members(tiny_checkpoints, "A", "B"), ds, train_on_all=True)
+    assert "no test: all trained on, no test score" in plan.description
+    members = [{"tag": t, "label": t, "metrics": {}, "training": {"wall_time_s": 1}, "predictions": []}
+               for t in ("A", "B")]
+    rep = report(members, np.zeros(0, int), ["cat", "dog", "ship"])
+    assert rep.summary.startswith("**No test score**") and rep.rows[0][1] == "–"
+
+
+# --- where runs train, as the tab says it ---------------------------------------------------------------
+
+
+def fake_driver(root: Path) -> Path:
+    """The files an NVIDIA driver shows for one GPU."""
+    gpu = root / "proc" / "driver" / "nvidia" / "gpus" / "0000:00:1e.0"
+    gpu.mkdir(parents=True)
+    (gpu / "information").write_text("Model: NVIDIA L4\n")
+    return root
+
+
+def test_the_driver_files_say_whether_a_gpu_is_there(tmp_path):
+    from explorer.finetune import cuda_gpu_present
+    assert not cuda_gpu_present(tmp_path)
+    assert cuda_gpu_present(fake_driver(tmp_path))
+
+
+def test_the_hardware_note_tells_an_idle_gpu_and_the_fix(tmp_path):
+    from explorer.finetune import hardware_note, jax_cuda_installed
+    root = str(fake_driver(tmp_path / "gpu"))
+    # JAX is there but not its CUDA plugin: what a Space on GPU hardware has with the CPU requirements.
+    no_plugin = lambda: jax_cuda_installed(find_spec=lambda name: object() if name == "jax" else None)  # noqa: E731
+    note = hardware_note({"EXPLORER_DRIVER_ROOT": root}, jax_cuda=no_plugin)
+    assert "has an NVIDIA GPU, but runs will train on its CPU" in note and "pip install -r requirements-gpu.txt" in note
+    on_space = hardware_note({"EXPLORER_DRIVER_ROOT": root, "SPACE_ID": "me/explorer"}, jax_cuda=no_plugin)
+    assert "replace this Space's `requirements.txt` with the repository's `requirements-gpu.txt`" in on_space
+    assert "**GPU**" in hardware_note({"EXPLORER_DRIVER_ROOT": root}, jax_cuda=lambda: True)
+    none = hardware_note({"EXPLORER_DRIVER_ROOT": str(tmp_path / "none"), "SPACE_ID": "me/explorer"})
+    assert "Duplicate the Space" in none and "ZeroGPU" in none and "PyTorch only" in none
+    assert "**CPU**" in hardware_note({"EXPLORER_DRIVER_ROOT": str(tmp_path / "none")})
+    assert choose_backend({"EXPLORER_DRIVER_ROOT": root}, jax_cuda=no_plugin)[0] == "tensorflow"
+    assert choose_backend({"EXPLORER_DRIVER_ROOT": root}, jax_cuda=lambda: True)[0] == "jax"
+
+
+def test_the_gpu_requirements_are_the_apps_plus_jax_cuda_and_stand_alone():
+    """A Space on GPU hardware takes requirements-gpu.txt as its requirements.txt: no -r, the same pins."""
+    def pins(name):
+        lines = [line.split("#")[0].strip() for line in (ROOT / name).read_text().splitlines()]
+        return [line for line in lines if line]
+    gpu, app = pins("requirements-gpu.txt"), pins("requirements.txt")
+    assert not any(line.startswith("-r") for line in gpu)
+    assert gpu == app + ["jax[cuda12]==0.10.2"]

@@ -5,15 +5,21 @@ import subprocess
 import sys
 import threading
 
-import keras
 import numpy as np
 import pytest
+from PIL import Image
 
 from explorer.checkpoints import describe_augmentation, list_checkpoints, load_checkpoint
-from explorer.fitting import (Cancelled, TrainConfig, accuracy_metrics, fit, make_batches, predict_logits,
-                              split_validation)
-from explorer.models import build_vit
-from explorer.models import tau_values
+from explorer.fitting import (
+    Cancelled,
+    TrainConfig,
+    accuracy_metrics,
+    fit,
+    make_batches,
+    predict_logits,
+    split_validation,
+)
+from explorer.models import build_vit, tau_values
 from explorer.schedules import WarmUpCosine
 from explorer.train import train_new
 from explorer.transfer import continued_record, fine_tune
@@ -320,3 +326,21 @@ def test_balanced_subsets_are_nested_balanced_and_leave_validation_alone(cifar10
         training_split(cifar10, TrainConfig(balanced_subset=5000, split_seed=0))
     with pytest.raises(ValueError, match="give one"):
         TrainConfig(balanced_subset=100, train_subset=200)
+
+
+def test_train_cli_refuses_a_folder_too_small_to_test_unless_asked_to_train_on_all(tiny_checkpoints, cifar10,
+                                                                                   tmp_path, capsys):
+    from explorer.train import main
+    for c in range(3):
+        (tmp_path / "data" / f"class{c}").mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(cifar10.x_test[c * 3 + i]).save(tmp_path / "data" / f"class{c}" / f"{i}.png")
+    argv = ["--base", str(tiny_checkpoints["vanilla"]), "--dataset", str(tmp_path / "data"), "--out",
+            str(tmp_path / "out"), "--name", "small", "--verbose", "0", "--epochs", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "would hold 3, too few to judge them by" in err and "(--train-on-all)" in err
+    assert not (tmp_path / "out").exists()
+    assert main(argv + ["--train-on-all"]) == 0
+    card = json.loads((tmp_path / "out" / "small" / "explorer.json").read_text())
+    assert card["dataset"]["test_images"] == 0 and "test_top1" not in card["metrics"]

@@ -499,3 +499,35 @@ def _holiday(image_file):
     target = Path(image_file).with_name("holiday.png")
     shutil.copy(image_file, target)
     return str(target)
+
+
+def test_fine_tune_form_refuses_a_zip_too_small_to_judge_unless_told_to_train_on_all(ex, tmp_path):
+    import io
+    members = {}
+    for c in ("cat", "dog"):
+        buf = io.BytesIO()
+        Image.new("RGB", (32, 32), "red" if c == "cat" else "blue").save(buf, format="PNG")
+        members[f"set/{c}/0.png"] = buf.getvalue()
+    form = _form(data=ZIP, zip_file=_zip(tmp_path, members), images=0)
+    with pytest.raises(gr.Error, match="would hold 0, too few to judge them by. Give at least 23 images per class"):
+        ui(ex).finetune.finetune_plan(**form)
+    plan = ui(ex).finetune.finetune_plan(**form, train_on_all=True)
+    assert len(plan.dataset.x_train) == 2 and len(plan.dataset.x_test) == 0
+
+
+def test_the_fine_tune_tab_says_when_a_gpu_would_sit_idle(ex, tmp_path, monkeypatch):
+    """A GPU's driver files present, JAX's CUDA plugin missing (as in this test environment: JAX's CPU
+    wheel only): the tab says runs train on the CPU and what to change."""
+    gpu = tmp_path / "proc" / "driver" / "nvidia" / "gpus" / "0000:00:1e.0"
+    gpu.mkdir(parents=True)
+    (gpu / "information").write_text("Model: NVIDIA L4\n")
+    monkeypatch.setenv("EXPLORER_DRIVER_ROOT", str(tmp_path))
+    monkeypatch.delenv("EXPLORER_TRAIN_BACKEND", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    import importlib.util
+    if any(importlib.util.find_spec(n) for n in ("jax_cuda12_plugin", "jax_cuda13_plugin")):
+        pytest.skip("JAX's CUDA plugin is installed here")
+    notes = [c["props"]["value"] for c in build_demo(ex).config["components"]
+             if c["props"].get("elem_id") == "ft-hardware"]
+    assert len(notes) == 1 and "has an NVIDIA GPU, but runs will train on its CPU" in notes[0]
+    assert "pip install -r requirements-gpu.txt" in notes[0]

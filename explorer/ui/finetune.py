@@ -14,7 +14,7 @@ from explorer import plots
 from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import DatasetError
-from explorer.finetune import ZIP, JobError, choose_backend, job_data, plan_job, report
+from explorer.finetune import ZIP, JobError, choose_backend, hardware_note, job_data, plan_job, report
 from explorer.runner import CANCEL_ANSWERS, Busy, QueueFull, queue_status, run_status
 from explorer.shared import REFUSED
 from explorer.ui.context import Explorer, Page, reporter
@@ -50,7 +50,7 @@ class FinetuneTab:
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
-                      request=None):
+                      request=None, train_on_all: bool = False):
         """The form as a validated finetune.Plan; every refusal is a gr.Error that says why. CIFAR comes
         whole (downloaded once if need be, `progress` following it)."""
         ex = self.ex
@@ -65,20 +65,21 @@ class FinetuneTab:
             members = ex.store.members([(tag, ex.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
             size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
             load = lambda name: ex.tests.training_data(name, progress=reporter(progress) if progress else None)
-            dataset = job_data(data, zip_file, load, ex.limits, size)
+            dataset = job_data(data, zip_file, load, ex.limits, size, train_on_all=bool(train_on_all))
             return plan_job(members, dataset, epochs, lr, batch_size, images, bool(freeze), (name or "").strip(),
-                            ex.limits, scratch=(preset, variant) if not bases else None)
+                            ex.limits, scratch=(preset, variant) if not bases else None,
+                            train_on_all=bool(train_on_all))
         except (JobError, DatasetError, CheckpointError, OSError) as e:
             raise gr.Error(ex.safe(e)) from None
 
     def finetune(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name,
-                 a, b, request: gr.Request = None, progress=gr.Progress()):
+                 a, b, train_on_all=False, request: gr.Request = None, progress=gr.Progress()):
         """Starts a run and streams both models' curves until it ends (the run is not tied to this page);
         when it succeeds, its checkpoints go into the slots they came from. In shared mode a Start that
         finds another visitor's run going on waits in the queue, its place and wait shown, refreshed."""
         ex = self.ex
         plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
-                                  name, a, b, progress, request)
+                                  name, a, b, progress, request, train_on_all)
         owner, key, mine = ex.owner(request), id(plan), set(ex.my_runs(request))
         ex.protect_bases(key, {r for r in (a, b) if r in mine})
         try:
@@ -203,6 +204,8 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
                     gr.DuplicateButton("Duplicate this Space to fine-tune on your own hardware", size="sm",
                                        scale=0, elem_id="duplicate")
         gr.Markdown(HELP.format(where=tab.training_where(), epochs=ex.limits.max_epochs, images=ex.limits.max_images))
+        gr.Markdown(hardware_note(ex.runner.environ if ex.runner.environ is not None else os.environ),
+                    elem_id="ft-hardware")
         with gr.Row():
             base = gr.Dropdown([PAIR, SCRATCH] + choices, value=PAIR, label="fine-tune",
                                info="both slots on one split, or one checkpoint alone")
@@ -217,7 +220,10 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
             batch = gr.Number(0, label="batch size (0 = auto)", precision=0, min_width=120)
             subset = gr.Number(0, label="training images (0 = all)", precision=0, min_width=120)
             name = gr.Textbox("", label="name (optional)", min_width=160)
-        freeze = gr.Checkbox(False, label="freeze the backbone (train only the head)", elem_id="ft-freeze")
+        with gr.Row():
+            freeze = gr.Checkbox(False, label="freeze the backbone (train only the head)", elem_id="ft-freeze")
+            all_images = gr.Checkbox(False, label="Train on all images (no test score)", elem_id="ft-all",
+                                     info="a zip with too few images per class to hold a fifth out")
         with gr.Row():
             start = gr.Button("Start", variant="primary", elem_id="ft-start")
             cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
@@ -244,7 +250,7 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
 
     # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.
     start.click(tab.finetune, [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name,
-                               page.slot_a, page.slot_b],
+                               page.slot_a, page.slot_b, all_images],
                 [status, curves, tau, results, per_class, gallery, page.slot_a, page.slot_b, base],
                 api_name="finetune", concurrency_id="finetune",
                 # every waiting Start holds a worker: the queue, the run followed, one to refuse

@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PORT = 7860  # what a Space serves on
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 # What a Space upload leaves out (README: hf upload ... --exclude), and what is never in a clone.
-NOT_UPLOADED = shutil.ignore_patterns(".venv", ".git", "runs", "ablation", "__pycache__", ".pytest_cache", ".gradio",
-                                      "*.pyc")
+NOT_UPLOADED = shutil.ignore_patterns(".venv", ".git", "runs", "ablation", "study", "__pycache__", ".pytest_cache",
+                                      ".gradio", "*.pyc")
 
 
 def front_matter() -> dict:
@@ -45,7 +45,7 @@ def test_the_front_matter_names_the_gradio_that_requirements_pin():
 
 def test_the_readme_upload_leaves_out_what_this_check_leaves_out():
     excluded = set(re.findall(r'--exclude "([^"/]+)/\*"', (ROOT / "README.md").read_text()))
-    assert excluded == {".venv", "runs", ".git", "ablation"}
+    assert excluded == {".venv", "runs", ".git", "ablation", "study"}
     assert NOT_UPLOADED(str(ROOT), sorted(excluded)) == excluded  # and the copy below leaves them out too
 
 
@@ -159,3 +159,20 @@ def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
     assert not (space["repo"].parent / "shared").exists()
     log = space["log"].read_text()  # Gradio logs each gr.Error (the refusal above) with its traceback; no other
     assert log.count("Traceback (most recent call last)") == log.count("gradio.exceptions.Error: ") == 1, log[-3000:]
+
+
+def test_a_gpu_space_resolves_its_requirements(tmp_path):
+    """A Space on GPU hardware uses requirements-gpu.txt as its requirements.txt (README, Deploy as a Space):
+    pip resolves it, JAX with its CUDA 12 plugin included, in a fresh venv (a dry run: nothing installed)."""
+    space = tmp_path / "space"
+    space.mkdir()
+    shutil.copy(ROOT / "requirements-gpu.txt", space / "requirements.txt")  # the one-step switch
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--ignore-installed",
+                          "--disable-pip-version-check", "-r", str(space / "requirements.txt")],
+                         capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    would = pip.stdout.split("Would install")[-1]
+    for package in ("gradio-6.31.0", "keras-3.15.1", "jax-0.10.2", "jax-cuda12-plugin-0.10.2", "tensorflow-cpu-2.21.0"):
+        assert package in would.replace("_", "-"), (package, would[-2000:])

@@ -1,0 +1,154 @@
+"""What the small-data study says, from its results.csv rows: test top-1 per size and variant (mean and
+spread over seeds), the paired gap SPT+LSA - ViT seed by seed, the 2x2 corners where all four ran, and the
+markdown tables of study/RESULTS.md and the README. Numbers only: no Ray, no Keras (the app reads it too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from explorer.ablation import NAMES, ORDER
+
+# The app's colours: the ViT as slot A (blue), SPT + LSA as slot B (orange), the two halves after them.
+VARIANT_COLOR = {"vanilla": 0, "spt_lsa": 1, "spt": 2, "lsa": 3}
+
+
+def _by(rows: list[dict], key) -> dict:
+    out: dict = {}
+    for r in rows:
+        if r.get("test_top1") is not None:
+            out.setdefault(key(r), []).append(r)
+    return out
+
+
+def summary(rows: list[dict]) -> dict[tuple[int, str], dict]:
+    """(train_images, variant) -> n, mean, std (sample, ddof=1; 0 for one seed), min, max of test top-1."""
+    out = {}
+    for (n, variant), group in sorted(_by(rows, lambda r: (int(r["train_images"]), r["variant"])).items()):
+        values = np.array([g["test_top1"] for g in sorted(group, key=lambda g: g["seed"])], float)
+        out[(n, variant)] = {"n": len(values), "mean": float(values.mean()),
+                             "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+                             "min": float(values.min()), "max": float(values.max()),
+                             "seeds": sorted(int(g["seed"]) for g in group)}
+    return out
+
+
+def paired_gaps(rows: list[dict], a: str = "vanilla", b: str = "spt_lsa") -> dict[int, dict]:
+    """train_images -> the gap b - a in test top-1 for each seed both ran (same seed: same initialisation
+    stream, augmentation and order), its mean and sample std, and the seeds."""
+    by = {(int(r["train_images"]), r["variant"], int(r["seed"])): r["test_top1"] for r in rows
+          if r.get("test_top1") is not None}
+    out = {}
+    for n in sorted({k[0] for k in by}):
+        seeds = sorted(s for (m, v, s) in by if m == n and v == a and (n, b, s) in by)
+        if not seeds:
+            continue
+        gaps = np.array([by[(n, b, s)] - by[(n, a, s)] for s in seeds])
+        out[n] = {"seeds": seeds, "gaps": gaps.tolist(), "mean": float(gaps.mean()),
+                  "std": float(gaps.std(ddof=1)) if len(gaps) > 1 else None}
+    return out
+
+
+def _pct(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None else f"{100 * v:.{digits}f}"
+
+
+def curve_table(rows: list[dict]) -> str:
+    s = summary(rows)
+    sizes = sorted({n for n, _ in s})
+    variants = [v for v in ORDER if any((n, v) in s for n in sizes)]
+    head = "| train images | " + " | ".join(f"{NAMES[v]} (seeds)" for v in variants) + " |"
+    lines = [head, "|---:|" + "---:|" * len(variants)]
+    for n in sizes:
+        cells = []
+        for v in variants:
+            e = s.get((n, v))
+            if e is None:
+                cells.append("")
+            elif e["n"] > 1:
+                cells.append(f"{_pct(e['mean'])} ± {_pct(e['std'])} ({e['n']})")
+            else:
+                cells.append(f"{_pct(e['mean'])} (1)")
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def gap_table(rows: list[dict]) -> str:
+    lines = ["| train images | seeds | SPT+LSA − ViT, mean ± std (points) | per seed | seed noise (std of ViT, "
+             "of SPT+LSA) | gap / its standard error |", "|---:|---:|---:|---|---|---:|"]
+    s = summary(rows)
+    for n, g in paired_gaps(rows).items():
+        per_seed = ", ".join(f"{100 * x:+.2f}" for x in g["gaps"])
+        noise = ", ".join(_pct(s[(n, v)]["std"]) if (n, v) in s and s[(n, v)]["n"] > 1 else "–"
+                          for v in ("vanilla", "spt_lsa"))
+        if g["std"]:
+            t = g["mean"] / (g["std"] / np.sqrt(len(g["gaps"])))
+            spread, ratio = f"{100 * g['mean']:+.2f} ± {100 * g['std']:.2f}", f"{t:.1f}"
+        else:
+            spread, ratio = f"{100 * g['mean']:+.2f}", "–"
+        lines.append(f"| {n:,} | {len(g['seeds'])} | {spread} | {per_seed} | {noise} | {ratio} |")
+    return "\n".join(lines)
+
+
+def corners_table(rows: list[dict]) -> str:
+    """The 2x2 at each size where all four variants ran: mean test top-1 and the change over the ViT."""
+    s = summary(rows)
+    sizes = [n for n in sorted({n for n, _ in s}) if all((n, v) in s for v in ORDER)]
+    lines = ["| train images | " + " | ".join(NAMES[v] for v in ORDER) + " |", "|---:|" + "---:|" * len(ORDER)]
+    for n in sizes:
+        base = s[(n, "vanilla")]["mean"]
+        cells = [f"{_pct(s[(n, v)]['mean'])} ({s[(n, v)]['n']})" + ("" if v == "vanilla" else
+                 f", {100 * (s[(n, v)]['mean'] - base):+.2f}") for v in ORDER]
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown(rows: list[dict]) -> str:
+    if not rows:
+        return "No trial has finished yet."
+    return "\n\n".join([
+        "Test top-1 (%) on all 10,000 test images, mean ± sample std over seeds (how many):", curve_table(rows),
+        "The paired gap, seed by seed (the same seed gives both models the same augmentation and order):",
+        gap_table(rows), "The 2x2 where all four variants ran (mean test top-1, change over the ViT in points):",
+        corners_table(rows)])
+
+
+def shipped_points(checkpoints: str | os.PathLike, dataset: str = "cifar10",
+                   variants=("vanilla", "spt_lsa")) -> dict[str, dict]:
+    """The shipped full-data models' cards, variant -> {train_images, test_top1, epochs}: the curve's
+    markers (trained longer, in stages, so drawn apart from the study's one recipe)."""
+    out = {}
+    for v in variants:
+        path = Path(checkpoints) / f"{dataset}-{v}" / "explorer.json"
+        try:
+            card = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if card.get("metrics", {}).get("test_top1") is not None:
+            out[v] = {"train_images": card["dataset"]["train_images"], "test_top1": card["metrics"]["test_top1"],
+                      "epochs": card.get("training", {}).get("epochs")}
+    return out
+
+
+def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None):
+    """The study's figure: test top-1 against training-set size, a line and mean ± std band per variant,
+    the shipped pair as stars."""
+    from explorer.plots import model_color, plot_data_curve
+    s = summary(rows)
+    curves, markers, colors = {}, {}, {}
+    for v in ORDER:
+        sizes = sorted(n for n, w in s if w == v)
+        if sizes:
+            curves[NAMES[v]] = (sizes, [s[(n, v)]["mean"] for n in sizes], [s[(n, v)]["std"] for n in sizes])
+            colors[NAMES[v]] = model_color(VARIANT_COLOR[v])
+    for v, point in (shipped or {}).items():
+        epochs = f"{point['epochs']} epochs, " if point.get("epochs") else ""
+        label = f"{NAMES[v]}, shipped ({epochs}staged recipe)"
+        markers[label] = (point["train_images"], point["test_top1"])
+        colors[label] = model_color(VARIANT_COLOR[v])
+    return plot_data_curve(curves, markers, note="one recipe for every size; band: ± one std over seeds",
+                           colors=colors)

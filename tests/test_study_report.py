@@ -1,0 +1,48 @@
+"""The study's numbers from results rows: means and sample spreads, the paired gap seed by seed, the 2x2
+corners, and the figure (a line and band per variant, the shipped pair as stars)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from explorer import study_report
+from explorer.plots import figure_to_array
+
+ROWS = [dict(train_images=n, variant=v, seed=s, test_top1=t) for n, v, s, t in [
+    (1000, "vanilla", 0, 0.30), (1000, "vanilla", 1, 0.32), (1000, "vanilla", 2, 0.31),
+    (1000, "spt_lsa", 0, 0.35), (1000, "spt_lsa", 1, 0.36), (1000, "spt_lsa", 2, 0.38),
+    (1000, "spt", 0, 0.34), (1000, "lsa", 0, 0.30),
+    (20000, "vanilla", 0, 0.70), (20000, "spt_lsa", 0, 0.72), (20000, "spt_lsa", 1, 0.74)]]
+
+
+def test_summary_means_and_sample_spread():
+    s = study_report.summary(ROWS)
+    assert s[(1000, "vanilla")]["mean"] == pytest.approx(0.31) and s[(1000, "vanilla")]["n"] == 3
+    assert s[(1000, "vanilla")]["std"] == pytest.approx(np.std([0.30, 0.32, 0.31], ddof=1))
+    assert s[(20000, "vanilla")]["std"] == 0.0 and s[(20000, "spt_lsa")]["seeds"] == [0, 1]
+
+
+def test_the_gap_pairs_seeds_and_skips_unpaired_ones():
+    gaps = study_report.paired_gaps(ROWS)
+    assert gaps[1000]["gaps"] == pytest.approx([0.05, 0.04, 0.07]) and gaps[1000]["seeds"] == [0, 1, 2]
+    assert gaps[1000]["std"] == pytest.approx(np.std([0.05, 0.04, 0.07], ddof=1))
+    assert gaps[20000]["seeds"] == [0] and gaps[20000]["std"] is None  # seed 1 of SPT+LSA has no ViT
+
+
+def test_markdown_tables():
+    text = study_report.markdown(ROWS)
+    assert "| 1,000 | 31.00 ± 1.00 (3) | 30.00 (1) | 34.00 (1) | 36.33 ± 1.53 (3) |" in text
+    assert "| 1,000 | 3 | +5.33 ± 1.53 | +5.00, +4.00, +7.00 |" in text
+    assert "| 1,000 | 31.00 (3) | 30.00 (1), -1.00 | 34.00 (1), +3.00 | 36.33 (3), +5.33 |" in text
+    assert "20,000 |" in text.split("2x2")[0] and "20,000" not in text.split("2x2")[1]  # not all four there
+    assert study_report.markdown([]) == "No trial has finished yet."
+
+
+def test_curve_figure_draws_lines_bands_and_stars():
+    fig = study_report.curve_figure(ROWS, {"vanilla": {"train_images": 45000, "test_top1": 0.77, "epochs": 200}})
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and len(ax.get_lines()) == 4 and len(ax.collections) == 4 + 1
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "ViT, shipped (200 epochs, staged recipe)" in labels and "SPT + LSA" in labels
+    assert figure_to_array(fig).shape[2] == 3
