@@ -85,11 +85,11 @@ def gap_table(rows: list[dict]) -> str:
         per_seed = ", ".join(f"{100 * x:+.2f}" for x in g["gaps"])
         noise = ", ".join(_pct(s[(n, v)]["std"]) if (n, v) in s and s[(n, v)]["n"] > 1 else "–"
                           for v in ("vanilla", "spt_lsa"))
-        if g["std"]:
-            t = g["mean"] / (g["std"] / np.sqrt(len(g["gaps"])))
-            spread, ratio = f"{100 * g['mean']:+.2f} ± {100 * g['std']:.2f}", f"{t:.1f}"
-        else:
-            spread, ratio = f"{100 * g['mean']:+.2f}", "–"
+        spread, ratio = f"{100 * g['mean']:+.2f}", "–"
+        if g["std"] is not None:  # two seeds or more
+            spread += f" ± {100 * g['std']:.2f}"
+            if g["std"] > 1e-9:
+                ratio = f"{g['mean'] / (g['std'] / np.sqrt(len(g['gaps']))):.1f}"
         lines.append(f"| {n:,} | {len(g['seeds'])} | {spread} | {per_seed} | {noise} | {ratio} |")
     return "\n".join(lines)
 

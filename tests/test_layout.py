@@ -11,12 +11,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 # Lower layers first: a module may import only modules of its own layer or below.
 LAYERS = [
-    {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled"},
+    {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled",
+     "study_report"},
     {"layers", "data"},
-    {"models", "augment", "folders", "checkpoints", "shared"},
+    {"models", "augment", "folders", "checkpoints", "shared", "catalog"},
     {"probe", "fitting", "backup"},
     {"transfer", "evaluate", "evidence"},
-    {"train", "robustness", "workbench", "reports", "samples"},
+    {"train", "robustness", "workbench", "reports", "samples", "study"},
     {"finetune"},
     {"runner"},
     {"ui"},

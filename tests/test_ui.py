@@ -102,8 +102,10 @@ def test_new_checkpoints_appear_without_a_restart(ex):
     shutil.copytree(ex.root / A, extra)
     try:
         a, b, base = ui(ex).slots.refresh(A, B)
-        assert "finetuned/later-run" in a["choices"] and "finetuned/later-run" in base["choices"]
-        assert base["choices"][:2] == [PAIR, SCRATCH]
+        refs = lambda update: [value for _, value in update["choices"]]  # noqa: E731  (label, reference)
+        assert "finetuned/later-run" in refs(a) and "finetuned/later-run" in refs(base)
+        assert ("fine-tuned · later-run", "finetuned/later-run") in a["choices"]
+        assert refs(base)[:2] == [PAIR, SCRATCH]
     finally:
         shutil.rmtree(extra)
 
@@ -531,3 +533,39 @@ def test_the_fine_tune_tab_says_when_a_gpu_would_sit_idle(ex, tmp_path, monkeypa
              if c["props"].get("elem_id") == "ft-hardware"]
     assert len(notes) == 1 and "has an NVIDIA GPU, but runs will train on its CPU" in notes[0]
     assert "pip install -r requirements-gpu.txt" in notes[0]
+
+
+def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpoints, data_dir):
+    """Study pairs at two sizes (and a lone model at a third) beside the shipped pair: the slots list them
+    grouped and labelled, the tab offers the sizes with both models, picking one names the pair, and the
+    curve is drawn from the results the app ships."""
+    from explorer.checkpoints import update_card
+    from explorer.ui.data_size import DataSizeTab
+    root = tmp_path / "checkpoints"
+    for variant, path in tiny_checkpoints.items():
+        shutil.copytree(path, root / f"cifar10-{variant}")
+        update_card(root / f"cifar10-{variant}", dataset={"train_images": 45000}, metrics={"test_top1": 0.8})
+        for n in (1000, 2500) if variant == "spt_lsa" else (1000, 2500, 5000):
+            shutil.copytree(path, root / "study" / f"cifar10-{n}-{variant}")
+            update_card(root / "study" / f"cifar10-{n}-{variant}", dataset={"train_images": n})
+    rows = ["train_images,variant,seed,test_top1,trial"] + [
+        f"{n},{v},{s},{0.3 + n / 10000 + (0.04 if v == 'spt_lsa' else 0) + s / 100},t{n}{v}{s}"
+        for n in (1000, 2500) for v in ("vanilla", "spt_lsa") for s in range(3)]
+    (root / "study" / "results.csv").write_text("\n".join(rows) + "\n")
+    ex = Explorer(root=root, data_dir=str(data_dir))
+    tab = DataSizeTab(ex)
+    assert [n for _, n in tab.sizes()] == [1000, 2500, 45000]
+    assert tab.pair(2500) == ("study/cifar10-2500-vanilla", "study/cifar10-2500-spt_lsa")
+    assert tab.pair("45000") == ("cifar10-vanilla", "cifar10-spt_lsa")
+    with pytest.raises(gr.Error, match="no pair was trained on 5000 images here; sizes with a pair: 1,000, 2,500"):
+        tab.pair(5000)
+    figure, text = tab.curve()
+    assert len(figure.axes[0].get_lines()) == 2 and "| 1,000 | 3 | +4.00 ± 0.00 |" in text
+    config = build_demo(ex).config
+    slot = next(c for c in config["components"] if c["props"].get("label") == "Model A")
+    labels = [choice[0] for choice in slot["props"]["choices"]]
+    assert labels[:2] == ["cifar10-spt_lsa", "cifar10-vanilla"]
+    assert labels[2:] == ["small data · 1,000 images · ViT", "small data · 1,000 images · SPT + LSA",
+                          "small data · 2,500 images · ViT", "small data · 2,500 images · SPT + LSA",
+                          "small data · 5,000 images · ViT"]
+    assert any(d.get("api_name") == "study_pair" for d in config["dependencies"])

@@ -14,7 +14,7 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
-from explorer import hub
+from explorer import catalog, hub
 from explorer.checkpoints import CheckpointError
 from explorer.data import DatasetError
 from explorer.finetune import Limits
@@ -182,6 +182,17 @@ class Explorer:
 
     def choices(self, request=None) -> list[str]:
         return self.runs.listing(self.owner(request))
+
+    def slot_choices(self, request=None) -> list[tuple[str, str]]:
+        """(label, reference) for the model slots: grouped (shipped, the small-data study by size,
+        fine-tuned runs) and labelled from the cards, so that a long list stays readable."""
+        refs = self.choices(request)
+        return catalog.grouped(refs, {r: self.store.local_card(r) for r in refs})
+
+    def study_pairs(self, request=None) -> dict[int, tuple[str, str]]:
+        """Training-set size -> (ViT, SPT + LSA) references: the study's kept pairs and the shipped pair."""
+        refs = [r for r in self.choices(request) if not r.startswith(f"{FINETUNED}/")]
+        return catalog.study_pairs(refs, {r: self.store.local_card(r) for r in refs})
 
     def my_runs(self, request=None) -> list[str]:
         """The visitor's fine-tuned checkpoints (single user: all of them), newest last."""

@@ -22,6 +22,11 @@ from explorer.workbench import square
 
 SCRATCH = "(a new model from scratch)"
 PAIR = "A and B (the two slots)"
+
+
+def base_choices(slot_choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """What the fine-tune dropdown offers: both slots, a new model, or one checkpoint (as the slots list it)."""
+    return [(PAIR, PAIR), (SCRATCH, SCRATCH)] + list(slot_choices)
 CURVES_EVERY_S = 10.0
 HELP = """\
 Fine-tunes **both slots' models on the same data, split and recipe** (one after the other), or one
@@ -166,11 +171,11 @@ class FinetuneTab:
             a = refs[0]
         else:
             b = refs[0]
-        choices = self.ex.choices(request)
+        choices = self.ex.slot_choices(request)
         return (status + ("\n\n" + rep.summary if rep.summary else ""), curves, tau,
                 pd.DataFrame(rep.rows, columns=rep.columns), pd.DataFrame(rep.per_class, columns=rep.per_class_columns),
                 gallery, gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
-                gr.update(choices=[PAIR, SCRATCH] + choices))
+                gr.update(choices=base_choices(choices)))
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
@@ -195,7 +200,7 @@ class FinetuneTab:
 
 def build(ex: Explorer, page: Page) -> FinetuneTab:
     tab = FinetuneTab(ex)
-    choices = ex.choices()
+    choices = ex.slot_choices()
     with gr.Tab("Fine-tune", id="finetune"):
         if ex.shared:
             with gr.Row():
@@ -207,7 +212,7 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
         gr.Markdown(hardware_note(ex.runner.environ if ex.runner.environ is not None else os.environ),
                     elem_id="ft-hardware")
         with gr.Row():
-            base = gr.Dropdown([PAIR, SCRATCH] + choices, value=PAIR, label="fine-tune",
+            base = gr.Dropdown(base_choices(choices), value=PAIR, label="fine-tune",
                                info="both slots on one split, or one checkpoint alone")
             preset = gr.Dropdown(sorted(PRESETS), value="cifar-small", label="preset (new model)")
             variant = gr.Dropdown(list(VARIANTS), value="spt_lsa", label="variant (new model)")

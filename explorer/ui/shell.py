@@ -12,9 +12,9 @@ from explorer.checkpoints import CheckpointError
 from explorer.reports import pct
 from explorer.samples import examples
 from explorer.shared import FINETUNED, REFUSED
-from explorer.ui import attention, compare, evidence, finetune, images, patches, tau
+from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau
 from explorer.ui.context import Explorer, Page
-from explorer.ui.finetune import PAIR, SCRATCH
+from explorer.ui.finetune import base_choices
 from explorer.ui.pictures import install_image_cache
 
 CSS = """
@@ -85,16 +85,16 @@ class Slots:
         return self.load_slot(ref, previous, request, "B")
 
     def refresh(self, a: str | None, b: str | None, request: gr.Request = None):
-        choices = self.ex.choices(request)
+        choices = self.ex.slot_choices(request)
         return (gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
-                gr.update(choices=[PAIR, SCRATCH] + choices))
+                gr.update(choices=base_choices(choices)))
 
     def visit(self, browser_id, request: gr.Request = None):
         """A page opens (shared mode): the visitor's id (a new one when the browser has none), their lists."""
         visitor = self.ex.arrive(browser_id, request)
-        choices = self.ex.choices(request)
+        choices = self.ex.slot_choices(request)
         return (visitor, gr.update(choices=choices), gr.update(choices=choices),
-                gr.update(choices=[PAIR, SCRATCH] + choices),
+                gr.update(choices=base_choices(choices)),
                 gr.update(choices=self.ex.my_runs(request), value=None))
 
 
@@ -138,7 +138,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
     ex = explorer or Explorer()
     install_image_cache()
     slots = Slots(ex)
-    choices, refs = ex.choices(), ex.initial_refs()
+    choices, refs = ex.slot_choices(), ex.initial_refs()
     found = examples()
     first = found[0] if found and all(refs) else None
     with gr.Blocks(title="SPT/LSA ViT Explorer") as demo:
@@ -177,6 +177,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                     attention.build(ex, page)
                     evidence.build(ex, page)
                     tau.build(ex, page)
+                    data_size.build(ex, page)
                     finetune.build(ex, page)
 
         tabs.select(open_tab, None, [page.tab], api_name=False, queue=False)

@@ -6,6 +6,7 @@ import gradio as gr
 import pandas as pd
 
 from explorer import plots
+from explorer.catalog import STUDY
 from explorer.config import ViTConfig
 from explorer.probe import tau_table
 from explorer.shared import FINETUNED
@@ -19,10 +20,11 @@ class TauTab:
         self.ex = ex
 
     def shipped_lsa(self, request=None) -> list[str]:
-        """The app's own LSA checkpoints (not fine-tuned runs), read from their cards without loading."""
+        """The app's own full-data LSA checkpoints (not fine-tuned runs, nor the small-data study's, which
+        show when a slot holds them), read from their cards without loading."""
         refs = []
         for ref in self.ex.choices(request):
-            card = None if ref.startswith(f"{FINETUNED}/") else self.ex.store.local_card(ref)
+            card = None if ref.startswith((f"{FINETUNED}/", f"{STUDY}/")) else self.ex.store.local_card(ref)
             try:
                 if card is not None and ViTConfig.from_dict(card["config"]).use_lsa:
                     refs.append(ref)

@@ -188,14 +188,15 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         mine = saved[0]
         assert (root / mine).is_dir()
         assert [p.name for p in (root / "finetuned").glob("*/*") if p.is_dir()] == ["visitor-two"]
-        assert mine in wait_listed(p2, "Model A", mine)
+        listed = f"fine-tuned · {mine.rsplit('/', 1)[1]}"  # the slots list runs by name (explorer.catalog)
+        assert listed in wait_listed(p2, "Model A", listed)
         assert mine in wait_listed(p2, "your fine-tuned checkpoints", mine)
         p2.screenshot(path=str(tmp_path / "finetune-done.png"), full_page=True)
         assert Image.open(tmp_path / "finetune-done.png").size[0] == WIDTH
 
         # Visitor 2 reloads (same browser, same id): its run is still listed.
         open_finetune(p2)
-        assert mine in options(p2, "Model A")
+        assert listed in options(p2, "Model A")
         assert options(p2, "your fine-tuned checkpoints") == [mine]
 
         # Visitor 1 reloads: the shipped checkpoints only, and visitor 2's run by its name is refused.

@@ -54,7 +54,7 @@ def visitor(url, browser_id=None):
 
 
 def choices_of(update):
-    return [c[0] if isinstance(c, (list, tuple)) else c for c in update["choices"]]
+    return [c[1] if isinstance(c, (list, tuple)) else c for c in update["choices"]]  # (label, reference)
 
 
 def listing(client):

@@ -1,0 +1,62 @@
+"""The Small data tab: the study's curve (test top-1 against training-set size, a band per variant over
+seeds), its tables, and a training-set size whose pair one click puts in the slots."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from explorer import study_report
+from explorer.catalog import STUDY
+from explorer.study import read_results
+from explorer.ui.context import Explorer, Page
+
+INTRO = """\
+The paper's claim is about **small** datasets. The same two models (and at 1,000 and 2,500 images SPT
+alone and LSA alone) were trained with one recipe on nested, class-balanced subsets of CIFAR-10, with
+several seeds each, and tested on all 10,000 test images (`study/README.md` has the design). Pick a
+training-set size to put that size's pair in the slots: every tab then works on them."""
+
+
+class DataSizeTab:
+    def __init__(self, ex: Explorer):
+        self.ex = ex
+
+    def sizes(self, request=None) -> list[tuple[str, int]]:
+        """(label, training images) of every size with a ViT and an SPT + LSA model in the app."""
+        return [(f"{n:,}", n) for n in self.ex.study_pairs(request)]
+
+    def pair(self, size, request: gr.Request = None) -> tuple[str, str]:
+        """The ViT and the SPT + LSA model trained on `size` images, for slots A and B."""
+        pairs = self.ex.study_pairs(request)
+        try:
+            return pairs[int(size)]
+        except (KeyError, TypeError, ValueError):
+            sizes = ", ".join(f"{n:,}" for n in pairs) or "none"
+            raise gr.Error(f"no pair was trained on {size} images here; sizes with a pair: {sizes}") from None
+
+    def curve(self, request: gr.Request = None):
+        """The study's figure and tables, from the results the app ships (checkpoints/study/results.csv)."""
+        path = self.ex.root / STUDY / "results.csv"
+        try:
+            rows = read_results(path)
+        except (OSError, ValueError):
+            rows = []
+        shipped = study_report.shipped_points(self.ex.root)
+        text = study_report.markdown(rows) if rows else (
+            "No trial of the study has finished yet: the figure shows the shipped models only.")
+        return study_report.curve_figure(rows, shipped), text
+
+
+def build(ex: Explorer, page: Page) -> DataSizeTab:
+    tab = DataSizeTab(ex)
+    figure, text = tab.curve()
+    sizes = tab.sizes()
+    with gr.Tab("Small data", id="small-data"):
+        gr.Markdown(INTRO)
+        size = gr.Radio(sizes, value=None, label="training images: put that size's pair in the slots (A: ViT, "
+                        "B: SPT + LSA)", elem_id="data-size")
+        # The shipped results, drawn once when the app starts.
+        gr.Plot(figure, label="test top-1 against training-set size", show_label=False)
+        gr.Markdown(text, elem_id="data-size-tables")
+    size.input(tab.pair, [size], [page.slot_a, page.slot_b], api_name="study_pair")
+    return tab
