@@ -54,7 +54,8 @@ def request(client, kind, image, i, layers):
 
 def canonical(kind, result):
     """A comparable form of a result: pictures by their bytes, labels rounded, timings dropped."""
-    digest = lambda path: hashlib.sha256(open(path, "rb").read()).hexdigest()
+    def digest(path):
+        return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
     def one(item):
         if isinstance(item, dict) and "confidences" in item:
@@ -81,8 +82,10 @@ def main():
 
     import tempfile
     from pathlib import Path
+
     from gradio_client import Client
     from PIL import Image
+
     from explorer.data import load_cifar
 
     images = load_cifar("cifar10", data_dir()).x_test[:args.n + 12]

@@ -45,7 +45,7 @@ def _png(image: np.ndarray) -> bytes:
 
 def _write_zip(path: Path, images: np.ndarray, labels: np.ndarray, names: list[str]) -> Path:
     with zipfile.ZipFile(path, "w") as z:
-        for i, (image, label) in enumerate(zip(images, labels)):
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
             z.writestr(f"{path.stem}/{names[label]}/{i:05d}.png", _png(image))
     return path
 
@@ -92,6 +92,59 @@ def probe_accuracy(model, ds) -> float:
     return fit_logistic(features, ds.y_train, ds.num_classes, l2).accuracy(test, ds.y_test)
 
 
+def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, out: Path,
+                results: dict[tuple[str, str, str], tuple[float, float]]) -> None:
+    """The rows asked for of one shipped model on one zip, each printed and kept in `results`."""
+    from explorer.checkpoints import load_checkpoint
+    from explorer.config import ViTConfig
+    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
+    from explorer.train import train_new
+    from explorer.transfer import base_rows, fine_tune, fine_tune_recipe
+    base = ROOT / "checkpoints" / ref
+    model, card = load_checkpoint(base)
+    config = ViTConfig.from_dict(card["config"])
+    n = len(ds.x_train)
+
+    def record(row, top1, seconds=None):
+        results[(zip_name, ref, row)] = (top1, seconds)
+        timing = f"  {seconds:6.1f} s" if seconds is not None else ""
+        print(f"{ref:18s} {row:8s} {100 * top1:6.1f} %{timing}", flush=True)
+
+    if "base" in rows:
+        index = base_rows(card["class_names"], ds.class_names)
+        if index is not None:
+            logits = predict_logits(model, ds.x_test)[:, index]
+            record("base", accuracy_metrics(logits, ds.y_test)["top1"])
+    if "probe" in rows or "default" in rows:
+        record("probe", probe_accuracy(model, ds))
+
+    def run(row, tc, scratch=False):
+        start = time.perf_counter()
+        if scratch:
+            result = train_new(config, card.get("preset"), ds, tc, out, f"{ref}-{row}", verbose=0)
+        else:
+            result = fine_tune(base, ds, tc, out, f"{ref}-{row}", verbose=0)
+        kept = result["training"].get("kept_epoch")
+        record(row, result["metrics"]["test_top1"], time.perf_counter() - start)
+        t = result["training"]
+        print(f"    {t['planned_epochs']} epochs x batch {t['batch_size']}, lr {t['recipe']['learning_rate']:g}, "
+              f"{t['steps']} steps, {t['images_per_second']} images/s", flush=True)
+        print(f"    kept epoch {kept} of {result['training']['epochs']}, head "
+              f"{(result['training'].get('start') or {}).get('head')}, start val "
+              f"{(result['training'].get('start') or {}).get('val_top1')}", flush=True)
+
+    known = base_rows(card["class_names"], ds.class_names) is not None
+    recipe = fine_tune_recipe(n, learning_rate=lr, known_classes=known)
+    if "default" in rows:
+        run("default", recipe)
+    if "frozen" in rows:
+        run("frozen", fine_tune_recipe(n, learning_rate=lr, freeze_backbone=True, known_classes=known))
+    if "scratch" in rows:
+        run("scratch", TrainConfig(epochs=recipe.epochs, batch_size=recipe.batch_size), scratch=True)
+    if "old" in rows:
+        run("old", TrainConfig(epochs=30, head_init="new"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default=",".join(ROWS), help=f"which of {ROWS} to run")
@@ -107,13 +160,8 @@ def main():
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    from explorer.checkpoints import load_checkpoint
-    from explorer.config import ViTConfig
-    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
-    from explorer.folders import read_image_zip
-    from explorer.train import train_new
-    from explorer.transfer import base_rows, fine_tune, fine_tune_recipe
     import explorer.transfer
+    from explorer.folders import read_image_zip
     if args.steps:
         explorer.transfer.FT_TARGET_STEPS = args.steps
 
@@ -124,55 +172,13 @@ def main():
         zips = build_zips(tmp, Path(data_dir()))
         for zip_name in args.zips.split(","):
             ds = read_image_zip(zips[zip_name])
-            n = len(ds.x_train)
-            print(f"\n## {zip_name}: {zips[zip_name].name}, {ds.num_classes} classes, {n} train / "
+            print(f"\n## {zip_name}: {zips[zip_name].name}, {ds.num_classes} classes, {len(ds.x_train)} train / "
                   f"{len(ds.x_test)} test images (chance {100 / ds.num_classes:.1f} %)", flush=True)
             for ref in args.models.split(","):
-                base = ROOT / "checkpoints" / ref
-                model, card = load_checkpoint(base)
-                config = ViTConfig.from_dict(card["config"])
-
-                def record(row, top1, seconds=None):
-                    results[(zip_name, ref, row)] = (top1, seconds)
-                    timing = f"  {seconds:6.1f} s" if seconds is not None else ""
-                    print(f"{ref:18s} {row:8s} {100 * top1:6.1f} %{timing}", flush=True)
-
-                if "base" in rows:
-                    index = base_rows(card["class_names"], ds.class_names)
-                    if index is not None:
-                        logits = predict_logits(model, ds.x_test)[:, index]
-                        record("base", accuracy_metrics(logits, ds.y_test)["top1"])
-                if "probe" in rows or "default" in rows:
-                    record("probe", probe_accuracy(model, ds))
-
-                def run(row, tc, scratch=False):
-                    start = time.perf_counter()
-                    if scratch:
-                        result = train_new(config, card.get("preset"), ds, tc, tmp / "out", f"{ref}-{row}",
-                                           verbose=0)
-                    else:
-                        result = fine_tune(base, ds, tc, tmp / "out", f"{ref}-{row}", verbose=0)
-                    kept = result["training"].get("kept_epoch")
-                    record(row, result["metrics"]["test_top1"], time.perf_counter() - start)
-                    t = result["training"]
-                    print(f"    {t['planned_epochs']} epochs x batch {t['batch_size']}, lr {t['recipe']['learning_rate']:g}, "
-                          f"{t['steps']} steps, {t['images_per_second']} images/s", flush=True)
-                    print(f"    kept epoch {kept} of {result['training']['epochs']}, head "
-                          f"{(result['training'].get('start') or {}).get('head')}, start val "
-                          f"{(result['training'].get('start') or {}).get('val_top1')}", flush=True)
-
-                known = base_rows(card["class_names"], ds.class_names) is not None
-                recipe = fine_tune_recipe(n, learning_rate=args.lr, known_classes=known)
+                bench_model(ref, zip_name, ds, rows, args.lr, tmp / "out", results)
                 if "default" in rows:
-                    run("default", recipe)
                     ratios.append((results[(zip_name, ref, "default")][0] / results[(zip_name, ref, "probe")][0],
                                    zip_name, ref))
-                if "frozen" in rows:
-                    run("frozen", fine_tune_recipe(n, learning_rate=args.lr, freeze_backbone=True, known_classes=known))
-                if "scratch" in rows:
-                    run("scratch", TrainConfig(epochs=recipe.epochs, batch_size=recipe.batch_size), scratch=True)
-                if "old" in rows:
-                    run("old", TrainConfig(epochs=30, head_init="new"))
     if ratios:
         low = min(ratios)
         print(f"lowest default/probe ratio {low[0]:.3f} ({low[2]} on {low[1]}); goal >= 1.0")

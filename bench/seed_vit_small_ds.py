@@ -7,8 +7,8 @@ Sizes are parameters so it can be built at our preset's geometry.
 
 import math
 
-import tensorflow as tf
 import keras
+import tensorflow as tf
 from keras import layers
 
 

@@ -114,6 +114,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="shared-serving-")
     checkpoints = os.path.join(tmp, "checkpoints")
     import shutil
+
     from _common import ROOT
     for name in (A, B):
         shutil.copytree(ROOT / "checkpoints" / name, os.path.join(checkpoints, name))

@@ -44,6 +44,7 @@ def main():
         p.error("--rounds must be at least 1 and --steps at least --skip + 2 (two timed batches)")
 
     import keras
+
     from explorer.config import get_preset
     from explorer.data import load_cifar
     from explorer.fitting import TrainConfig, fit
@@ -87,7 +88,7 @@ def main():
             rates[name].append(rate)
         print(f"round {r + 1} ({order[0][0]} first): seed {rates['seed'][-1]:6.1f}, ours {rates['ours'][-1]:6.1f} "
               f"images/s, ratio {rates['ours'][-1] / rates['seed'][-1]:.2f}", flush=True)
-    ratios = [o / s for o, s in zip(rates["ours"], rates["seed"])]
+    ratios = [o / s for o, s in zip(rates["ours"], rates["seed"], strict=True)]
     print(f"seed loop (keras.io vit_small_ds): {statistics.median(rates['seed']):7.1f} images/s (median)   "
           f"params {params['seed']:,}")
     print(f"our loop (explorer.fitting.fit):     {statistics.median(rates['ours']):7.1f} images/s (median)   "

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from explorer.checkpoints import list_checkpoints, read_card  # noqa: E402
 from explorer.config import ViTConfig  # noqa: E402
 from explorer.data import sample_set  # noqa: E402
-from tests.e2e.conftest import start_app  # noqa: E402
-from tests.e2e.test_browser import CHROMIUM, FLAGS, UPLOAD  # noqa: E402
+from tests.e2e.conftest import CHROMIUM, FLAGS, start_app  # noqa: E402
+from tests.e2e.test_browser import UPLOAD  # noqa: E402
 
 DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
 
@@ -86,7 +86,8 @@ def main() -> int:
             page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
             last = ViTConfig.from_dict(read_card(ROOT / "checkpoints" / "cifar10-spt_lsa")["config"]).grid_size - 1
             page.wait_for_function(
-                f"() => /row {last}, col {last}/.test((document.querySelector('#attn-caption') || {{}}).innerText || '')",
+                f"() => /row {last}, col {last}/.test("
+                "(document.querySelector('#attn-caption') || {}).innerText || '')",
                 timeout=60_000)
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)

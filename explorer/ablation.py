@@ -53,10 +53,18 @@ def _gain(v, base, digits: int = 2) -> str:
     return "–" if v is None or base is None else f"{100 * (v - base):+.{digits}f}"
 
 
+def _paper(variant: str, top1: float, vanilla: float) -> str:
+    """A top-1 from the paper (in %), with its gain over the paper's plain ViT but for the plain ViT itself."""
+    return f"{top1:.2f} %" + ("" if variant == "vanilla" else f" ({top1 - vanilla:+.2f})")
+
+
 def grid(res: dict[str, dict]) -> list[str]:
     """The 2x2 itself: tokenizer by attention, test top-1 and the gain over the plain ViT."""
     top1 = {v: res[v]["metrics"]["top1"] for v in ORDER}
-    cell = lambda v: f"{NAMES[v]}: **{_pct(top1[v])}**" + ("" if v == "vanilla" else f" ({_gain(top1[v], top1['vanilla'])})")
+
+    def cell(v):
+        return f"{NAMES[v]}: **{_pct(top1[v])}**" + ("" if v == "vanilla" else f" ({_gain(top1[v], top1['vanilla'])})")
+
     return ["| tokens \\ attention | standard (√d_k, self included) | LSA (learned τ, diagonal masked) |",
             "|---|---|---|",
             f"| plain patches | {cell('vanilla')} | {cell('lsa')} |",
@@ -73,12 +81,10 @@ def main_table(res: dict[str, dict]) -> list[str]:
         r = res[v]
         m, card = r["metrics"], r["card"].get("metrics", {})
         flip = r.get("flip", {}).get("top1", card.get("test_top1_flip"))
-        c100, tin = PAPER[v]
-        paper = lambda x, b: f"{x:.2f} %" + ("" if v == "vanilla" else f" ({x - b:+.2f})")
+        c100, tin = (_paper(v, top1, vanilla) for top1, vanilla in zip(PAPER[v], PAPER["vanilla"], strict=True))
         rows.append(f"| `{r['card'].get('name', r['ref'])}` | {NAMES[v]} | **{_pct(m['top1'])}** | "
                     f"{'–' if v == 'vanilla' else _gain(m['top1'], base)} | {_pct(m['top5'])} | {_pct(flip)} | "
-                    f"{_pct(card.get('val_top1'))} | {_pct(card.get('top1'))} | {paper(c100, PAPER['vanilla'][0])} | "
-                    f"{paper(tin, PAPER['vanilla'][1])} |")
+                    f"{_pct(card.get('val_top1'))} | {_pct(card.get('top1'))} | {c100} | {tin} |")
     return rows
 
 
@@ -91,9 +97,9 @@ def additivity(res: dict[str, dict]) -> str:
               if both > 0 else " The two together do not beat the plain ViT.")
     return (f"Gains over the plain ViT (test top-1, points): LSA alone {lsa:+.2f}, SPT alone {spt:+.2f}, both "
             f"{both:+.2f}; the sum of the parts is {lsa + spt:+.2f}, so together they add "
-            f"{both - lsa - spt:+.2f} beyond it.{shares} In the paper (CIFAR-100): LSA {p['lsa']:+.2f}, SPT {p['spt']:+.2f}, both "
-            f"{p['spt_lsa']:+.2f} (SPT alone {100 * p['spt'] / p['spt_lsa']:.0f} % of the joint gain, LSA alone "
-            f"{100 * p['lsa'] / p['spt_lsa']:.0f} %).")
+            f"{both - lsa - spt:+.2f} beyond it.{shares} In the paper (CIFAR-100): LSA {p['lsa']:+.2f}, "
+            f"SPT {p['spt']:+.2f}, both {p['spt_lsa']:+.2f} (SPT alone {100 * p['spt'] / p['spt_lsa']:.0f} % of the "
+            f"joint gain, LSA alone {100 * p['lsa'] / p['spt_lsa']:.0f} %).")
 
 
 def per_class(res: dict[str, dict]) -> list[str]:
@@ -115,7 +121,8 @@ def tau_rows(res: dict[str, dict]) -> list[str]:
             "|---|" + "---:|" * layers]
     for v in ("lsa", "spt_lsa"):
         label = f"{NAMES[v]} (starts at √d_k = {ViTConfig.from_dict(res[v]['card']['config']).initial_tau:.3g})"
-        rows.append(f"| {label} | " + " | ".join("–" if t is None else f"{t:.2f}" for t in res[v]["locality"]["tau"]) + " |")
+        taus = " | ".join("–" if t is None else f"{t:.2f}" for t in res[v]["locality"]["tau"])
+        rows.append(f"| {label} | {taus} |")
     return rows
 
 

@@ -46,7 +46,7 @@ class CheckpointError(ValueError):
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 
 def versions() -> dict:
@@ -134,7 +134,8 @@ def model_card(card: dict) -> str:
                   f"{training.get('planned_epochs')} epochs of batch {training.get('batch_size', r.get('batch_size'))} "
                   f"at a peak learning rate of {r.get('learning_rate')} (AdamW, weight decay {r.get('weight_decay')}, "
                   f"warmup + cosine), on {training.get('device')} at {training.get('images_per_second')} images/s"
-                  + (f"; the epoch kept, by validation top-1, was {kept}" + (" (the starting head)" if kept == 0 else "")
+                  + (f"; the epoch kept, by validation top-1, was {kept}"
+                     + (" (the starting head)" if kept == 0 else "")
                      if r.get("keep_best") and kept is not None else "") + "."]
     stages = training.get("stages") or []
     if len(stages) > 1:
@@ -316,6 +317,7 @@ def _check_architecture(folder: Path) -> None:
 def load_folder(folder: str | os.PathLike):
     """(model, card) from a checkpoint folder; always `safe_mode=True`."""
     import keras
+
     import explorer.layers  # noqa: F401  (registers the custom layers)
 
     folder = Path(folder)

@@ -116,7 +116,7 @@ class ViTConfig:
         """Side of one patch measured in pixels of the raw input image."""
         return self.patch_size * self.image_size / self.input_size
 
-    def replace(self, **changes) -> "ViTConfig":
+    def replace(self, **changes) -> ViTConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -124,7 +124,7 @@ class ViTConfig:
                 for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ViTConfig":
+    def from_dict(cls, data: dict) -> ViTConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

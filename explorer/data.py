@@ -19,9 +19,9 @@ import tarfile
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -64,7 +64,7 @@ class Dataset:
     def num_classes(self) -> int:
         return len(self.class_names)
 
-    def subset(self, train: int | None = None, test: int | None = None, seed: int = 0) -> "Dataset":
+    def subset(self, train: int | None = None, test: int | None = None, seed: int = 0) -> Dataset:
         """A random subset of each split (the same one for the same seed)."""
         rng = np.random.default_rng(seed)
 
@@ -132,8 +132,8 @@ def read_cifar(folder: str | os.PathLike, name: str) -> Dataset:
         paths = [folder / "train"]
     else:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {DATASETS}")
-    x_train = np.concatenate([_images(b, p) for b, p in zip(train, paths)])
-    y_train = np.concatenate([_labels(b, key, p, len(_images(b, p))) for b, p in zip(train, paths)])
+    x_train = np.concatenate([_images(b, p) for b, p in zip(train, paths, strict=True)])
+    y_train = np.concatenate([_labels(b, key, p, len(_images(b, p))) for b, p in zip(train, paths, strict=True)])
     x_test = _images(test, folder)
     y_test = _labels(test, key, folder, len(x_test))
     if not class_names:

@@ -50,7 +50,7 @@ class Geometry:
     edges: tuple[int, ...]
 
     @classmethod
-    def of(cls, image_size: int, grid: int) -> "Geometry":
+    def of(cls, image_size: int, grid: int) -> Geometry:
         edges = tuple(int(e) for e in np.rint(np.arange(grid + 1) * image_size / grid))
         return cls(int(image_size), int(grid), edges)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import keras
 
 from explorer.config import ViTConfig
-from explorer.layers import (ImagePreprocessing, LocalitySelfAttention, PatchEncoder,
-                             ShiftedPatchTokenization)
+from explorer.layers import ImagePreprocessing, LocalitySelfAttention, PatchEncoder, ShiftedPatchTokenization
 
 TOKENIZER = "tokenizer"
 HEAD = "head"

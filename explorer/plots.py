@@ -103,7 +103,7 @@ def plot_tau(per_model: dict[str, list[list[float]]], initial: dict[str, float])
         color = model_color(k)
         layers = np.arange(len(tau))
         ax.plot(layers, [float(np.mean(t)) for t in tau], color=color, marker="o", label=name)
-        xs = [layer for layer, t in zip(layers, tau) if len(t) > 1 for _ in t]
+        xs = [layer for layer, t in zip(layers, tau, strict=True) if len(t) > 1 for _ in t]
         ys = [v for t in tau if len(t) > 1 for v in t]
         if xs:
             ax.scatter(xs, ys, color=color, s=12, alpha=0.45, linewidths=0)
@@ -136,7 +136,7 @@ def plot_tau_history(per_model: dict[str, list[dict]]) -> Figure:
         return _no_data(fig, NO_LSA_TEXT)
     layers = max(len(s) for s in series.values())
     colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, layers))
-    for k, (name, per_layer) in enumerate(series.items()):
+    for k, per_layer in enumerate(series.values()):
         style = _LINESTYLES[k % len(_LINESTYLES)]
         for layer, (xs, ys) in enumerate(per_layer):
             ax.plot(xs, ys, color=colors[layer], linestyle=style, marker="." if len(xs) == 1 else None)
@@ -164,7 +164,7 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
                 points = [(e.get("epoch", i), e[key]) for i, e in enumerate(run) if e.get(key) is not None]
                 if not points:
                     continue
-                xs, ys = zip(*points)
+                xs, ys = zip(*points, strict=True)
                 color = MODEL_COLORS[k if label else j]
                 ax.plot(xs, ys, color=color, marker="o", markersize=3 if len(xs) > 12 else 5,
                         linestyle="--" if key.startswith("val_") else "-",
@@ -193,7 +193,8 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
         ax.plot(x, 100 * m, color=color, marker="o", label=label)
         ax.fill_between(x, 100 * (m - sd), 100 * (m + sd), color=color, alpha=0.18, linewidth=0)
     for k, (label, (size, value)) in enumerate((markers or {}).items()):
-        ax.scatter([size], [100 * value], color=colors.get(label, model_color(k)), marker="*", s=140, edgecolors="black",
+        ax.scatter([size], [100 * value], color=colors.get(label, model_color(k)), marker="*", s=140,
+                   edgecolors="black",
                    linewidths=0.6, zorder=3, label=label)
     ax.set_xscale("log")
     ticks = sorted({int(v) for _, (sizes, _, _) in curves.items() for v in sizes}

@@ -374,7 +374,7 @@ def head_tiles(image: np.ndarray, maps: np.ndarray, query: tuple[int, int] | Non
     if len(labels) != heads or columns < 1:
         raise ValueError(f"need {heads} labels and columns >= 1, got {len(labels)} and {columns}")
     base = _resized(image, cell)
-    tiles = [label_image(_overlay(base, m, 0.6, None, query)[0], t) for m, t in zip(maps, labels)]
+    tiles = [label_image(_overlay(base, m, 0.6, None, query)[0], t) for m, t in zip(maps, labels, strict=True)]
     rows = -(-heads // columns)
     th, tw = (tiles[0].shape[:2] if tiles else (cell, cell))
     height, width = rows * (th + gap) - gap, min(columns, max(heads, 1)) * (tw + gap) - gap
@@ -398,7 +398,7 @@ def side_by_side(images: Sequence[np.ndarray], titles: Sequence[str] | None = No
         titles = list(titles)
         if len(titles) != len(pictures):
             raise ValueError(f"need {len(pictures)} titles, got {len(titles)}")
-        pictures = [label_image(p, t) for p, t in zip(pictures, titles)]
+        pictures = [label_image(p, t) for p, t in zip(pictures, titles, strict=True)]
     height = max(p.shape[0] for p in pictures)
     width = sum(p.shape[1] for p in pictures) + gap * (len(pictures) - 1)
     out = np.full((height, width, 3), 255, np.uint8)

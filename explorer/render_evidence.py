@@ -122,8 +122,8 @@ def occlusion_pair_picture(image: np.ndarray, maps: Sequence[np.ndarray], vmax: 
     centres = list(centres) if centres is not None else [None] * len(maps)
     spreads = list(spreads) if spreads is not None else [None] * len(maps)
     pictures = [occlusion_overlay(image, drop, vmax, size, centre=c, spread=s, image_size=image_size)
-                for drop, c, s in zip(maps, centres, spreads)]
-    pictures = [captioned(p, text) if text else p for p, text in zip(pictures, captions)]
+                for drop, c, s in zip(maps, centres, spreads, strict=True)]
+    pictures = [captioned(p, text) if text else p for p, text in zip(pictures, captions, strict=True)]
     return side_by_side(pictures, titles)
 
 
@@ -157,7 +157,7 @@ def plot_shift_robustness(per_model: dict, title: str | None = None) -> Figure:
             flipped = getattr(r, f"flip_{key}")
             ax.plot([flip_x], [flipped], color=color, marker="*", markersize=11, linestyle="none")
     padding = getattr(next(iter(per_model.values())), "padding", "")
-    for p, (ax, key, ylabel) in enumerate(panels):
+    for p, (ax, _key, ylabel) in enumerate(panels):
         if not shown_any[p]:
             ax.text(0.5, 0.5, "no labels", ha="center", va="center", transform=ax.transAxes, color="0.35")
         _label_axes(ax, f"shift (pixels, {padding} padding)" if padding else "shift (pixels)", ylabel)

@@ -47,7 +47,8 @@ class Disagreements:
     def per_class(self) -> list[list[str]]:
         """One row per class: A's and B's top-1 and the difference in points."""
         return [[cls, pct(pa), pct(pb), "–" if pa is None or pb is None else f"{100 * (pb - pa):+.1f}"]
-                for cls, pa, pb in zip(self.class_names, self.metrics[0]["per_class"], self.metrics[1]["per_class"])]
+                for cls, pa, pb in zip(self.class_names, self.metrics[0]["per_class"], self.metrics[1]["per_class"],
+                                       strict=True)]
 
     def captions(self, limit: int = 24) -> list[tuple[int, str]]:
         """(index, caption) of the first `limit` images where they disagree."""

@@ -234,5 +234,6 @@ def shift_strip(models, image: np.ndarray, max_shift: int = 4, padding: str = "z
 def strip_picture(strip: ShiftStrip, tags="AB", cell: int = 80) -> np.ndarray:
     """The strip's copies in a row, each model's answer (tagged "A", "B", ...) under each copy."""
     from explorer.render_evidence import shift_strip_picture
-    answers = [(tag, a.names, a.probability) for tag, a in zip(tags, strip.answers)]
+    # Not strict: the default tags name a pair, and one model alone takes only "A".
+    answers = [(tag, a.names, a.probability) for tag, a in zip(tags, strip.answers, strict=False)]
     return shift_strip_picture(strip.images, strip.labels, answers, strip.centre, cell=cell)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 class Busy(RuntimeError):
     """A fine-tuning run is already going on."""
 
@@ -180,6 +181,7 @@ class FineTuneRunner:
         import subprocess
         import sys
         import uuid
+
         from explorer.checkpoints import clean_stale
         from explorer.finetune import choose_backend, write_job
         backend, reason = choose_backend(self.environ)
@@ -323,7 +325,7 @@ class FineTuneRunner:
                 run_id, owner = f"{os.getpid()}-{self._state.run_id}-{int(self._state.started)}", self._state.owner
             self.on_publish(moved, run_id, owner)
         with self._lock:
-            for m, target in zip(self._state.members, moved):
+            for m, target in zip(self._state.members, moved, strict=True):
                 m.checkpoint = str(target)
             self._state.status = "done"
 

@@ -63,7 +63,7 @@ class SharedLimits:
     max_hub_cache_mb: float = 500.0  # EXPLORER_MAX_HUB_CACHE_MB: the app's Hub cache
 
     @classmethod
-    def from_env(cls, environ=None) -> "SharedLimits":
+    def from_env(cls, environ=None) -> SharedLimits:
         env = os.environ if environ is None else environ
         return cls(max_queue=_env_number(env, "EXPLORER_MAX_QUEUE", cls.max_queue),
                    max_runs=_env_number(env, "EXPLORER_MAX_RUNS", cls.max_runs),

@@ -12,10 +12,16 @@ import numpy as np
 
 from explorer.config import ViTConfig
 from explorer.data import Dataset, DatasetError
-from explorer.fitting import (Cancelled, TrainConfig, accuracy_metrics, drop_backup, finish_run, fit,
-                              predict_logits, training_split)
-
-
+from explorer.fitting import (
+    Cancelled,
+    TrainConfig,
+    accuracy_metrics,
+    drop_backup,
+    finish_run,
+    fit,
+    predict_logits,
+    training_split,
+)
 
 # The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
 # than FT_IMAGE_BUDGET images (~50 s for the SPT/LSA cifar-small model at batch 16 on 2 CPU cores), at a peak
@@ -98,6 +104,7 @@ def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
 def pooled_features(model, x: np.ndarray, batch_size: int = 500) -> np.ndarray:
     """What the classifier head sees (the pooled, normalised tokens) for uint8 images `x`."""
     import keras
+
     from explorer.models import HEAD
     features = keras.Model(model.inputs, model.get_layer(HEAD).input)
     return predict_logits(features, x, batch_size)

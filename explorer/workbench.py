@@ -18,8 +18,17 @@ import numpy as np
 from explorer import plots, render
 from explorer.checkpoints import CheckpointError, list_checkpoints, load_checkpoint, read_card
 from explorer.config import ViTConfig
-from explorer.probe import (TAU_FACTORS, Probe, ProbeResult, WhatIfProbe, attention_entropy,
-                            mean_attention_distance, query_attention, rollout, rollout_map)
+from explorer.probe import (
+    TAU_FACTORS,
+    Probe,
+    ProbeResult,
+    WhatIfProbe,
+    attention_entropy,
+    mean_attention_distance,
+    query_attention,
+    rollout,
+    rollout_map,
+)
 
 
 def env_int(name: str, default: int) -> int:
@@ -320,8 +329,9 @@ def picture_title(tag: str, lm: LoadedModel) -> str:
 def side_by_side_pictures(analysis: list[dict], parts=PICTURES, tags: str = "AB") -> dict[str, np.ndarray]:
     """Each attention picture in `parts` of every analysed model in one picture, A's left of B's, each
     under "model A: name (variant)": a click then sends one file per kind of picture, not one per model."""
-    return {part: render.side_by_side([getattr(a["view"], part) for a in analysis],
-                                      [picture_title(tag, a["model"]) for tag, a in zip(tags, analysis)])
+    # Not strict: the default tags name a pair, and one model alone takes only "A".
+    titles = [picture_title(tag, a["model"]) for tag, a in zip(tags, analysis, strict=False)]
+    return {part: render.side_by_side([getattr(a["view"], part) for a in analysis], titles)
             for part in PICTURES if part in parts}
 
 
@@ -389,7 +399,7 @@ class PlotCache:
         return picture
 
 
-def what_if_plot(named: list[tuple[str, "WhatIf"]], cache: PlotCache) -> np.ndarray:
+def what_if_plot(named: list[tuple[str, WhatIf]], cache: PlotCache) -> np.ndarray:
     """Entropy and mean attention distance per layer, learned against what-if, for each named what-if."""
     digest = hashlib.blake2b(digest_size=16)
     for name, w in named:

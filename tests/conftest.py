@@ -68,7 +68,7 @@ def write_cifar10(base: Path, x_train, y_train, x_test, y_test, class_names, rea
     """`base/cifar-10-batches-py` in the layout of cifar-10-python.tar.gz (five training batches)."""
     folder = Path(base) / "cifar-10-batches-py"
     folder.mkdir(parents=True)
-    for i, (x, y) in enumerate(zip(np.array_split(x_train, 5), np.array_split(y_train, 5)), 1):
+    for i, (x, y) in enumerate(zip(np.array_split(x_train, 5), np.array_split(y_train, 5), strict=True), 1):
         write_batch(folder / f"data_batch_{i}", x, y)
     write_batch(folder / "test_batch", x_test, y_test)
     with open(folder / "batches.meta", "wb") as f:

@@ -68,7 +68,7 @@ class FakeHub:
                         for sha, files in commits.items()},
             "refs": refs or {"main": next(iter(commits))}, "status": status}
 
-    def start(self) -> "FakeHub":
+    def start(self) -> FakeHub:
         for kind in ("hub", "cdn"):
             server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, kind))
             server.daemon_threads = True

@@ -68,7 +68,7 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(data_dir, tmp_path):
 
     [a], [b] = list_checkpoints(tmp_path / "a"), list_checkpoints(tmp_path / "b")
     (wa, ca), (wb, cb) = weights_and_card(a), weights_and_card(b)
-    assert len(wa) == len(wb) and all(np.array_equal(x, y) for x, y in zip(wa, wb))
+    assert len(wa) == len(wb) and all(np.array_equal(x, y) for x, y in zip(wa, wb, strict=True))
     assert without_timing(ca["history"]) == without_timing(cb["history"]) and len(cb["history"]) == 4
     assert ca["metrics"] == cb["metrics"]
     assert ca["training"]["steps"] == cb["training"]["steps"]

@@ -1,4 +1,3 @@
-import json
 import os
 import shutil
 import subprocess
@@ -7,8 +6,16 @@ import sys
 import numpy as np
 import pytest
 
-from explorer.checkpoints import (CARD, CheckpointError, list_checkpoints, load_checkpoint, read_card,
-                                  unique_dir, update_card, write_checkpoint)
+from explorer.checkpoints import (
+    CARD,
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    read_card,
+    unique_dir,
+    update_card,
+    write_checkpoint,
+)
 from explorer.fitting import predict_logits
 from explorer.hub import HubError, download, parse_ref
 from explorer.models import build_vit
@@ -93,6 +100,7 @@ def test_broken_checkpoints_give_clear_errors(tiny_checkpoints, tmp_path, damage
 def test_foreign_architecture_and_lambda_are_refused_without_running(tiny_checkpoints, tmp_path,
                                                                      monkeypatch):
     import keras
+
     import explorer.checkpoints as checkpoints
     marker = tmp_path / "executed"
     # The Lambda would leave a file behind if Keras ever ran (or even built) its code.

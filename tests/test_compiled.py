@@ -23,7 +23,7 @@ def test_any_batch_size_gives_predict_on_batchs_numbers_from_one_trace(tiny_chec
         outputs = compiled.forward(probe._probe)(batch[:n])
         expected = probe._probe.predict_on_batch(batch[:n])
         assert len(outputs) == len(expected) == 2 + probe.num_layers
-        for got, want in zip(outputs, expected):
+        for got, want in zip(outputs, expected, strict=True):
             np.testing.assert_array_equal(got, np.asarray(want))
     assert run.graph.experimental_get_tracing_count() == 1  # Keras' own would have traced twice
     assert compiled.forward(model) is run  # kept with the model

@@ -96,7 +96,7 @@ def test_image_folder_dataset(tmp_path):
     ds = read_image_folder(tmp_path, image_size=32, test_fraction=0.2)
     assert ds.class_names == ["cats", "dogs"]
     assert len(ds.x_train) == 8 and len(ds.x_test) == 2 and ds.x_train.shape[1:] == (32, 32, 3)
-    for x, y in zip(ds.x_train, ds.y_train):
+    for x, y in zip(ds.x_train, ds.y_train, strict=True):
         assert tuple(x[0, 0]) == ((255, 0, 0) if y == 0 else (0, 0, 255))
 
 
@@ -145,7 +145,7 @@ def test_augment_batch_is_a_flip_or_translation_of_the_input():
     out = augment_batch(images, np.random.default_rng(1))
     assert out.shape == images.shape and out.dtype == np.uint8
     # the centre 24x24 of each output appears in the (possibly flipped) input
-    for x, y in zip(images, out):
+    for x, y in zip(images, out, strict=True):
         found = any((cand[dy:dy + 24, dx:dx + 24] == y[4:28, 4:28]).all()
                     for cand in (x, x[:, ::-1]) for dy in range(9) for dx in range(9))
         assert found
@@ -233,6 +233,7 @@ def test_the_sample_stands_in_for_the_test_set_when_nothing_else_is_here(no_data
 def test_make_sample_set_regenerates_it_from_a_cifar_folder(data_dir, tmp_path):
     import subprocess
     import sys
+
     from explorer.data import SAMPLE_FILE
     from tests.conftest import ROOT
     out = tmp_path / "sample.npz"
@@ -294,7 +295,8 @@ def test_download_once_into_the_keras_cache_with_progress(server, no_data, data_
     cache = keras_cache_dir()  # keras.datasets' own layout
     assert ds.source == str(cache / "cifar-10-batches-py-target" / "cifar-10-batches-py")
     assert (cache / "cifar-10-batches-py-target_archive").is_file()
-    assert sorted(p.name for p in cache.iterdir()) == ["cifar-10-batches-py-target", "cifar-10-batches-py-target_archive"]
+    assert sorted(p.name for p in cache.iterdir()) == ["cifar-10-batches-py-target",
+                                                       "cifar-10-batches-py-target_archive"]
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and "MiB" in seen[0][1]
     assert "unpacking" in seen[-1][1]
@@ -410,7 +412,8 @@ def test_folders_split_each_class_and_say_when_the_test_part_is_too_small(tmp_pa
     assert len(ds.x_train) == 16
     assert images_per_class_needed(4) == 13 and images_per_class_needed(10) == 3 and images_per_class_needed(2) == 23
     problem = held_out_problem(ds)
-    assert "would hold 4, too few" in problem and "at least 13 images per class (52 in all; the smallest class here has 2)" in problem
+    assert "would hold 4, too few" in problem
+    assert "at least 13 images per class (52 in all; the smallest class here has 2)" in problem
     assert held_out_problem(read_image_folder(tmp_path, test_fraction=0.0)) is not None
     for name in "abcd":
         for i in range(13):

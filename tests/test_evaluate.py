@@ -1,7 +1,7 @@
+import os
 import shutil
 import subprocess
 import sys
-import os
 
 import numpy as np
 
@@ -14,7 +14,8 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
     folders = [shutil.copytree(p, tmp_path / p.name) for p in tiny_checkpoints.values()]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "explorer.evaluate", *map(str, folders), "--data-dir", str(data_dir),
-                          "--markdown", "--locality", "8", "--flip"], env=env, capture_output=True, text=True, timeout=300)
+                          "--markdown", "--locality", "8", "--flip"], env=env, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert "tiny-vanilla" in lines[0] and "tiny-spt_lsa" in lines[0]

@@ -133,7 +133,7 @@ def test_batch_and_single_image_occlusion_agree(probes, images):
     probe = probes["spt_lsa"]
     # 17 copies per image, at most 40 per call: two images per forward call, three calls.
     batch = ev.occlusion_batch(probe, images[:5], window=1, fill="blur", max_batch=40)
-    for image, together in zip(images[:5], batch):
+    for image, together in zip(images[:5], batch, strict=True):
         alone = ev.occlusion(probe, image, window=1, fill="blur")
         assert alone.target == together.target
         np.testing.assert_allclose(alone.drop, together.drop, atol=1e-5)
@@ -143,7 +143,7 @@ def test_batch_and_single_image_occlusion_agree(probes, images):
 def test_target_rules(probes, images):
     a, b = probes["vanilla"], probes["spt_lsa"]
     pair = ev.occlusion_pair([a, b], images[0])
-    for probe, r in zip((a, b), pair.results):
+    for probe, r in zip((a, b), pair.results, strict=True):
         assert r.target_rule == "top1" and r.target == r.top1 == softmax(probe(images[0]).logits)[0].argmax()
     assert pair.vmax == pytest.approx(max(r.drop.max() for r in pair.results))
     by_label = ev.occlusion_pair([a, b], images[0], target="label", label=7)
@@ -269,7 +269,7 @@ def test_batch_and_single_image_robustness_and_strip_agree(probes, images):
     for i, image in enumerate(images[:5]):
         strip = rb.shift_strip([a, b], image, max_shift=2)
         assert strip.labels == ["-2 px", "-1 px", "0 px", "+1 px", "+2 px", "flip"] and strip.centre == 2
-        for model, robust, answers in zip((a, b), together, strip.answers):
+        for model, robust, answers in zip((a, b), together, strip.answers, strict=True):
             alone = rb.shift_robustness(model, image, max_shift=2)
             np.testing.assert_array_equal(alone.top1[..., 0], robust.top1[..., i])
             assert alone.flip_top1[0] == robust.flip_top1[i] == answers.top1[-1]

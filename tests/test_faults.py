@@ -107,8 +107,11 @@ def test_full_disk_during_a_checkpoint_write(root, cifar10, monkeypatch):
 
     monkeypatch.setattr(keras.saving, "save_model", fills_up)
     before = list_checkpoints(root)
-    run = lambda: train_new(tiny_config(), "tiny", cifar10.subset(train=64, test=16),
-                            TrainConfig(epochs=1, batch_size=32), root, "full", verbose=0)
+
+    def run():
+        return train_new(tiny_config(), "tiny", cifar10.subset(train=64, test=16),
+                         TrainConfig(epochs=1, batch_size=32), root, "full", verbose=0)
+
     with pytest.raises(CheckpointError, match="No space left on device; nothing was saved"):
         run()
     assert list_checkpoints(root) == before

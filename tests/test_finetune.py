@@ -28,7 +28,7 @@ SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
 
 def class_zip(path: Path, images: np.ndarray, labels: np.ndarray, names: list[str]) -> Path:
     with zipfile.ZipFile(path, "w") as z:
-        for i, (image, label) in enumerate(zip(images, labels)):
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
             buffer = io.BytesIO()
             Image.fromarray(image).save(buffer, format="PNG")
             z.writestr(f"set/{names[label]}/{i:04d}.png", buffer.getvalue())
@@ -178,7 +178,10 @@ def test_backend_choice():
 
 def test_jax_cuda_detection_looks_for_the_plugin():
     from explorer.finetune import jax_cuda_installed
-    present = lambda names: (lambda name: object() if name in names else None)
+
+    def present(names):
+        return lambda name: object() if name in names else None
+
     assert jax_cuda_installed(present({"jax", "jax_cuda12_plugin"}))
     assert not jax_cuda_installed(present({"jax"}))
     assert not jax_cuda_installed(present({"jax_cuda12_plugin"}))
@@ -301,6 +304,7 @@ def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp
     """No orphan keeps training when the app is killed without cancelling."""
     import subprocess
     import sys
+
     from explorer.finetune import write_job
     plan = plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=2000, test=40, seed=2), epochs=30)
     job = tmp_path / "job"
@@ -309,7 +313,10 @@ def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp
                                           f"& echo $!; wait"], stdout=subprocess.PIPE, env=_env(), cwd=ROOT)
     worker = int(app.stdout.readline())
     events = tmp_path / "events"  # created by the shell once the worker starts
-    training = lambda: events.exists() and '"kind": "batch"' in events.read_text()
+
+    def training():
+        return events.exists() and '"kind": "batch"' in events.read_text()
+
     deadline = time.time() + 120
     while time.time() < deadline and not training():
         time.sleep(0.2)

@@ -16,6 +16,7 @@ from explorer.fitting import predict_logits
 from explorer.runner import FineTuneRunner
 from tests.conftest import ROOT
 
+
 def jax_version() -> str:
     from importlib.metadata import version
     return version("jax")
@@ -68,7 +69,7 @@ def test_a_pair_job_on_jax_predicts_in_the_app_what_the_worker_predicted(tiny_ch
     assert out.returncode == 0, out.stderr[-2000:]
     with np.load(tmp_path / "jax.npz") as saved:
         jax_logits = [saved[f"arr_{i}"] for i in range(len(folders))]
-    for m, on_jax in zip(s.members, jax_logits):
+    for m, on_jax in zip(s.members, jax_logits, strict=True):
         model, card = load_checkpoint(m.checkpoint)
         assert card["versions"]["backend"] == "jax" and card["training"]["device"] == "CPU"
         assert card["versions"]["jax"] == jax_version() and "tensorflow" not in card["versions"]

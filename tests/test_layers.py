@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 from keras import ops
 
-from explorer.layers import (SHIFTS, ImagePreprocessing, LocalitySelfAttention, PatchEncoder,
-                             ShiftedPatchTokenization, extract_patches, shift_images)
+from explorer.layers import (
+    SHIFTS,
+    ImagePreprocessing,
+    LocalitySelfAttention,
+    PatchEncoder,
+    ShiftedPatchTokenization,
+    extract_patches,
+    shift_images,
+)
 
 RNG = np.random.default_rng(0)
 
@@ -20,7 +27,7 @@ def _round_trip(layer, *inputs, **call_kwargs):
     clone.set_weights(layer.get_weights())
     assert clone.get_config() == layer.get_config()
     second = clone(*inputs, **call_kwargs)
-    for a, b in zip(keras.tree.flatten(first), keras.tree.flatten(second)):
+    for a, b in zip(keras.tree.flatten(first), keras.tree.flatten(second), strict=True):
         np.testing.assert_array_equal(ops.convert_to_numpy(a), ops.convert_to_numpy(b))
 
 
@@ -95,8 +102,8 @@ def test_tau_per_head_scales_each_head():
 
 @pytest.mark.parametrize("tau_mode", ["layer", "head"])
 def test_tau_is_trainable_and_changes_after_one_step(tau_mode):
-    from tests.conftest import tiny_config
     from explorer.models import attention_layers, build_vit
+    from tests.conftest import tiny_config
     model = build_vit(tiny_config(variant="lsa", tau_mode=tau_mode), 10)
     taus = [layer.tau for layer in attention_layers(model)]
     trainable = {id(w) for w in model.trainable_weights}
@@ -106,7 +113,7 @@ def test_tau_is_trainable_and_changes_after_one_step(tau_mode):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = RNG.uniform(0, 255, size=(8, 32, 32, 3)).astype("float32")
     model.train_on_batch(x, RNG.integers(0, 10, 8))
-    assert all(np.all(t.numpy() != b) for t, b in zip(taus, before))
+    assert all(np.all(t.numpy() != b) for t, b in zip(taus, before, strict=True))
 
 
 @pytest.mark.parametrize("mode", SHIFTS)

@@ -2,8 +2,15 @@ import numpy as np
 import pytest
 
 from explorer.models import build_vit, tau_values
-from explorer.probe import (Probe, attention_entropy, mean_attention_distance, query_attention,
-                            received_attention, rollout, rollout_map)
+from explorer.probe import (
+    Probe,
+    attention_entropy,
+    mean_attention_distance,
+    query_attention,
+    received_attention,
+    rollout,
+    rollout_map,
+)
 from tests.conftest import VARIANT_MODES, tiny_config
 
 
@@ -17,7 +24,7 @@ def probes():
 
 
 def test_probe_returns_logits_attention_and_patches_in_one_call(probes, images):
-    for (variant, _), probe in probes.items():
+    for probe in probes.values():
         result = probe(images[:3])
         config = probe.config
         n = config.num_patches
@@ -188,7 +195,7 @@ def test_what_ifs_leave_the_model_bit_identical(probes, what_ifs, images):
     for factor, mask in [(0.25, False), (4.0, True), (0.5, True), (2.0, False)] * 3:
         what_if(images[:2], factor, mask)
     after = probe(images)
-    for w0, w1 in zip(weights, probe.model.get_weights()):
+    for w0, w1 in zip(weights, probe.model.get_weights(), strict=True):
         np.testing.assert_array_equal(w0, w1)
     np.testing.assert_array_equal(before.logits, after.logits)
     np.testing.assert_array_equal(before.attention, after.attention)

@@ -313,6 +313,7 @@ def test_plot_what_if_draws_learned_solid_and_what_if_dashed():
 @pytest.mark.parametrize("shape", [(1, 1, 3), (7, 5, 3), (120, 90, 3)])
 def test_encode_png_is_lossless(shape):
     import io
+
     from PIL import Image
     pixels = RNG.integers(0, 256, shape, dtype=np.uint8)
     pixels[shape[0] // 2:] = pixels[0]  # flat runs, as in the upscaled pictures

@@ -69,7 +69,8 @@ def test_prune_removes_the_oldest_unused_runs_and_never_a_protected_or_shipped_o
     store = RunStore(root, shared=True, limits=limits)
     now = time.time()
     v = owner_key("visitor-" * 3)
-    old, loaded, mid, new = (add_run(store, v, n, now - 60 * (4 - i)) for i, n in enumerate(("old", "loaded", "mid", "new")))
+    names = ("old", "loaded", "mid", "new")
+    old, loaded, mid, new = (add_run(store, v, n, now - 60 * (4 - i)) for i, n in enumerate(names))
     # four runs, two allowed: the two oldest go, but the loaded one stays (and a younger one goes instead)
     removed = store.prune(protect={loaded}, now=now)
     assert removed == [old, mid]
@@ -100,6 +101,7 @@ def test_a_pair_is_one_run(root):
 
 def test_zip_of_a_checkpoint_loads(root, tmp_path):
     import zipfile
+
     from explorer.checkpoints import load_checkpoint
     store = RunStore(root, shared=True)
     v = owner_key("visitor-" * 3)

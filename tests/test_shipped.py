@@ -30,7 +30,7 @@ def test_all_are_listed_and_small():
 
 
 def test_cards_are_complete(shipped):
-    for name, (model, card) in shipped.items():
+    for name, (_model, card) in shipped.items():
         config = ViTConfig.from_dict(card["config"])
         assert card["dataset"]["name"] == "cifar10" and "JPEG" in card["dataset"]["note"]
         assert card["dataset"]["test_images"] == 10000 and card["dataset"]["validation_images"] == 5000
@@ -75,7 +75,7 @@ def test_same_recipe_only_the_variant_differs(shipped):
 def test_check_set_accuracy_matches_the_card_on_a_fresh_machine(shipped, no_data):
     # No data folder, nothing in the Keras cache, offline: the bundled sample holds the check set.
     from explorer.evaluate import evaluate
-    for name, (model, card) in shipped.items():
+    for name, (_model, card) in shipped.items():
         assert card["metrics"]["check_set"] == "cifar10 test images 0-199"
         result = evaluate([str(SHIPPED / name)], data_dir=str(no_data), limit=200, store=False)[0]
         assert result["dataset"].sample and result["metrics"]["count"] == 200

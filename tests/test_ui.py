@@ -186,7 +186,8 @@ def test_attention_views_show_a_beside_b_and_the_query_maps_in_one_picture(ex, i
     pictures = {}
     for part in ("focus", "sheet", "rollout"):
         alone = [getattr(v["view"], part) for v in views]
-        picture = render.side_by_side(alone, [f"model {t}:  {v['model'].label}" for t, v in zip("AB", views)])
+        titles = [f"model {t}:  {v['model'].label}" for t, v in zip("AB", views, strict=True)]
+        picture = render.side_by_side(alone, titles)
         title = picture.shape[0] - max(a.shape[0] for a in alone)
         assert title > 5 and picture.shape[1] == sum(a.shape[1] for a in alone) + 16
         np.testing.assert_array_equal(picture[title:title + alone[0].shape[0], :alone[0].shape[1]], alone[0])
@@ -405,6 +406,7 @@ def test_bad_hub_ids_answer_fast_and_keep_the_model(ex, ref):
 
 def test_the_image_cache_encodes_a_picture_once_and_losslessly(tmp_path):
     from gradio import processing_utils as pu
+
     from explorer.ui.pictures import install_image_cache
     install_image_cache()
     pixels = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)

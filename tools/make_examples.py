@@ -25,6 +25,7 @@ PLAN = [("b", 1), ("both", 2), ("a", 1), ("neither", 1)]
 
 def main() -> int:
     from PIL import Image
+
     from explorer.checkpoints import load_checkpoint
     from explorer.data import sample_set
     from explorer.fitting import predict_logits

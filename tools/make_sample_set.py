@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     os.replace(tmp, out)
     counts = np.bincount(y[:n], minlength=len(class_names))
     print(f"wrote {out}: {n} images, {out.stat().st_size / 2**20:.2f} MiB; per class "
-          + ", ".join(f"{c} {k}" for c, k in zip(class_names, counts)))
+          + ", ".join(f"{c} {k}" for c, k in zip(class_names, counts, strict=True)))
     return 0
 
 

@@ -30,7 +30,10 @@ class CompareTab:
         if truth:
             lines.append(f"True label **{truth}** · A {'✔' if pred_a == truth else '✘'} · "
                          f"B {'✔' if pred_b == truth else '✘'}")
-        timing = lambda t, c: "cached" if c else f"{1000 * t:.0f} ms"
+
+        def timing(t, c):
+            return "cached" if c else f"{1000 * t:.0f} ms"
+
         lines.append(f"Time: A {timing(t_a, c_a)} · B {timing(t_b, c_b)} (logits and all attention maps "
                      "in one call)")
         return top_a, top_b, "\n\n".join(lines)

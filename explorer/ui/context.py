@@ -200,7 +200,10 @@ class Explorer:
 
     def initial_refs(self) -> tuple[str | None, str | None]:
         choices = self.runs.listing(None)
-        pick = lambda want, fallback: want if want in choices else (fallback if fallback in choices else None)
+
+        def pick(want, fallback):
+            return want if want in choices else (fallback if fallback in choices else None)
+
         return (pick(self.default_a, choices[0] if choices else None),
                 pick(self.default_b, choices[-1] if choices else None))
 

@@ -60,8 +60,9 @@ class EvidenceTab:
             pair = evidence.occlusion_pair([a, b], image, rule, label, int(window or 1), FILLS[fill])
         except ValueError as e:
             raise gr.Error(str(e)) from None
-        shown = evidence.occlusion_picture(pair, image, [picture_title(t, lm) for t, lm in zip("AB", (a, b))])
-        lines = [f"**{tag}** · {evidence.occlusion_caption(r)}" for tag, r in zip("AB", pair.results)]
+        titles = [picture_title(t, lm) for t, lm in zip("AB", (a, b), strict=True)]
+        shown = evidence.occlusion_picture(pair, image, titles)
+        lines = [f"**{tag}** · {evidence.occlusion_caption(r)}" for tag, r in zip("AB", pair.results, strict=True)]
         lines.append(f"Both maps run from 0 to the larger drop ({pair.vmax:.3f}); occluder: "
                      f"{int(window or 1)}×{int(window or 1)} patches filled with {fill}; "
                      f"{pair.results[0].windows.size} occluded copies per model, in one call each.")
@@ -108,18 +109,19 @@ class EvidenceTab:
                 self._curves[key] = results
                 while len(self._curves) > 16:
                     self._curves.pop(next(iter(self._curves)))
-        names = [f"{tag}: {lm.label}" for tag, lm in zip("AB", (a, b))]
+        names = [f"{tag}: {lm.label}" for tag, lm in zip("AB", (a, b), strict=True)]
         rows = [[name, pct(r.accuracy[0] if r.accuracy is not None else None),
                  pct(r.accuracy[-1] if r.accuracy is not None else None), pct(r.unchanged[1]),
                  pct(r.unchanged[-1]), pct(r.flip_accuracy), pct(r.flip_unchanged)]
-                for name, r in zip(names, results)]
+                for name, r in zip(names, results, strict=True)]
         ra, rb = results
         summary = (f"On the first **{count}** {ds.name} test images, moved by 1 to {max_shift} px ({padding} "
                    f"padding, the mean of left, right, up and down): at {max_shift} px A keeps **"
                    f"{pct(ra.unchanged[-1])}** of its answers and B **{pct(rb.unchanged[-1])}**; mirrored, A "
                    f"keeps {pct(ra.flip_unchanged)} and B {pct(rb.flip_unchanged)}. The bands span the four "
                    f"directions; the stars are the mirrored images.")
-        return plot_shift_robustness(dict(zip(names, results))), pd.DataFrame(rows, columns=COLUMNS), summary
+        figure = plot_shift_robustness(dict(zip(names, results, strict=True)))
+        return figure, pd.DataFrame(rows, columns=COLUMNS), summary
 
 
 def build(ex: Explorer, page: Page) -> EvidenceTab:

@@ -69,7 +69,10 @@ class FinetuneTab:
             owner = ex.owner(request)
             members = ex.store.members([(tag, ex.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
             size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
-            load = lambda name: ex.tests.training_data(name, progress=reporter(progress) if progress else None)
+
+            def load(name):
+                return ex.tests.training_data(name, progress=reporter(progress) if progress else None)
+
             dataset = job_data(data, zip_file, load, ex.limits, size, train_on_all=bool(train_on_all))
             return plan_job(members, dataset, epochs, lr, batch_size, images, bool(freeze), (name or "").strip(),
                             ex.limits, scratch=(preset, variant) if not bases else None,
@@ -163,7 +166,8 @@ class FinetuneTab:
         names, x, y = plan.dataset.class_names, plan.dataset.x_test, plan.dataset.y_test
         preds = [m.predictions for m in s.members]
         gallery = [(square(x[i], 96), f"{names[y[i]]}: " + " · ".join(
-            f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(s.members, preds))) for i in rep.disagree[:18]]
+            f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(s.members, preds, strict=True)))
+            for i in rep.disagree[:18]]
         refs = [os.path.relpath(m.checkpoint, self.ex.root) for m in s.members]
         if len(refs) == 2:
             a, b = refs

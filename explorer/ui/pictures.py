@@ -33,6 +33,7 @@ def install_image_cache() -> None:
     the file written then.
     """
     import hashlib
+
     from gradio import processing_utils as pu
     if getattr(pu.save_pil_to_cache, "_explorer_atomic", False):
         return

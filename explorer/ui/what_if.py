@@ -54,9 +54,9 @@ class WhatIfTab:
             raise gr.Error(str(e)) from None
         tagged = (("A", wa), ("B", wb))
         names = [f"{tag}: {w.model.label}" for tag, w in tagged]
-        plot = what_if_plot(list(zip(names, (wa, wb))), self.ex.plots)
+        plot = what_if_plot(list(zip(names, (wa, wb), strict=True)), self.ex.plots)
         maps = render.side_by_side([w.maps for _, w in tagged], [picture_title(tag, w.model) for tag, w in tagged])
-        summary = "\n\n".join(summary_line(n, w) for n, w in zip(names, (wa, wb)))
+        summary = "\n\n".join(summary_line(n, w) for n, w in zip(names, (wa, wb), strict=True))
         summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wb.layer} "
                     f"(each coloured from 0 to its own maximum).")
         return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, maps, plot, summary

@@ -9,10 +9,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+         "--disable-component-update", "--disable-sync"]
 
 
 def free_port() -> int:
@@ -68,3 +73,15 @@ def app_url(app_checkpoints, data_dir):
 def client(app_url):
     from gradio_client import Client
     return Client(app_url, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium under Playwright, one per test module."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is not installed (apt-get install chromium chromium-driver)")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield browser
+        browser.close()

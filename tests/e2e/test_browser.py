@@ -4,30 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 from PIL import Image
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # The always-present "Upload your own image" button's file input (the upload box itself shows the first
 # example's file when the page opens, and takes a new one only once cleared).
 UPLOAD = "input[type=file]:has(+ #upload-own)"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-         "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Debian's chromium is not installed (apt-get install chromium chromium-driver)")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -47,7 +32,8 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     page.wait_for_selector("#preview img", timeout=30_000)
     page.click("#compare-btn")
     page.wait_for_function(
-        "() => document.querySelector('#verdict') && /both say|disagree/.test(document.querySelector('#verdict').innerText)",
+        "() => document.querySelector('#verdict') && "
+        "/both say|disagree/.test(document.querySelector('#verdict').innerText)",
         timeout=30_000)
     for slot in ("#label-a", "#label-b"):
         text = page.inner_text(slot)
@@ -58,7 +44,8 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     page.get_by_role("tab", name="Attention").click()
     page.click("#attn-btn")
     page.wait_for_function(
-        "() => document.querySelector('#attn-caption') && /Query patch row/.test(document.querySelector('#attn-caption').innerText)",
+        "() => document.querySelector('#attn-caption') && "
+        "/Query patch row/.test(document.querySelector('#attn-caption').innerText)",
         timeout=30_000)
     assert "LSA models never attend to the query patch itself" in page.inner_text("#attn-caption")
     picker = page.locator("#picker img").first

@@ -18,7 +18,6 @@ from playwright.sync_api import expect
 from explorer.shared import REFUSED
 from tests.conftest import ROOT
 from tests.e2e.conftest import start_app
-from tests.e2e.test_browser import browser  # noqa: F401  (the module's Chromium, as test_browser launches it)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 SCRATCH = "(a new model from scratch)"

@@ -73,8 +73,8 @@ def test_concurrent_clients_during_a_fine_tune(app_url, cifar10, tmp_path):
             if key not in expected:
                 expected[key] = _canonical(kind, _call(alone, kind, image, pair))
 
-    job = alone.submit("(a new model from scratch)", "tiny", "spt_lsa", "cifar10", None, 20, 1e-3, 16, 4096, False, "load-run",
-                       A, B, api_name="/finetune")
+    job = alone.submit("(a new model from scratch)", "tiny", "spt_lsa", "cifar10", None, 20, 1e-3, 16, 4096, False,
+                       "load-run", A, B, api_name="/finetune")
     deadline = time.time() + 60
     while time.time() < deadline and not any("**training**" in o[0] for o in job.outputs()):
         time.sleep(0.2)

@@ -12,7 +12,7 @@ import zipfile
 import pytest
 from gradio_client import Client
 
-from explorer.checkpoints import list_checkpoints, load_checkpoint
+from explorer.checkpoints import load_checkpoint
 from explorer.shared import REFUSED, owner_key
 from tests.conftest import ROOT
 from tests.e2e.conftest import start_app

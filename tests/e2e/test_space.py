@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,7 +32,8 @@ NOT_UPLOADED = shutil.ignore_patterns(".venv", ".git", "runs", "ablation", "stud
 def front_matter() -> dict:
     text = (ROOT / "README.md").read_text()
     block = text.split("---\n")[1]
-    return {k.strip(): v.strip().strip('"') for k, v in (line.split(":", 1) for line in block.splitlines() if ":" in line)}
+    pairs = (line.split(":", 1) for line in block.splitlines() if ":" in line)
+    return {k.strip(): v.strip().strip('"') for k, v in pairs}
 
 
 def test_the_front_matter_names_the_gradio_that_requirements_pin():
@@ -108,6 +108,7 @@ def space(tmp_path_factory):
 
 def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
     from gradio_client import Client, handle_file
+
     from explorer.data import sample_set
     client = Client(space["url"], verbose=False)
     sample = sample_set()
