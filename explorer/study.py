@@ -380,10 +380,24 @@ def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, th
                            run_config=tune.RunConfig(name=experiment, storage_path=str(grid.folder / ".ray"),
                                                      callbacks=[Results()], verbose=1,
                                                      failure_config=tune.FailureConfig(max_failures=0)))
-        results = tuner.fit()
-        failed = [r for r in results if r.error is not None]
-        for r in failed:
-            print(f"trial {r.config.get('trial')} failed: {r.error}", file=sys.stderr, flush=True)
+        # Ctrl-C stops the grid at once rather than after Tune's graceful stop (the trials go on training
+        # for its 10 s, then are killed anyway, and Tune's hint to restore its experiment does not apply
+        # here): the running trials' state is their backups, at their last completed epoch.
+        sigint_setting = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        try:
+            results = tuner.fit()
+        except KeyboardInterrupt:
+            print("stopped (Ctrl-C); running trials resume from their backups", file=sys.stderr, flush=True)
+        else:
+            for r in results:
+                if r.error is not None:
+                    print(f"trial {r.config.get('trial')} failed: {r.error}", file=sys.stderr, flush=True)
+        finally:
+            if sigint_setting is None:
+                os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+            else:
+                os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = sigint_setting
     finally:
         ray.shutdown()
     write_results(grid)
