@@ -13,4 +13,9 @@ explorer.preload()
 demo = build_demo(explorer)
 
 if __name__ == "__main__":
-    demo.queue(default_concurrency_limit=4).launch(**launch_kwargs())
+    import argparse
+
+    parser = argparse.ArgumentParser(description="SPT/LSA ViT Explorer (settings: README.md)")
+    parser.add_argument("--no-mcp", action="store_true", help="do not serve the tools over MCP (also EXPLORER_MCP=0)")
+    args = parser.parse_args()
+    demo.queue(default_concurrency_limit=4).launch(**launch_kwargs(mcp=not args.no_mcp))

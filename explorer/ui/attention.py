@@ -14,8 +14,8 @@ import pandas as pd
 from explorer import plots, render, reports
 from explorer.checkpoints import CheckpointError
 from explorer.ui import what_if
-from explorer.ui.context import Explorer, Page, initial
-from explorer.ui.pictures import picture
+from explorer.ui.context import UNLISTED, Explorer, Page, initial
+from explorer.ui.pictures import as_pictures, drawn, picture
 from explorer.workbench import HEAD_ALL, HEAD_MEAN, PARTS, analyze_pair, query_patch, side_by_side_pictures, square
 
 QUERY_PICKER = 224
@@ -97,7 +97,21 @@ class AttentionTab:
 
     def attention(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
                   request: gr.Request = None):
-        """Everything, for a new image or the button: maps from the query, rollout, caption, query cell."""
+        """Where each model attends from one query patch: per head, in one layer and in every layer, model A
+        beside model B, and the attention rollout through all layers.
+
+        Args:
+            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            layer: the transformer layer, from 0 (the last layer is shown when it is out of range)
+            head: "all heads", "mean of heads", or "head N" (N from 0)
+            qy: the query patch: its row as a pixel y on the 32-pixel input (0 to 31)
+            qx: the query patch: its column as a pixel x on the 32-pixel input (0 to 31)
+
+        Returns:
+            the maps from the query (image), the rollout (image), a caption (Markdown), the query cell
+        """
         maps, rollout, caption = self._pictures(file, ref_a, ref_b, layer, head, qy, qx, PARTS, request)
         return maps, rollout, caption, self._cell(ref_b, qy, qx, request)
 
@@ -117,7 +131,18 @@ class AttentionTab:
         return (qy, qx, *self.attention_query(file, ref_a, ref_b, layer, head, qy, qx, request))
 
     def locality(self, file, ref_a: str, ref_b: str, scope: str, request: gr.Request = None, progress=gr.Progress()):
-        """Mean attention distance and entropy per layer, for this image or over 64 test images."""
+        """How local each model's attention is, layer by layer: the mean attention distance (pixels) and
+        the attention entropy, for this image or averaged over 64 test images (LSA's locality shows here).
+
+        Args:
+            file: the image: an http(s) URL or a data URL (not used for "64 test images")
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            scope: "this image" or "64 test images"
+
+        Returns:
+            the distance per layer (image), the entropy per layer (image), the table of both
+        """
         a, b = self.ex.pair(ref_a, ref_b, request)
         if scope == SCOPES[0]:
             batch = self.ex.image(file)[0][None]
@@ -172,8 +197,8 @@ def build(ex: Explorer, page: Page) -> AttentionTab:
             scope = gr.Radio(SCOPES, value=SCOPES[0], label="over")
             loc_btn = gr.Button("Measure locality")
             with gr.Row():
-                dist_plot = gr.Plot(locality0[0], label="mean attention distance", show_label=False)
-                ent_plot = gr.Plot(locality0[1], label="attention entropy", show_label=False)
+                dist_plot = picture("mean attention distance", show_label=False, value=drawn(locality0[0]))
+                ent_plot = picture("attention entropy", show_label=False, value=drawn(locality0[1]))
             loc_table = gr.Dataframe(locality0[2], interactive=False, wrap=True, elem_id="locality-table")
         what_if.build(ex, page, layer, qy, qx)
 
@@ -185,14 +210,15 @@ def build(ex: Explorer, page: Page) -> AttentionTab:
     attn_btn.click(tab.attention, inputs, [maps, rollout, caption, cell], api_name="attention", **attn)
     page.upload.change(tab.attention, inputs, [maps, rollout, caption, cell], api_name=False, **attn)
     gr.on([layer.change, head.change], tab.attention_query, inputs, query_outputs, api_name="attention_layer",
-          **attn)
-    gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn)
+          **attn, **UNLISTED)
+    gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn,
+          **UNLISTED)
     page.upload.change(tab.query_picker, [page.upload], [picker], api_name=False)
     picker.select(tab.pick_query, inputs[:5], [qy, qx, *query_outputs], api_name=False, **attn)
     cell.change(None, [cell], None, js=OUTLINE_JS)
     gr.on([picker.change, attention_tab.select], None, [cell], None, js=OUTLINE_JS)
     page.extra["outline"] = (cell, OUTLINE_JS)  # the shell draws it once the page has loaded
     loc_inputs, loc_outputs = [page.upload, page.slot_a, page.slot_b, scope], [dist_plot, ent_plot, loc_table]
-    loc_btn.click(tab.locality, loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)
-    page.upload.change(tab.locality, loc_inputs, loc_outputs, api_name=False, concurrency_limit=2)
+    loc_btn.click(as_pictures(tab.locality), loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)
+    page.upload.change(as_pictures(tab.locality), loc_inputs, loc_outputs, api_name=False, concurrency_limit=2)
     return tab

@@ -15,7 +15,17 @@ class CompareTab:
         self.ex = ex
 
     def compare(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
-        """A's and B's top-5 and a verdict (agreement, the true label when known, timings)."""
+        """Compares two models on one image: each model's five most probable classes with their probabilities,
+        and a verdict (whether they agree; the true label when the image is a known test image).
+
+        Args:
+            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+
+        Returns:
+            model A's top-5 ({label, confidences}), model B's top-5, the verdict (Markdown)
+        """
         image, _ = self.ex.image(file)
         a, b = self.ex.pair(ref_a, ref_b, request)
         results = []
@@ -40,7 +50,17 @@ class CompareTab:
 
     def disagreements(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None,
                       progress=gr.Progress()):
-        """Both models over the first N test images: accuracies, per-class top-1, where they disagree."""
+        """Runs both models over the first N test images of model B's dataset: their accuracies, top-1 per
+        class, and the images where they disagree.
+
+        Args:
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            count: how many test images, from the first (1 to 10,000)
+
+        Returns:
+            a summary (Markdown), the per-class table, the disagreeing images with (true · A · B) captions
+        """
         if int(count or 0) < 1:
             raise gr.Error("choose at least one test image")
         a, b = self.ex.pair(ref_a, ref_b, request)

@@ -44,6 +44,13 @@ def reporter(progress):
     return lambda fraction, message: progress(fraction, desc=message)
 
 
+# Events the page needs but an API user does not: loading a slot, refreshing the lists, a visitor's arrival,
+# a partial redraw (a query click, a layer change), a size's pair put in the slots. Still callable through
+# gradio_client by name, as the page calls them; left out of the API page and of the MCP tools, which are
+# the explorer's questions (README, "MCP tools").
+UNLISTED = {"api_visibility": "undocumented"}
+
+
 @dataclass
 class Page:
     """The components every tab reads: the two model slots and the image, with the first example's file."""

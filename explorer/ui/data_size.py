@@ -8,7 +8,7 @@ import gradio as gr
 from explorer import study_report
 from explorer.catalog import STUDY
 from explorer.study import read_results
-from explorer.ui.context import Explorer, Page
+from explorer.ui.context import UNLISTED, Explorer, Page
 
 INTRO = """\
 The paper's claim is about **small** datasets. The same two models (and at 1,000 and 2,500 images SPT
@@ -58,5 +58,5 @@ def build(ex: Explorer, page: Page) -> DataSizeTab:
         # The shipped results, drawn once when the app starts.
         gr.Plot(figure, label="test top-1 against training-set size", show_label=False)
         gr.Markdown(text, elem_id="data-size-tables")
-    size.input(tab.pair, [size], [page.slot_a, page.slot_b], api_name="study_pair")
+    size.input(tab.pair, [size], [page.slot_a, page.slot_b], api_name="study_pair", **UNLISTED)
     return tab

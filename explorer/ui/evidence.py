@@ -13,7 +13,7 @@ from explorer import evidence, robustness
 from explorer.render_evidence import plot_shift_robustness
 from explorer.reports import pct
 from explorer.ui.context import Explorer, Page, initial
-from explorer.ui.pictures import picture
+from explorer.ui.pictures import as_pictures, picture
 from explorer.workbench import picture_title
 
 TOP1, LABEL = "each model's top-1", "the true label"
@@ -38,7 +38,20 @@ class EvidenceTab:
 
     def evidence(self, file, ref_a: str, ref_b: str, target: str, fill: str, window: float,
                  request: gr.Request = None):
-        """Each model's occlusion map for this image, A beside B on one scale, and how concentrated each is."""
+        """Occlusion evidence: which patches each model's answer rests on. Each patch (or window of patches)
+        is hidden in turn and the drop in the class's probability mapped, A beside B on one colour scale.
+
+        Args:
+            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            target: the class measured: "each model's top-1", "the true label" (test images only) or a class name
+            fill: what hides a patch: "the image's mean colour" or "a blur of the image"
+            window: the occluder's side in patches (1 to 3)
+
+        Returns:
+            the two occlusion maps (image), how concentrated each is (Markdown)
+        """
         image, _ = self.ex.image(file)
         a, b = self.ex.pair(ref_a, ref_b, request)
         if fill not in FILLS:
@@ -77,7 +90,19 @@ class EvidenceTab:
         return shown, text, self.shift_strip(file, ref_a, ref_b, max_shift, padding, request)
 
     def shift_strip(self, file, ref_a: str, ref_b: str, max_shift: float, padding: str, request: gr.Request = None):
-        """This image moved by -S..S pixels (and mirrored), with A's and B's answer under each copy."""
+        """The image moved by -S..S pixels (and mirrored), with model A's and model B's answer under each
+        copy: whether a small shift changes their minds.
+
+        Args:
+            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            max_shift: the largest shift S in pixels (1 to 8)
+            padding: what fills where the image moved away: "zero" or "edge"
+
+        Returns:
+            the strip of shifted copies with both answers (image)
+        """
         image, _ = self.ex.image(file)
         a, b = self.ex.pair(ref_a, ref_b, request)
         try:
@@ -88,7 +113,19 @@ class EvidenceTab:
 
     def robustness(self, ref_a: str, ref_b: str, count: float, max_shift: float, padding: str,
                    request: gr.Request = None, progress=gr.Progress()):
-        """Both models over the first N test images moved by 0..S pixels and mirrored: curves, table, summary."""
+        """Shift robustness over the test set: both models on the first N test images moved by 0..S pixels
+        (and mirrored): accuracy and the share of answers unchanged, against the shift.
+
+        Args:
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            count: how many test images, from the first (50 to 1,000)
+            max_shift: the largest shift S in pixels (1 to 8)
+            padding: what fills where the image moved away: "zero" or "edge"
+
+        Returns:
+            the curves (image), the table, a summary (Markdown)
+        """
         a, b = self.ex.pair(ref_a, ref_b, request)
         count, max_shift = int(count or 0), int(max_shift or 0)
         if count < 1 or max_shift < 1:
@@ -150,7 +187,7 @@ def build(ex: Explorer, page: Page) -> EvidenceTab:
             padding = gr.Radio(list(robustness.PADDINGS), value="zero", label="padding where the image moved away")
         rob_btn = gr.Button("Measure shift robustness", elem_id="robustness-btn")
         rob_text = gr.Markdown(elem_id="robustness-summary")
-        rob_plot = gr.Plot(label="accuracy and unchanged answers against the shift", show_label=False)
+        rob_plot = picture("accuracy and unchanged answers against the shift", show_label=False)
         rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table", headers=COLUMNS)
         strip = picture("this image moved by -S..S pixels, and mirrored: each model's answer",
                         elem_id="shift-strip", value=strip0)
@@ -165,6 +202,6 @@ def build(ex: Explorer, page: Page) -> EvidenceTab:
     evidence_tab.select(tab.evidence, occ_inputs, [occ_map, occ_text], api_name=False, concurrency_limit=4)
     gr.on([evidence_tab.select, max_shift.release, padding.change], tab.shift_strip, strip_inputs, [strip],
           api_name="shift_strip", concurrency_limit=4)
-    rob_btn.click(tab.robustness, [page.slot_a, page.slot_b, count, max_shift, padding],
+    rob_btn.click(as_pictures(tab.robustness), [page.slot_a, page.slot_b, count, max_shift, padding],
                   [rob_plot, rob_table, rob_text], api_name="robustness", concurrency_limit=2)
     return tab

@@ -7,7 +7,7 @@ import gradio as gr
 
 from explorer.data import DatasetError
 from explorer.samples import Example, examples
-from explorer.ui.context import Explorer, reporter
+from explorer.ui.context import UNLISTED, Explorer, reporter
 from explorer.ui.pictures import picture
 from explorer.workbench import square
 
@@ -36,7 +36,17 @@ class ImagesColumn:
 
     def sample(self, class_name: str, ref_b: str | None, seed: float | None = None, request: gr.Request = None,
                progress=gr.Progress()):
-        """A test image (random, or of one class) saved as PNG, its preview and its true label."""
+        """A test image of model B's dataset (random, or of one class) with its true label: an image to give
+        the other tools (pass its URL as their file).
+
+        Args:
+            class_name: a class name of that dataset, or "random"
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            seed: picks the image reproducibly; -1 or none for a random one
+
+        Returns:
+            the image (PNG), its preview as the models see it, its true label (Markdown)
+        """
         name = self.ex.dataset_of(ref_b, request)
         try:
             s = self.ex.tests.sample(name, class_name, None if seed is None else int(seed), reporter(progress))
@@ -72,6 +82,6 @@ def build(ex: Explorer, slot_b: gr.Dropdown, classes: list[str], first: Example 
     gr.Markdown(ex.tests.note(ex.shared), elem_id="data-note")
     image_note = gr.Markdown(note0)
     own.upload(lambda file: file, [own], [upload], api_name=False, queue=False)
-    upload.change(col.take_image, [upload], [preview, image_note, truth], api_name="image")
+    upload.change(col.take_image, [upload], [preview, image_note, truth], api_name="image", **UNLISTED)
     sample_btn.click(col.sample, [sample_class, slot_b, sample_seed], [upload, preview, truth], api_name="sample")
     return upload

@@ -16,7 +16,17 @@ class PatchesTab:
         self.ex = ex
 
     def patches(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
-        """The plain grid, the five SPT views as a gallery, and a note on the sizes."""
+        """How each model cuts the image into patches: the vanilla ViT's plain patch grid, and Shifted Patch
+        Tokenization's five views (the image and its four half-patch diagonal shifts) cut the same way.
+
+        Args:
+            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+
+        Returns:
+            the plain grid (image), the five shifted grids (gallery), a note on patch and input sizes
+        """
         image, preview = self.ex.image(file)
         a, b = self.ex.pair(ref_a, ref_b, request)
         lm = b if b.config.use_spt or not a.config.use_spt else a

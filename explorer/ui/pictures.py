@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import gradio as gr
 import numpy as np
+from matplotlib.figure import Figure
 
-from explorer import render
+from explorer import plots, render
 
 
 def picture(label: str, captioned: bool = True, **kwargs) -> gr.Image:
@@ -19,6 +21,22 @@ def picture(label: str, captioned: bool = True, **kwargs) -> gr.Image:
     A captioned one (the default) keeps Gradio's label and buttons off the captions drawn into it."""
     return gr.Image(format="png", label=label, interactive=False, elem_classes="pic" if captioned else None,
                     **kwargs)
+
+
+def drawn(value):
+    """A matplotlib figure as the RGB picture gr.Plot would show (anything else unchanged)."""
+    return plots.figure_to_array(value) if isinstance(value, Figure) else value
+
+
+def as_pictures(handler):
+    """`handler` with the figures among its outputs drawn as pictures: the page shows the same PNG as a
+    gr.Plot, and an API or MCP client receives an image instead of a plot's JSON. Name, docstring and
+    signature stay the handler's (they are the endpoint's and the MCP tool's)."""
+    @functools.wraps(handler)
+    def with_pictures(*args, **kwargs):
+        out = handler(*args, **kwargs)
+        return tuple(drawn(v) for v in out) if isinstance(out, tuple) else drawn(out)
+    return with_pictures
 
 
 def install_image_cache() -> None:

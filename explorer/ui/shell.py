@@ -13,9 +13,10 @@ from explorer.reports import pct
 from explorer.samples import examples
 from explorer.shared import FINETUNED, REFUSED
 from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau
-from explorer.ui.context import Explorer, Page
+from explorer.ui.context import UNLISTED, Explorer, Page
 from explorer.ui.finetune import base_choices
 from explorer.ui.pictures import install_image_cache
+from explorer.ui.tools import install_mcp_outputs, install_mcp_schemas, install_tool_list
 
 CSS = """
 .slot-card {min-height: 3.2em}
@@ -98,6 +99,26 @@ class Slots:
                 gr.update(choices=self.ex.my_runs(request), value=None))
 
 
+def model_list(ex: Explorer, request=None) -> dict:
+    """The `models` tool's answer: what the slots offer this visitor, each as its card says, and which
+    are loaded."""
+    loaded = set()
+    for lm in ex.store.loaded():
+        loaded.add(ex.store.key(lm.ref))
+    listed = []
+    for label, ref in ex.slot_choices(request):
+        card = ex.store.local_card(ref) or {}
+        metrics, dataset = card.get("metrics", {}), card.get("dataset", {})
+        listed.append({"ref": ref, "label": label, "variant": card.get("variant"), "dataset": dataset.get("name"),
+                       "train_images": dataset.get("train_images"), "test_top1": metrics.get("test_top1"),
+                       "test_top5": metrics.get("test_top5"), "epochs": card.get("training", {}).get("epochs"),
+                       "loaded": ex.store.key(ref) in loaded})
+    hub = sorted({lm.ref for lm in ex.store.loaded() if ex.runs.is_hub(lm.ref)})
+    a, b = ex.initial_refs()
+    return {"models": listed, "loaded_from_hub": hub, "page_default": {"ref_a": a, "ref_b": b},
+            "also": "any Hugging Face Hub id owner/name[@revision] of an explorer checkpoint"}
+
+
 # The ablation's pairs, in the order a reader asks about them: the whole gain, each part, the parts apart.
 PAIRS = [("vanilla", "spt_lsa"), ("vanilla", "spt"), ("vanilla", "lsa"), ("lsa", "spt"), ("spt", "spt_lsa"),
          ("lsa", "spt_lsa")]
@@ -137,6 +158,9 @@ def _classes(ex: Explorer, ref_b: str | None) -> list[str]:
 def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
     ex = explorer or Explorer()
     install_image_cache()
+    install_tool_list()
+    install_mcp_outputs()
+    install_mcp_schemas()
     slots = Slots(ex)
     choices, refs = ex.slot_choices(), ex.initial_refs()
     found = examples()
@@ -183,15 +207,31 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
         tabs.select(open_tab, None, [page.tab], api_name=False, queue=False)
         for btn, a, b in pair_btns:
             btn.click(_pick(a, b), None, [slot_a, slot_b], api_name=False, queue=False)
-        slot_a.change(slots.load_a, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a")
-        slot_b.change(slots.load_b, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b")
+        slot_a.change(slots.load_a, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a",
+                      **UNLISTED)
+        slot_b.change(slots.load_b, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b",
+                      **UNLISTED)
         ft_base, ft_mine = page.extra["ft_base"], page.extra["ft_mine"]
-        refresh_btn.click(slots.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh").then(
+        refresh_btn.click(slots.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh",
+                          **UNLISTED).then(
             finetune.FinetuneTab(ex).mine, None, [ft_mine], api_name=False)
+        def models(request: gr.Request = None) -> dict:
+            """The models this app offers you, to name as ref_a / ref_b in the other tools: each checkpoint's
+            reference, label, variant (vanilla, spt, lsa, spt_lsa), dataset, training-set size, test top-1
+            and top-5 (fractions), epochs, and whether it is loaded (answers at once); the Hub models loaded;
+            the pair the page starts with. Any Hugging Face Hub id of an explorer checkpoint works as well.
+
+            Returns:
+                {"models": [...], "loaded_from_hub": [...], "page_default": {"ref_a", "ref_b"}, "also": ...}
+            """
+            return model_list(ex, request)
+
+        gr.api(models, api_name="models")
         cell, outline_js = page.extra["outline"]
         demo.load(None, [cell], None, js=outline_js)
         if ex.shared:
-            demo.load(slots.visit, [visitor], [visitor, slot_a, slot_b, ft_base, ft_mine], api_name="visitor")
+            demo.load(slots.visit, [visitor], [visitor, slot_a, slot_b, ft_base, ft_mine], api_name="visitor",
+                      **UNLISTED)
             demo.unload(ex.leave)
     return demo
 
@@ -201,6 +241,18 @@ def open_tab(evt: gr.SelectData) -> str:
     return evt.value
 
 
-def launch_kwargs() -> dict:
+def mcp_server(enabled: bool = True) -> bool | None:
+    """Whether the app also serves its tools over MCP (at /gradio_api/mcp/): on by default when the `mcp`
+    package is there (requirements.txt installs `gradio[mcp]`); off with `python app.py --no-mcp` or
+    EXPLORER_MCP=0; GRADIO_MCP_SERVER, when set, decides as Gradio documents it (None: Gradio reads it)."""
+    import importlib.util
+    if not enabled or os.environ.get("EXPLORER_MCP", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if "GRADIO_MCP_SERVER" in os.environ:
+        return None
+    return importlib.util.find_spec("mcp") is not None
+
+
+def launch_kwargs(mcp: bool = True) -> dict:
     return {"server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-            "theme": gr.themes.Soft(), "css": CSS, "show_error": True}
+            "theme": gr.themes.Soft(), "css": CSS, "show_error": True, "mcp_server": mcp_server(mcp)}

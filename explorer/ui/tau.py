@@ -11,6 +11,7 @@ from explorer.config import ViTConfig
 from explorer.probe import tau_table
 from explorer.shared import FINETUNED
 from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.pictures import as_pictures, drawn, picture
 
 COLUMNS = ["model", "layer", "tau", "initial √d_k", "ratio"]
 
@@ -55,7 +56,17 @@ class TauTab:
         return models
 
     def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
-        """Tau per layer and over training for every LSA model shown (see `models`)."""
+        """The learned temperature tau of every Locality Self-Attention layer, against its initial value
+        √d_k (below it, attention is sharper): per layer and over training, for the LSA models among the two
+        given and the app's own LSA checkpoints.
+
+        Args:
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+
+        Returns:
+            tau per layer (image), tau over training (image), the table (model, layer, tau, √d_k, ratio)
+        """
         models = self.models(ref_a, ref_b, request)
         per_model = {lm.label: lm.probe.tau() for lm in models}
         initial_tau = {lm.label: lm.config.initial_tau for lm in models}
@@ -84,12 +95,12 @@ def build(ex: Explorer, page: Page) -> TauTab:
                     "√d_k; a tau below √d_k sharpens attention.")
         tau_btn = gr.Button("Show tau")
         with gr.Row():
-            tau_plot = gr.Plot(plot, label="tau per layer", show_label=False)
-            tau_hist = gr.Plot(history, label="tau over training", show_label=False)
+            tau_plot = picture("tau per layer", show_label=False, value=drawn(plot))
+            tau_hist = picture("tau over training", show_label=False, value=drawn(history))
         tau_frame = gr.Dataframe(table, interactive=False, wrap=True)
 
     inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame]
-    tau_btn.click(tab.tau, inputs, outputs, api_name="tau")
+    tau_btn.click(as_pictures(tab.tau), inputs, outputs, api_name="tau")
     for slot in (page.slot_a, page.slot_b):
-        slot.change(tab.after_slot_change, inputs, outputs, api_name=False)
+        slot.change(as_pictures(tab.after_slot_change), inputs, outputs, api_name=False)
     return tab

@@ -41,7 +41,25 @@ class WhatIfTab:
 
     def what_if(self, file, ref_a: str, ref_b: str, layer: float, qy: float, qx: float, factor_a: float,
                 mask_a: str, factor_b: float, mask_b: str, request: gr.Request = None):
-        """Both models as learned beside their what-if on this image: top-5s, maps, plot and summary."""
+        """What if the LSA switches were set otherwise: each model as learned beside the same model with its
+        attention temperature tau scaled and its diagonal mask (a token not attending to itself) on or off.
+
+        Args:
+            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
+            layer: the layer whose maps are shown, from 0 (the change applies to every layer)
+            qy: the query patch: its row as a pixel y on the 32-pixel input (0 to 31)
+            qx: the query patch: its column as a pixel x on the 32-pixel input (0 to 31)
+            factor_a: model A's tau multiplied by this (1.0: as learned; 0.25 to 4)
+            mask_a: model A's diagonal mask: "as learned", "on" or "off"
+            factor_b: model B's tau multiplied by this (1.0: as learned; 0.25 to 4)
+            mask_b: model B's diagonal mask: "as learned", "on" or "off"
+
+        Returns:
+            top-5 of A as learned, A what-if, B as learned, B what-if; the maps (image); entropy and
+            distance (image); a summary (Markdown)
+        """
         image, preview = self.ex.image(file)
         a, b = self.ex.pair(ref_a, ref_b, request)
         if mask_a not in MASKS or mask_b not in MASKS:

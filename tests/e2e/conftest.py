@@ -30,7 +30,9 @@ def start_app(checkpoints, env_extra=None, timeout=120, data_dir=None):
     """`python app.py` on a free port; with `data_dir` its CIFAR comes from there ($EXPLORER_DATA_DIR)."""
     port = free_port()
     data = {"EXPLORER_DATA_DIR": str(data_dir)} if data_dir else {}
-    env = {**os.environ, "EXPLORER_CHECKPOINTS": str(checkpoints), **data,
+    # The tester's own MCP settings never decide what is tested (the MCP server is on by default).
+    inherited = {k: v for k, v in os.environ.items() if k not in ("GRADIO_MCP_SERVER", "EXPLORER_MCP")}
+    env = {**inherited, "EXPLORER_CHECKPOINTS": str(checkpoints), **data,
            "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "PYTHONUNBUFFERED": "1",
            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env_extra or {})}
     log = open(checkpoints.parent / f"app-{port}.log", "w")
