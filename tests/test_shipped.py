@@ -88,3 +88,24 @@ def test_tau_in_the_card_is_the_models_tau(shipped):
     assert "cifar10-spt_lsa" in lsa
     for name, (model, card) in lsa.items():
         np.testing.assert_allclose(card["history"][-1]["tau"], tau_values(model), rtol=1e-6, err_msg=name)
+
+
+STUDY = SHIPPED / "study"
+FULL_TEST_SET = ROOT.parent / "shared" / "data"  # where this project's CI keeps CIFAR-10 (not on a Space)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (FULL_TEST_SET / "cifar-10-batches-py" / "test_batch").is_file(),
+                    reason="needs the full CIFAR-10 test set in ../shared/data (CI has it)")
+def test_the_small_data_checkpoints_score_as_their_cards_say():
+    """Each kept checkpoint of the small-data study, re-evaluated on all 10,000 test images here, scores
+    what its card (written by the grid's trial) says, within 0.3 points."""
+    from explorer.evaluate import evaluate
+    kept = sorted(p for p in list_checkpoints(STUDY) if p.parent == STUDY)
+    assert kept, "no study checkpoint is shipped"
+    for folder in kept:
+        result = evaluate([str(folder)], data_dir=str(FULL_TEST_SET), store=False)[0]
+        card = result["card"]
+        assert card["dataset"]["train_images"] < 45000 and result["metrics"]["count"] == 10000
+        assert abs(result["metrics"]["top1"] - card["metrics"]["test_top1"]) <= 0.003, folder.name
+        assert abs(result["metrics"]["top5"] - card["metrics"]["test_top5"]) <= 0.003, folder.name
