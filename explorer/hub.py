@@ -19,7 +19,7 @@ import dataclasses
 import os
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 # Hub rules: owner and name of letters, digits, '-', '_', '.', no '--' or '..', at most 96 characters.
@@ -90,13 +90,14 @@ def _client():
     return huggingface_hub, errors
 
 
-def _from_cache(repo_id: str, revision: str | None, cache_dir: str | None, where: str, state: str) -> Path:
+def _from_cache(repo_id: str, revision: str | None, cache_dir: str | None, where: str, state: str,
+                patterns: Iterable[str] = CHECKPOINT_FILES) -> Path:
     """The cached snapshot, without a request; `state` says why the Hub is not asked."""
     huggingface_hub, errors = _client()
     try:
         folder = huggingface_hub.snapshot_download(repo_id, revision=revision, cache_dir=cache_dir,
                                                    repo_type="model", local_files_only=True,
-                                                   allow_patterns=list(CHECKPOINT_FILES))
+                                                   allow_patterns=list(patterns))
     except errors.LocalEntryNotFoundError:
         raise HubError(f"{where} is not in the local Hugging Face cache and {state}") from None
     except OSError as e:
@@ -104,18 +105,41 @@ def _from_cache(repo_id: str, revision: str | None, cache_dir: str | None, where
     return Path(folder)
 
 
-def _checkpoint_sizes(info, where: str) -> dict[str, int]:
-    """{file: bytes} of the checkpoint files the Hub lists for a repo; refuses a repo that is not one."""
-    listed = {s.rfilename: s for s in info.siblings or []}
+def checkpoint_files(listed: dict[str, int | None], where: str) -> list[str]:
+    """The checkpoint files among those a repo lists ({file: bytes}); refuses a repo that is not a checkpoint."""
     missing = [name for name in _REQUIRED_FILES if name not in listed]
     if missing:  # without the card it is someone else's repo: naming the other files would only confuse
         shown = _CARD if _CARD in missing else ", ".join(missing)
         raise HubError(f"{where} is not an explorer checkpoint: it has no {shown}")
-    sizes = {}
-    for name in CHECKPOINT_FILES:
-        if name in listed:
-            sibling = listed[name]
-            sizes[name] = sibling.lfs.size if sibling.lfs is not None else sibling.size
+    return [name for name in CHECKPOINT_FILES if name in listed]
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which files of a repo to fetch.
+
+    Args:
+        pick: (files the Hub lists, {path: bytes or None}; the repo's name for messages) -> the paths to
+            fetch; raises HubError for a repo that holds nothing of the kind.
+        patterns: what `pick` may choose, as snapshot_download's allow_patterns: offline, with no list to
+            pick from, these are read from the cache.
+        what: the files in words, for the size message ("its checkpoint files are 812 MB").
+    """
+
+    pick: Callable[[dict[str, int | None], str], list[str]]
+    patterns: tuple[str, ...]
+    what: str
+
+
+CHECKPOINT = Selection(checkpoint_files, CHECKPOINT_FILES, "checkpoint files")
+
+
+def _sizes(info, where: str, selection: Selection) -> dict[str, int]:
+    """{file: bytes} of the files `selection` picks among those the Hub lists for a repo."""
+    listed = {}
+    for sibling in info.siblings or []:
+        listed[sibling.rfilename] = sibling.lfs.size if sibling.lfs is not None else sibling.size
+    sizes = {name: listed[name] for name in selection.pick(listed, where)}
     unknown = [name for name, size in sizes.items() if not isinstance(size, int)]
     if unknown:
         raise HubError(f"{where}: the Hub did not give the size of {', '.join(unknown)}; not fetching it")
@@ -135,9 +159,10 @@ def _remember_ref(cache_dir: str | None, repo_id: str, revision: str, commit: st
     os.replace(tmp, path)
 
 
-def download(ref: str, cache_dir: str | None = None, max_bytes: int | None = None) -> Path:
+def download(ref: str, cache_dir: str | None = None, max_bytes: int | None = None,
+             selection: Selection = CHECKPOINT) -> Path:
     """A local snapshot folder of a Hub checkpoint repo at the pinned revision, holding only its
-    CHECKPOINT_FILES.
+    CHECKPOINT_FILES (or the files another `selection` picks).
 
     Online, the Hub's file list is read first: a repo without the checkpoint files, or whose files
     together exceed `max_bytes` (None: no limit), is refused before anything is
@@ -150,7 +175,7 @@ def download(ref: str, cache_dir: str | None = None, max_bytes: int | None = Non
 
     where = f"{repo_id}@{revision}" if revision else repo_id
     if is_offline():
-        return _from_cache(repo_id, revision, cache_dir, where, "offline (HF_HUB_OFFLINE=1)")
+        return _from_cache(repo_id, revision, cache_dir, where, "offline (HF_HUB_OFFLINE=1)", selection.patterns)
     try:
         info = huggingface_hub.HfApi().model_info(repo_id, revision=revision, files_metadata=True,
                                                   timeout=_TIMEOUT_S)
@@ -160,15 +185,15 @@ def download(ref: str, cache_dir: str | None = None, max_bytes: int | None = Non
         raise HubError(f"{where}: no such model repo on the Hub (or it is private)") from None
     except errors.HfHubHTTPError as e:  # the Hub is down: what the cache holds still loads
         status = e.response.status_code if e.response is not None else "an error"
-        return _from_cache(repo_id, revision, cache_dir, where, f"the Hub answered {status}")
+        return _from_cache(repo_id, revision, cache_dir, where, f"the Hub answered {status}", selection.patterns)
     except httpx.TransportError:
-        return _from_cache(repo_id, revision, cache_dir, where, "the Hub is unreachable")
+        return _from_cache(repo_id, revision, cache_dir, where, "the Hub is unreachable", selection.patterns)
     if not info.sha:
         raise HubError(f"{where}: the Hub did not name the commit it lists; not fetching it")
-    sizes = _checkpoint_sizes(info, where)
+    sizes = _sizes(info, where, selection)
     total = sum(sizes.values())
     if max_bytes is not None and total > max_bytes:
-        raise HubError(f"{where}: its checkpoint files are {_size(total)}; this app fetches at most "
+        raise HubError(f"{where}: its {selection.what} are {_size(total)}; this app fetches at most "
                        f"{_size(max_bytes)} from the Hub (EXPLORER_MAX_HUB_MB)")
     try:
         # At the commit whose sizes were checked: a branch that moves meanwhile changes nothing.

@@ -15,7 +15,7 @@ LAYERS = [
      "study_report"},
     {"layers", "data"},
     {"models", "augment", "folders", "checkpoints", "shared", "catalog"},
-    {"probe", "fitting", "backup"},
+    {"probe", "fitting", "backup", "convert"},
     {"transfer", "evaluate", "evidence"},
     {"train", "robustness", "workbench", "reports", "samples", "study"},
     {"finetune"},
