@@ -154,6 +154,17 @@ def model_card(card: dict) -> str:
                          f"weight decay {r.get('weight_decay')}, batch {r.get('batch_size')}, "
                          f"label smoothing {r.get('label_smoothing')}, augmentation {augment}, "
                          f"seed {r.get('seed')}; {took} at {stage.get('images_per_second')} images/s")
+    source = card.get("source") or {}
+    if source.get("source"):  # a model converted by explorer.convert
+        revision = f" at revision `{source['revision']}`" if source.get("revision") else ""
+        names = ("assumed: " if source.get("class_names_assumed") else "from ") + str(source.get("class_names_from"))
+        lines += ["", "## Source", "",
+                  f"Converted by `python -m explorer.convert` from `{source['source']}`{revision} "
+                  f"({source.get('format')}), a model of the keras.io example "
+                  "[Train a Vision Transformer on small datasets](https://keras.io/examples/vision/vit_small_ds/). "
+                  f"Class names {names}. What was mapped:", ""]
+        lines += [f"- {item}" for item in source.get("mapped") or []]
+        lines += [f"- dropped: {item}" for item in source.get("dropped") or []]
     history = card.get("history") or []
     if history:
         lines += ["", "## Training history", "",

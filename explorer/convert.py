@@ -60,6 +60,10 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 LABEL_FILES = ("labels.txt", "classes.txt", "class_names.txt", "labels.json", "classes.json", "class_names.json",
                "config.json")
 SAVEDMODEL_FILES = ("saved_model.pb", "keras_metadata.pb", "fingerprint.pb")
+KERAS3_FILES = ("config.json", "metadata.json", "model.weights.h5")  # a Keras 3 save with zipped=False
+# Where a model slot keeps the conversion of a Hub repo: inside the repo's cached snapshot, so that it is
+# made once per commit, counted in the Hub cache's size and removed with the repo when the cache is pruned.
+CONVERTED = "explorer-converted"
 
 # Augmentation layers that are the identity at inference (RandomCrop is not: it centre-crops).
 INACTIVE = {"RandomFlip", "RandomRotation", "RandomZoom", "RandomTranslation", "RandomContrast",
@@ -849,6 +853,8 @@ def _hub_files(listed: dict[str, int | None], where: str) -> list[str]:
     if {"saved_model.pb", "keras_metadata.pb"} <= top:
         variables = [name for name in listed if name.startswith("variables/variables.")]
         return [name for name in SAVEDMODEL_FILES if name in top] + sorted(variables) + labels
+    if {"config.json", "model.weights.h5"} <= top and "explorer.json" not in top:  # Keras 3's save to hf://
+        return [name for name in KERAS3_FILES if name in top] + [name for name in labels if name != "config.json"]
     archives = sorted(name for name in top if name.endswith(".keras"))
     if len(archives) == 1:
         return archives + labels
@@ -864,12 +870,25 @@ def _hub_files(listed: dict[str, int | None], where: str) -> list[str]:
     if h5:
         raise hub.HubError(f"{where} holds a Keras 2 HDF5 model ({', '.join(h5)}); only SavedModels and Keras 3 "
                            f".keras archives of the keras.io example can be converted")
-    raise hub.HubError(f"{where} holds no Keras model: neither a SavedModel (saved_model.pb, keras_metadata.pb, "
-                       f"variables/) nor a .keras archive")
+    raise hub.HubError(f"{where} holds no model this app reads: neither an explorer checkpoint (explorer.json) nor "
+                       f"a keras.io example model (a SavedModel: saved_model.pb, keras_metadata.pb, variables/; or a "
+                       f".keras archive)")
 
 
 HUB_SELECTION = hub.Selection(
-    _hub_files, (*SAVEDMODEL_FILES, "variables/variables.*", "*.keras", *LABEL_FILES), "model files")
+    _hub_files, (*SAVEDMODEL_FILES, "variables/variables.*", "*.keras", *KERAS3_FILES, *LABEL_FILES), "model files")
+
+
+def _app_files(listed: dict[str, int | None], where: str) -> list[str]:
+    """An explorer checkpoint's files when the repo is one, else those of a keras.io example model."""
+    if hub.CHECKPOINT_FILES[0] in listed:
+        return hub.checkpoint_files(listed, where)
+    return _hub_files(listed, where)
+
+
+# What a model slot fetches. Offline, the cache is asked for these patterns; a model card (README.md) is
+# not among them, since a repo of the example's keeps its own, which is never fetched.
+APP_SELECTION = hub.Selection(_app_files, (*HUB_SELECTION.patterns, hub.CHECKPOINT_FILES[0]), "model files")
 
 
 def locate(source: str | os.PathLike, cache_dir: str | None = None,
@@ -1005,12 +1024,18 @@ def convert(source: str | os.PathLike, out_dir: str | os.PathLike = "checkpoints
             cache_dir: str | None = None, max_hub_bytes: int | None = None) -> Path:
     """Converts a keras.io example model (local or on the Hub) into a new checkpoint folder under `out_dir`;
     returns it. Nothing is written unless everything maps."""
+    model_path, origin, labels_dir = locate(source, cache_dir, max_hub_bytes)
+    return _write(model_path, origin, labels_dir, out_dir, name or _default_name(origin, model_path))
+
+
+def _write(model_path: Path, origin: dict, labels_dir: Path | None, out_dir: str | os.PathLike, name: str,
+           exact: bool = False) -> Path:
+    """Reads, maps and writes one source model as the checkpoint `out_dir/name` (with `exact`; else the first
+    free name like it)."""
     from explorer.checkpoints import CheckpointError, unique_dir, validate_name, write_checkpoint
 
-    model_path, origin, labels_dir = locate(source, cache_dir, max_hub_bytes)
     mapping = map_example(read_source(model_path))
     class_names, assumed, names_from = class_names_for(labels_dir, mapping.num_classes)
-    name = name or _default_name(origin, model_path)
     try:
         validate_name(name)
     except CheckpointError as e:
@@ -1027,9 +1052,37 @@ def convert(source: str | os.PathLike, out_dir: str | os.PathLike = "checkpoints
                        "dropped": mapping.dropped, "tau": mapping.taus, "class_names_assumed": assumed,
                        "class_names_from": names_from}}
     try:
-        return write_checkpoint(model, unique_dir(out_dir, name), card)
+        return write_checkpoint(model, Path(out_dir) / name if exact else unique_dir(out_dir, name), card)
     except CheckpointError as e:
         raise ConvertError(str(e)) from None
+
+
+def hub_checkpoint(ref: str, cache_dir: str | None = None, max_hub_bytes: int | None = None) -> Path:
+    """The checkpoint folder a model slot loads for a Hub id: the repo's snapshot when it is an explorer
+    checkpoint; for a keras.io example model, its conversion, made on first use and kept in the snapshot
+    (CONVERTED). The size cap counts the files fetched; every failure is a ConvertError."""
+    from explorer.checkpoints import is_checkpoint, list_checkpoints
+
+    try:
+        folder = hub.download(ref, cache_dir=cache_dir, max_bytes=max_hub_bytes, selection=APP_SELECTION)
+        repo_id, revision = hub.parse_ref(ref)
+    except hub.HubError as e:
+        raise ConvertError(str(e)) from None
+    if is_checkpoint(folder):
+        return folder
+    found = list_checkpoints(folder / CONVERTED)
+    if found:
+        return found[0]
+    origin = {"source": repo_id, "revision": folder.name}
+    if revision and revision != folder.name:
+        origin["requested_revision"] = revision
+    name = _default_name(origin, folder)
+    try:
+        return _write(_model_path(folder), origin, folder, folder / CONVERTED, name, exact=True)
+    except ConvertError:
+        if is_checkpoint(folder / CONVERTED / name):  # another process converted it meanwhile
+            return folder / CONVERTED / name
+        raise
 
 
 def _preset(config: ViTConfig) -> str:

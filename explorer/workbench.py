@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer import plots, render
-from explorer.checkpoints import CheckpointError, list_checkpoints, load_checkpoint, read_card
+from explorer import convert, hub, plots, render
+from explorer.checkpoints import CheckpointError, list_checkpoints, load_folder, read_card, resolve
 from explorer.config import ViTConfig
 from explorer.probe import (
     TAU_FACTORS,
@@ -48,6 +48,7 @@ class LoadedModel:
     card: dict
     config: ViTConfig
     probe: Probe
+    folder: Path | None = None  # the checkpoint folder it was loaded from (a Hub id's: in the cache)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _what_if: WhatIfProbe | None = field(default=None, repr=False)
 
@@ -71,6 +72,12 @@ class LoadedModel:
     def label(self) -> str:
         return f"{self.name} ({self.config.variant})"
 
+    @property
+    def converted_from(self) -> dict | None:
+        """Where a model converted from the keras.io example came from (its card's `source`), else None."""
+        source = self.card.get("source")
+        return source if isinstance(source, dict) and source.get("kind") == convert.KIND else None
+
     def summary(self) -> dict:
         metrics = self.card.get("metrics", {})
         return {"name": self.name, "variant": self.config.variant, "preset": self.card.get("preset"),
@@ -78,13 +85,15 @@ class LoadedModel:
                 "classes": self.model.output_shape[-1], "parameters": int(self.model.count_params()),
                 "test_top1": metrics.get("test_top1"), "test_top5": metrics.get("test_top5"),
                 "epochs": self.card.get("training", {}).get("epochs"), "ref": self.ref,
-                "tau_mode": self.config.tau_mode if self.config.use_lsa else None}
+                "tau_mode": self.config.tau_mode if self.config.use_lsa else None,
+                "converted_from": self.converted_from}
 
 
 class ModelStore:
     """Loads checkpoints once (per reference) and keeps the most recently used ones in memory.
 
-    A reference is a folder under `root` (relative or absolute) or a Hub id `owner/name[@revision]`.
+    A reference is a folder under `root` (relative or absolute) or a Hub id `owner/name[@revision]`: an
+    explorer checkpoint, or a model of the keras.io example, converted once (explorer.convert.hub_checkpoint).
     Loading is serialised per reference, so concurrent requests for the same model load it once.
     """
 
@@ -120,6 +129,17 @@ class ModelStore:
             return str(Path(ref).resolve())
         return ref
 
+    def folder(self, key: str) -> Path:
+        """The checkpoint folder of a key: a local folder, or a Hub id's snapshot (or its conversion)."""
+        if Path(key).is_dir():
+            return Path(key)
+        if key.startswith("hf://") or hub.looks_like_repo_id(key):
+            try:
+                return convert.hub_checkpoint(key, cache_dir=self.cache_dir, max_hub_bytes=self.max_hub_bytes)
+            except convert.ConvertError as e:
+                raise CheckpointError(str(e)) from None
+        return resolve(key)  # not a checkpoint: its error says why
+
     def has(self, ref: str) -> bool:
         """Whether `ref` is loaded already."""
         with self._lock:
@@ -136,14 +156,15 @@ class ModelStore:
             with self._lock:
                 if key in self._models:
                     return self._models[key]
-            model, card = load_checkpoint(key, cache_dir=self.cache_dir, max_hub_bytes=self.max_hub_bytes)
+            folder = self.folder(key)
+            model, card = load_folder(folder)
             try:
                 config = ViTConfig.from_dict(card["config"])
             except (KeyError, TypeError, ValueError) as e:
                 raise CheckpointError(f"{ref}: its card has no valid model config ({e})") from None
             probe = Probe(model, config)
             probe(np.zeros((1, config.image_size, config.image_size, 3), np.uint8))  # compile now
-            loaded = LoadedModel(ref.strip(), model, card, config, probe)
+            loaded = LoadedModel(ref.strip(), model, card, config, probe, folder)
             with self._lock:
                 self._models[key] = loaded
                 while len(self._models) > self.capacity:
@@ -158,7 +179,9 @@ class ModelStore:
             if not ref:
                 raise CheckpointError(f"slot {tag} holds no model to fine-tune")
             lm = self.get(ref)
-            out.append((tag, f"{tag}: {lm.name}" if tag else lm.name, self.key(ref), lm.card))
+            # A converted Hub model is a checkpoint only in the cache: the worker loads that folder.
+            worker_ref = str(lm.folder) if lm.converted_from and lm.folder else self.key(ref)
+            out.append((tag, f"{tag}: {lm.name}" if tag else lm.name, worker_ref, lm.card))
         return out
 
     def loaded(self) -> list[LoadedModel]:

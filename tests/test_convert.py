@@ -353,3 +353,43 @@ def test_the_examples_default_size_converts(tmp_path_factory, tmp_path):
     card = read_card(folder)
     assert card["preset"] == "keras-io" and card["class_names"] == list(CIFAR100_CLASSES)
     assert card["dataset"]["name"] == "cifar100" and card["source"]["class_names_assumed"] is True
+
+
+def test_a_slot_converts_a_cached_hub_repo_once_and_the_cache_owns_the_result(keras2, tmp_path):
+    """Offline (conftest), from a Hugging Face cache holding the example's SavedModel: the app's model store
+    converts it on first use into the repo's snapshot, loads that afterwards, and pruning the cache removes it."""
+    from huggingface_hub import scan_cache_dir
+
+    from explorer.convert import CONVERTED
+    from explorer.hub import prune_cache
+    from explorer.workbench import ModelStore
+    from tests.conftest import populate_hf_cache
+
+    cache = tmp_path / "cache"
+    snapshot = populate_hf_cache(cache, "keras-io/vit-small", keras2 / "vanilla", COMMIT)
+    before = scan_cache_dir(cache).size_on_disk
+    lm = ModelStore(tmp_path / "root", cache_dir=str(cache)).get("keras-io/vit-small")
+    assert lm.folder == snapshot / CONVERTED / "keras-io-vit-small"
+    assert lm.converted_from["source"] == "keras-io/vit-small" and lm.converted_from["revision"] == COMMIT
+    np.testing.assert_allclose(probabilities(lm.model, np.load(keras2 / "images.npy")),
+                               np.load(keras2 / "vanilla.probs.npy"), atol=1e-5, rtol=0)
+    written = (lm.folder / "model.weights.h5").stat().st_mtime_ns
+    again = ModelStore(tmp_path / "root", cache_dir=str(cache)).get("keras-io/vit-small@main")
+    assert again.folder == lm.folder and (lm.folder / "model.weights.h5").stat().st_mtime_ns == written
+    # The conversion counts in the cache's size, and goes with its repo.
+    converted_bytes = sum(p.stat().st_size for p in lm.folder.rglob("*") if p.is_file())
+    assert scan_cache_dir(cache).size_on_disk == before + converted_bytes
+    assert prune_cache(cache, 0) == ["keras-io/vit-small"] and not snapshot.exists()
+
+
+def test_a_cached_repo_that_cannot_be_mapped_keeps_nothing(keras2, tmp_path):
+    from explorer.checkpoints import CheckpointError
+    from explorer.convert import CONVERTED
+    from explorer.workbench import ModelStore
+    from tests.conftest import populate_hf_cache
+
+    snapshot = populate_hf_cache(tmp_path / "cache", "someone/cnn", keras2 / "cnn", COMMIT)
+    store = ModelStore(tmp_path / "root", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(CheckpointError, match=r"layer 'rescaling' \(Rescaling\) \(layer 1 of the model\) is where"):
+        store.get("someone/cnn")
+    assert not (snapshot / CONVERTED).exists() or not any((snapshot / CONVERTED).iterdir())

@@ -58,6 +58,8 @@ class Slots:
         lines.append(f"**{s['name']}** · `{s['variant']}`{tau_mode} · {s['dataset']} ({s['classes']} classes) · "
                      f"{s['parameters']:,} parameters · test top-1 **{pct(s['test_top1'])}**, "
                      f"top-5 {pct(s['test_top5'])}{epochs}")
+        if s["converted_from"]:
+            lines.append(converted_note(s["converted_from"]))
         return "\n\n".join(lines)
 
     def card(self, ref: str | None) -> str:
@@ -117,6 +119,21 @@ def model_list(ex: Explorer, request=None) -> dict:
     a, b = ex.initial_refs()
     return {"models": listed, "loaded_from_hub": hub, "page_default": {"ref_a": a, "ref_b": b},
             "also": "any Hugging Face Hub id owner/name[@revision] of an explorer checkpoint"}
+
+
+FORMATS = {"keras2-savedmodel": "a Keras 2 SavedModel", "keras3-archive": "a Keras 3 .keras file"}
+
+
+def converted_note(source: dict) -> str:
+    """The slot's line for a model converted from the keras.io example: what it was, and its class names."""
+    revision = f" @ `{source['revision'][:10]}`" if source.get("revision") else ""
+    where = str(source.get("source"))
+    where = os.path.basename(where) if os.path.isabs(where) else where  # a local file: no server paths
+    names = (f"class names assumed: {source.get('class_names_from')}" if source.get("class_names_assumed")
+             else f"class names from its {source.get('class_names_from')}")
+    return (f"🔁 From the [keras.io example](https://keras.io/examples/vision/vit_small_ds/): "
+            f"`{where}`{revision}, {FORMATS.get(source.get('format'), source.get('format'))} "
+            f"converted into this app's layers (not evaluated here) · {names}")
 
 
 # The ablation's pairs, in the order a reader asks about them: the whole gain, each part, the parts apart.
