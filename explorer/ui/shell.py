@@ -55,9 +55,10 @@ class Slots:
         s = self.ex.model(ref, request).summary()
         tau_mode = f", tau per {s['tau_mode']}" if s["tau_mode"] else ""
         epochs = f" · {s['epochs']} epoch{'s' if s['epochs'] != 1 else ''}" if s["epochs"] else ""
+        scores = ("" if s["converted_from"] and s["test_top1"] is None  # its note says it was not evaluated
+                  else f" · test top-1 **{pct(s['test_top1'])}**, top-5 {pct(s['test_top5'])}")
         lines.append(f"**{s['name']}** · `{s['variant']}`{tau_mode} · {s['dataset']} ({s['classes']} classes) · "
-                     f"{s['parameters']:,} parameters · test top-1 **{pct(s['test_top1'])}**, "
-                     f"top-5 {pct(s['test_top5'])}{epochs}")
+                     f"{s['parameters']:,} parameters{scores}{epochs}")
         if s["converted_from"]:
             lines.append(converted_note(s["converted_from"]))
         return "\n\n".join(lines)
@@ -131,7 +132,7 @@ def converted_note(source: dict) -> str:
     where = os.path.basename(where) if os.path.isabs(where) else where  # a local file: no server paths
     names = (f"class names assumed: {source.get('class_names_from')}" if source.get("class_names_assumed")
              else f"class names from its {source.get('class_names_from')}")
-    return (f"🔁 From the [keras.io example](https://keras.io/examples/vision/vit_small_ds/): "
+    return (f"From the [keras.io example](https://keras.io/examples/vision/vit_small_ds/): "
             f"`{where}`{revision}, {FORMATS.get(source.get('format'), source.get('format'))} "
             f"converted into this app's layers (not evaluated here) · {names}")
 

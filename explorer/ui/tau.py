@@ -94,7 +94,7 @@ def build(ex: Explorer, page: Page) -> TauTab:
         gr.Markdown("LSA divides the attention logits by a learned temperature **tau** instead of the fixed "
                     "√d_k; a tau below √d_k sharpens attention.")
         tau_btn = gr.Button("Show tau")
-        with gr.Row():
+        with gr.Row(elem_id="tau-plots"):
             tau_plot = picture("tau per layer", show_label=False, value=drawn(plot))
             tau_hist = picture("tau over training", show_label=False, value=drawn(history))
         tau_frame = gr.Dataframe(table, interactive=False, wrap=True)
