@@ -18,6 +18,9 @@ is written: a model this cannot map exactly is refused with a ConvertError that 
     python -m explorer.convert keras-io/vit_small_ds_v2 --out checkpoints
     python -m explorer.convert path/to/saved_model_folder --name my-vit
     python -m explorer.convert vit_small_ds.keras
+
+The app's model slots take such a Hub id as they take a checkpoint's: `hub_checkpoint` converts it on first
+use into the repo's snapshot in the Hugging Face cache, which keeps it from then on.
 """
 
 from __future__ import annotations

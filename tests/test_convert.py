@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import keras
@@ -168,7 +169,6 @@ def test_the_current_examples_keras_archive_converts(tmp_path):
 
 
 def test_an_unzipped_keras3_save_converts_too(tmp_path):
-    import zipfile
     folder = tmp_path / "unzipped"
     zipfile.ZipFile(FIXTURES / "example_small.keras").extractall(folder)
     a = read_keras_archive(FIXTURES / "example_small.keras")
@@ -299,6 +299,9 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
              "labels.txt": "\n".join(f"label {i}" for i in range(10)).encode(), "history.json": b"{}"}
     hub.add_repo("keras-io/vit-small-ds-test", {COMMIT: files})
     hub.add_repo("someone/keras2-h5", {COMMIT: {"model.h5": b"\x89HDF\r\n", "README.md": b"#\n"}})
+    with zipfile.ZipFile(FIXTURES / "example_small.keras") as archive:  # as Keras 3's model.save("hf://...") does
+        unzipped = {name: archive.read(name) for name in ("config.json", "metadata.json", "model.weights.h5")}
+    hub.add_repo("someone/keras3-unzipped", {COMMIT: {**unzipped, "README.md": b"#\n"}})
     hub.start()
     try:
         out = tmp_path / "out"
@@ -313,6 +316,8 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
                                  capture_output=True, text=True, timeout=300)
         small = subprocess.run([*cli, "keras-io/vit-small-ds-test", "--name", "capped", "--max-mb", "0.01"],
                                env=hub_env(hub, tmp_path), cwd=ROOT, capture_output=True, text=True, timeout=300)
+        keras3 = subprocess.run([*cli, "someone/keras3-unzipped"], env=hub_env(hub, tmp_path), cwd=ROOT,
+                                capture_output=True, text=True, timeout=300)
     finally:
         hub.stop()
     folder = Path(run.stdout.strip().splitlines()[-1])
@@ -327,8 +332,14 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "someone/keras2-h5 holds a Keras 2 HDF5 model (model.h5)" in refused.stderr
     assert small.returncode == 2 and "its model files are" in small.stderr and "at most 10 kB" in small.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["keras-io-vit-small-ds-test"]
     assert not [name for repo, name in hub.fetched if repo == "someone/keras2-h5"]
+
+    assert keras3.returncode == 0, keras3.stderr[-3000:]
+    model, card = load_checkpoint(out / "someone-keras3-unzipped")
+    reference = np.load(FIXTURES / "example_small.npz")
+    np.testing.assert_allclose(probabilities(model, reference["images"]), reference["probs"], atol=1e-5, rtol=0)
+    assert card["source"]["format"] == "keras3-archive" and card["source"]["revision"] == COMMIT
+    assert sorted(p.name for p in out.iterdir()) == ["keras-io-vit-small-ds-test", "someone-keras3-unzipped"]
 
 
 @pytest.mark.slow
