@@ -878,8 +878,11 @@ def _hub_files(listed: dict[str, int | None], where: str) -> list[str]:
                        f".keras archive)")
 
 
-HUB_SELECTION = hub.Selection(
-    _hub_files, (*SAVEDMODEL_FILES, "variables/variables.*", "*.keras", *KERAS3_FILES, *LABEL_FILES), "model files")
+# Offline, the cache is asked for the files fetched whenever a repo has them (see hub.Selection): a
+# SavedModel's. An archive, or a name file, fetched for one repo may sit unfetched beside a SavedModel in
+# another; the readers check whatever is there.
+_ALWAYS = ("saved_model.pb", "keras_metadata.pb", "variables/variables.*")
+HUB_SELECTION = hub.Selection(_hub_files, _ALWAYS, "model files")
 
 
 def _app_files(listed: dict[str, int | None], where: str) -> list[str]:
@@ -889,9 +892,10 @@ def _app_files(listed: dict[str, int | None], where: str) -> list[str]:
     return _hub_files(listed, where)
 
 
-# What a model slot fetches. Offline, the cache is asked for these patterns; a model card (README.md) is
-# not among them, since a repo of the example's keeps its own, which is never fetched.
-APP_SELECTION = hub.Selection(_app_files, (*HUB_SELECTION.patterns, hub.CHECKPOINT_FILES[0]), "model files")
+# What a model slot fetches. Offline, the cache is asked for a checkpoint's card and a SavedModel's files:
+# an explorer checkpoint's other files may be a keras.io model's unfetched ones in another repo (and the
+# README of a repo of the example's is never fetched).
+APP_SELECTION = hub.Selection(_app_files, (hub.CHECKPOINT_FILES[0], *_ALWAYS), "model files")
 
 
 def locate(source: str | os.PathLike, cache_dir: str | None = None,

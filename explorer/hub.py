@@ -121,8 +121,9 @@ class Selection:
     Args:
         pick: (files the Hub lists, {path: bytes or None}; the repo's name for messages) -> the paths to
             fetch; raises HubError for a repo that holds nothing of the kind.
-        patterns: what `pick` may choose, as snapshot_download's allow_patterns: offline, with no list to
-            pick from, these are read from the cache.
+        patterns: snapshot_download's allow_patterns for the cache, offline, with no list to pick from.
+            huggingface_hub then checks that the cached snapshot holds every file of the repo's (cached)
+            listing that they match, so they name only files `pick` fetches whenever the repo has them.
         what: the files in words, for the size message ("its checkpoint files are 812 MB").
     """
 

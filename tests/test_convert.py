@@ -113,6 +113,8 @@ def test_a_keras2_savedmodel_converts_to_the_same_probabilities(keras2, tmp_path
 
     source = card["source"]
     assert source["kind"] == "keras-io-example" and source["format"] == "keras2-savedmodel"
+    readme = (folder / "README.md").read_text()  # the Hub's model card says it too
+    assert f"Converted by `python -m explorer.convert` from `{source['source']}` (keras2-savedmodel)" in readme
     assert source["source"] == str((keras2 / name).resolve()) and source["revision"] is None
     assert any("Normalization" in m and "preprocess mean" in m for m in source["mapped"])
     assert [d.split(" ")[1] for d in source["dropped"]] == ["(RandomFlip):", "(RandomRotation):", "(RandomZoom):"]
@@ -296,7 +298,8 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
     Hub; the real huggingface_hub client fetches it in a fresh process, the CLI converts it."""
     hub = FakeHub()
     files = {**repo_files(keras2 / "spt_lsa"), "README.md": b"# vit_small_ds\n",
-             "labels.txt": "\n".join(f"label {i}" for i in range(10)).encode(), "history.json": b"{}"}
+             "labels.txt": "\n".join(f"label {i}" for i in range(10)).encode(), "history.json": b"{}",
+             "old.keras": b"an archive beside the SavedModel: never fetched"}
     hub.add_repo("keras-io/vit-small-ds-test", {COMMIT: files})
     hub.add_repo("someone/keras2-h5", {COMMIT: {"model.h5": b"\x89HDF\r\n", "README.md": b"#\n"}})
     with zipfile.ZipFile(FIXTURES / "example_small.keras") as archive:  # as Keras 3's model.save("hf://...") does
@@ -310,7 +313,7 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
         fetched = {name for repo, name in hub.fetched if repo == "keras-io/vit-small-ds-test"}
-        assert "history.json" not in fetched and "README.md" not in fetched and "labels.txt" in fetched
+        assert not fetched & {"history.json", "README.md", "old.keras"} and "labels.txt" in fetched
 
         refused = subprocess.run([*cli, "someone/keras2-h5", "--name", "h5"], env=hub_env(hub, tmp_path), cwd=ROOT,
                                  capture_output=True, text=True, timeout=300)
@@ -333,6 +336,14 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
     assert "someone/keras2-h5 holds a Keras 2 HDF5 model (model.h5)" in refused.stderr
     assert small.returncode == 2 and "its model files are" in small.stderr and "at most 10 kB" in small.stderr
     assert not [name for repo, name in hub.fetched if repo == "someone/keras2-h5"]
+
+    # Offline now (this process), a model slot converts it from what the CLI left in the cache, whose file
+    # list names files never fetched.
+    from explorer.workbench import ModelStore
+    lm = ModelStore(tmp_path / "root", cache_dir=str(tmp_path / "hf" / "hub")).get("keras-io/vit-small-ds-test")
+    assert lm.converted_from["revision"] == COMMIT and lm.class_names == [f"label {i}" for i in range(10)]
+    np.testing.assert_allclose(probabilities(lm.model, np.load(keras2 / "images.npy")),
+                               np.load(keras2 / "spt_lsa.probs.npy"), atol=1e-5, rtol=0)
 
     assert keras3.returncode == 0, keras3.stderr[-3000:]
     model, card = load_checkpoint(out / "someone-keras3-unzipped")
