@@ -173,15 +173,15 @@ class ModelStore:
             return loaded
 
     def members(self, slots: list[tuple[str, str | None]]) -> list[tuple[str, str, str, dict]]:
-        """(tag, label, reference the worker loads, card) of each (tag, ref) to fine-tune."""
+        """(tag, label, checkpoint folder the worker loads, card) of each (tag, ref) to fine-tune."""
         out = []
         for tag, ref in slots:
             if not ref:
                 raise CheckpointError(f"slot {tag} holds no model to fine-tune")
             lm = self.get(ref)
-            # A converted Hub model is a checkpoint only in the cache: the worker loads that folder.
-            worker_ref = str(lm.folder) if lm.converted_from and lm.folder else self.key(ref)
-            out.append((tag, f"{tag}: {lm.name}" if tag else lm.name, worker_ref, lm.card))
+            # The folder it was loaded from: a Hub model's is in this store's cache (a converted one is a
+            # checkpoint only there), which the worker process would not know to look in.
+            out.append((tag, f"{tag}: {lm.name}" if tag else lm.name, str(lm.folder or self.key(ref)), lm.card))
         return out
 
     def loaded(self) -> list[LoadedModel]:
