@@ -119,7 +119,8 @@ def model_list(ex: Explorer, request=None) -> dict:
     hub = sorted({lm.ref for lm in ex.store.loaded() if ex.runs.is_hub(lm.ref)})
     a, b = ex.initial_refs()
     return {"models": listed, "loaded_from_hub": hub, "page_default": {"ref_a": a, "ref_b": b},
-            "also": "any Hugging Face Hub id owner/name[@revision] of an explorer checkpoint"}
+            "also": "any Hugging Face Hub id owner/name[@revision] of an explorer checkpoint, or of a "
+                    "model of the keras.io example vit_small_ds (converted on first use)"}
 
 
 FORMATS = {"keras2-savedmodel": "a Keras 2 SavedModel", "keras3-archive": "a Keras 3 .keras file"}
