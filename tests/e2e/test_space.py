@@ -37,7 +37,7 @@ def front_matter() -> dict:
 
 
 def test_the_front_matter_names_the_gradio_that_requirements_pin():
-    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (ROOT / "requirements.txt").read_text(), re.M))
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)", (ROOT / "requirements.txt").read_text(), re.M))
     meta = front_matter()
     assert meta["sdk"] == "gradio" and pins["gradio"] == meta["sdk_version"], (pins.get("gradio"), meta)
     assert meta["app_file"] == "app.py"
