@@ -22,7 +22,9 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +157,8 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
         raise StudyError(f"{path} lacks {', '.join(sorted(missing))}")
     trials = []
     seen = set()
+    required = set()
+    first_seeds = _int(spec.get("first_seeds", 3), "first_seeds")
     for i, size in enumerate(spec["sizes"]):
         where = f"{path.name}: sizes[{i}]"
         n = _int(size.get("train_images"), f"{where}.train_images")
@@ -166,13 +170,16 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
         variants = size.get("variants")
         if not isinstance(variants, list) or not variants or set(variants) - set(VARIANTS):
             raise StudyError(f"{where}.variants must be some of {list(VARIANTS)}, got {variants!r}")
-        for seed in seeds:
+        needed = _int(size.get("required_seeds", first_seeds), f"{where}.required_seeds", 0)
+        for k, seed in enumerate(seeds):
             for variant in variants:
                 trial = Trial(n, variant, _int(seed, f"{where}.seeds[]", 0), epochs, val_every)
                 if trial.name in seen:
                     raise StudyError(f"{where}: trial {trial.name} is listed twice")
                 seen.add(trial.name)
                 trials.append(trial)
+                if k < needed:
+                    required.add(trial.name)
     keep = spec.get("keep", {})
     train_args = spec.get("train_args", [])
     if not isinstance(train_args, list) or not all(isinstance(a, str) for a in train_args):
@@ -186,21 +193,25 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
                 split_seed=_int(spec.get("split_seed", 0), "split_seed", 0),
                 batch_size=_int(spec.get("batch_size", 128), "batch_size"), train_args=tuple(train_args),
                 trials=tuple(order_trials(trials, keep.get("seed", 0), keep.get("variants", ["vanilla", "spt_lsa"]),
-                                          _int(spec.get("first_seeds", 3), "first_seeds"))),
+                                          first_seeds, required)),
                 keep_dir=(path.parent / keep.get("dir", "../checkpoints/study")).resolve(),
                 keep_seed=keep.get("seed", 0), keep_variants=tuple(keep.get("variants", ["vanilla", "spt_lsa"])),
                 test_subset=spec.get("test_subset"))
 
 
-def order_trials(trials: list[Trial], keep_seed: int, keep_variants, first_seeds: int = 3) -> list[Trial]:
-    """The order Ray starts them in: the kept pair at every size (the app's checkpoints), then the kept
-    variants' other seeds among the first `first_seeds`, then the other variants' first seeds, then every
-    further seed; longest first within each, so that the last trials to start are short ones and the cores
-    stay busy to the end. A grid stopped at any point has its most needed trials done."""
+def order_trials(trials: list[Trial], keep_seed: int, keep_variants, first_seeds: int = 3,
+                 required: set[str] | None = None) -> list[Trial]:
+    """The order Ray starts them in: the kept pair at every size (the app's checkpoints), then the rest of
+    the required part (`required`, trial names: each size's first `required_seeds` seeds; all of the first
+    `first_seeds` when None), then the other trials among the first `first_seeds` seeds, then every further
+    seed; longest first within each, so that the last trials to start are short ones and the cores stay busy
+    to the end. A grid stopped at any point has its most needed trials done."""
     def tier(t: Trial) -> int:
         if t.seed == keep_seed and t.variant in keep_variants:
             return 0
-        return (1 if t.variant in keep_variants else 2) + (2 if t.seed >= first_seeds else 0)
+        if (t.name in required) if required is not None else t.seed < first_seeds:
+            return 1
+        return 2 if t.seed < first_seeds else 3
     return sorted(trials, key=lambda t: (tier(t), -t.images_seen, t.seed, t.variant))
 
 
@@ -364,11 +375,22 @@ def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, th
            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
            "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "tensorflow"),
            "OMP_NUM_THREADS": str(threads)}
-    if address:
-        ray.init(address=address, runtime_env={"env_vars": env}, include_dashboard=False)
-    else:
-        ray.init(num_cpus=cpus or os.cpu_count(), runtime_env={"env_vars": env}, include_dashboard=False)
+    # Ctrl-C stops the grid at once rather than after Tune's graceful stop (the trials go on training for its
+    # 10 s, then are killed anyway, and Tune's hint to restore its experiment does not apply here): the
+    # running trials' state is their backups, at their last completed epoch. SIGTERM (`kill`, a batch
+    # system's stop, a shutdown) does the same, also for a grid started in the background, where the shell
+    # has set SIGINT to be ignored (and it stays so).
+    sigint_setting = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+    handlers = _stop_on_signals()
+    _STOPPED_BY.clear()
     try:
+        if address:
+            ray.init(address=address, runtime_env={"env_vars": env}, include_dashboard=False)
+        else:
+            ray.init(num_cpus=cpus or os.cpu_count(), runtime_env={"env_vars": env}, include_dashboard=False)
+        if handlers:  # Ray's core worker installs its own SIGTERM handler (it aborts): ours again
+            signal.signal(signal.SIGTERM, _interrupt)
         # A new Tune experiment over the trials not yet recorded: finished ones are not scheduled at all,
         # and a trial that was running resumes from its backup (explorer.train --backup), which also holds
         # when the grid moved to another machine with the study folder and nothing of Ray's state.
@@ -380,32 +402,46 @@ def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, th
                            run_config=tune.RunConfig(name=experiment, storage_path=str(grid.folder / ".ray"),
                                                      callbacks=[Results()], verbose=1,
                                                      failure_config=tune.FailureConfig(max_failures=0)))
-        # Ctrl-C stops the grid at once rather than after Tune's graceful stop (the trials go on training
-        # for its 10 s, then are killed anyway, and Tune's hint to restore its experiment does not apply
-        # here): the running trials' state is their backups, at their last completed epoch.
-        sigint_setting = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
-        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-        try:
-            results = tuner.fit()
-        except KeyboardInterrupt:
-            print("stopped (Ctrl-C); running trials resume from their backups", file=sys.stderr, flush=True)
-        else:
-            for r in results:
-                if r.error is not None:
-                    print(f"trial {r.config.get('trial')} failed: {r.error}", file=sys.stderr, flush=True)
-        finally:
-            if sigint_setting is None:
-                os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
-            else:
-                os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = sigint_setting
+        results = tuner.fit()
+    except KeyboardInterrupt:
+        signal_name = _STOPPED_BY[-1] if _STOPPED_BY else "SIGINT"
+        print(f"stopped ({'Ctrl-C' if signal_name == 'SIGINT' else signal_name}); running trials resume from "
+              "their backups", file=sys.stderr, flush=True)
+    else:
+        for r in results:
+            if r.error is not None:
+                print(f"trial {r.config.get('trial')} failed: {r.error}", file=sys.stderr, flush=True)
     finally:
         ray.shutdown()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if sigint_setting is None:
+            os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+        else:
+            os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = sigint_setting
     write_results(grid)
     left = [t for t in todo if read_record(grid, t) is None]
     print(f"{grid.name}: {len(trials) - len(left)} of {len(trials)} trials done"
           + (f"; not finished: {', '.join(t.name for t in left)} (run the same command again to resume)"
              if left else ""), flush=True)
     return len(left)
+
+
+_STOPPED_BY: list[str] = []  # the signals _interrupt received (Tune may re-raise KeyboardInterrupt bare)
+
+
+def _interrupt(signum, frame):
+    _STOPPED_BY.append(signal.Signals(signum).name)
+    raise KeyboardInterrupt(_STOPPED_BY[-1])
+
+
+def _stop_on_signals() -> dict:
+    """SIGTERM, and SIGINT unless it is ignored (as a shell's `&` leaves it), raise KeyboardInterrupt in the
+    main thread; returns the handlers they had."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    signals = [signal.SIGTERM] + ([signal.SIGINT] if signal.getsignal(signal.SIGINT) != signal.SIG_IGN else [])
+    return {sig: signal.signal(sig, _interrupt) for sig in signals}
 
 
 # ---- plan -----------------------------------------------------------------------------------------------

@@ -59,6 +59,23 @@ def test_a_bad_grid_is_refused_with_the_field(tmp_path, change, message):
         read_grid(write_grid(tmp_path, {**TINY_GRID, **change}))
 
 
+def test_the_required_part_starts_before_the_extra_seeds(tmp_path):
+    """The kept pair first, then each size's `required_seeds` (the other variants' too), then the rest."""
+    spec = {**TINY_GRID, "first_seeds": 2, "sizes": [
+        {"train_images": 100, "epochs": 4, "seeds": [0, 1, 2], "variants": ["vanilla", "spt_lsa"]},
+        {"train_images": 100, "epochs": 4, "seeds": [0, 1], "variants": ["lsa"]},
+        {"train_images": 400, "epochs": 2, "required_seeds": 1, "seeds": [0, 1, 2],
+         "variants": ["vanilla", "spt_lsa"]}]}
+    names = [t.name for t in read_grid(write_grid(tmp_path, spec)).trials]
+    tiers = [names[:4], names[4:8], names[8:10], names[10:]]
+    assert set(tiers[0]) == {"n00400-vanilla-s0", "n00400-spt_lsa-s0", "n00100-vanilla-s0", "n00100-spt_lsa-s0"}
+    assert tiers[0][:2] == ["n00400-spt_lsa-s0", "n00400-vanilla-s0"]  # longest first
+    assert set(tiers[1]) == {"n00100-vanilla-s1", "n00100-spt_lsa-s1", "n00100-lsa-s0", "n00100-lsa-s1"}
+    assert set(tiers[2]) == {"n00400-vanilla-s1", "n00400-spt_lsa-s1"}
+    assert set(tiers[3]) == {"n00100-vanilla-s2", "n00100-spt_lsa-s2", "n00400-vanilla-s2", "n00400-spt_lsa-s2"}
+    assert tiers[3][:2] == ["n00400-spt_lsa-s2", "n00400-vanilla-s2"]
+
+
 def test_a_missing_or_broken_grid_file(tmp_path):
     with pytest.raises(StudyError, match="no grid file"):
         read_grid(tmp_path / "nope.json")
@@ -169,6 +186,46 @@ def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, da
                 np.testing.assert_allclose(a, b, atol=1e-6)
         else:
             assert not grid.checkpoint_dir(trial).exists()  # only the kept seed keeps its weights
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_grid_started_in_the_background(tmp_path, data_dir):
+    """`kill PID` (or a shell's `&`, which starts the grid with SIGINT ignored, then Ctrl-C is no use) stops
+    the grid as Ctrl-C does: at once, the running trial's backup kept, no Ray process left."""
+    import tempfile
+    spec = {**TINY_GRID, "sizes": [{"train_images": 400, "epochs": 40, "val_every": 10, "seeds": [0],
+                                    "variants": ["spt_lsa"]}]}
+    grid = read_grid(write_grid(tmp_path / "study", spec))
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+    log = open(tmp_path / "grid.log", "w")
+    driver = subprocess.Popen([sys.executable, "-m", "explorer.study", "run", str(grid.path), "--data-dir",
+                               str(data_dir), "--cpus", "1"], cwd=tmp_path, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 600
+        while not backup_epochs(grid.folder) and time.monotonic() < deadline:
+            assert driver.poll() is None, (tmp_path / "grid.log").read_text()[-3000:]
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGINT)  # ignored, as in a background job
+        time.sleep(1)
+        assert driver.poll() is None
+        driver.send_signal(signal.SIGTERM)  # the driver only, not its group
+        assert driver.wait(timeout=60) != 0
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        log.close()
+    text = (tmp_path / "grid.log").read_text()
+    assert "stopped (SIGTERM); running trials resume from their backups" in text, text[-3000:]
+    assert "not finished: n00400-spt_lsa-s0 (run the same command again to resume)" in text
+    assert 1 <= backup_epochs(grid.folder)["n00400-spt_lsa-s0"] < 40 and not list(grid.records.glob("*.json"))
+    deadline = time.monotonic() + 60
+    while ray_processes(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray_processes(ray_tmp) == [], "Ray processes left behind after SIGTERM"
 
 
 def test_ray_is_for_training_only():
