@@ -211,12 +211,12 @@ class ResultCache:
 
     def __init__(self, capacity: int = 128):
         self.capacity = capacity
-        self._items: OrderedDict[tuple, ProbeResult] = OrderedDict()
+        self._items: OrderedDict[tuple, tuple[ProbeResult, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, lm: LoadedModel, image: np.ndarray, factor: float = 1.0,
             diagonal_mask: bool | None = None) -> tuple[ProbeResult, float, bool]:
-        """(result, seconds the model took, whether it came from the cache).
+        """(result, seconds the model took (when it ran, for a cached result), whether it came from the cache).
 
         With the default factor and mask it is the learned model's probe; otherwise every layer's tau is
         multiplied by `factor` and the diagonal masked or not (None: as the model does), see WhatIfProbe.
@@ -226,13 +226,13 @@ class ResultCache:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return self._items[key], 0.0, True
+                return (*self._items[key], True)
         start = time.perf_counter()
         with lm.lock:  # one call at a time per model; rendering happens outside
             result = lm.probe(image[None]) if setting is None else lm.what_if_probe()(image[None], *setting)
         elapsed = time.perf_counter() - start
         with self._lock:
-            self._items[key] = result
+            self._items[key] = (result, elapsed)
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
         return result, elapsed, False
@@ -372,7 +372,8 @@ class WhatIf:
     maps: np.ndarray          # picture: the layer's heads from the query patch, learned row over what-if row
     entropy: np.ndarray       # (2, layers, heads): learned, what-if
     distance: np.ndarray      # (2, layers, heads)
-    seconds: float            # the what-if forward pass (0 when cached)
+    seconds: float            # the what-if forward pass (when it ran, for a cached one)
+    cached: bool = False
 
 
 def what_if(lm: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.ndarray, factor: float = 1.0,
@@ -384,7 +385,7 @@ def what_if(lm: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.
     """
     setting = what_if_setting(lm, factor, diagonal_mask) or (float(factor), lm.probe.diagonal_mask)
     learned = cache.get(lm, image)[0]
-    changed, seconds, _ = cache.get(lm, image, *setting)
+    changed, seconds, cached = cache.get(lm, image, *setting)
     config = lm.config
     grid = config.grid_size
     layer = int(np.clip(layer, 0, config.num_layers - 1))
@@ -396,7 +397,8 @@ def what_if(lm: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.
                                 col_labels=[f"L{layer} head {j}" for j in range(maps.shape[1])])
     return WhatIf(lm, setting[0], setting[1], layer, (row, col), top_k(lm, learned), top_k(lm, changed),
                   picture, np.stack([attention_entropy(a) for a in both]),
-                  np.stack([mean_attention_distance(a, grid, config.pixels_per_patch) for a in both]), seconds)
+                  np.stack([mean_attention_distance(a, grid, config.pixels_per_patch) for a in both]), seconds,
+                  cached)
 
 
 class PlotCache:

@@ -82,6 +82,9 @@ def test_results_are_cached_and_identical(ex, image_file):
     first = ui(ex).compare.compare(image_file, A, B)
     second = ui(ex).compare.compare(image_file, A, B)
     assert first[:2] == second[:2] and "cached" in second[2]
+    import re
+    took = lambda verdict: re.findall(r"Time: A (\d+) ms.* B (\d+) ms", verdict)  # noqa: E731
+    assert took(second[2]) == took(first[2]) != []  # a cached result says what it took when it ran
 
 
 def test_load_failure_keeps_the_previous_model(ex, tmp_path):

@@ -208,7 +208,7 @@ def build(ex: Explorer, page: Page) -> AttentionTab:
     # A new image or the button draws everything; a query click (one request), a layer or a head change
     # only what depends on them.
     attn_btn.click(tab.attention, inputs, [maps, rollout, caption, cell], api_name="attention", **attn)
-    page.upload.change(tab.attention, inputs, [maps, rollout, caption, cell], api_name=False, **attn)
+    gr.on(page.new_input(), tab.attention, inputs, [maps, rollout, caption, cell], api_name=False, **attn)
     gr.on([layer.change, head.change], tab.attention_query, inputs, query_outputs, api_name="attention_layer",
           **attn, **UNLISTED)
     gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn,
@@ -220,5 +220,6 @@ def build(ex: Explorer, page: Page) -> AttentionTab:
     page.extra["outline"] = (cell, OUTLINE_JS)  # the shell draws it once the page has loaded
     loc_inputs, loc_outputs = [page.upload, page.slot_a, page.slot_b, scope], [dist_plot, ent_plot, loc_table]
     loc_btn.click(as_pictures(tab.locality), loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)
-    page.upload.change(as_pictures(tab.locality), loc_inputs, loc_outputs, api_name=False, concurrency_limit=2)
+    gr.on(page.new_input(), as_pictures(tab.locality), loc_inputs, loc_outputs, api_name=False,
+          concurrency_limit=2)
     return tab

@@ -9,6 +9,8 @@ from explorer import reports
 from explorer.ui.context import Explorer, Page, initial
 from explorer.workbench import square, top_k
 
+OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this pair._"
+
 
 class CompareTab:
     def __init__(self, ex: Explorer):
@@ -42,7 +44,7 @@ class CompareTab:
                          f"B {'✔' if pred_b == truth else '✘'}")
 
         def timing(t, c):
-            return "cached" if c else f"{1000 * t:.0f} ms"
+            return f"{1000 * t:.0f} ms" + (" (cached)" if c else "")
 
         lines.append(f"Time: A {timing(t_a, c_a)} · B {timing(t_b, c_b)} (logits and all attention maps "
                      "in one call)")
@@ -87,8 +89,8 @@ def build(ex: Explorer, page: Page) -> CompareTab:
             n_test = gr.Slider(50, 10000, value=1000, step=50, label="test images (the first N; 10,000 = all of them)",
                                info=None if ex.tests.has_full() else "beyond the bundled 1,000, the full test set is "
                                                                      "downloaded once")
-            dis_btn = gr.Button("Find disagreements")
-            dis_summary = gr.Markdown()
+            dis_btn = gr.Button("Find disagreements", elem_id="dis-btn")
+            dis_summary = gr.Markdown(elem_id="dis-summary")
             # One above the other: side by side, the table's last column and the captions were cut.
             dis_table = gr.Dataframe(label="per-class top-1", interactive=False, wrap=True, elem_id="dis-table",
                                      headers=list(reports.Disagreements.COLUMNS))
@@ -97,7 +99,9 @@ def build(ex: Explorer, page: Page) -> CompareTab:
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [label_a, label_b, verdict]
     compare_btn.click(tab.compare, inputs, outputs, api_name="compare", concurrency_limit=4)
-    page.upload.change(tab.compare, inputs, outputs, api_name=False, concurrency_limit=4)
+    gr.on(page.new_input(), tab.compare, inputs, outputs, api_name=False, concurrency_limit=4)
     dis_btn.click(tab.disagreements, [page.slot_a, page.slot_b, n_test], [dis_summary, dis_table, dis_gallery],
                   api_name="disagreements")
+    gr.on(page.new_models(), lambda: (OTHER_MODELS, None, None), None, [dis_summary, dis_table, dis_gallery],
+          api_name=False, queue=False)
     return tab

@@ -62,6 +62,16 @@ class Page:
     first: str | None = None          # the example the page opens with, analysed when the app starts
     extra: dict = field(default_factory=dict)  # components one tab makes and another updates
     tab: gr.State | None = None       # the label of the tab this visitor has open (set by the shell)
+    loaded: tuple = ()                # States that change when a slot has loaded another model
+
+    def new_input(self) -> list:
+        """The events after which an image's analysis is out of date: a new image, or another model loaded
+        into a slot (a failed load keeps the slot's model, and its analysis)."""
+        return [self.upload.change, *self.new_models()]
+
+    def new_models(self) -> list:
+        """The events after which a report over the test set (made for the previous pair) is out of date."""
+        return [state.change for state in self.loaded]
 
 
 def initial(handler, *args, default=None):

@@ -24,7 +24,8 @@ TEXT = ("**Occlusion** hides one patch (or a window of patches) at a time and me
         "concentrated. **Shifts** move the test images by 1 to S pixels in each direction (and mirror them): "
         "a model that uses local structure the way a CNN does keeps its answers as the image moves.")
 TAB = "Evidence"
-STALE = "_A new image: open this tab or press **Show evidence**._"
+STALE = "_A new image or model: open this tab or press **Show evidence**._"
+OTHER_MODELS = "_Another model in a slot: press **Measure shift robustness** for this pair._"
 COLUMNS = ["model", "top-1", "top-1 at S px", "unchanged at 1 px", "unchanged at S px", "flipped: top-1",
            "flipped: unchanged"]
 
@@ -83,7 +84,8 @@ class EvidenceTab:
 
     def upload(self, open_tab: str, file, ref_a: str, ref_b: str, target: str, fill: str, window: float,
                max_shift: float, padding: str, request: gr.Request = None):
-        """A new image: analysed at once when this tab is open, otherwise left until the tab is opened."""
+        """A new image or model: analysed at once when this tab is open, otherwise left until the tab is
+        opened."""
         if open_tab != TAB or file is None:
             return None, STALE, None
         shown, text = self.evidence(file, ref_a, ref_b, target, fill, window, request)
@@ -195,13 +197,15 @@ def build(ex: Explorer, page: Page) -> EvidenceTab:
     occ_inputs = [page.upload, page.slot_a, page.slot_b, target, fill, window]
     occ_btn.click(tab.evidence, occ_inputs, [occ_map, occ_text], api_name="evidence", concurrency_limit=4)
     strip_inputs = [page.upload, page.slot_a, page.slot_b, max_shift, padding]
-    # A new image is analysed here only while the tab is open, or when it is opened: an upload made on
-    # another tab costs no occlusion pass.
-    page.upload.change(tab.upload, [page.tab] + occ_inputs + [max_shift, padding], [occ_map, occ_text, strip],
-                       api_name=False, concurrency_limit=4)
+    # A new image (or model) is analysed here only while the tab is open, or when it is opened: an upload
+    # made on another tab costs no occlusion pass.
+    gr.on(page.new_input(), tab.upload, [page.tab] + occ_inputs + [max_shift, padding], [occ_map, occ_text, strip],
+          api_name=False, concurrency_limit=4)
     evidence_tab.select(tab.evidence, occ_inputs, [occ_map, occ_text], api_name=False, concurrency_limit=4)
     gr.on([evidence_tab.select, max_shift.release, padding.change], tab.shift_strip, strip_inputs, [strip],
           api_name="shift_strip", concurrency_limit=4)
     rob_btn.click(as_pictures(tab.robustness), [page.slot_a, page.slot_b, count, max_shift, padding],
                   [rob_plot, rob_table, rob_text], api_name="robustness", concurrency_limit=2)
+    gr.on(page.new_models(), lambda: (None, None, OTHER_MODELS), None, [rob_plot, rob_table, rob_text],
+          api_name=False, queue=False)
     return tab

@@ -71,7 +71,7 @@ def build(ex: Explorer, slot_b: gr.Dropdown, classes: list[str], first: Example 
     if found:
         # A click puts the file in the upload, whose change fills every tab.
         gr.Examples([[e.path] for e in found], [upload], elem_id="examples",
-                    label="Examples: click one (true label · who is right)",
+                    label="Examples: click one (true label · who is right, of the shipped pair)",
                     example_labels=[f"{e.label} · {CASES.get(e.case, e.case)}" for e in found])
     with gr.Row():
         sample_class = gr.Dropdown(classes, value="random", label="Test sample of class", scale=2)

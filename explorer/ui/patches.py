@@ -53,5 +53,5 @@ def build(ex: Explorer, page: Page) -> PatchesTab:
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [grid_plain, grids, patch_note]
     patches_btn.click(tab.patches, inputs, outputs, api_name="patches", concurrency_limit=4)
-    page.upload.change(tab.patches, inputs, outputs, api_name=False, concurrency_limit=4)
+    gr.on(page.new_input(), tab.patches, inputs, outputs, api_name=False, concurrency_limit=4)
     return tab

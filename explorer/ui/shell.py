@@ -213,7 +213,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
             with gr.Column(scale=1, min_width=260):
                 upload = images.build(ex, slot_b, _classes(ex, refs[1]), first)
             with gr.Column(scale=3):
-                page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"))
+                page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"),
+                            loaded=(prev_a, prev_b))
                 with gr.Tabs() as tabs:
                     compare.build(ex, page)
                     patches.build(ex, page)

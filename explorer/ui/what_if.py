@@ -28,7 +28,7 @@ PRESS = "_Press **What if** for this image._"
 def summary_line(name: str, w) -> str:
     own = "on" if w.model.probe.diagonal_mask else "off"
     (top, p), (top_w, p_w) = next(iter(w.top5.items())), next(iter(w.top5_what_if.items()))
-    timing = "cached" if w.seconds == 0 else f"{1000 * w.seconds:.0f} ms"
+    timing = f"{1000 * w.seconds:.0f} ms" + (" (cached)" if w.cached else "")
     return (f"**{name}** · τ × {w.factor:g}, diagonal mask {'on' if w.diagonal_mask else 'off'} (learned: {own}) · "
             f"top-1 **{top}** {pct(p)} → **{top_w}** {pct(p_w)} · mean entropy "
             f"{w.entropy[0].mean():.2f} → {w.entropy[1].mean():.2f} nats · mean distance "
@@ -104,7 +104,8 @@ def build(ex: Explorer, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.Nu
     button.click(tab.what_if, [page.upload, page.slot_a, page.slot_b, layer, qy, qx, factor_a, mask_a, factor_b,
                                mask_b], [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name="what_if",
                  concurrency_limit=4, concurrency_id="attention")
-    # A new image: the shown what-if was another image's; nothing is computed until What if is pressed.
-    page.upload.change(lambda: (None,) * 6 + (PRESS,), None,
-                       [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name=False, queue=False)
+    # A new image or another model: the shown what-if is out of date; nothing is computed until What if
+    # is pressed.
+    gr.on(page.new_input(), lambda: (None,) * 6 + (PRESS,), None,
+          [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name=False, queue=False)
     return tab

@@ -155,7 +155,7 @@ def test_evidence_follows_a_new_image_when_the_tab_is_open_or_opened(page):
     page.wait_for_function(f"() => /True label {third.label}/.test(document.querySelector('#verdict').innerText)",
                            timeout=30_000)
     # The notice is its own event: under load it may land after Compare's verdict, so wait for it here.
-    page.wait_for_function("() => /A new image: open this tab/.test("
+    page.wait_for_function("() => /A new image or model: open this tab/.test("
                            "(document.querySelector('#evidence-summary') || {}).textContent || '')", timeout=30_000)
     assert page.locator("#occlusion img").count() == 0
     page.get_by_role("tab", name="Evidence").click()
@@ -165,3 +165,66 @@ def test_evidence_follows_a_new_image_when_the_tab_is_open_or_opened(page):
     page.wait_for_selector("#occlusion img", timeout=30_000)
     assert page.locator("#occlusion img").get_attribute("src") != src
     page.wait_for_selector("#shift-strip img", timeout=30_000)
+
+
+def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(browser, tmp_path, tiny_checkpoints,
+                                                                             cifar10, data_dir):
+    """The Small data tab: its sizes, a pick that loads that size's pair, and the image analysed again for
+    the new pair (Compare's top-5, a what-if and the disagreements made for the old pair cleared); then
+    a model typed into a slot: B's model in A gives A the same top-5 as B."""
+    from explorer.checkpoints import update_card
+    from explorer.fitting import TrainConfig
+    from explorer.train import train_new
+    from tests.conftest import tiny_config
+    from tests.e2e.conftest import start_app
+    root = tmp_path / "checkpoints"
+    for variant, path in tiny_checkpoints.items():
+        shutil.copytree(path, root / f"cifar10-{variant}")
+        update_card(root / f"cifar10-{variant}", dataset={"train_images": 45000})
+    # The 1,000-image pair: another ViT (trained on other images), and the shipped SPT + LSA's weights.
+    other = train_new(tiny_config(variant="vanilla"), "tiny", cifar10.subset(train=256, test=64, seed=7),
+                      TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25, seed=7), tmp_path / "o",
+                      name="cifar10-1000-vanilla", verbose=0)
+    shutil.copytree(other["checkpoint"], root / "study" / "cifar10-1000-vanilla")
+    shutil.copytree(tiny_checkpoints["spt_lsa"], root / "study" / "cifar10-1000-spt_lsa")
+    for variant in ("vanilla", "spt_lsa"):
+        update_card(root / "study" / f"cifar10-1000-{variant}", dataset={"train_images": 1000})
+    (root / "study" / "results.csv").write_text("train_images,variant,seed,test_top1,trial\n" + "".join(
+        f"1000,{v},{s},{0.3 + (0.05 if v == 'spt_lsa' else 0) + s / 100},t{v}{s}\n"
+        for v in ("vanilla", "spt_lsa") for s in range(3)))
+    proc, url, log = start_app(root, data_dir=data_dir)
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(url)
+        page.wait_for_function("() => /both say|disagree/.test((document.querySelector('#verdict') || {})"
+                               ".innerText || '')", timeout=60_000)
+        label_a = page.locator("#label-a").inner_text()
+        page.get_by_text("Find disagreements on the test set").click()
+        page.click("#dis-btn")
+        page.wait_for_function("() => /they disagree on/.test((document.querySelector('#dis-summary') || {})"
+                               ".innerText || '')", timeout=60_000)
+        page.get_by_role("tab", name="Small data").click()
+        sizes = page.locator("#data-size label")
+        assert [sizes.nth(i).inner_text().strip() for i in range(sizes.count())] == ["1,000", "45,000"]
+        assert page.locator("#data-size-tables table").count() >= 2 and "+5.00 ± 0.00" in page.inner_text(
+            "#data-size-tables")
+        sizes.first.click()
+        page.wait_for_function("() => document.querySelector('input[aria-label=\"Model A\"]').value"
+                               " === 'small data · 1,000 images · ViT'", timeout=30_000)
+        assert page.locator('input[aria-label="Model B"]').input_value() == "small data · 1,000 images · SPT + LSA"
+        page.wait_for_function("() => /cifar10-1000-vanilla/.test(document.body.innerText)", timeout=60_000)
+        page.wait_for_function("(before) => document.querySelector('#label-a').innerText !== before",
+                               arg=label_a, timeout=60_000)
+        page.wait_for_function("() => /Another model in a slot: press Find disagreements/.test("
+                               "document.querySelector('#dis-summary').innerText)", timeout=30_000)
+        # B's model typed into slot A: the same weights, the same top-5.
+        box = page.locator('input[aria-label="Model A"]')
+        box.fill("study/cifar10-1000-spt_lsa")
+        box.press("Enter")
+        page.wait_for_function("() => document.querySelector('#label-a').innerText.replace('Model A', '')"
+                               " === document.querySelector('#label-b').innerText.replace('Model B', '')",
+                               timeout=60_000)
+        page.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
