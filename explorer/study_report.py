@@ -53,6 +53,28 @@ def paired_gaps(rows: list[dict], a: str = "vanilla", b: str = "spt_lsa") -> dic
     return out
 
 
+# Student's t, two-sided 95 %, by degrees of freedom (seeds - 1): the interval of a mean gap over few seeds.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t95(df: int) -> float:
+    """The two-sided 95 % quantile of Student's t with `df` degrees of freedom (from the table; above 30,
+    1.96; between entries, the next smaller df's, which is wider)."""
+    if df >= 31:
+        return 1.96
+    return T95[max(k for k in T95 if k <= df)]
+
+
+def interval(gaps) -> tuple[float, float] | None:
+    """The 95 % confidence interval of the mean paired gap (t over seeds - 1 degrees of freedom)."""
+    gaps = np.asarray(gaps, float)
+    if len(gaps) < 2:
+        return None
+    half = t95(len(gaps) - 1) * gaps.std(ddof=1) / np.sqrt(len(gaps))
+    return float(gaps.mean() - half), float(gaps.mean() + half)
+
+
 def _pct(v: float | None, digits: int = 2) -> str:
     return "–" if v is None else f"{100 * v:.{digits}f}"
 
@@ -78,19 +100,17 @@ def curve_table(rows: list[dict]) -> str:
 
 
 def gap_table(rows: list[dict]) -> str:
-    lines = ["| train images | seeds | SPT+LSA − ViT, mean ± std (points) | per seed | seed noise (std of ViT, "
-             "of SPT+LSA) | gap / its standard error |", "|---:|---:|---:|---|---|---:|"]
+    lines = ["| train images | seeds | SPT+LSA − ViT (points) | per seed | seed std: ViT, SPT+LSA | 95 % interval |",
+             "|---:|---:|---:|---|---|---|"]
     s = summary(rows)
     for n, g in paired_gaps(rows).items():
         per_seed = ", ".join(f"{100 * x:+.2f}" for x in g["gaps"])
         noise = ", ".join(_pct(s[(n, v)]["std"]) if (n, v) in s and s[(n, v)]["n"] > 1 else "–"
                           for v in ("vanilla", "spt_lsa"))
-        spread, ratio = f"{100 * g['mean']:+.2f}", "–"
-        if g["std"] is not None:  # two seeds or more
-            spread += f" ± {100 * g['std']:.2f}"
-            if g["std"] > 1e-9:
-                ratio = f"{g['mean'] / (g['std'] / np.sqrt(len(g['gaps']))):.1f}"
-        lines.append(f"| {n:,} | {len(g['seeds'])} | {spread} | {per_seed} | {noise} | {ratio} |")
+        spread = f"{100 * g['mean']:+.2f}" + (f" ± {100 * g['std']:.2f}" if g["std"] is not None else "")
+        ci = interval(g["gaps"])
+        shown = "–" if ci is None else f"{100 * ci[0]:+.2f} to {100 * ci[1]:+.2f}"
+        lines.append(f"| {n:,} | {len(g['seeds'])} | {spread} | {per_seed} | {noise} | {shown} |")
     return "\n".join(lines)
 
 
@@ -98,6 +118,8 @@ def corners_table(rows: list[dict]) -> str:
     """The 2x2 at each size where all four variants ran: mean test top-1 and the change over the ViT."""
     s = summary(rows)
     sizes = [n for n in sorted({n for n, _ in s}) if all((n, v) in s for v in ORDER)]
+    if not sizes:
+        return "None yet: no size has all four variants."
     lines = ["| train images | " + " | ".join(NAMES[v] for v in ORDER) + " |", "|---:|" + "---:|" * len(ORDER)]
     for n in sizes:
         base = s[(n, "vanilla")]["mean"]
@@ -112,7 +134,9 @@ def markdown(rows: list[dict]) -> str:
         return "No trial has finished yet."
     return "\n\n".join([
         "Test top-1 (%) on all 10,000 test images, mean ± sample std over seeds (how many):", curve_table(rows),
-        "The paired gap, seed by seed (the same seed gives both models the same augmentation and order):",
+        "The paired gap, seed by seed (the same seed gives both models the same augmentation and order), "
+        "with the 95 % interval of its mean (Student's t over the seeds): where it excludes 0, the gap is "
+        "larger than the seed-to-seed noise:",
         gap_table(rows), "The 2x2 where all four variants ran (mean test top-1, change over the ViT in points):",
         corners_table(rows)])
 

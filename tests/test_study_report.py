@@ -30,13 +30,23 @@ def test_the_gap_pairs_seeds_and_skips_unpaired_ones():
     assert gaps[20000]["seeds"] == [0] and gaps[20000]["std"] is None  # seed 1 of SPT+LSA has no ViT
 
 
+def test_the_interval_of_the_mean_gap():
+    lo, hi = study_report.interval([0.05, 0.04, 0.07])
+    half = 4.303 * np.std([0.05, 0.04, 0.07], ddof=1) / np.sqrt(3)
+    assert (lo, hi) == pytest.approx((0.16 / 3 - half, 0.16 / 3 + half))
+    assert study_report.interval([0.05]) is None
+    assert study_report.t95(12) == study_report.T95[10] and study_report.t95(100) == 1.96
+
+
 def test_markdown_tables():
     text = study_report.markdown(ROWS)
     assert "| 1,000 | 31.00 ± 1.00 (3) | 30.00 (1) | 34.00 (1) | 36.33 ± 1.53 (3) |" in text
-    assert "| 1,000 | 3 | +5.33 ± 1.53 | +5.00, +4.00, +7.00 |" in text
+    assert "| 1,000 | 3 | +5.33 ± 1.53 | +5.00, +4.00, +7.00 | 1.00, 1.53 | +1.54 to +9.13 |" in text
     assert "| 1,000 | 31.00 (3) | 30.00 (1), -1.00 | 34.00 (1), +3.00 | 36.33 (3), +5.33 |" in text
     assert "20,000 |" in text.split("2x2")[0] and "20,000" not in text.split("2x2")[1]  # not all four there
     assert study_report.markdown([]) == "No trial has finished yet."
+    three = [r for r in ROWS if r["variant"] != "lsa"]
+    assert "None yet: no size has all four variants." in study_report.markdown(three)
 
 
 def test_curve_figure_draws_lines_bands_and_stars():
