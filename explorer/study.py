@@ -327,7 +327,8 @@ def read_results(path: str | os.PathLike) -> list[dict]:
 
 
 def report(grid: Grid) -> list[Path]:
-    """results.csv, RESULTS.md (the tables) and curve.png (the figure) in the study folder, from the records."""
+    """results.csv, RESULTS.md (the tables) and curve.png (the figure) in the study folder, from the records;
+    and the tables in the README beside the study folder, where it has the markers for them."""
     from PIL import Image
 
     from explorer import study_report
@@ -340,7 +341,12 @@ def report(grid: Grid) -> list[Path]:
         f"# {grid.name}: results\n\nWritten by `python -m explorer.study report` from {len(rows)} finished "
         f"trials of {len(grid.trials)} (results.csv).\n\n{markdown}\n\n![curve](curve.png)\n")
     Image.fromarray(figure_to_array(study_report.curve_figure(rows, shipped))).save(grid.folder / "curve.png")
-    return [grid.results_csv, grid.folder / "RESULTS.md", grid.folder / "curve.png"]
+    written = [grid.results_csv, grid.folder / "RESULTS.md", grid.folder / "curve.png"]
+    readme = grid.folder.parent / "README.md"  # the project's, for the grid in its study folder
+    if readme.is_file() and study_report.tables_block(readme.read_text()) is not None:
+        readme.write_text(study_report.with_tables(readme.read_text(), rows))
+        written.append(readme)
+    return written
 
 
 # ---- the grid on Ray Tune --------------------------------------------------------------------------------

@@ -141,6 +141,22 @@ def markdown(rows: list[dict]) -> str:
         corners_table(rows)])
 
 
+BEGIN, END = "<!-- study tables: written by `python -m explorer.study report` -->", "<!-- /study tables -->"
+
+
+def tables_block(text: str) -> str | None:
+    """The study's tables in a page (README.md) between the markers, or None when it has none."""
+    if BEGIN not in text or END not in text:
+        return None
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+
+
+def with_tables(text: str, rows: list[dict]) -> str:
+    """The page with its study tables (between the markers) written from `rows`."""
+    head, rest = text.split(BEGIN, 1)
+    return f"{head}{BEGIN}\n{markdown(rows)}\n{END}{rest.split(END, 1)[1]}"
+
+
 def shipped_points(checkpoints: str | os.PathLike, dataset: str = "cifar10",
                    variants=("vanilla", "spt_lsa")) -> dict[str, dict]:
     """The shipped full-data models' cards, variant -> {train_images, test_top1, epochs}: the curve's

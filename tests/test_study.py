@@ -228,6 +228,18 @@ def test_sigterm_stops_a_grid_started_in_the_background(tmp_path, data_dir):
     assert ray_processes(ray_tmp) == [], "Ray processes left behind after SIGTERM"
 
 
+def test_the_readme_tables_are_the_study_results():
+    """The README's small-data tables are what `explorer.study report` writes from study/results.csv, and the
+    app's copy of the results is the same file."""
+    from explorer import study_report
+    rows = read_results(ROOT / "study" / "results.csv")
+    block = study_report.tables_block((ROOT / "README.md").read_text())
+    assert block == study_report.markdown(rows), "run python -m explorer.study report"
+    shipped = (ROOT / "checkpoints" / "study" / "results.csv").read_bytes()
+    assert shipped == (ROOT / "study" / "results.csv").read_bytes()
+    assert {r["trial"] for r in rows} == {p.stem for p in (ROOT / "study" / "cards").glob("*.json")}
+
+
 def test_ray_is_for_training_only():
     """Ray is in what training and CI install, never in what a Space installs, and only `run` imports it."""
     lines = lambda name: [line.split("#")[0].strip() for line in (ROOT / name).read_text().splitlines()]  # noqa: E731
