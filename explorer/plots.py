@@ -178,13 +178,21 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
 
 
 def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[str, tuple[float, float]] | None = None,
-                    note: str = "", colors: dict[str, str] | None = None) -> Figure:
+                    note: str = "", colors: dict[str, str] | None = None, gaps: dict[int, dict] | None = None,
+                    gap_marker: tuple[float, float, str] | None = None, gap_label: str = "") -> Figure:
     """Test top-1 against training-set size on a log axis: one line per variant (label -> sizes, means,
     stds) with a mean ± std band, and single points drawn apart as star markers (label -> (size, top-1)),
-    for example models trained with another, longer recipe. `colors`: label -> colour (else by order)."""
+    for example models trained with another, longer recipe. `colors`: label -> colour (else by order).
+
+    With `gaps` (size -> {"gaps": per seed, "mean", "interval": (low, high) or None}) a second panel shows
+    the paired gap against the same sizes: each seed's gap, the mean with its 95 % interval, zero, and
+    `gap_marker` (size, gap, label) as a star."""
     colors = colors or {}
-    fig = _figure((7.0, 4.0))
-    ax = fig.add_subplot()
+    fig = _figure((11.0, 4.0) if gaps else (7.0, 4.0))
+    if gaps:
+        ax, gap_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    else:
+        ax, gap_ax = fig.add_subplot(), None
     if not curves and not markers:
         return _no_data(fig, "no finished trials yet")
     for k, (label, (sizes, means, stds)) in enumerate(curves.items()):
@@ -207,7 +215,38 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     if note:
         ax.set_title(note, fontsize="small")
     ax.legend(fontsize="small", loc="lower right")
+    if gap_ax is not None:
+        _gap_panel(gap_ax, gaps, gap_marker, gap_label, ticks)
     return fig
+
+
+def _gap_panel(ax, gaps: dict[int, dict], marker, label: str, ticks: list[int]) -> None:
+    sizes = sorted(gaps)
+    for n in sizes:
+        seeds = 100 * np.asarray(gaps[n]["gaps"], np.float64)
+        ax.scatter(np.full(len(seeds), n), seeds, s=14, color="0.55", zorder=2,
+                   label="one seed" if n == sizes[0] else None)
+    means = np.array([100 * gaps[n]["mean"] for n in sizes])
+    ax.plot(sizes, means, color="black", marker="o", zorder=3, label="mean")
+    with_ci = [n for n in sizes if gaps[n].get("interval")]
+    if with_ci:
+        lo = np.array([100 * gaps[n]["interval"][0] for n in with_ci])
+        hi = np.array([100 * gaps[n]["interval"][1] for n in with_ci])
+        mid = np.array([100 * gaps[n]["mean"] for n in with_ci])
+        ax.errorbar(with_ci, mid, yerr=[mid - lo, hi - mid], fmt="none", ecolor="black", capsize=4,
+                    linewidth=1.2, zorder=3, label="95 % interval of the mean")
+    if marker is not None:
+        ax.scatter([marker[0]], [100 * marker[1]], marker="*", s=140, color="0.35", edgecolors="black",
+                   linewidths=0.6, zorder=4, label=marker[2])
+    ax.axhline(0, color="0.3", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("training images (log scale)")
+    ax.set_ylabel(label or "gap (points)")
+    ax.grid(alpha=0.3)
+    ax.set_title("the paired gap, seed by seed", fontsize="small")
+    ax.legend(fontsize="small", loc="best")
 
 
 def figure_to_array(fig: Figure) -> np.ndarray:

@@ -176,7 +176,8 @@ def shipped_points(checkpoints: str | os.PathLike, dataset: str = "cifar10",
 
 def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None):
     """The study's figure: test top-1 against training-set size, a line and mean ± std band per variant,
-    the shipped pair as stars."""
+    the shipped pair as stars; beside it the paired gap per size (each seed, the mean and its 95 %
+    interval; the shipped pair's gap as a star)."""
     from explorer.plots import model_color, plot_data_curve
     s = summary(rows)
     curves, markers, colors = {}, {}, {}
@@ -190,5 +191,12 @@ def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None):
         label = f"{NAMES[v]}, shipped ({epochs}staged recipe)"
         markers[label] = (point["train_images"], point["test_top1"])
         colors[label] = model_color(VARIANT_COLOR[v])
+    gaps = {n: {**g, "interval": interval(g["gaps"])} for n, g in paired_gaps(rows).items()}
+    pair = shipped or {}
+    gap_marker = None
+    if {"vanilla", "spt_lsa"} <= set(pair) and pair["vanilla"]["train_images"] == pair["spt_lsa"]["train_images"]:
+        gap_marker = (pair["spt_lsa"]["train_images"], pair["spt_lsa"]["test_top1"] - pair["vanilla"]["test_top1"],
+                      "shipped pair (staged recipe)")
     return plot_data_curve(curves, markers, note="one recipe for every size; band: ± one std over seeds",
-                           colors=colors)
+                           colors=colors, gaps=gaps or None, gap_marker=gap_marker,
+                           gap_label=f"{NAMES['spt_lsa']} − {NAMES['vanilla']} (points)")

@@ -51,8 +51,16 @@ def test_markdown_tables():
 
 def test_curve_figure_draws_lines_bands_and_stars():
     fig = study_report.curve_figure(ROWS, {"vanilla": {"train_images": 45000, "test_top1": 0.77, "epochs": 200}})
-    ax = fig.axes[0]
+    ax, gap = fig.axes
     assert ax.get_xscale() == "log" and len(ax.get_lines()) == 4 and len(ax.collections) == 4 + 1
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "ViT, shipped (200 epochs, staged recipe)" in labels and "SPT + LSA" in labels
     assert figure_to_array(fig).shape[2] == 3
+    # The gap panel: a mean per size with both models, the 95 % interval where there are two seeds or more.
+    assert list(gap.get_lines()[0].get_xdata()) == [1000, 20000]
+    assert list(gap.get_lines()[0].get_ydata()) == pytest.approx([100 * 0.16 / 3, 2.0])
+    assert "95 % interval of the mean" in [t.get_text() for t in gap.get_legend().get_texts()]
+    full = study_report.curve_figure(ROWS, {"vanilla": {"train_images": 45000, "test_top1": 0.77},
+                                            "spt_lsa": {"train_images": 45000, "test_top1": 0.80}})
+    stars = [c for c in full.axes[1].collections if c.get_label() == "shipped pair (staged recipe)"]
+    assert len(stars) == 1 and stars[0].get_offsets()[0][1] == pytest.approx(3.0)
