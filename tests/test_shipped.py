@@ -107,5 +107,7 @@ def test_the_small_data_checkpoints_score_as_their_cards_say():
         result = evaluate([str(folder)], data_dir=str(FULL_TEST_SET), store=False)[0]
         card = result["card"]
         assert card["dataset"]["train_images"] < 45000 and result["metrics"]["count"] == 10000
+        print(f"{folder.name}: card {card['metrics']['test_top1']:.4f}, re-evaluated {result['metrics']['top1']:.4f}"
+              f" (top-5 {card['metrics']['test_top5']:.4f}, {result['metrics']['top5']:.4f})")
         assert abs(result["metrics"]["top1"] - card["metrics"]["test_top1"]) <= 0.003, folder.name
         assert abs(result["metrics"]["top5"] - card["metrics"]["test_top5"]) <= 0.003, folder.name
