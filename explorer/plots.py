@@ -220,6 +220,17 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     return fig
 
 
+def plot_gaps(gaps: dict[int, dict], marker: tuple[float, float, str] | None = None, label: str = "") -> Figure:
+    """The paired gap against training-set size alone (the second panel of plot_data_curve), for a page
+    that lays the two out itself."""
+    fig = _figure((4.7, 4.0))  # beside the 7-inch curve at 2 : 3, the same height and type size
+    if not gaps:
+        return _no_data(fig, "no size has both models yet")
+    ticks = sorted(set(gaps) | ({int(marker[0])} if marker else set()))
+    _gap_panel(fig.add_subplot(), gaps, marker, label, ticks)
+    return fig
+
+
 def _gap_panel(ax, gaps: dict[int, dict], marker, label: str, ticks: list[int]) -> None:
     sizes = sorted(gaps)
     for n in sizes:

@@ -174,11 +174,8 @@ def shipped_points(checkpoints: str | os.PathLike, dataset: str = "cifar10",
     return out
 
 
-def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None):
-    """The study's figure: test top-1 against training-set size, a line and mean ± std band per variant,
-    the shipped pair as stars; beside it the paired gap per size (each seed, the mean and its 95 %
-    interval; the shipped pair's gap as a star)."""
-    from explorer.plots import model_color, plot_data_curve
+def _curves(rows: list[dict], shipped: dict[str, dict] | None):
+    from explorer.plots import model_color
     s = summary(rows)
     curves, markers, colors = {}, {}, {}
     for v in ORDER:
@@ -191,12 +188,36 @@ def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None):
         label = f"{NAMES[v]}, shipped ({epochs}staged recipe)"
         markers[label] = (point["train_images"], point["test_top1"])
         colors[label] = model_color(VARIANT_COLOR[v])
+    return curves, markers, colors
+
+
+def _gaps(rows: list[dict], shipped: dict[str, dict] | None):
     gaps = {n: {**g, "interval": interval(g["gaps"])} for n, g in paired_gaps(rows).items()}
-    pair = shipped or {}
-    gap_marker = None
+    pair, marker = shipped or {}, None
     if {"vanilla", "spt_lsa"} <= set(pair) and pair["vanilla"]["train_images"] == pair["spt_lsa"]["train_images"]:
-        gap_marker = (pair["spt_lsa"]["train_images"], pair["spt_lsa"]["test_top1"] - pair["vanilla"]["test_top1"],
-                      "shipped pair (staged recipe)")
-    return plot_data_curve(curves, markers, note="one recipe for every size; band: ± one std over seeds",
-                           colors=colors, gaps=gaps or None, gap_marker=gap_marker,
-                           gap_label=f"{NAMES['spt_lsa']} − {NAMES['vanilla']} (points)")
+        marker = (pair["spt_lsa"]["train_images"], pair["spt_lsa"]["test_top1"] - pair["vanilla"]["test_top1"],
+                  "shipped pair (staged recipe)")
+    return gaps, marker
+
+
+GAP_LABEL = f"{NAMES['spt_lsa']} − {NAMES['vanilla']} (points)"
+NOTE = "one recipe for every size; band: ± one std over seeds"
+
+
+def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None, gap_panel: bool = True):
+    """The study's figure: test top-1 against training-set size, a line and mean ± std band per variant,
+    the shipped pair as stars; beside it (`gap_panel`) the paired gap per size (each seed, the mean and its
+    95 % interval; the shipped pair's gap as a star)."""
+    from explorer.plots import plot_data_curve
+    curves, markers, colors = _curves(rows, shipped)
+    gaps, marker = _gaps(rows, shipped) if gap_panel else ({}, None)
+    return plot_data_curve(curves, markers, note=NOTE, colors=colors, gaps=gaps or None, gap_marker=marker,
+                           gap_label=GAP_LABEL)
+
+
+def gap_figure(rows: list[dict], shipped: dict[str, dict] | None = None):
+    """The paired gap per size on its own (the app lays the two figures out side by side, or one above the
+    other in a narrow window)."""
+    from explorer.plots import plot_gaps
+    gaps, marker = _gaps(rows, shipped)
+    return plot_gaps(gaps, marker, GAP_LABEL)

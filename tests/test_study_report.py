@@ -64,3 +64,7 @@ def test_curve_figure_draws_lines_bands_and_stars():
                                             "spt_lsa": {"train_images": 45000, "test_top1": 0.80}})
     stars = [c for c in full.axes[1].collections if c.get_label() == "shipped pair (staged recipe)"]
     assert len(stars) == 1 and stars[0].get_offsets()[0][1] == pytest.approx(3.0)
+    alone = study_report.gap_figure(ROWS).axes[0]  # the app's second figure: the same panel on its own
+    assert list(alone.get_lines()[0].get_ydata()) == list(gap.get_lines()[0].get_ydata())
+    assert len(study_report.curve_figure(ROWS, gap_panel=False).axes) == 1
+    assert "no size has both models yet" in study_report.gap_figure([]).axes[0].texts[0].get_text()

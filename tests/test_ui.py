@@ -564,8 +564,9 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
     assert tab.pair("45000") == ("cifar10-vanilla", "cifar10-spt_lsa")
     with pytest.raises(gr.Error, match="no pair was trained on 5000 images here; sizes with a pair: 1,000, 2,500"):
         tab.pair(5000)
-    figure, text = tab.curve()
-    assert len(figure.axes[0].get_lines()) == 2 and "| 1,000 | 3 | +4.00 ± 0.00 |" in text
+    figure, gaps, text = tab.curve()
+    assert len(figure.axes) == 1 and len(figure.axes[0].get_lines()) == 2 and "| 1,000 | 3 | +4.00 ± 0.00 |" in text
+    assert list(gaps.axes[0].get_lines()[0].get_xdata()) == [1000, 2500]
     config = build_demo(ex).config
     slot = next(c for c in config["components"] if c["props"].get("label") == "Model A")
     labels = [choice[0] for choice in slot["props"]["choices"]]

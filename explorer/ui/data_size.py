@@ -35,7 +35,8 @@ class DataSizeTab:
             raise gr.Error(f"no pair was trained on {size} images here; sizes with a pair: {sizes}") from None
 
     def curve(self, request: gr.Request = None):
-        """The study's figure and tables, from the results the app ships (checkpoints/study/results.csv)."""
+        """The study's figures (the curve, the paired gap) and tables, from the results the app ships
+        (checkpoints/study/results.csv)."""
         path = self.ex.root / STUDY / "results.csv"
         try:
             rows = read_results(path)
@@ -44,19 +45,24 @@ class DataSizeTab:
         shipped = study_report.shipped_points(self.ex.root)
         text = study_report.markdown(rows) if rows else (
             "No trial of the study has finished yet: the figure shows the shipped models only.")
-        return study_report.curve_figure(rows, shipped), text
+        return (study_report.curve_figure(rows, shipped, gap_panel=False), study_report.gap_figure(rows, shipped),
+                text)
 
 
 def build(ex: Explorer, page: Page) -> DataSizeTab:
     tab = DataSizeTab(ex)
-    figure, text = tab.curve()
+    figure, gaps, text = tab.curve()
     sizes = tab.sizes()
     with gr.Tab("Small data", id="small-data"):
         gr.Markdown(INTRO)
         size = gr.Radio(sizes, value=None, label="training images: put that size's pair in the slots (A: ViT, "
                         "B: SPT + LSA)", elem_id="data-size")
         # The shipped results, drawn once when the app starts.
-        gr.Plot(figure, label="test top-1 against training-set size", show_label=False)
+        with gr.Row():  # side by side, or one above the other in a narrow window
+            gr.Plot(figure, label="test top-1 against training-set size", show_label=False, min_width=380,
+                    scale=3)
+            gr.Plot(gaps, label="the paired gap against training-set size", show_label=False, min_width=300,
+                    scale=2)
         gr.Markdown(text, elem_id="data-size-tables")
     size.input(tab.pair, [size], [page.slot_a, page.slot_b], api_name="study_pair", **UNLISTED)
     return tab

@@ -34,6 +34,9 @@ footer {display: none !important}
 /* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
 .query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
                 pointer-events: none; display: none}
+/* The study's tables: numbers never break mid-number; a narrow window scrolls the table instead. */
+#data-size-tables table {display: block; overflow-x: auto; max-width: 100%; width: max-content; border: 0}
+#data-size-tables th, #data-size-tables td {white-space: nowrap}
 """
 
 
