@@ -129,6 +129,32 @@ def corners_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# The 2x2's paired effects: what each half adds to the ViT, and what it adds on top of the other half.
+EFFECTS = [("vanilla", "spt"), ("vanilla", "lsa"), ("spt", "spt_lsa"), ("lsa", "spt_lsa")]
+
+
+def _effect(g: dict | None) -> str:
+    if g is None:
+        return "–"
+    ci = interval(g["gaps"])
+    return f"{100 * g['mean']:+.2f}" + ("" if ci is None else f" ({100 * ci[0]:+.2f} to {100 * ci[1]:+.2f})")
+
+
+def effects_table(rows: list[dict]) -> str:
+    """The 2x2 as paired effects where all four variants ran: each comparison seed by seed (the same seed in
+    both), its mean and the 95 % interval of the mean, in points."""
+    s = summary(rows)
+    sizes = [n for n in sorted({n for n, _ in s}) if all((n, v) in s for v in ORDER)]
+    if not sizes:
+        return "None yet: no size has all four variants."
+    gaps = {(a, b): paired_gaps(rows, a, b) for a, b in EFFECTS}
+    lines = ["| train images | " + " | ".join(f"{NAMES[b]} − {NAMES[a]}" for a, b in EFFECTS) + " |",
+             "|---:|" + "---:|" * len(EFFECTS)]
+    for n in sizes:
+        lines.append(f"| {n:,} | " + " | ".join(_effect(gaps[e].get(n)) for e in EFFECTS) + " |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     if not rows:
         return "No trial has finished yet."
@@ -138,7 +164,11 @@ def markdown(rows: list[dict]) -> str:
         "with the 95 % interval of its mean (Student's t over the seeds): where it excludes 0, the gap is "
         "larger than the seed-to-seed noise:",
         gap_table(rows), "The 2x2 where all four variants ran (mean test top-1, change over the ViT in points):",
-        corners_table(rows)])
+        corners_table(rows),
+        "The same 2x2 as paired effects (seed by seed, in points; the 95 % interval of the mean in parentheses "
+        "where there are two seeds or more): what SPT and LSA each add to the ViT, and what each adds on top "
+        "of the other:",
+        effects_table(rows)])
 
 
 BEGIN, END = "<!-- study tables: written by `python -m explorer.study report` -->", "<!-- /study tables -->"

@@ -49,6 +49,27 @@ def test_markdown_tables():
     assert "None yet: no size has all four variants." in study_report.markdown(three)
 
 
+def test_the_2x2_as_paired_effects_with_intervals():
+    rows = ROWS + [dict(train_images=1000, variant=v, seed=s, test_top1=t) for v, s, t in [
+        ("spt", 1, 0.35), ("spt", 2, 0.37), ("lsa", 1, 0.33)]]
+    table = study_report.effects_table(rows)
+    head, rule, line = table.splitlines()
+    assert head == ("| train images | SPT alone − ViT | LSA alone − ViT | SPT + LSA − SPT alone "
+                    "| SPT + LSA − LSA alone |")
+    # SPT - ViT over seeds 0-2: +4, +3, +6; LSA - ViT over seeds 0-1 only (seed 2 has no LSA): 0, +1;
+    # SPT+LSA - SPT: +1, +1, +1 (no spread: the interval is the mean); SPT+LSA - LSA: +5, +3.
+    spt = study_report.interval([0.04, 0.03, 0.06])
+    lsa = study_report.interval([0.0, 0.01])
+    assert line == (f"| 1,000 | +4.33 ({100 * spt[0]:+.2f} to {100 * spt[1]:+.2f}) "
+                    f"| +0.50 ({100 * lsa[0]:+.2f} to {100 * lsa[1]:+.2f}) | +1.00 (+1.00 to +1.00) "
+                    f"| +4.00 ({100 * study_report.interval([0.05, 0.03])[0]:+.2f} to "
+                    f"{100 * study_report.interval([0.05, 0.03])[1]:+.2f}) |")
+    one = study_report.effects_table(ROWS).splitlines()[2]  # one seed of each half: means, no interval
+    assert one == "| 1,000 | +4.00 | +0.00 | +1.00 | +5.00 |"
+    assert study_report.effects_table([r for r in ROWS if r["variant"] != "lsa"]).startswith("None yet")
+    assert table in study_report.markdown(rows)
+
+
 def test_curve_figure_draws_lines_bands_and_stars():
     fig = study_report.curve_figure(ROWS, {"vanilla": {"train_images": 45000, "test_top1": 0.77, "epochs": 200}})
     ax, gap = fig.axes
