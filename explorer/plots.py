@@ -179,10 +179,12 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
 
 def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[str, tuple[float, float]] | None = None,
                     note: str = "", colors: dict[str, str] | None = None, gaps: dict[int, dict] | None = None,
-                    gap_marker: tuple[float, float, str] | None = None, gap_label: str = "") -> Figure:
+                    gap_marker: tuple[float, float, str] | None = None, gap_label: str = "",
+                    dashed: frozenset[str] = frozenset()) -> Figure:
     """Test top-1 against training-set size on a log axis: one line per variant (label -> sizes, means,
     stds) with a mean ± std band, and single points drawn apart as star markers (label -> (size, top-1)),
     for example models trained with another, longer recipe. `colors`: label -> colour (else by order).
+    The `dashed` labels are drawn dashed and on top, so that a line running level with another stays seen.
 
     With `gaps` (size -> {"gaps": per seed, "mean", "interval": (low, high) or None}) a second panel shows
     the paired gap against the same sizes: each seed's gap, the mean with its 95 % interval, zero, and
@@ -198,7 +200,8 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     for k, (label, (sizes, means, stds)) in enumerate(curves.items()):
         x, m, sd = (np.asarray(v, np.float64) for v in (sizes, means, stds))
         color = colors.get(label, model_color(k))
-        ax.plot(x, 100 * m, color=color, marker="o", label=label)
+        ax.plot(x, 100 * m, color=color, marker="o", label=label, zorder=2.5 if label in dashed else 2,
+                linestyle="--" if label in dashed else "-", markersize=4 if label in dashed else 6)
         ax.fill_between(x, 100 * (m - sd), 100 * (m + sd), color=color, alpha=0.18, linewidth=0)
     for k, (label, (size, value)) in enumerate((markers or {}).items()):
         ax.scatter([size], [100 * value], color=colors.get(label, model_color(k)), marker="*", s=140,
@@ -214,7 +217,7 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     ax.grid(alpha=0.3)
     if note:
         ax.set_title(note, fontsize="small")
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize="small", loc="upper left")  # the curves rise to the right: the top left is empty
     if gap_ax is not None:
         _gap_panel(gap_ax, gaps, gap_marker, gap_label, ticks)
     return fig

@@ -242,7 +242,7 @@ def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None, gap_p
     curves, markers, colors = _curves(rows, shipped)
     gaps, marker = _gaps(rows, shipped) if gap_panel else ({}, None)
     return plot_data_curve(curves, markers, note=NOTE, colors=colors, gaps=gaps or None, gap_marker=marker,
-                           gap_label=GAP_LABEL)
+                           gap_label=GAP_LABEL, dashed=frozenset({NAMES["spt"], NAMES["lsa"]}))
 
 
 def gap_figure(rows: list[dict], shipped: dict[str, dict] | None = None):

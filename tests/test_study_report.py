@@ -76,6 +76,11 @@ def test_curve_figure_draws_lines_bands_and_stars():
     assert ax.get_xscale() == "log" and len(ax.get_lines()) == 4 and len(ax.collections) == 4 + 1
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "ViT, shipped (200 epochs, staged recipe)" in labels and "SPT + LSA" in labels
+    # SPT alone and LSA alone run level with SPT + LSA and the ViT: dashed and on top, so both stay seen.
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert {k: v.get_linestyle() for k, v in lines.items()} == {"ViT": "-", "LSA alone": "--", "SPT alone": "--",
+                                                                 "SPT + LSA": "-"}
+    assert min(lines["SPT alone"].get_zorder(), lines["LSA alone"].get_zorder()) > lines["SPT + LSA"].get_zorder()
     assert figure_to_array(fig).shape[2] == 3
     # The gap panel: a mean per size with both models, the 95 % interval where there are two seeds or more.
     assert list(gap.get_lines()[0].get_xdata()) == [1000, 20000]
