@@ -31,6 +31,11 @@ from pathlib import Path
 
 from explorer.config import VARIANTS
 
+# The study's variants: the model variants with the keras.io example's one temperature per LSA layer, and the
+# paper's own LSA (aanna0701/SPT_LSA_ViT: one learned temperature per head) as "<variant>_head".
+STUDY_VARIANTS = {**{v: (v, "layer") for v in VARIANTS}, "lsa_head": ("lsa", "head"),
+                  "spt_lsa_head": ("spt_lsa", "head")}
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GRID = "study/grid.json"
 RESULT_COLUMNS = ("train_images", "variant", "seed", "epochs", "steps", "test_top1", "test_top5", "val_top1",
@@ -120,7 +125,8 @@ class Grid:
     def train_argv(self, trial: Trial, data_dir: str | None = None, out: Path | None = None,
                    name: str | None = None, backup: Path | None = None, threads: int = 1) -> list[str]:
         """The arguments of `python -m explorer.train` that run `trial`; the grid passes them unchanged."""
-        argv = ["--preset", self.preset, "--variant", trial.variant, "--dataset", self.dataset,
+        variant, tau_mode = STUDY_VARIANTS[trial.variant]
+        argv = ["--preset", self.preset, "--variant", variant, "--tau-mode", tau_mode, "--dataset", self.dataset,
                 "--balanced-subset", str(trial.train_images), "--split-seed", str(self.split_seed),
                 "--seed", str(trial.seed), "--epochs", str(trial.epochs), "--val-every", str(trial.val_every),
                 "--batch-size", str(self.batch_size), *self.train_args, "--threads", str(threads),
@@ -168,8 +174,8 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
         if not isinstance(seeds, list) or not seeds:
             raise StudyError(f"{where}.seeds must be a non-empty list of integers, got {seeds!r}")
         variants = size.get("variants")
-        if not isinstance(variants, list) or not variants or set(variants) - set(VARIANTS):
-            raise StudyError(f"{where}.variants must be some of {list(VARIANTS)}, got {variants!r}")
+        if not isinstance(variants, list) or not variants or set(variants) - set(STUDY_VARIANTS):
+            raise StudyError(f"{where}.variants must be some of {list(STUDY_VARIANTS)}, got {variants!r}")
         needed = _int(size.get("required_seeds", first_seeds), f"{where}.required_seeds", 0)
         for k, seed in enumerate(seeds):
             for variant in variants:
@@ -184,7 +190,7 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
     train_args = spec.get("train_args", [])
     if not isinstance(train_args, list) or not all(isinstance(a, str) for a in train_args):
         raise StudyError(f"{path.name}: train_args must be a list of strings (extra explorer.train flags)")
-    reserved = {"--variant", "--seed", "--epochs", "--balanced-subset", "--split-seed", "--out", "--name",
+    reserved = {"--variant", "--tau-mode", "--seed", "--epochs", "--balanced-subset", "--split-seed", "--out", "--name",
                 "--backup", "--threads", "--val-every", "--batch-size", "--data-dir", "--subset"}
     clash = sorted(reserved & set(train_args))
     if clash:
@@ -230,12 +236,19 @@ def read_record(grid: Grid, trial: Trial) -> dict | None:
 
 def result_row(card: dict, trial: Trial) -> dict:
     m, t = card.get("metrics", {}), card.get("training", {})
-    return {"train_images": card["dataset"]["train_images"], "variant": card["variant"],
+    return {"train_images": card["dataset"]["train_images"], "variant": study_variant(card),
             "seed": t.get("recipe", {}).get("seed"), "epochs": t.get("epochs"), "steps": t.get("steps"),
             "test_top1": m.get("test_top1"), "test_top5": m.get("test_top5"), "val_top1": m.get("val_top1"),
             "train_top1": m.get("train_top1"), "wall_seconds": t.get("wall_time_s"),
             "images_per_second": t.get("images_per_second"), "test_images": card["dataset"].get("test_images"),
             "trial": trial.name}
+
+
+def study_variant(card: dict) -> str:
+    """The study's name for a card's model: its variant, with "_head" for per-head LSA temperatures."""
+    variant = card["variant"]
+    head = variant in ("lsa", "spt_lsa") and card.get("config", {}).get("tau_mode") == "head"
+    return f"{variant}_head" if head else variant
 
 
 def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: int = 1) -> dict:
@@ -290,7 +303,7 @@ def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
 def collect(grid: Grid) -> list[dict]:
     """The results row of every trial of the grid that has a record, in the grid's order by size."""
     rows = [result_row(card, t) for t in grid.trials if (card := read_record(grid, t)) is not None]
-    return sorted(rows, key=lambda r: (r["train_images"], VARIANTS.index(r["variant"]), r["seed"]))
+    return sorted(rows, key=lambda r: (r["train_images"], list(STUDY_VARIANTS).index(r["variant"]), r["seed"]))
 
 
 def write_results(grid: Grid) -> Path:
