@@ -1,21 +1,50 @@
-"""SPT/LSA ViT Explorer: `python app.py` (the file a Hugging Face Space runs)."""
+"""SPT/LSA ViT Explorer: `python app.py` (the file a Hugging Face Space runs).
 
+Settings are environment variables (README.md, "Settings"); `--host`, `--port` and `--no-mcp` set the usual
+ones from the command line. The options are read before anything heavy is imported, so `--help` answers at
+once.
+"""
+
+import argparse
 import os
 
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from explorer.ui import Explorer, build_demo, launch_kwargs  # noqa: E402
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="SPT/LSA ViT Explorer: a vanilla ViT and an SPT/LSA ViT side by side in the browser.",
+        epilog="Gradio's GRADIO_SERVER_NAME and GRADIO_SERVER_PORT work too; the options win. Every other "
+               "setting (EXPLORER_*) is in README.md.")
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 7860, or the next free one)")
+    parser.add_argument("--no-mcp", action="store_true", help="do not serve the tools over MCP (also EXPLORER_MCP=0)")
+    return parser.parse_args(argv)
 
-explorer = Explorer()
-explorer.preload()
-demo = build_demo(explorer)
+
+def build():
+    """The app: the explorer state (the shipped pair loaded, the first visit analysed, the fine-tuning worker
+    starting in the background) and its Gradio page."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from explorer.ui import Explorer, build_demo
+    explorer = Explorer()
+    explorer.preload()
+    explorer.prepare_finetuning()
+    return explorer, build_demo(explorer)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.host:
+        os.environ["GRADIO_SERVER_NAME"] = args.host
+    if args.port:
+        os.environ["GRADIO_SERVER_PORT"] = str(args.port)
+    _, demo = build()
+    from explorer.ui import launch_kwargs
+    demo.queue(default_concurrency_limit=4).launch(**launch_kwargs(mcp=not args.no_mcp))
+
 
 if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description="SPT/LSA ViT Explorer (settings: README.md)")
-    parser.add_argument("--no-mcp", action="store_true", help="do not serve the tools over MCP (also EXPLORER_MCP=0)")
-    args = parser.parse_args()
-    demo.queue(default_concurrency_limit=4).launch(**launch_kwargs(mcp=not args.no_mcp))
+    main()
+else:  # imported (gradio's reload mode, a notebook): the page is `app.demo`
+    explorer, demo = build()

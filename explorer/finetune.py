@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -221,10 +222,17 @@ def jax_cuda_installed(find_spec=importlib.util.find_spec) -> bool:
         find_spec(name) is not None for name in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
 
 
-def choose_backend(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed) -> tuple[str, str]:
+def jax_installed(find_spec=importlib.util.find_spec) -> bool:
+    return find_spec("jax") is not None
+
+
+def choose_backend(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed,
+                   jax_cpu=jax_installed) -> tuple[str, str]:
     """(Keras backend for the training worker, why). EXPLORER_TRAIN_BACKEND wins; else JAX when a CUDA GPU
-    and JAX with CUDA are both there (the proven GPU route: TensorFlow's wheels here are CPU-only); else
-    the app's own backend."""
+    and JAX with CUDA are both there (the proven GPU route: TensorFlow's wheels here are CPU-only); else JAX
+    on the CPU when it is installed (requirements.txt has its CPU wheel): its compiled steps persist on disk
+    (JAX's compilation cache), so a new worker, after an app restart say, loads them instead of compiling
+    (bench/finetune_speed.py); else the app's own backend."""
     environ = os.environ if environ is None else environ
     gpu_present = gpu_present or _gpu_probe(environ)
     wanted = environ.get("EXPLORER_TRAIN_BACKEND", "").strip().lower()
@@ -237,6 +245,8 @@ def choose_backend(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed) 
         if jax_cuda():
             return "jax", "CUDA GPU with JAX"
         return app_backend, "a CUDA GPU is there, but JAX with CUDA is not installed (requirements-gpu.txt)"
+    if jax_cpu():
+        return "jax", "no GPU; JAX on the CPU, with its compilation cache"
     return app_backend, "no GPU"
 
 
@@ -275,13 +285,14 @@ def hardware_note(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed) -
             "`pip install -r requirements-gpu.txt` and they train on it.")
 
 
-def run_job(job_dir: Path, emit) -> None:
+def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
     """Trains every member of the job in `job_dir` in turn, writing checkpoints to job_dir/staging and
-    reporting each step through `emit(event)`."""
+    reporting each step through `emit(event)`. `warm` (transfer.WarmModels): a long-lived worker's models,
+    reused with their compiled steps; `cancel` (a threading.Event) stops the job at the next step."""
     import keras
 
     from explorer.config import get_preset
-    from explorer.fitting import device_name
+    from explorer.fitting import Cancelled, device_name
     from explorer.train import train_new
     from explorer.transfer import base_rows, fine_tune
     job, ds = read_job(job_dir)
@@ -291,17 +302,22 @@ def run_job(job_dir: Path, emit) -> None:
         def progress(event, i=i):
             emit({**event, "member": i})
 
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("training was cancelled; no checkpoint was written")
+        began = time.perf_counter()
         known = base_rows(m.get("classes") or [], ds.class_names) is not None
         tc = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)
         emit({"kind": "member", "member": i, "recipe": dict(tc.__dict__)})
         if m["base"] is None:
             config = get_preset(m["preset"], variant=m["variant"])
-            result = train_new(config, m["preset"], ds, tc, staging, m["name"], verbose=0, progress=progress)
+            result = train_new(config, m["preset"], ds, tc, staging, m["name"], verbose=0, progress=progress,
+                               cancel=cancel)
         else:
-            result = fine_tune(m["base"], ds, tc, staging, m["name"], verbose=0, progress=progress)
+            result = fine_tune(m["base"], ds, tc, staging, m["name"], verbose=0, progress=progress, cancel=cancel,
+                               warm=warm)
         emit({"kind": "member_done", "member": i, "folder": Path(result["checkpoint"]).name,
               "metrics": result["metrics"], "training": result["training"],
-              "predictions": result["test_predictions"]})
+              "predictions": result["test_predictions"], "seconds": round(time.perf_counter() - began, 3)})
     emit({"kind": "done"})
 
 
@@ -309,7 +325,6 @@ def _exit_with_parent() -> None:
     """Ends this worker when the app that started it is gone (killed, or stopped without cancelling), so no
     orphan keeps training; its half-done job folder is then removed by the next run (checkpoints.clean_stale)."""
     import threading
-    import time
     parent = os.getppid()
 
     def watch():
@@ -320,20 +335,187 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m explorer.finetune JOB_DIR", file=sys.stderr)
-        return 2
-    # Events go to the original standard output; anything else that prints goes to the log (stderr).
+def _event_stream():
+    """(emit, lock): events go to the original standard output as JSON lines; anything else that prints goes
+    to the log (stderr)."""
+    import threading
     events = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    _exit_with_parent()
+    lock = threading.Lock()
 
     def emit(event: dict) -> None:
-        events.write(json.dumps(event, default=float) + "\n")
-        events.flush()
+        line = json.dumps(event, default=float) + "\n"
+        with lock:
+            events.write(line)
+            events.flush()
 
+    return emit
+
+
+def use_compile_cache(folder: str | None, max_mb: float) -> str | None:
+    """Switches on JAX's persistent compilation cache in `folder` (every compiled step kept on disk, so the
+    same step in a later process loads instead of compiling), bounded to `max_mb` by JAX's own LRU eviction.
+    Returns the folder, or None when this is not JAX or no folder is given."""
+    import keras
+    if not folder or keras.backend.backend() != "jax":
+        return None
+    import jax
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    jax.config.update("jax_compilation_cache_max_size", int(max_mb * 2**20))
+    return str(folder)
+
+
+class CompileCounter:
+    """What the process compiled: on JAX, every XLA compilation (JAX's own monitoring events: a compile
+    request the persistent cache answered is counted as a cache hit, not a compilation); elsewhere nothing
+    is counted (None)."""
+
+    def __init__(self):
+        import keras
+        self.compiles = self.cache_hits = None
+        if keras.backend.backend() == "jax":
+            from jax import monitoring
+            self.compiles = self.cache_hits = 0
+            monitoring.register_event_duration_secs_listener(self._duration)
+            monitoring.register_event_listener(self._event)
+
+    def _duration(self, event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.compiles += 1
+
+    def _event(self, event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            self.cache_hits += 1
+
+    def counts(self) -> tuple:
+        """(compilations, cache hits) so far."""
+        if self.compiles is None:
+            return None, None
+        return self.compiles - self.cache_hits, self.cache_hits
+
+
+def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb: float = 512.0) -> int:
+    """The long-lived worker: takes commands from `commands` (a queue of dicts; None when its input closed)
+    and answers through `emit`, keeping Keras imported and the models it trained from (with their compiled
+    steps) between jobs. Commands: {"kind": "job", "id", "dir"}, {"kind": "warm", "bases", "shapes"},
+    {"kind": "ping", "id"}. Ends after `idle_s` without a command (its memory goes back) or when its input
+    closes."""
+    import queue
+
+    began = time.perf_counter()
+    import keras
+
+    from explorer.fitting import Cancelled, device_name
+    from explorer.transfer import WarmModels
+    use_compile_cache(cache_dir, cache_mb)
+    counter = CompileCounter()
+    warm = WarmModels(size=int(os.environ.get("EXPLORER_WORKER_MODELS", "4")))
+    emit({"kind": "ready", "device": device_name(), "backend": keras.backend.backend(), "pid": os.getpid(),
+          "imports_s": round(time.perf_counter() - began, 3)})
+    while True:
+        try:
+            command = commands.get(timeout=idle_s)
+        except queue.Empty:
+            emit({"kind": "exit", "why": f"idle for {idle_s:g} s"})
+            return 0
+        if command is None:
+            return 0
+        kind = command.get("kind")
+        if kind == "ping":
+            emit({"kind": "pong", "id": command.get("id")})
+        elif kind == "warm":
+            began = time.perf_counter()
+            try:
+                warm_up(warm, command.get("bases") or [], command.get("shapes") or [])
+                emit({"kind": "warmed", "seconds": round(time.perf_counter() - began, 3)})
+            except Exception as e:  # noqa: BLE001  (a failed warm-up costs speed, never a run)
+                emit({"kind": "warmed", "error": f"{type(e).__name__}: {e}"})
+        elif kind == "job":
+            job_id, cancel = command["id"], command["cancel"]
+            compiles, hits = counter.counts()
+
+            def tagged(event, job_id=job_id):
+                emit({**event, "job": job_id})
+
+            try:
+                run_job(Path(command["dir"]), tagged, warm, cancel)
+                outcome = "done"
+            except Cancelled:
+                outcome = "cancelled"
+            except BaseException as e:  # whatever it is, the app hears it and the worker serves on
+                tagged({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+                traceback.print_exc()
+                outcome = "error"
+            now = counter.counts()
+            tagged({"kind": "job_end", "outcome": outcome, "loads": warm.loads,
+                    "compiles": None if compiles is None else now[0] - compiles,
+                    "cache_hits": None if hits is None else now[1] - hits})
+
+
+def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
+    """Compiles, before anyone asks, what a fine-tune of each of `bases` at each of `shapes` (number of
+    classes, images) will run: a one-epoch run on blank images, whose result is thrown away. On JAX with the
+    compilation cache this loads from disk what an earlier process compiled."""
+    import tempfile
+
+    from explorer.data import Dataset
+    from explorer.transfer import fine_tune
+    for base in bases:
+        card = json.loads((Path(base) / "explorer.json").read_text()) if (Path(base) / "explorer.json").is_file() \
+            else {}
+        size = int((card.get("config") or {}).get("image_size", 32))
+        for shape in shapes:
+            n, classes = int(shape["images"]), int(shape["classes"])
+            y = np.arange(n) % classes
+            x = np.random.default_rng(0).integers(0, 255, (n, size, size, 3), dtype=np.uint8)
+            ds = Dataset("warm-up", x, y, x[:max(1, n // 5)], y[:max(1, n // 5)], [f"c{i}" for i in range(classes)])
+            tc = recipe_for({"epochs": 1}, n, False)
+            with tempfile.TemporaryDirectory() as out:
+                fine_tune(base, ds, tc, out, "warm-up", verbose=0, warm=warm)
+
+
+def _read_commands(stream, commands, cancels: dict) -> None:
+    """The worker's input: a "cancel" sets that job's event at once (the job stops at its next step); every
+    other command waits in `commands` for the main loop. None when the input closes (the app is gone)."""
+    for line in stream:
+        try:
+            command = json.loads(line)
+        except ValueError:
+            continue
+        if command.get("kind") == "cancel":
+            event = cancels.get(command.get("id"))
+            if event is not None:
+                event.set()
+            continue
+        if command.get("kind") == "job":
+            import threading
+            command["cancel"] = cancels.setdefault(command["id"], threading.Event())
+        commands.put(command)
+    commands.put(None)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--serve"]:
+        import queue
+        import threading
+        emit = _event_stream()
+        _exit_with_parent()
+        commands: queue.Queue = queue.Queue()
+        threading.Thread(target=_read_commands, args=(sys.stdin, commands, {}), name="commands",
+                         daemon=True).start()
+        return serve(commands, emit, float(os.environ.get("EXPLORER_WORKER_IDLE_S", "600")),
+                     os.environ.get("EXPLORER_COMPILE_CACHE") or None,
+                     float(os.environ.get("EXPLORER_COMPILE_CACHE_MB", "512")))
+    if len(argv) != 1:
+        print("usage: python -m explorer.finetune JOB_DIR   (one job, then exit)\n"
+              "       python -m explorer.finetune --serve   (jobs as JSON lines on standard input)", file=sys.stderr)
+        return 2
+    emit = _event_stream()
+    _exit_with_parent()
     try:
         run_job(Path(argv[0]), emit)
     except BaseException as e:  # whatever it is, the app hears it and keeps serving

@@ -18,11 +18,16 @@ import numpy as np
 
 from explorer.augment import augment_batch, mix_batch
 from explorer.data import Dataset, DatasetError
-from explorer.schedules import WarmUpCosine
+from explorer.schedules import ScheduledAdamW, WarmUpCosine
 
 # How a fine-tune's classifier starts (see prepare_head): "auto" keeps the base's head for the base's own
 # classes, takes the base's rows when the new classes are some of the base's, else fits a linear probe.
 HEAD_INITS = ("auto", "probe", "new")
+# Progress (a batch event) at most this often: each report waits for the device to finish its step.
+PROGRESS_EVERY_S = 0.25
+# predict_logits' batch: every batch has this many images (the last topped up), so one compiled predict
+# step serves any number of images.
+PREDICT_BATCH = 256
 
 
 class Cancelled(Exception):
@@ -248,7 +253,11 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
 
         def on_train_batch_end(self, batch, logs=None):
             state["steps"] += 1
-            elapsed = time.perf_counter() - state["start"]
+            now = time.perf_counter()
+            elapsed = now - state["start"]
+            if state["steps"] == 1:  # includes tracing and compiling the step when it is new
+                state["first_step_s"] = now - state["epoch_start"]
+            state["last_batch_end"] = now
             if cancel is not None and cancel.is_set():
                 state["cancelled"] = True
                 self.model.stop_training = True
@@ -258,12 +267,18 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
             if tc.max_seconds and elapsed >= tc.max_seconds:
                 state["stopped_by"] = "max_seconds"
                 self.model.stop_training = True
-            if progress is not None:
+            # Reading the loss waits for the device to finish the step: at most every PROGRESS_EVERY_S, and
+            # at an epoch's last step, so the steps between run without a sync.
+            if progress is not None and (elapsed - state.get("reported", -1.0) >= PROGRESS_EVERY_S
+                                         or batch + 1 == steps_per_epoch or self.model.stop_training):
+                state["reported"] = elapsed
                 progress({"kind": "batch", "step": state["steps"],
                           "total_steps": steps_per_epoch * tc.epochs, "epoch": state.get("epoch", 0),
                           "loss": float((logs or {}).get("loss", float("nan"))), "elapsed": elapsed})
 
         def on_epoch_end(self, epoch, logs=None):
+            state["steps_s"] = state.get("steps_s", 0.0) + state.get("last_batch_end", state["epoch_start"]) \
+                - state["epoch_start"]
             logs = dict(logs or {})
             last = epoch + 1 == tc.epochs or self.model.stop_training
             if validation is not None and last and "val_top1" not in logs and not state["cancelled"]:
@@ -279,6 +294,8 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
                       **{k: float(v) for k, v in logs.items() if k != "learning_rate"},
                       "tau": tau_values(self.model)}
             history.append(record)
+            state["validation_s"] = state.get("validation_s", 0.0) + time.perf_counter() - state.get(
+                "last_batch_end", state["epoch_start"])
             if tc.keep_best and "val_top1" in record and _better(record, state.get("best")):
                 state["best"] = {"epoch": epoch + 1, "val_top1": record["val_top1"],
                                  "val_loss": record.get("val_loss"), "weights": self.model.get_weights()}
@@ -322,10 +339,46 @@ def training_split(dataset: Dataset, tc: TrainConfig):
     return (x, y), val
 
 
+def compile_for_run(model, tc: TrainConfig, num_classes: int, total_steps: int, reuse: bool = False) -> bool:
+    """Compiles `model` for a run of `total_steps` steps of the recipe; returns whether it compiled anew.
+
+    With `reuse`, a model compiled before for the same loss, metrics, weight decay and trainable weights keeps
+    its compiled steps: its optimizer (ScheduledAdamW, whose schedule lives in variables) only restarts, so a
+    repeat run traces and compiles nothing."""
+    keras = _keras()
+    warmup = int(tc.warmup_fraction * total_steps)
+    top5 = min(5, num_classes)
+    key = (tc.label_smoothing, tc.weight_decay, top5, tuple(v.path for v in model.trainable_variables))
+    if reuse and getattr(model, "_explorer_compiled", None) == key:
+        model.optimizer.restart(tc.learning_rate, total_steps, warmup)
+        return False
+    if reuse:
+        optimizer = ScheduledAdamW(tc.learning_rate, total_steps, warmup, weight_decay=tc.weight_decay)
+    else:
+        optimizer = keras.optimizers.AdamW(learning_rate=WarmUpCosine(tc.learning_rate, total_steps, warmup),
+                                           weight_decay=tc.weight_decay)
+    # Temperatures, norms, biases and position embeddings are not decayed towards zero.
+    optimizer.exclude_from_weight_decay(var_names=["tau", "bias", "gamma", "beta", "position_embedding"])
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                            label_smoothing=tc.label_smoothing),
+                  # weighted_metrics, not metrics: Keras 3 gives sample weights to these only, and the
+                  # validation batches' padding has weight 0 (see make_batches).
+                  weighted_metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
+                                    keras.metrics.TopKCategoricalAccuracy(k=top5, name="top5")])
+    model._explorer_compiled = key if reuse else None
+    return True
+
+
 def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
         progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
-        backup: str | os.PathLike | None = None, start: dict | None = None, base: dict | None = None) -> dict:
+        backup: str | os.PathLike | None = None, start: dict | None = None, base: dict | None = None,
+        reuse: bool = False) -> dict:
     """Trains `model` in place on `dataset` with the recipe; returns the run's record (no saving).
+
+    With `reuse` (a worker that keeps models between runs), the model's compiled steps from an earlier run of
+    the same shape are used again (see compile_for_run), and the validation batch is padded to a multiple of
+    64 images, so that zips of similar size share it too.
 
     `start` (metrics of the model before any step, see prepare_head) is reported as epoch 0. With a
     `backup` folder, the state after every epoch is kept there (explorer.backup): a run killed at any
@@ -333,7 +386,16 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     as if it had never stopped; a backup of another run (`base`, the recipe, data or model differ) is
     refused with the reason."""
     keras = _keras()
-    keras.utils.set_random_seed(tc.seed)
+    if reuse:
+        # Not keras.utils.set_random_seed: on TensorFlow it calls tf.random.set_seed, which clears the
+        # eager context's caches, and every compiled function then takes seconds to set up again (measured:
+        # 4 s of a 5 s warm run). Batches and augmentation draw from their own (seed, epoch, index) streams,
+        # and Keras' layers from their own seed generators, so Python's and NumPy's seeds are all that is left.
+        import random
+        random.seed(tc.seed)
+        np.random.seed(tc.seed)
+    else:
+        keras.utils.set_random_seed(tc.seed)
     (x_train, y_train), val = training_split(dataset, tc)
     num_classes = dataset.num_classes
     batch_size = min(tc.batch_size, len(x_train))
@@ -343,25 +405,16 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
                                  tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob)
     # One validation batch when it fits (exact weighted loss, one compiled shape), else padded batches; padded
     # to a size every device gets an equal share of.
-    val_size = -(-(len(val[0]) if len(val[0]) <= 2048 else 512) // devices) * devices if val is not None else 0
+    step = 64 if reuse else 1
+    val_size = (-(-(-(-len(val[0]) // step) * step if len(val[0]) <= 2048 else 512) // devices) * devices
+                if val is not None else 0)
     val_batches = (make_batches(val[0], val[1], num_classes, val_size, False, tc.seed, False)
                    if val is not None else None)
     steps_per_epoch = len(train_batches)
     total_steps = steps_per_epoch * tc.epochs
     if tc.max_steps:
         total_steps = min(total_steps, tc.max_steps)
-    schedule = WarmUpCosine(tc.learning_rate, total_steps, int(tc.warmup_fraction * total_steps))
-    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=tc.weight_decay)
-    # Temperatures, norms, biases and position embeddings are not decayed towards zero.
-    optimizer.exclude_from_weight_decay(var_names=["tau", "bias", "gamma", "beta", "position_embedding"])
-    top5 = min(5, num_classes)
-    model.compile(optimizer=optimizer,
-                  loss=keras.losses.CategoricalCrossentropy(from_logits=True,
-                                                            label_smoothing=tc.label_smoothing),
-                  # weighted_metrics, not metrics: Keras 3 gives sample weights to these only, and the
-                  # validation batches' padding has weight 0 (see make_batches).
-                  weighted_metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
-                                    keras.metrics.TopKCategoricalAccuracy(k=top5, name="top5")])
+    compiled = compile_for_run(model, tc, num_classes, total_steps, reuse)
     history: list[dict] = []
     state: dict = {"cancelled": False, "stopped_by": None, "wall_before": 0.0}
     if backup:
@@ -407,17 +460,26 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
                          "start": start, "kept_epoch": kept,
                          "validation_images": int(len(val[0])) if val is not None else 0,
                          "device": device_name() if devices == 1 else f"{devices} × {device_name()}",
-                         "devices": devices, "recipe": asdict(tc)}}
+                         "devices": devices, "recipe": asdict(tc),
+                         # where the time went: the first step (with tracing and compiling when it is new),
+                         # all steps, validation and what the callbacks do at each epoch's end
+                         "timing": {"first_step_s": round(state.get("first_step_s", 0.0), 3),
+                                    "steps_s": round(state.get("steps_s", 0.0), 3),
+                                    "validation_s": round(state.get("validation_s", 0.0), 3),
+                                    "compiled": compiled}}}
 
 
-def predict_logits(model, x, batch_size: int = 500) -> np.ndarray:
+def predict_logits(model, x, batch_size: int = PREDICT_BATCH) -> np.ndarray:
+    """The model's outputs for uint8 (or float) images `x`, in batches of exactly `batch_size` (the last one
+    topped up with copies of its last image, whose outputs are dropped): one compiled shape per model."""
     devices = data_parallel_devices()
+    batch_size = -(-batch_size // devices) * devices  # every device gets an equal share
     out = []
     for i in range(0, len(x), batch_size):
         batch = x[i:i + batch_size].astype("float32")
         n = len(batch)
-        if n % devices:  # a data-parallel model takes only batches every device has an equal share of
-            batch = np.concatenate([batch, np.repeat(batch[-1:], devices - n % devices, axis=0)])
+        if n < batch_size:
+            batch = np.concatenate([batch, np.repeat(batch[-1:], batch_size - n, axis=0)])
         out.append(np.asarray(model.predict_on_batch(batch))[:n])
     return np.concatenate(out) if out else np.zeros((0, model.output_shape[-1]), "float32")
 

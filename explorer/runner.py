@@ -47,6 +47,7 @@ class MemberState:
     training: dict | None = None
     predictions: list | None = None
     recipe: dict | None = None
+    seconds: float | None = None      # the worker's time for this model, from loading it to its checkpoint
 
 
 @dataclass
@@ -64,19 +65,109 @@ class RunState:
     description: str = ""
     run_id: int = 0
     owner: str | None = None
+    ready_at: float | None = None     # when the worker took the job up (a new worker: after its imports)
+    worker: dict = field(default_factory=dict)  # what the worker said at the end: models loaded, compiles
 
     @property
     def elapsed(self) -> float:
         return (self.ended or time.time()) - self.started if self.started else 0.0
 
 
+class Worker:
+    """The long-lived training process (`python -m explorer.finetune --serve`): one at a time per runner. Its
+    events (JSON lines) go to `on_event(worker, event)`, its end to `on_exit(worker, code)`."""
+
+    def __init__(self, command: list[str], env: dict, cwd: str, log_path: Path, on_event, on_exit):
+        import subprocess
+        self.log_path = log_path
+        log = open(log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.PIPE,
+                                         env=env, cwd=cwd)
+        finally:
+            log.close()
+        self.ready = threading.Event()
+        self.info: dict = {}
+        self.last_heard = time.time()
+        self._on_event, self._on_exit = on_event, on_exit
+        self._send_lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, name="fine-tune-worker", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, command: dict) -> bool:
+        import json
+        try:
+            with self._send_lock:
+                self.proc.stdin.write((json.dumps(command) + "\n").encode())
+                self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
+    def log_tail(self, since: int = 0, lines: int = 3) -> list[str]:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _read(self) -> None:
+        import json
+        for line in self.proc.stdout:
+            self.last_heard = time.time()
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("kind") == "ready":
+                self.info = event
+                self.ready.set()
+            self._on_event(self, event)
+        code = self.proc.wait()
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self._on_exit(self, code)
+
+
 class FineTuneRunner:
-    """One fine-tuning job at a time, in a worker process (`python -m explorer.finetune`) with a Keras
-    backend of its own; its progress is read with `snapshot()`.
+    """One fine-tuning job at a time, in a long-lived worker process (`python -m explorer.finetune --serve`)
+    with a Keras backend of its own; its progress is read with `snapshot()`.
+
+    The worker keeps Keras imported and the models it fine-tuned (with their compiled steps) between jobs,
+    so a repeat run of the same shape loads and compiles nothing; it ends after `idle_s` without work
+    (EXPLORER_WORKER_IDLE_S, default 600), and the next Start starts a new one. A worker that died is
+    replaced at the next Start; one that says nothing for `hang_s` during a run (EXPLORER_WORKER_HANG_S,
+    default 180) is killed, the run failed, and replaced likewise. On JAX, compiled steps are also kept on
+    disk in `compile_cache` (JAX's persistent cache, at most EXPLORER_COMPILE_CACHE_MB, default 512), so
+    a new worker loads what an earlier one compiled.
 
     The worker writes its checkpoints into a hidden job folder under `out_dir`; they are moved into
-    `out_dir` only when every member has finished, so a cancelled (killed at once) or crashed run leaves
-    no checkpoint, and never a partial one.
+    `out_dir` only when every member has finished, so a cancelled or crashed run leaves no checkpoint,
+    and never a partial one. Cancel stops the job at its next step (the worker lives on); a worker that
+    does not confirm within `cancel_grace_s` is killed.
 
     Each run has an `owner` (None for the single-user tool): only the owner's Cancel ends it. With
     `max_queue`, a Start that finds a run going on may `join` a first-come queue of that many and start
@@ -87,8 +178,15 @@ class FineTuneRunner:
     """
 
     def __init__(self, out_dir: str | os.PathLike, environ: dict | None = None, max_queue: int = 0,
-                 on_publish=None, stale_s: float = 30.0, priority: str | None = None):
+                 on_publish=None, stale_s: float = 30.0, priority: str | None = None,
+                 compile_cache: str | os.PathLike | None = None, idle_s: float | None = None,
+                 hang_s: float | None = None, cancel_grace_s: float = 3.0):
+        env = os.environ if environ is None else environ
         self.out_dir = Path(out_dir)
+        self.compile_cache = Path(compile_cache) if compile_cache else self.out_dir.parent / ".compile-cache"
+        self.idle_s = float(env.get("EXPLORER_WORKER_IDLE_S", 600)) if idle_s is None else idle_s
+        self.hang_s = float(env.get("EXPLORER_WORKER_HANG_S", 180)) if hang_s is None else hang_s
+        self.cancel_grace_s = cancel_grace_s
         self.priority = (os.environ.get("EXPLORER_WORKER_PRIORITY", "idle") if priority is None else priority).strip()
         if self.priority not in ("idle", "normal") and not self.priority.lstrip("-").isdigit():
             raise ValueError(f"EXPLORER_WORKER_PRIORITY={self.priority!r}: expected idle, normal or a niceness")
@@ -98,8 +196,14 @@ class FineTuneRunner:
         self.stale_s = stale_s
         self._lock = threading.Lock()
         self._state = RunState()
-        self._proc = None
-        self._thread: threading.Thread | None = None
+        self._worker: Worker | None = None
+        self._workers_started = 0
+        self._log_dir: Path | None = None
+        self._job_dir: Path | None = None
+        self._job_log_at = 0
+        self._done = threading.Event()
+        self._done.set()
+        self._watchdog: threading.Thread | None = None
         self._runs = 0
         self._queue: list[Ticket] = []
         self._tickets = 0
@@ -172,14 +276,61 @@ class FineTuneRunner:
 
     # --- a run --------------------------------------------------------------------------------------
 
+    def _worker_env(self, backend: str) -> dict:
+        env = {**(os.environ if self.environ is None else self.environ), "KERAS_BACKEND": backend,
+               "PYTHONUNBUFFERED": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+               "EXPLORER_WORKER_IDLE_S": str(self.idle_s), "EXPLORER_COMPILE_CACHE": str(self.compile_cache)}
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        root = Path(__file__).resolve().parents[1]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+        return env
+
+    def _ensure_worker(self, backend: str) -> Worker:
+        """The worker, started now if there is none (or it died, or it runs another backend). Lock held."""
+        import shutil
+        import sys
+        w = self._worker
+        if w is not None and w.alive() and w.backend == backend:
+            return w
+        if w is not None:
+            w.kill()
+        root = Path(__file__).resolve().parents[1]
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        command = self._priority_prefix(shutil.which) + [sys.executable, "-m", "explorer.finetune", "--serve"]
+        if self._log_dir is None:
+            import tempfile
+            self._log_dir = Path(tempfile.mkdtemp(prefix="explorer-worker-"))
+        log = self._log_dir / f"worker-{self._workers_started + 1}.log"  # its standard error
+        w = Worker(command, self._worker_env(backend), str(root), log, self._on_worker_event, self._on_worker_exit)
+        w.backend = backend
+        self._worker = w
+        self._workers_started += 1
+        return w
+
+    def prepare(self, bases: list[str] | None = None, shapes: list[dict] | None = None) -> None:
+        """Starts the worker before anyone asks (imports, the compilation cache) and, given `bases` and
+        `shapes` ({"classes", "images"}), has it compile their fine-tuning steps; without delaying anything:
+        a Start meanwhile queues behind it in the worker."""
+        from explorer.finetune import choose_backend
+        backend, _ = choose_backend(self.environ)
+        with self._lock:
+            w = self._ensure_worker(backend)
+            if bases and shapes:
+                w.send({"kind": "warm", "bases": [str(b) for b in bases], "shapes": shapes})
+
+    def worker_pid(self) -> int | None:
+        with self._lock:
+            return self._worker.pid if self._worker is not None and self._worker.alive() else None
+
+    @property
+    def workers_started(self) -> int:
+        return self._workers_started
+
     def start(self, plan, owner: str | None = None, out_dir: str | os.PathLike | None = None,
               ticket: Ticket | None = None) -> int:
         """Starts the job `plan` (a finetune.Plan) unless one is going on (or, with a `ticket`, unless it
         is not first in the queue); its checkpoints go to `out_dir` (default: the runner's). Returns
         the run id."""
-        import shutil
-        import subprocess
-        import sys
         import uuid
 
         from explorer.checkpoints import clean_stale
@@ -203,35 +354,111 @@ class FineTuneRunner:
                                    description=plan.description, backend=backend, backend_reason=reason,
                                    members=[MemberState(m.tag, m.label) for m in plan.members],
                                    run_id=self._runs, owner=owner)
-        try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            clean_stale(self.out_dir)
-            job_dir = self.out_dir / f".tmp-{os.getpid()}-job-{uuid.uuid4().hex[:8]}"
-            write_job(plan, job_dir)
-            env = {**(os.environ if self.environ is None else self.environ), "KERAS_BACKEND": backend,
-                   "PYTHONUNBUFFERED": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            log = open(job_dir / "worker.log", "wb")
-            root = Path(__file__).resolve().parents[1]
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-            command = self._priority_prefix(shutil.which) + [sys.executable, "-m", "explorer.finetune",
-                                                              str(job_dir)]
-            proc = subprocess.Popen(command,
-                                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=str(root))
-            log.close()
-        except Exception as e:
-            with self._lock:
-                self._state.running, self._state.status = False, "failed"
-                self._state.error = f"the training process could not start: {type(e).__name__}: {e}"
-                self._state.ended = time.time()
-            raise
-        with self._lock:
-            self._proc = proc
-            self._thread = threading.Thread(target=self._follow, args=(proc, job_dir), name="fine-tune",
-                                            daemon=True)
-            self._thread.start()
+            self._done = threading.Event()
+            try:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                clean_stale(self.out_dir)
+                job_dir = self.out_dir / f".tmp-{os.getpid()}-job-{uuid.uuid4().hex[:8]}"
+                write_job(plan, job_dir)
+                self._job_dir = job_dir
+                worker = self._ensure_worker(backend)
+                self._job_log_at = worker.log_size()
+                worker.last_heard = time.time()
+                if not worker.send({"kind": "job", "id": self._state.run_id, "dir": str(job_dir)}):
+                    raise RuntimeError("the worker's input is closed")
+            except Exception as e:
+                self._finish_locked("failed", f"the training process could not start: {type(e).__name__}: {e}")
+                raise
+            self._watchdog = threading.Thread(target=self._watch, args=(self._state.run_id,), name="fine-tune-watch",
+                                              daemon=True)
+            self._watchdog.start()
             return self._state.run_id
+
+    def _on_worker_event(self, worker: Worker, event: dict) -> None:
+        kind = event.get("kind")
+        with self._lock:
+            current = worker is self._worker and self._state.running and event.get("job") == self._state.run_id
+            if not current:
+                return
+            if kind == "job_end":
+                outcome = event.get("outcome")
+                self._state.worker = {k: event.get(k) for k in ("loads", "compiles", "cache_hits")}
+                self._state.worker["pid"] = worker.pid
+                cancelled = self._state.status == "cancelled"
+                job_dir = self._job_dir
+        if not current:
+            return
+        if kind != "job_end":
+            self._event(event)
+            return
+        if cancelled:
+            self._finish("cancelled")
+        elif outcome == "done":
+            try:
+                self._publish(job_dir)
+                with self._lock:
+                    self._durations = (self._durations + [self._state.elapsed])[-20:]
+                self._finish("done")
+            except Exception as e:  # e.g. the disk filled up while moving: nothing is left half-moved
+                self._finish("failed", f"{type(e).__name__}: {e}")
+        else:
+            self._finish("cancelled" if outcome == "cancelled" else "failed",
+                         None if outcome == "cancelled" else "the training process reported an error")
+
+    def _on_worker_exit(self, worker: Worker, code: int) -> None:
+        with self._lock:
+            if worker is not self._worker:
+                return
+            self._worker = None
+            running = self._state.running
+            cancelled = self._state.status == "cancelled"
+            since = self._job_log_at
+        if running:
+            self._finish("cancelled" if cancelled else "failed",
+                         None if cancelled else self._crash_message(code, worker.log_tail(since)))
+
+    def _watch(self, run_id: int) -> None:
+        """Fails the run, and kills its worker, when the worker says nothing for hang_s (a hung process)."""
+        while not self._done.wait(1.0):
+            with self._lock:
+                w = self._worker
+                if not self._state.running or self._state.run_id != run_id or w is None:
+                    return
+                silent = time.time() - w.last_heard
+            if silent > self.hang_s:
+                with self._lock:
+                    if self._worker is w:
+                        self._worker = None
+                w.kill()
+                self._finish("failed", f"the training process stopped responding for {silent:.0f} s and was "
+                                       f"stopped; the next Start uses a new one")
+                return
+
+    def _finish(self, status: str, error: str | None = None) -> None:
+        with self._lock:
+            self._finish_locked(status, error)
+
+    def _finish_locked(self, status: str, error: str | None = None) -> None:
+        import shutil
+        s = self._state
+        if not s.running:
+            return
+        s.status = status
+        if error and status == "failed":
+            s.error = s.error or error
+        s.running, s.ended = False, time.time()
+        if self._job_dir is not None:
+            shutil.rmtree(self._job_dir, ignore_errors=True)
+            self._job_dir = None
+        self._done.set()
+
+    def shutdown(self) -> None:
+        """Ends the worker (the app is stopping); a run going on is cancelled."""
+        with self._lock:
+            w, self._worker = self._worker, None
+        if w is not None:
+            w.kill()
+        self._finish("cancelled")
 
     def _event(self, event: dict) -> None:
         with self._lock:
@@ -243,6 +470,7 @@ class FineTuneRunner:
             member = s.members[event["member"]] if "member" in event else None
             if kind == "started":
                 s.device, s.backend = event["device"], event["backend"]
+                s.ready_at = time.time()
             elif kind == "member":
                 s.current = event["member"]
                 member.recipe = event.get("recipe")
@@ -254,48 +482,13 @@ class FineTuneRunner:
             elif kind == "member_done":
                 member.folder, member.metrics = event["folder"], event["metrics"]
                 member.training, member.predictions = event["training"], event["predictions"]
+                member.seconds = event.get("seconds")
             elif kind == "error":
                 s.error = event["error"]
 
-    def _follow(self, proc, job_dir: Path) -> None:
-        import json
-        import shutil
-        done = False
-        for line in proc.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            done = done or event.get("kind") == "done"
-            self._event(event)
-        code = proc.wait()
-        with self._lock:
-            cancelled = self._state.status == "cancelled"
-        try:
-            if done and code == 0 and not cancelled:
-                self._publish(job_dir)
-                with self._lock:
-                    self._durations = (self._durations + [self._state.elapsed])[-20:]
-            elif not cancelled:
-                with self._lock:
-                    self._state.status = "failed"
-                    self._state.error = self._state.error or self._crash_message(code, job_dir)
-        except Exception as e:  # e.g. the disk filled up while moving: nothing is left half-moved
-            with self._lock:
-                self._state.status, self._state.error = "failed", f"{type(e).__name__}: {e}"
-        finally:
-            shutil.rmtree(job_dir, ignore_errors=True)
-            with self._lock:
-                self._state.running, self._state.ended = False, time.time()
-                self._proc = None
 
     @staticmethod
-    def _crash_message(code: int, job_dir: Path) -> str:
-        try:
-            tail = [line for line in (job_dir / "worker.log").read_text(errors="replace").splitlines()
-                    if line.strip()][-3:]
-        except OSError:
-            tail = []
+    def _crash_message(code: int, tail: list[str]) -> str:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return f"the training process {how}" + (f": {' / '.join(tail)}" if tail else "")
 
@@ -334,14 +527,14 @@ class FineTuneRunner:
         return self.cancel_as(owner) == "cancelled"
 
     def cancel_as(self, owner: str | None = None) -> str:
-        """Cancel as `owner` asks it: "cancelled" (their run was going on: its process is killed at
-        once), "left" (they were waiting in the queue), "not yours" (another owner's run is going on;
-        nothing happens) or "none"."""
+        """Cancel as `owner` asks it: "cancelled" (their run was going on: it stops at its next step, or its
+        worker is killed if it does not within cancel_grace_s; nothing is saved), "left" (they were waiting in
+        the queue), "not yours" (another owner's run is going on; nothing happens) or "none"."""
         with self._lock:
             mine = [t for t in self._queue if t.owner == owner and not t.cancelled]
-            proc = self._proc if self._state.running else None
-            if proc is not None and self._state.owner == owner:
+            if self._state.running and self._state.owner == owner:
                 self._state.status = "cancelled"
+                worker, run_id = self._worker, self._state.run_id
             elif mine:
                 for t in mine:
                     t.cancelled = True
@@ -349,13 +542,24 @@ class FineTuneRunner:
                 return "left"
             else:
                 return "not yours" if self._state.running else "none"
-        proc.kill()
+        if worker is None or not worker.send({"kind": "cancel", "id": run_id}):
+            self._finish("cancelled")
+            return "cancelled"
+
+        def enforce():
+            if not self._done.wait(self.cancel_grace_s):
+                with self._lock:
+                    if self._worker is worker:
+                        self._worker = None
+                worker.kill()
+                self._finish("cancelled")
+
+        threading.Thread(target=enforce, name="fine-tune-cancel", daemon=True).start()
         return "cancelled"
 
     def wait(self, timeout: float | None = None) -> None:
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+        """Until the run going on has ended (or `timeout`)."""
+        self._done.wait(timeout)
 
     def snapshot(self) -> RunState:
         import copy

@@ -59,29 +59,102 @@ def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int |
                           **overrides})
 
 
+class WarmModel:
+    """One base checkpoint, loaded and shaped for a number of classes (its own head, or a new one of that
+    size) and frozen or not, as a long-lived worker keeps it: `model` keeps its compiled steps from run to
+    run, `restore()` puts the base's weights back before each run, so nothing of an earlier run (its data,
+    its trained weights, its optimizer state) reaches the next."""
+
+    def __init__(self, base: str | Path, num_classes: int, frozen: bool):
+        import keras
+
+        from explorer.checkpoints import load_checkpoint
+        from explorer.models import HEAD, freeze_backbone, replace_head
+        model, self.card = load_checkpoint(base)
+        head = model.get_layer(HEAD)
+        self.base_head = tuple(np.asarray(w) for w in head.get_weights())
+        if model.output_shape[-1] != num_classes:
+            model = replace_head(model, num_classes)
+        self.model = freeze_backbone(model, frozen)
+        self.features = keras.Model(model.inputs, model.get_layer(HEAD).input)
+        head_weights = {id(v) for v in self.model.get_layer(HEAD).weights}
+        self._backbone = [v for v in self.model.weights if id(v) not in head_weights]
+        self._saved = [np.asarray(v.numpy()) for v in self._backbone]
+
+    def restore(self) -> None:
+        for variable, value in zip(self._backbone, self._saved, strict=True):
+            variable.assign(value)
+
+
+class WarmModels:
+    """The models a long-lived fine-tuning worker keeps between runs (explorer.finetune's `serve`): one
+    WarmModel per (base checkpoint as it is on disk, number of classes, frozen backbone), the least recently
+    used dropped beyond `size`. A repeat run of the same shape then loads nothing and compiles nothing."""
+
+    def __init__(self, size: int = 4):
+        from collections import OrderedDict
+        self.size = size
+        self._models: OrderedDict = OrderedDict()
+        self.loads = 0
+
+    @staticmethod
+    def _key(base: str | Path, num_classes: int, frozen: bool) -> tuple:
+        folder = Path(base).resolve()
+        stamps = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.iterdir())
+                       if p.is_file()) if folder.is_dir() else ()
+        return str(folder), stamps, int(num_classes), bool(frozen)
+
+    def get(self, base: str | Path, num_classes: int, frozen: bool) -> WarmModel:
+        key = self._key(base, num_classes, frozen)
+        warm = self._models.pop(key, None)
+        if warm is None:
+            warm = WarmModel(base, num_classes, frozen)
+            self.loads += 1
+        else:
+            warm.restore()
+        self._models[key] = warm
+        while len(self._models) > self.size:
+            self._models.popitem(last=False)
+        return warm
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
 def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
-              backup: str | None = None, extend: bool = False) -> dict:
+              backup: str | None = None, extend: bool = False, warm: WarmModels | None = None) -> dict:
     """Continues training a checkpoint on `dataset`; its head is prepared by `prepare_head` first.
 
     With `extend`, this is a second stage of the base's own training rather than a fine-tune: the
     dataset, its held-out split and the class list must be the base's, and the new checkpoint's history,
     epoch count, wall time and throughput cover both stages (see `continued_record`).
+    With `warm`, the model comes from (and stays in) that cache, with its compiled steps.
     """
+    import time
+
     from explorer.checkpoints import load_checkpoint
-    model, card = load_checkpoint(base)
+    began = time.perf_counter()
+    if warm is not None:
+        kept = warm.get(base, dataset.num_classes, tc.freeze_backbone)
+        model, card, base_head, features = kept.model, kept.card, kept.base_head, kept.features
+    else:
+        (model, card), base_head, features = load_checkpoint(base), None, None
     config = ViTConfig.from_dict(card["config"])
     if dataset.x_train.shape[1:3] != (config.image_size, config.image_size):
         raise DatasetError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
                          f"{config.image_size}x{config.image_size}")
     if extend:
         check_continuation(card, dataset, tc)
-    model, start = prepare_head(model, card.get("class_names") or [], dataset, tc)
+    model, start = prepare_head(model, card.get("class_names") or [], dataset, tc, base_head, features)
     if cancel is not None and cancel.is_set():
         raise Cancelled("training was cancelled; no checkpoint was written")
     record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
                  start=start, base={"name": card.get("name"), "created": card.get("created"),
-                                    "epochs": len(card.get("history") or []), "continued": extend})
+                                    "epochs": len(card.get("history") or []), "continued": extend},
+                 reuse=warm is not None)
+    record["training"]["timing"]["prepare_s"] = round(time.perf_counter() - began - record["training"]["wall_time_s"],
+                                                      3)
     lineage = {"name": card.get("name"), "source": str(base)}
     if extend:
         record = continued_record(card, record)
@@ -101,51 +174,70 @@ def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
     return None if not rows or None in rows else rows
 
 
-def pooled_features(model, x: np.ndarray, batch_size: int = 500) -> np.ndarray:
-    """What the classifier head sees (the pooled, normalised tokens) for uint8 images `x`."""
+def pooled_features(model, x: np.ndarray, batch_size: int | None = None, features=None) -> np.ndarray:
+    """What the classifier head sees (the pooled, normalised tokens) for uint8 images `x`; `features`: the
+    model up to its head, when one is at hand (its compiled predict step is reused)."""
     import keras
 
+    from explorer.fitting import PREDICT_BATCH
     from explorer.models import HEAD
-    features = keras.Model(model.inputs, model.get_layer(HEAD).input)
-    return predict_logits(features, x, batch_size)
+    features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
+    return predict_logits(features, x, batch_size or PREDICT_BATCH)
 
 
-def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConfig):
+def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConfig, base_head=None,
+                 features=None):
     """(model, start metrics): the model with the head the fine-tune starts from, and how it scores.
 
     With `tc.head_init` "auto": the base's own classes keep the base's head; classes that are all among
     the base's take the base's rows for them (so step 0 scores what the base scores on them); any other
     class list gets a linear probe (logistic regression on the frozen pooled features of the training
-    split and its mirror images, its L2 chosen on the validation split). A frozen backbone takes the
-    probe too, unless the base's rows already do better on the validation split. "probe" always fits the
-    probe; "new" is a freshly initialised head. The backbone is frozen when the recipe says so.
+    split and its mirror images, its L2 chosen on the validation split). Where there is a validation split,
+    the probe (warm-started from the base's head or rows) also competes with them and replaces them when it
+    does better there: linear probing, then fine-tuning, so the run starts from the better head. "probe"
+    always fits the probe; "new" is a freshly initialised head. The backbone is frozen when the recipe says
+    so. `base_head` (the base's kernel and bias) is given when `model` already has a head of the dataset's
+    size (a WarmModel), whose weights are then all set here; `features`: the model up to its head.
     """
+    import keras
+
     from explorer.linear import LinearHead, fit_probe
     from explorer.models import HEAD, freeze_backbone, replace_head
     n = dataset.num_classes
     (x_fit, y_fit), val = training_split(dataset, tc)
-    same = model.output_shape[-1] == n and [str(c) for c in base_classes] == list(dataset.class_names)
-    rows = base_rows(base_classes, dataset.class_names) if len(base_classes) == model.output_shape[-1] else None
-    old = model.get_layer(HEAD)
-    kernel, bias = (np.asarray(w) for w in old.get_weights())
-    if not same:
-        model = replace_head(model, n)
+    if base_head is None:
+        base_head = tuple(np.asarray(w) for w in model.get_layer(HEAD).get_weights())
+        if model.output_shape[-1] != n:
+            model = replace_head(model, n)
+            features = None
+        fresh = True
+    else:
+        fresh = False
+    kernel, bias = base_head
+    same = kernel.shape[-1] == n and [str(c) for c in base_classes] == list(dataset.class_names)
+    rows = base_rows(base_classes, dataset.class_names) if len(base_classes) == kernel.shape[-1] else None
     head = model.get_layer(HEAD)
     how = "kept" if same else "new"
-    if same and tc.head_init == "auto":
-        pass
+    if same:
+        head.set_weights([kernel, bias])
     elif rows is not None and tc.head_init == "auto":
         head.set_weights([kernel[:, rows], bias[rows]])
         how = "base rows"
-    if tc.head_init == "probe" or (tc.head_init == "auto" and (how == "new" or tc.freeze_backbone)):
-        features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]))
+    elif not fresh:  # a warm model's head holds the last run's weights: a new head, as replace_head makes
+        head.set_weights([np.asarray(keras.initializers.GlorotUniform(seed=tc.seed)(head.kernel.shape)),
+                          np.zeros(head.bias.shape, "float32")])
+    if tc.head_init == "probe" or (tc.head_init == "auto" and (how == "new" or val is not None
+                                                               or tc.freeze_backbone)):
+        features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
+        train_features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]), features=features)
         labels = np.concatenate([y_fit, y_fit])
-        val_features = pooled_features(model, val[0]) if val is not None else None
+        val_features = pooled_features(model, val[0], features=features) if val is not None else None
         current = LinearHead(*(np.asarray(w, np.float64) for w in head.get_weights()), l2=0.0)
-        probe = fit_probe(features, labels, n, val_features, val[1] if val is not None else None,
+        probe = fit_probe(train_features, labels, n, val_features, val[1] if val is not None else None,
                           init=current if how != "new" else None)
-        keep_rows = (how in ("kept", "base rows") and val is not None
-                     and current.accuracy(val_features, val[1]) > probe.accuracy(val_features, val[1]))
+        # The base's head or rows stay unless the probe does better on the validation split.
+        keep_rows = (how in ("kept", "base rows") and tc.head_init == "auto" and val is not None
+                     and current.accuracy(val_features, val[1]) >= probe.accuracy(val_features, val[1]))
         if not keep_rows:
             head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
             how = f"linear probe (L2 {probe.l2:g})"
@@ -155,6 +247,8 @@ def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConf
         metrics = accuracy_metrics(predict_logits(model, val[0]), val[1])
         start.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
     return model, start
+
+
 def check_continuation(card: dict, dataset: Dataset, tc: TrainConfig) -> None:
     """Refuses a continuation that would not be the same training: other data, classes or held-out split.
 

@@ -97,6 +97,27 @@ def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10
     assert start["val_top1"] == pytest.approx(accuracy_metrics(predict_logits(model, vx)[:, rows], vy)["top1"])
 
 
+def test_the_probe_replaces_the_base_rows_only_where_it_does_better_on_validation(tiny_checkpoints, cifar10):
+    """Linear probing, then fine-tuning: known classes start from the base's rows or from the probe
+    (warm-started from them), whichever scores higher on the validation split; rows win ties."""
+    from explorer.linear import LinearHead
+    from explorer.transfer import pooled_features
+    model, card = load_checkpoint(tiny_checkpoints["vanilla"])
+    classes = ["cat", "dog", "horse", "deer"]
+    x, y = pick(cifar10, classes, 60)
+    ds = Dataset("four", x, y, x[:20], y[:20], classes)
+    tc = fine_tune_recipe(len(x), known_classes=True)
+    rows = [card["class_names"].index(c) for c in classes]
+    (_, _), (vx, vy) = training_split(ds, tc)
+    rows_val = LinearHead(*(np.asarray(w, np.float64)[..., rows] for w in model.get_layer("head").get_weights()),
+                          l2=0.0).accuracy(pooled_features(model, vx), vy)
+    prepared, start = prepare_head(model, card["class_names"], ds, tc)
+    if start["head"] == "base rows":
+        assert start["val_top1"] == pytest.approx(rows_val)
+    else:
+        assert start["head"].startswith("linear probe") and start["val_top1"] > rows_val
+
+
 def test_other_classes_start_from_a_linear_probe(tiny_checkpoints, cifar10):
     model, card = load_checkpoint(tiny_checkpoints["vanilla"])
     x, y = pick(cifar10, ["airplane", "frog"], 40)
@@ -166,11 +187,13 @@ def test_a_pair_plan_shares_one_split_and_names_both(tiny_checkpoints, cifar10):
 
 def test_backend_choice():
     yes, no = (lambda: True), (lambda: False)
-    assert choose_backend({}, gpu_present=no, jax_cuda=yes) == ("tensorflow", "no GPU")
+    assert choose_backend({}, gpu_present=no, jax_cuda=yes, jax_cpu=no) == ("tensorflow", "no GPU")
+    # On a CPU, JAX when it is installed: its compiled steps persist on disk across workers
+    assert choose_backend({}, gpu_present=no, jax_cuda=no, jax_cpu=yes)[0] == "jax"
     assert choose_backend({}, gpu_present=yes, jax_cuda=yes) == ("jax", "CUDA GPU with JAX")
     backend, why = choose_backend({}, gpu_present=yes, jax_cuda=no)
     assert backend == "tensorflow" and "requirements-gpu.txt" in why
-    assert choose_backend({"KERAS_BACKEND": "jax"}, gpu_present=no, jax_cuda=no)[0] == "jax"
+    assert choose_backend({"KERAS_BACKEND": "jax"}, gpu_present=no, jax_cuda=no, jax_cpu=no)[0] == "jax"
     assert choose_backend({"EXPLORER_TRAIN_BACKEND": "torch"}, gpu_present=yes, jax_cuda=yes)[0] == "torch"
     with pytest.raises(JobError, match="EXPLORER_TRAIN_BACKEND='mxnet'"):
         choose_backend({"EXPLORER_TRAIN_BACKEND": "mxnet"})
@@ -267,7 +290,7 @@ def test_a_crashed_or_failing_worker_is_reported_and_saves_nothing(tiny_checkpoi
     deadline = time.time() + 120
     while time.time() < deadline and not runner.snapshot().members[0].step:
         time.sleep(0.1)
-    os.kill(runner._proc.pid, signal.SIGKILL)
+    os.kill(runner.worker_pid(), signal.SIGKILL)
     runner.wait(30)
     s = runner.snapshot()
     assert s.status == "failed" and "killed by signal 9" in s.error
@@ -294,7 +317,9 @@ def test_the_cli_with_only_base_and_dataset_runs_the_default_recipe(tiny_checkpo
     n = card["dataset"]["train_images"] + card["dataset"]["validation_images"]
     expected = fine_tune_recipe(n, known_classes=True)  # cat, dog and ship are the base's classes
     assert card["training"]["recipe"] == expected.__dict__
-    assert card["training"]["start"]["head"] == "base rows" and card["training"]["kept_epoch"] is not None
+    # the base's rows for cat, dog and ship, or the linear probe where it did better on the validation split
+    head = card["training"]["start"]["head"]
+    assert (head == "base rows" or head.startswith("linear probe")) and card["training"]["kept_epoch"] is not None
     assert "recipe: 30 epochs of batch 16, learning rate 0.0001, head auto" in capsys.readouterr().out
     assert "## Fine-tuning" in (tmp_path / "out" / "cli" / "README.md").read_text()
 

@@ -65,7 +65,7 @@ def test_cancel_raises_and_writes_nothing(cifar10, tmp_path):
     cancel = threading.Event()
 
     def progress(event):
-        if event["kind"] == "batch" and event["step"] == 2:
+        if event["kind"] == "batch" and event["step"] >= 2:  # progress is throttled: not every step
             cancel.set()
 
     with pytest.raises(Cancelled):

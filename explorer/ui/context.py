@@ -229,6 +229,28 @@ class Explorer:
             if ref:
                 self.store.get(ref)
 
+    def prepare_finetuning(self) -> None:
+        """Starts the fine-tuning worker in the background (its imports, the compilation cache), so that the
+        first Start does not wait for them; on a GPU also has it compile the shipped pair's steps for the
+        shapes in EXPLORER_WARM_SHAPES ("classes x images", comma-separated; default "5x800,10x800").
+        EXPLORER_PREWARM=0 turns it off (the first Start then starts the worker)."""
+        from explorer.finetune import choose_backend, cuda_gpu_present
+        setting = os.environ.get("EXPLORER_PREWARM", "1").strip().lower()
+        if setting in ("0", "false", "no", "off"):
+            return
+        try:
+            backend, _ = choose_backend()
+            gpu = cuda_gpu_present(os.environ.get("EXPLORER_DRIVER_ROOT", "/")) and backend == "jax"
+            shapes = []
+            for item in os.environ.get("EXPLORER_WARM_SHAPES", "5x800,10x800").split(","):
+                classes, _, images = item.strip().partition("x")
+                if classes.isdigit() and images.isdigit():
+                    shapes.append({"classes": int(classes), "images": int(images)})
+            bases = [str(self.root / ref) for ref in self.initial_refs() if ref and (self.root / ref).is_dir()]
+            self.runner.prepare(bases if gpu or setting == "compile" else None, shapes)
+        except Exception as e:  # noqa: BLE001  (the first Start then starts the worker itself)
+            print(f"fine-tuning worker not started in advance: {type(e).__name__}: {e}", flush=True)
+
     def model(self, ref: str, request=None):
         """The loaded model of a reference the visitor may use (shared mode: listed to them, or a Hub id)."""
         ref = self.runs.check(ref, self.owner(request))
