@@ -8,6 +8,7 @@ another one that has the study folder (records and backups are plain files, comm
     python -m explorer.study run  [study/grid.json] [--address ray://host:10001]
     python -m explorer.study show [study/grid.json] TRIAL            one trial's `explorer.train` command
     python -m explorer.study report [study/grid.json]                results.csv, RESULTS.md, curve.png
+    python -m explorer.study mechanisms [study/grid.json]            what LSA does to attention, per model
 
 The grid file (study/grid.json) names the dataset, the preset, the recipe and, per training-set size, the
 epochs, how often to validate, the seeds and the variants; see study/README.md for the design. Ray is
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from explorer.config import VARIANTS
+from explorer.study_report import study_variant
 
 # The study's variants: the model variants with the keras.io example's one temperature per LSA layer, and the
 # paper's own LSA (aanna0701/SPT_LSA_ViT: one learned temperature per head) as "<variant>_head".
@@ -242,13 +244,6 @@ def result_row(card: dict, trial: Trial) -> dict:
             "train_top1": m.get("train_top1"), "wall_seconds": t.get("wall_time_s"),
             "images_per_second": t.get("images_per_second"), "test_images": card["dataset"].get("test_images"),
             "trial": trial.name}
-
-
-def study_variant(card: dict) -> str:
-    """The study's name for a card's model: its variant, with "_head" for per-head LSA temperatures."""
-    variant = card["variant"]
-    head = variant in ("lsa", "spt_lsa") and card.get("config", {}).get("tau_mode") == "head"
-    return f"{variant}_head" if head else variant
 
 
 def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: int = 1) -> dict:
@@ -495,12 +490,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m explorer.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    for name in ("plan", "run", "show", "report"):
+    for name in ("plan", "run", "show", "report", "mechanisms"):
         s = sub.add_parser(name)
         s.add_argument("grid", nargs="?" if name != "show" else None, default=DEFAULT_GRID)
         if name == "show":
             s.add_argument("trial")
-        if name in ("run", "show"):
+        if name in ("run", "show", "mechanisms"):
             s.add_argument("--data-dir", help="folder holding the CIFAR pickles (else as explorer.train finds them)")
         if name == "plan":
             s.add_argument("--rate", type=float, default=270.0,
@@ -528,6 +523,10 @@ def main(argv=None) -> int:
             return 1 if run_grid(grid, args.address, args.cpus, args.threads, args.data_dir, args.only) else 0
         elif args.command == "report":
             for path in report(grid):
+                print(f"wrote {path}")
+        elif args.command == "mechanisms":
+            from explorer import mechanisms
+            for path in mechanisms.write(grid.keep_dir.parent, grid.folder, args.data_dir):
                 print(f"wrote {path}")
     except StudyError as e:
         print(f"error: {e}", file=sys.stderr)

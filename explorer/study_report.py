@@ -14,7 +14,19 @@ import numpy as np
 from explorer.ablation import NAMES, ORDER
 
 # The app's colours: the ViT as slot A (blue), SPT + LSA as slot B (orange), the two halves after them.
-VARIANT_COLOR = {"vanilla": 0, "spt_lsa": 1, "spt": 2, "lsa": 3}
+VARIANT_COLOR = {"vanilla": 0, "spt_lsa": 1, "spt": 2, "lsa": 3, "lsa_head": 4, "spt_lsa_head": 5}
+# The paper's own LSA (aanna0701/SPT_LSA_ViT): one learned temperature per head, where the keras.io example
+# (every other variant here) learns one per layer.
+HEAD_NAMES = {"lsa_head": "LSA alone, per-head τ", "spt_lsa_head": "SPT + LSA, per-head τ"}
+ALL_NAMES = {**NAMES, **HEAD_NAMES}
+ALL_ORDER = (*ORDER, *HEAD_NAMES)
+
+
+def study_variant(card: dict) -> str:
+    """The study's name for a card's model: its variant, with "_head" for per-head LSA temperatures."""
+    variant = card["variant"]
+    per_head = variant in ("lsa", "spt_lsa") and card.get("config", {}).get("tau_mode") == "head"
+    return f"{variant}_head" if per_head else variant
 
 
 def _by(rows: list[dict], key) -> dict:
@@ -82,8 +94,8 @@ def _pct(v: float | None, digits: int = 2) -> str:
 def curve_table(rows: list[dict]) -> str:
     s = summary(rows)
     sizes = sorted({n for n, _ in s})
-    variants = [v for v in ORDER if any((n, v) in s for n in sizes)]
-    head = "| train images | " + " | ".join(f"{NAMES[v]} (seeds)" for v in variants) + " |"
+    variants = [v for v in ALL_ORDER if any((n, v) in s for n in sizes)]
+    head = "| train images | " + " | ".join(f"{ALL_NAMES[v]} (seeds)" for v in variants) + " |"
     lines = [head, "|---:|" + "---:|" * len(variants)]
     for n in sizes:
         cells = []
@@ -155,6 +167,25 @@ def effects_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# The paper's LSA against the others, seed by seed: what it adds to the ViT and to SPT, and what one temperature
+# per head changes against one per layer, alone and on top of SPT.
+HEAD_EFFECTS = [("vanilla", "lsa_head"), ("spt", "spt_lsa_head"), ("lsa", "lsa_head"), ("spt_lsa", "spt_lsa_head")]
+
+
+def head_effects_table(rows: list[dict]) -> str:
+    """The per-head-temperature variants as paired effects where they ran (in points, 95 % interval)."""
+    s = summary(rows)
+    sizes = [n for n in sorted({n for n, _ in s}) if any((n, v) in s for v in HEAD_NAMES)]
+    if not sizes:
+        return "None yet: no per-head-temperature trial has finished."
+    gaps = {(a, b): paired_gaps(rows, a, b) for a, b in HEAD_EFFECTS}
+    lines = ["| train images | " + " | ".join(f"{ALL_NAMES[b]} − {ALL_NAMES[a]}" for a, b in HEAD_EFFECTS) + " |",
+             "|---:|" + "---:|" * len(HEAD_EFFECTS)]
+    for n in sizes:
+        lines.append(f"| {n:,} | " + " | ".join(_effect(gaps[e].get(n)) for e in HEAD_EFFECTS) + " |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     if not rows:
         return "No trial has finished yet."
@@ -168,7 +199,11 @@ def markdown(rows: list[dict]) -> str:
         "The same 2x2 as paired effects (seed by seed, in points; the 95 % interval of the mean in parentheses "
         "where there are two seeds or more): what SPT and LSA each add to the ViT, and what each adds on top "
         "of the other:",
-        effects_table(rows)])
+        effects_table(rows),
+        "The paper's own LSA, one learned temperature per head (every other LSA here learns one per layer, as "
+        "the keras.io example does), as paired effects in points: what it adds to the ViT and to SPT, and what "
+        "per-head temperatures change against per-layer ones:",
+        head_effects_table(rows)])
 
 
 BEGIN, END = "<!-- study tables: written by `python -m explorer.study report` -->", "<!-- /study tables -->"

@@ -17,7 +17,7 @@ LAYERS = [
     {"models", "augment", "folders", "checkpoints", "shared", "catalog"},
     {"probe", "fitting", "backup", "convert"},
     {"transfer", "evaluate", "evidence"},
-    {"train", "robustness", "workbench", "reports", "samples", "study"},
+    {"train", "robustness", "workbench", "reports", "samples", "study", "mechanisms"},
     {"finetune"},
     {"runner"},
     {"ui"},

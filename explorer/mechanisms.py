@@ -1,0 +1,201 @@
+"""What LSA does to attention, measured: for every kept model of the small-data study (and the shipped
+full-data 2x2), on one fixed set of test images, per layer: the learned temperatures against their start
+(sqrt(d_k)), the attention entropy and the mean attention distance (the app's own per-image measures, from
+explorer.probe), and the share of attention a query gives itself, which is what LSA's diagonal mask removes
+(0 by construction where the mask is on). `python -m explorer.study mechanisms` writes study/mechanisms.csv,
+study/MECHANISMS.md and study/mechanisms.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+from explorer.study_report import ALL_NAMES, VARIANT_COLOR, study_variant
+
+COLUMNS = ("model", "variant", "train_images", "layer", "tau_mean", "tau_min", "tau_max", "tau_start",
+           "entropy", "distance_px", "self_attention", "patches", "test_top1")
+FULL = 45_000  # the shipped models' training-set size
+# The fixed images: CIFAR-10's first test images, which the app ships as its sample (so this runs anywhere).
+IMAGES = 200
+
+
+def measure(model, config, images: np.ndarray, batch: int = 100) -> list[dict]:
+    """Per layer of `model` (a ViT of ours with its ViTConfig) over `images`: tau (per head, or one per
+    layer; None without LSA), entropy (nats) and mean attention distance (input pixels), each the mean over
+    the images, heads and queries exactly as the app's Attention tab computes them for one image
+    (explorer.probe), and the mean attention a query pays to itself."""
+    from explorer.models import tau_values
+    from explorer.probe import Probe, attention_entropy, mean_attention_distance
+    probe = Probe(model, config)
+    entropy, distance, diagonal, counts = 0.0, 0.0, 0.0, 0
+    for start in range(0, len(images), batch):
+        attention = probe(images[start:start + batch]).attention  # (B, layers, heads, N, N)
+        n = len(attention)
+        entropy = entropy + attention_entropy(attention) * n
+        distance = distance + mean_attention_distance(attention, config.grid_size, config.pixels_per_patch) * n
+        diagonal = diagonal + np.diagonal(attention, axis1=-2, axis2=-1).mean(-1).mean(0) * n
+        counts += n
+    entropy, distance, diagonal = entropy / counts, distance / counts, diagonal / counts
+    taus = tau_values(model)
+    rows = []
+    for layer in range(probe.num_layers):
+        tau = taus[layer] if layer < len(taus) else None
+        rows.append({"layer": layer, "tau": tau, "tau_start": config.initial_tau if tau else None,
+                     "entropy": float(entropy[layer].mean()), "distance_px": float(distance[layer].mean()),
+                     "self_attention": float(diagonal[layer].mean())})
+    return rows
+
+
+def kept_models(checkpoints: Path, dataset: str = "cifar10") -> list[Path]:
+    """The study's kept checkpoints and the shipped full-data 2x2, smallest training set first."""
+    folders = [p for p in sorted((checkpoints / "study").glob(f"{dataset}-*")) if (p / "explorer.json").is_file()]
+    folders += [checkpoints / f"{dataset}-{v}" for v in ("vanilla", "lsa", "spt", "spt_lsa")
+                if (checkpoints / f"{dataset}-{v}" / "explorer.json").is_file()]
+
+    def key(p: Path):
+        card = json.loads((p / "explorer.json").read_text())
+        return card["dataset"]["train_images"], list(ALL_NAMES).index(study_variant(card))
+    return sorted(folders, key=key)
+
+
+def run(folders: list[Path], images: np.ndarray) -> list[dict]:
+    """The table's rows: every layer of every model in `folders`."""
+    from explorer.checkpoints import load_checkpoint
+    from explorer.config import ViTConfig
+    rows = []
+    for folder in folders:
+        model, card = load_checkpoint(folder)
+        config = ViTConfig.from_dict(card["config"])
+        for r in measure(model, config, images):
+            tau = r["tau"]
+            rows.append({"model": folder.name, "variant": study_variant(card),
+                         "train_images": card["dataset"]["train_images"], "layer": r["layer"],
+                         "tau_mean": float(np.mean(tau)) if tau else None, "tau_min": min(tau) if tau else None,
+                         "tau_max": max(tau) if tau else None, "tau_start": r["tau_start"],
+                         "entropy": r["entropy"], "distance_px": r["distance_px"],
+                         "self_attention": r["self_attention"], "patches": config.num_patches,
+                         "test_top1": card["metrics"].get("test_top1")})
+    return rows
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if r[k] is None else (round(r[k], 6) if isinstance(r[k], float) else r[k]))
+                             for k in COLUMNS})
+
+
+def read_csv(path: Path) -> list[dict]:
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            out.append({k: (v if k in ("model", "variant") else None if v == "" else
+                            float(v) if k not in ("train_images", "layer", "patches") else int(v)) for k, v in row.items()})
+    return out
+
+
+def per_model(rows: list[dict]) -> list[dict]:
+    """One summary per model: means over its layers, the temperatures' largest move from their start."""
+    out = []
+    for name in dict.fromkeys(r["model"] for r in rows):
+        layers = [r for r in rows if r["model"] == name]
+        taus = [r for r in layers if r["tau_mean"] is not None]
+        move = (max(max(abs(r["tau_min"] / r["tau_start"] - 1), abs(r["tau_max"] / r["tau_start"] - 1))
+                    for r in taus) if taus else None)
+        out.append({"model": name, "variant": layers[0]["variant"], "train_images": layers[0]["train_images"],
+                    "tau_ratio": float(np.mean([r["tau_mean"] / r["tau_start"] for r in taus])) if taus else None,
+                    "tau_move": move,
+                    "entropy": float(np.mean([r["entropy"] for r in layers])),
+                    "distance_px": float(np.mean([r["distance_px"] for r in layers])),
+                    "self_attention": float(np.mean([r["self_attention"] for r in layers])),
+                    "test_top1": layers[0]["test_top1"]})
+    return out
+
+
+def markdown(rows: list[dict], images: int = IMAGES) -> str:
+    lines = [f"Per model, means over its layers, on CIFAR-10's first {images} test images (the same for every "
+             "model). τ / √d_k: the learned temperature against its start (1 = never moved); largest move: the "
+             "farthest any layer's (or head's) τ went from √d_k; self-attention: the attention a query pays "
+             "to its own patch (what LSA's diagonal mask removes; 0 with the mask).", "",
+             "| train images | model | τ / √d_k | largest τ move | entropy (nats) | mean distance (px) | "
+             "self-attention | test top-1 |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for m in per_model(rows):
+        tau = "–" if m["tau_ratio"] is None else f"{m['tau_ratio']:.3f}"
+        move = "–" if m["tau_move"] is None else f"{100 * m['tau_move']:.1f} %"
+        top1 = "–" if m["test_top1"] is None else f"{100 * m['test_top1']:.2f} %"
+        lines.append(f"| {m['train_images']:,} | {ALL_NAMES[m['variant']]} | {tau} | {move} | {m['entropy']:.3f} | "
+                     f"{m['distance_px']:.2f} | {100 * m['self_attention']:.1f} % | {top1} |")
+    return "\n".join(lines)
+
+
+def figure(rows: list[dict]):
+    """Four panels against training-set size, a line per variant: τ / √d_k, entropy, mean distance and
+    self-attention, each the mean over the model's layers."""
+    from matplotlib.figure import Figure
+
+    from explorer.plots import model_color
+    models = per_model(rows)
+    fig = Figure(figsize=(11.0, 7.0), layout="constrained")
+    axes = fig.subplots(2, 2)
+    panels = (("tau_ratio", "τ / √d_k (1 = never moved)", 1.0), ("entropy", "attention entropy (nats)", 1.0),
+              ("distance_px", "mean attention distance (px)", 1.0), ("self_attention", "self-attention (%)", 100.0))
+    for ax, (key, label, scale) in zip(axes.flat, panels, strict=True):
+        for variant in ALL_NAMES:
+            points = sorted((m["train_images"], m[key] * scale) for m in models
+                            if m["variant"] == variant and m[key] is not None)
+            if not points:
+                continue
+            color = model_color(VARIANT_COLOR[variant])
+            study = [(x, y) for x, y in points if x < FULL]
+            if study:
+                xs, ys = zip(*study, strict=True)
+                ax.plot(xs, ys, marker="o", color=color, label=ALL_NAMES[variant],
+                        linestyle="--" if variant.endswith("_head") else "-")
+            for x, y in points:
+                if x >= FULL:  # the shipped models: another, staged recipe, so drawn apart
+                    ax.plot([x], [y], marker="*", markersize=11, color=color, linestyle="none",
+                            label=None if study else ALL_NAMES[variant])
+        if key == "tau_ratio":
+            ax.axhline(1.0, color="0.5", linewidth=0.8)
+        if key == "self_attention":  # what a query would give itself attending evenly to every patch
+            grid = rows[0].get("patches") or 64
+            ax.axhline(100.0 / grid, color="0.5", linewidth=0.8, linestyle=":")
+            ax.annotate("even attention (1/N)", (0.02, 100.0 / grid), xycoords=("axes fraction", "data"),
+                        textcoords="offset points", xytext=(0, 4), fontsize=9, color="0.35")
+        ax.set_xscale("log")
+        ax.set_xlabel("training images")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    handles, labels = [], []
+    for ax in axes.flat:  # every variant once, wherever it is drawn
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=10)
+    fig.suptitle("What LSA does to attention, means over layers: the small-data study's kept models (lines, one "
+                 "recipe) and the shipped 2x2 at 45,000 images (stars, staged recipe)", fontsize=11)
+    return fig
+
+
+def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int = IMAGES) -> list[Path]:
+    """study/mechanisms.csv, MECHANISMS.md and mechanisms.png from every kept model."""
+    from PIL import Image
+
+    from explorer.plots import figure_to_array
+    from explorer.samples import TestImages
+    x = TestImages(data_dir).dataset("cifar10", need=images).x_test[:images]
+    rows = run(kept_models(checkpoints), x)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "mechanisms.csv")
+    (out / "MECHANISMS.md").write_text("# What LSA does to attention\n\nWritten by `python -m explorer.study "
+                                       f"mechanisms` (explorer/mechanisms.py).\n\n{markdown(rows, images)}\n\n"
+                                       "![mechanisms](mechanisms.png)\n")
+    Image.fromarray(figure_to_array(figure(rows))).save(out / "mechanisms.png")
+    return [out / "mechanisms.csv", out / "MECHANISMS.md", out / "mechanisms.png"]
