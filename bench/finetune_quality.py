@@ -152,6 +152,7 @@ def main():
     p.add_argument("--models", default="cifar10-vanilla,cifar10-spt_lsa")
     p.add_argument("--lr", type=float, help="override the recipe's learning rate")
     p.add_argument("--steps", type=int, help="override the recipe's target number of steps")
+    p.add_argument("--budget", type=int, help="override the recipe's image budget (FT_IMAGE_BUDGET)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all cores)")
     args = p.parse_args()
     rows = args.rows.split(",")
@@ -164,6 +165,8 @@ def main():
     from explorer.folders import read_image_zip
     if args.steps:
         explorer.transfer.FT_TARGET_STEPS = args.steps
+    if args.budget:
+        explorer.transfer.FT_IMAGE_BUDGET = args.budget
 
     results: dict[tuple[str, str, str], tuple[float, float]] = {}
     ratios = []

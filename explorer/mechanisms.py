@@ -166,8 +166,9 @@ def figure(rows: list[dict]):
         if key == "self_attention":  # what a query would give itself attending evenly to every patch
             grid = rows[0].get("patches") or 64
             ax.axhline(100.0 / grid, color="0.5", linewidth=0.8, linestyle=":")
-            ax.annotate("even attention (1/N)", (0.02, 100.0 / grid), xycoords=("axes fraction", "data"),
-                        textcoords="offset points", xytext=(0, 4), fontsize=9, color="0.35")
+            ax.annotate("even attention over all N patches (1/N)", (0.35, 100.0 / grid),
+                        xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(0, -12),
+                        fontsize=9, color="0.35")
         ax.set_xscale("log")
         ax.set_xlabel("training images")
         ax.set_ylabel(label)
@@ -179,8 +180,8 @@ def figure(rows: list[dict]):
                 handles.append(h)
                 labels.append(label)
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=10)
-    fig.suptitle("What LSA does to attention, means over layers: the small-data study's kept models (lines, one "
-                 "recipe) and the shipped 2x2 at 45,000 images (stars, staged recipe)", fontsize=11)
+    fig.suptitle("What LSA does to attention (means over layers)\nthe small-data study's kept models: lines, one "
+                 "recipe; the shipped 2x2 at 45,000 images: stars, a staged recipe", fontsize=11)
     return fig
 
 

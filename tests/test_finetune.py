@@ -54,11 +54,14 @@ def _card(folder):
 def test_short_recipe_scales_the_batch_to_the_data():
     small, large = fine_tune_recipe(200), fine_tune_recipe(50_000)
     assert small.batch_size == 16 and large.batch_size == 128
+    from explorer.transfer import FT_IMAGE_BUDGET, FT_TARGET_STEPS
     for n in (60, 200, 800, 5000):
         tc = fine_tune_recipe(n)
-        steps = tc.epochs * -(-round(n * 0.9) // tc.batch_size)
-        assert 400 <= steps <= 600 or tc.epochs in (1, 30) or tc.batch_size > 16, (n, tc)
-        assert steps * tc.batch_size <= 8000 * 1.25 or tc.epochs == 1, (n, tc)  # the budget, to an epoch
+        per_epoch = -(-round(n * 0.9) // tc.batch_size)
+        steps = tc.epochs * per_epoch
+        target = min(FT_TARGET_STEPS, FT_IMAGE_BUDGET / tc.batch_size)
+        assert abs(steps - target) <= per_epoch or tc.epochs in (1, 30), (n, tc)  # the target, to an epoch
+        assert steps * tc.batch_size <= FT_IMAGE_BUDGET * 1.25 or tc.epochs == 1, (n, tc)  # the budget
         assert tc.learning_rate == 5e-4 and tc.keep_best and tc.head_init == "auto"
     assert fine_tune_recipe(800, known_classes=True).learning_rate == 1e-4
     given = fine_tune_recipe(800, epochs=2, batch_size=8, learning_rate=3e-3, freeze_backbone=True)

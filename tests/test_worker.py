@@ -200,3 +200,17 @@ def test_the_compilation_cache_stays_within_its_bound(tiny_checkpoints, cifar10,
         assert 0 < size <= bound_mb * 2**20, size
     finally:
         runner.shutdown()
+
+
+def test_a_prepared_worker_has_compiled_a_job_of_the_warmed_shape(tiny_checkpoints, cifar10, tmp_path):
+    """What the app does at start on a GPU: the worker compiles the shipped pair's steps for the warm-up shapes
+    in the background; a Start of that shape then compiles nothing."""
+    runner = FineTuneRunner(tmp_path / "out", environ=_env(), compile_cache=tmp_path / "cache")
+    data = cifar10.subset(train=60, test=16, seed=5)
+    try:
+        runner.prepare([str(tiny_checkpoints["vanilla"]), str(tiny_checkpoints["spt_lsa"])],
+                       [{"classes": data.num_classes, "images": len(data.x_train)}])
+        s = _run(runner, plan_job(_members(tiny_checkpoints, "A", "B"), data, epochs=1))
+        assert runner.workers_started == 1 and s.worker["compiles"] == 0, s.worker
+    finally:
+        runner.shutdown()
