@@ -96,7 +96,8 @@ def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             out.append({k: (v if k in ("model", "variant") else None if v == "" else
-                            float(v) if k not in ("train_images", "layer", "patches") else int(v)) for k, v in row.items()})
+                            int(v) if k in ("train_images", "layer", "patches") else float(v))
+                        for k, v in row.items()})
     return out
 
 
