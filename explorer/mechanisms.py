@@ -187,7 +187,8 @@ def figure(rows: list[dict]):
 
 
 def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int = IMAGES) -> list[Path]:
-    """study/mechanisms.csv, MECHANISMS.md and mechanisms.png from every kept model."""
+    """study/mechanisms.csv, MECHANISMS.md and mechanisms.png from every kept model; the CSV also beside the
+    kept checkpoints, where the app (and a Space, which is not sent the study folder) reads it."""
     from PIL import Image
 
     from explorer.plots import figure_to_array
@@ -196,8 +197,10 @@ def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int
     rows = run(kept_models(checkpoints), x)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "mechanisms.csv")
+    write_csv(rows, checkpoints / "study" / "mechanisms.csv")
     (out / "MECHANISMS.md").write_text("# What LSA does to attention\n\nWritten by `python -m explorer.study "
                                        f"mechanisms` (explorer/mechanisms.py).\n\n{markdown(rows, images)}\n\n"
                                        "![mechanisms](mechanisms.png)\n")
     Image.fromarray(figure_to_array(figure(rows))).save(out / "mechanisms.png")
-    return [out / "mechanisms.csv", out / "MECHANISMS.md", out / "mechanisms.png"]
+    return [out / "mechanisms.csv", checkpoints / "study" / "mechanisms.csv", out / "MECHANISMS.md",
+            out / "mechanisms.png"]
