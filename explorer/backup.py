@@ -27,8 +27,12 @@ import numpy as np
 
 RUN = "run.json"
 METADATA = "training_metadata.json"
-# Recipe fields that do not change what is computed: a resumed run may stop at another time.
-_NOT_IDENTITY = ("max_seconds",)
+# Recipe fields that do not change what is computed: a resumed run may stop at another time, and the name
+# of a recipe is only where its values came from.
+_NOT_IDENTITY = ("max_seconds", "name")
+# Recipe fields added after backups were first written, at their defaults: left out of the identity, so
+# that a backup written before they existed still resumes.
+_LATER_DEFAULTS = {"randaugment": 0.0, "random_erasing": 0.0, "repeats": 1}
 
 
 class BackupError(ValueError):
@@ -39,7 +43,8 @@ def run_identity(model, dataset, tc, base: dict | None = None) -> dict:
     """What makes two runs the same run: the architecture, the data and its split, the recipe, the base."""
     architecture = json.dumps(model.get_config(), sort_keys=True, default=str)
     classes = json.dumps(list(dataset.class_names))
-    recipe = {k: v for k, v in asdict(tc).items() if k not in _NOT_IDENTITY}
+    recipe = {k: v for k, v in asdict(tc).items()
+              if k not in _NOT_IDENTITY and not (k in _LATER_DEFAULTS and v == _LATER_DEFAULTS[k])}
     return {"architecture": hashlib.sha256(architecture.encode()).hexdigest()[:16],
             "parameters": int(model.count_params()),
             "dataset": dataset.name, "train_images": int(len(dataset.x_train)),

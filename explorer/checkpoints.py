@@ -36,7 +36,8 @@ _TMP_PREFIX = ".tmp-"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 # Layer classes a checkpoint of ours may contain; anything else is refused before Keras builds it.
-_OUR_LAYERS = {"ImagePreprocessing", "ShiftedPatchTokenization", "PatchEncoder", "LocalitySelfAttention"}
+_OUR_LAYERS = {"ImagePreprocessing", "ShiftedPatchTokenization", "PatchEncoder", "LocalitySelfAttention",
+               "DropPath"}
 _KERAS_LAYERS = {"InputLayer", "LayerNormalization", "MultiHeadAttention", "Add", "Dense", "Dropout",
                  "Flatten", "GlobalAveragePooling1D"}
 
@@ -121,6 +122,9 @@ def model_card(card: dict) -> str:
         if training.get(key) is not None:
             lines.append(f"| {label} | {fmt.format(training[key])} |")
     lines.append(f"| parameters | {card.get('parameters')} |")
+    recipe = training.get("recipe") or {}
+    if recipe.get("name"):  # a named recipe of explorer.train (--recipe)
+        lines.append(f"| training recipe | `{recipe['name']}`: augmentation {describe_augmentation(recipe)} |")
     base, start = card.get("base") or {}, training.get("start") or {}
     if base and not base.get("continued"):
         r = training.get("recipe") or {}
@@ -393,6 +397,12 @@ def describe_augmentation(recipe: dict) -> str:
     if mixes:
         prob = recipe.get("mix_prob", 1.0)
         parts.append(" / ".join(mixes) + ("" if prob >= 1 else f" on {100 * prob:.0f} % of batches"))
+    if recipe.get("randaugment"):
+        parts.append(f"RandAugment {recipe['randaugment']:g}")
+    if recipe.get("random_erasing"):
+        parts.append(f"random erasing on {100 * recipe['random_erasing']:.0f} % of images")
+    if (recipe.get("repeats") or 1) > 1:
+        parts.append(f"each image {recipe['repeats']} times an epoch")
     return ", ".join(parts) or "none"
 
 

@@ -68,6 +68,15 @@ class TrainConfig:
     freeze_backbone: bool = False
     head_init: str = "auto"
     keep_best: bool = False
+    # Augmentation inside the training step (explorer.step_augment), after the numpy crop, flip and mix:
+    # Keras' RandAugment at this factor and random erasing with this probability (0 = off).
+    randaugment: float = 0.0
+    random_erasing: float = 0.0
+    # Repeated augmentation: every epoch passes over the training images this many times, each pass in its
+    # own order and every pass augmented anew (the authors' RASampler as their main.py calls it).
+    repeats: int = 1
+    # The named recipe (RECIPES) these values started from, for the card; None: TrainConfig's defaults.
+    name: str | None = None
 
     def __post_init__(self):
         for name in ("epochs", "batch_size"):
@@ -102,6 +111,28 @@ class TrainConfig:
                 raise ValueError(f"{name} must be positive when given, got {value!r}")
         if self.head_init not in HEAD_INITS:
             raise ValueError(f"head_init must be one of {HEAD_INITS}, got {self.head_init!r}")
+        for name in ("randaugment", "random_erasing"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value <= 1):
+                raise ValueError(f"{name} must be in [0, 1] (0 = off), got {value!r}")
+        if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
+            raise ValueError(f"repeats must be a positive integer, got {self.repeats!r}")
+        if self.name is not None and self.name not in RECIPES:
+            raise ValueError(f"name must be None or one of the recipes {sorted(RECIPES)}, got {self.name!r}")
+
+
+# Named recipes (`python -m explorer.train --recipe NAME`): the TrainConfig values they set; values given
+# explicitly win over them.
+RECIPES: dict[str, dict] = {
+    # The paper's (Lee, Lee & Song 2021), read from the authors' code (aanna0701/SPT_LSA_ViT, main.py): 100
+    # epochs of batch 128, AdamW at 1e-3 with weight decay 5e-2, 10 warm-up epochs then cosine, label
+    # smoothing 0.1; crop + flip, AutoAugment's CIFAR policy (Keras has none: its RandAugment stands in, at
+    # Keras' default strength), random erasing 0.25, CutMix and mixup (alpha 1) on half the batches;
+    # repeated augmentation x3 (an epoch is three passes over the images).
+    "paper": dict(epochs=100, batch_size=128, learning_rate=1e-3, weight_decay=5e-2, warmup_fraction=0.1,
+                  label_smoothing=0.1, augment=True, randaugment=0.5, random_erasing=0.25, mixup_alpha=1.0,
+                  cutmix_alpha=1.0, mix_prob=0.5, repeats=3),
+}
 
 
 def _keras():
@@ -159,14 +190,15 @@ def check_batch_split(batch_size: int, devices: int) -> None:
 
 
 def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_alpha=0.0, cutmix_alpha=0.0,
-                 mix_prob=1.0):
+                 mix_prob=1.0, repeats=1):
     """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch.
 
     Every batch has `batch_size` images, so a compiled step never meets a new shape (JAX compiles again for
     each): a shuffled epoch's last batch is topped up from the start of its order; an unshuffled one
     (validation) repeats images with sample weight 0, so they count for nothing (the real images' weight
     makes the validation loss and the weighted metrics their exact means over the real images).
-    With a mixup or cutmix alpha, batches are also mixed (see augment.mix_batch) and labels become soft."""
+    With a mixup or cutmix alpha, batches are also mixed (see augment.mix_batch) and labels become soft.
+    With `repeats` (shuffled batches only), an epoch is that many passes over the images, each in its own order."""
     keras = _keras()
 
     class Batches(keras.utils.PyDataset):
@@ -183,10 +215,13 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_al
             self.first_epoch, self.calls, self.counting = epochs_done, 0, True
 
         def _order(self, epoch):
-            return np.random.default_rng([seed, epoch]).permutation(len(x)) if shuffle else np.arange(len(x))
+            if not shuffle:
+                return np.arange(len(x))
+            rng = np.random.default_rng([seed, epoch])
+            return np.concatenate([rng.permutation(len(x)) for _ in range(repeats)])
 
         def __len__(self):
-            return math.ceil(len(x) / batch_size)
+            return math.ceil(len(x) * (repeats if shuffle else 1) / batch_size)
 
         def __getitem__(self, i):
             epoch = 0
@@ -292,13 +327,13 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
                       "learning_rate": float(keras.ops.convert_to_numpy(
                           self.model.optimizer.learning_rate)),
                       **{k: float(v) for k, v in logs.items() if k != "learning_rate"},
-                      "tau": tau_values(self.model)}
+                      "tau": tau_values(model)}
             history.append(record)
             state["validation_s"] = state.get("validation_s", 0.0) + time.perf_counter() - state.get(
                 "last_batch_end", state["epoch_start"])
             if tc.keep_best and "val_top1" in record and _better(record, state.get("best")):
                 state["best"] = {"epoch": epoch + 1, "val_top1": record["val_top1"],
-                                 "val_loss": record.get("val_loss"), "weights": self.model.get_weights()}
+                                 "val_loss": record.get("val_loss"), "weights": model.get_weights()}
             if progress is not None:
                 progress({"kind": "epoch", **record})
 
@@ -402,7 +437,7 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     devices = data_parallel_devices()
     check_batch_split(batch_size, devices)
     train_batches = make_batches(x_train, y_train, num_classes, batch_size, tc.augment, tc.seed, True,
-                                 tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob)
+                                 tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob, tc.repeats)
     # One validation batch when it fits (exact weighted loss, one compiled shape), else padded batches; padded
     # to a size every device gets an equal share of.
     step = 64 if reuse else 1
@@ -414,7 +449,12 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     total_steps = steps_per_epoch * tc.epochs
     if tc.max_steps:
         total_steps = min(total_steps, tc.max_steps)
-    compiled = compile_for_run(model, tc, num_classes, total_steps, reuse)
+    trainee, block = model, None
+    if tc.randaugment or tc.random_erasing:
+        from explorer.step_augment import augmentation_block, with_augmentation
+        block = augmentation_block(tc.randaugment, tc.random_erasing)
+        trainee = with_augmentation(model, block)  # fitted in the model's place; it trains the model's weights
+    compiled = compile_for_run(trainee, tc, num_classes, total_steps, reuse)
     history: list[dict] = []
     state: dict = {"cancelled": False, "stopped_by": None, "wall_before": 0.0}
     if backup:
@@ -428,6 +468,10 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
                          "weights": model.get_weights()}
     callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, train_batches,
                                val_batches)
+    from explorer.layers import DropPath
+    if block is not None or any(isinstance(layer, DropPath) for layer in model.layers):
+        from explorer.step_augment import Reseed
+        callbacks.insert(0, Reseed(trainee, tc.seed))  # the step's draws a function of (seed, epoch, step)
     if backup:
         # After the recorder: an epoch is saved once its record is in the history.
         callbacks.append(backups.TrainingBackup(backup, train_batches, history, state))
@@ -435,8 +479,8 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
         progress({"kind": "epoch", "epoch": 0, **start})
     began = time.perf_counter()
     # shuffle=False: the batches shuffle themselves, by (seed, epoch), not by Python's global random state.
-    model.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose, shuffle=False,
-              callbacks=callbacks, validation_freq=tc.validation_every)
+    trainee.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose, shuffle=False,
+                callbacks=callbacks, validation_freq=tc.validation_every)
     wall = time.perf_counter() - began + state["wall_before"]
     if state["cancelled"] or (cancel is not None and cancel.is_set()):
         raise Cancelled("training was cancelled; no checkpoint was written")

@@ -91,6 +91,33 @@ def load_image(path: str | os.PathLike, size: int = 32, preview: int = 256,
     return model_input, np.asarray(shown, dtype=np.uint8)
 
 
+def original_size(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(width, height) of an image file as it is shown upright (EXIF rotation applied), read from its
+    header; None when it cannot be read."""
+    from PIL import Image, UnidentifiedImageError
+    try:
+        with Image.open(path) as img:
+            width, height = img.size
+            if img.getexif().get(0x0112) in (5, 6, 7, 8):  # rotated a quarter turn
+                width, height = height, width
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return None
+    return width, height
+
+
+def resize_note(size: tuple[int, int] | None, model_sizes: list[int]) -> str:
+    """What the models did to an image of `size` (width, height): resized, or squashed when it is not
+    square (as their training images were); empty when it already has their size."""
+    if size is None:
+        return ""
+    width, height = size
+    targets = " and ".join(f"{n}x{n}" for n in sorted(set(model_sizes)))
+    if width == height:
+        return "" if all(n == width for n in model_sizes) else f"Your {width}x{height} image was resized to {targets}."
+    return (f"Your {width}x{height} image was squashed to {targets} for the models (its aspect ratio is not "
+            f"kept, as their training images' was not): a crop to the object keeps its shape.")
+
+
 class DecodedImages:
     """Decoded uploads, kept by (path, mtime, size): one upload fires a handler per tab, each decodes it
     once. The arrays are read-only: every session shares them."""

@@ -1,4 +1,4 @@
-"""Keras layers of the small-dataset ViT: preprocessing, SPT, position encoding and LSA.
+"""Keras layers of the small-dataset ViT: preprocessing, SPT, position encoding, LSA and stochastic depth.
 
 Only `keras.ops` is used inside layers, so the same saved model runs on TensorFlow, JAX and PyTorch.
 """
@@ -184,6 +184,55 @@ class PatchEncoder(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(num_patches=self.num_patches, projection_dim=self.projection_dim)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="explorer")
+class DropPath(keras.layers.Layer):
+    """Stochastic depth: in training, drops a residual branch for whole images at random.
+
+    Each image's branch output is zeroed with probability `rate` and the kept ones are scaled by
+    1 / (1 - rate), so the expected output is unchanged; at inference the layer is the identity.
+
+    Args:
+        rate: probability of dropping the branch of an image, in [0, 1).
+        seed: seed of the layer's random generator (None: drawn from Keras' global seed).
+
+    Call arguments:
+        x: (batch, ...) the output of a residual branch, before it is added to the skip connection.
+        training: drop only when true.
+
+    Returns:
+        A tensor of the shape of `x`.
+
+    Reference:
+        Huang, Sun, Liu, Sedra & Weinberger, "Deep Networks with Stochastic Depth",
+        https://arxiv.org/abs/1603.09382
+    """
+
+    def __init__(self, rate, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if not (isinstance(rate, (int, float)) and 0.0 <= rate < 1.0):
+            raise ValueError(f"rate must be in [0, 1), got {rate!r}")
+        self.rate = float(rate)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def call(self, x, training=None):
+        if not training or self.rate == 0.0:
+            return x
+        keep = 1.0 - self.rate
+        # One draw per image, broadcast over its tokens and channels.
+        shape = (ops.shape(x)[0],) + (1,) * (len(x.shape) - 1)
+        kept = ops.floor(keep + keras.random.uniform(shape, dtype=x.dtype, seed=self.seed_generator))
+        return x * (kept / keep)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(rate=self.rate, seed=self.seed)
         return config
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import keras
 
 from explorer.config import ViTConfig
-from explorer.layers import ImagePreprocessing, LocalitySelfAttention, PatchEncoder, ShiftedPatchTokenization
+from explorer.layers import (
+    DropPath,
+    ImagePreprocessing,
+    LocalitySelfAttention,
+    PatchEncoder,
+    ShiftedPatchTokenization,
+)
 
 TOKENIZER = "tokenizer"
 HEAD = "head"
@@ -13,6 +19,13 @@ HEAD = "head"
 
 def attention_layer_name(block: int) -> str:
     return f"block{block}_attention"
+
+
+def drop_path_rates(config: ViTConfig) -> list[float]:
+    """Stochastic depth of each block: linear from 0 at the first block to `config.drop_path` at the last,
+    as timm's and DeiT's ViTs space it (torch.linspace(0, drop_path, depth))."""
+    last = config.num_layers - 1
+    return [config.drop_path * block / last if last else 0.0 for block in range(config.num_layers)]
 
 
 def _mlp(x, units, dropout, prefix):
@@ -27,7 +40,9 @@ def build_vit(config: ViTConfig, num_classes: int, name: str | None = None) -> k
 
     Every attention layer is called with `return_attention_scores=True`, so the per-head attention
     of each block is a named node of the graph (`block{i}_attention`) that a probe model can expose
-    without changing the weights or running anything twice.
+    without changing the weights or running anything twice. With `config.drop_path` > 0 each block's two
+    residual branches pass a `DropPath` (`block{i}_drop_path1`, `_drop_path2`) before their addition; a
+    block whose rate is 0 gets none, so a model without stochastic depth has exactly the layers it always had.
     """
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
@@ -37,7 +52,7 @@ def build_vit(config: ViTConfig, num_classes: int, name: str | None = None) -> k
                                          shifted=config.use_spt, layer_norm_eps=config.layer_norm_eps,
                                          name=TOKENIZER)(x)
     encoded = PatchEncoder(config.num_patches, config.projection_dim, name="position")(tokens)
-    for block in range(config.num_layers):
+    for block, rate in enumerate(drop_path_rates(config)):
         prefix = f"block{block}"
         x1 = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name=f"{prefix}_norm1")(encoded)
         attention_args = dict(num_heads=config.num_heads, key_dim=config.key_dim,
@@ -48,9 +63,13 @@ def build_vit(config: ViTConfig, num_classes: int, name: str | None = None) -> k
         else:
             attention = keras.layers.MultiHeadAttention(**attention_args)
         attended, _ = attention(x1, x1, return_attention_scores=True)
+        if rate:
+            attended = DropPath(rate, name=f"{prefix}_drop_path1")(attended)
         x2 = keras.layers.Add(name=f"{prefix}_add1")([attended, encoded])
         x3 = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name=f"{prefix}_norm2")(x2)
         x3 = _mlp(x3, config.mlp_units, config.dropout, f"{prefix}_mlp")
+        if rate:
+            x3 = DropPath(rate, name=f"{prefix}_drop_path2")(x3)
         encoded = keras.layers.Add(name=f"{prefix}_add2")([x3, x2])
     x = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name="final_norm")(encoded)
     if config.head == "flatten":

@@ -41,6 +41,20 @@ def _label_axes(ax, xlabel: str, ylabel: str, title: str | None = None) -> None:
     ax.grid(alpha=0.3)
 
 
+def _epoch_axis(ax, epochs) -> None:
+    """Integer epochs only; a run of one or two epochs gets half an epoch either side, not matplotlib's
+    few per cent around a single point (an axis from 0.96 to 1.04)."""
+    epochs = [float(e) for e in epochs]
+    if epochs and max(epochs) - min(epochs) < 2:
+        ax.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
+    ax.xaxis.get_major_locator().set_params(integer=True, min_n_ticks=1)
+
+
+def _legend_outside(ax, **kwargs) -> None:
+    """The legend to the right of the axes, where it covers no curve."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+
+
 def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -> Figure:
     """Each model's per-layer mean over heads as a line, its heads as small dots of the same colour."""
     fig = _figure()
@@ -86,8 +100,9 @@ def plot_what_if(entropy: dict[str, tuple[np.ndarray, np.ndarray]],
                 ax.plot(np.arange(len(v)), v.mean(1), color=model_color(k), linestyle=style,
                         marker="o" if style == "-" else "s", markersize=4, label=f"{name}: {tag}")
         _label_axes(ax, "layer", ylabel, title)
-    if entropy:
-        axes[0].legend(fontsize="small")
+    if entropy:  # one legend for both panels, beside them: inside, it covered a what-if curve
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="small")
     return fig
 
 
@@ -120,8 +135,9 @@ def plot_tau(per_model: dict[str, list[list[float]]], initial: dict[str, float])
     return fig
 
 
-def plot_tau_history(per_model: dict[str, list[dict]]) -> Figure:
-    """Mean tau of each layer over epochs: colour by layer (viridis), line style by model."""
+def plot_tau_history(per_model: dict[str, list[dict]], empty: str = NO_LSA_TEXT) -> Figure:
+    """Mean tau of each layer over epochs: colour by layer (viridis), line style by model; `empty` says why
+    there is no curve when no model has a tau yet."""
     fig = _figure()
     ax = fig.add_subplot()
     series: dict[str, list[tuple[list[float], list[float]]]] = {}
@@ -133,7 +149,7 @@ def plot_tau_history(per_model: dict[str, list[dict]]) -> Figure:
         series[name] = [([x for x, m in points if len(m) > layer],
                          [m[layer] for _, m in points if len(m) > layer]) for layer in range(layers)]
     if not series:
-        return _no_data(fig, NO_LSA_TEXT)
+        return _no_data(fig, empty)
     layers = max(len(s) for s in series.values())
     colors = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, layers))
     for k, per_layer in enumerate(series.values()):
@@ -144,8 +160,9 @@ def plot_tau_history(per_model: dict[str, list[dict]]) -> Figure:
     handles = [Line2D([], [], color="0.2", linestyle=_LINESTYLES[k % len(_LINESTYLES)], label=name)
                for k, name in enumerate(series)]
     handles += [Line2D([], [], color=colors[layer], label=f"L{layer}") for layer in range(layers)]
-    ax.legend(handles=handles, fontsize="small", ncols=2)
+    _legend_outside(ax, handles=handles, fontsize="small", ncols=2 if len(handles) > 10 else 1)
     _label_axes(ax, "epoch", "mean temperature τ", "LSA temperature during training")
+    _epoch_axis(ax, [x for per_layer in series.values() for xs, _ in per_layer for x in xs])
     return fig
 
 
@@ -158,6 +175,7 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
     fig = _figure((8.0, 3.4))
     axes = fig.subplots(1, 2)
     panels = ((axes[0], "loss", ("loss", "val_loss")), (axes[1], "top-1 accuracy", ("top1", "val_top1")))
+    epochs = [e.get("epoch", i) for run in runs.values() for i, e in enumerate(run)]
     for ax, ylabel, keys in panels:
         for k, (label, run) in enumerate(runs.items()):
             for j, key in enumerate(keys):
@@ -170,6 +188,7 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
                         linestyle="--" if key.startswith("val_") else "-",
                         label=f"{label} {key}".strip())
         _label_axes(ax, "epoch", ylabel)
+        _epoch_axis(ax, epochs)
         if ax.get_lines():
             ax.legend(fontsize="small")
         else:
@@ -190,7 +209,8 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     the paired gap against the same sizes: each seed's gap, the mean with its 95 % interval, zero, and
     `gap_marker` (size, gap, label) as a star."""
     colors = colors or {}
-    fig = _figure((11.0, 4.0) if gaps else (7.0, 4.0))
+    # Alone, 5.2 inches: in the app's narrow column (at 800 px) the type stays near its size.
+    fig = _figure((11.0, 4.8) if gaps else (5.2, 4.8))
     if gaps:
         ax, gap_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     else:
@@ -217,7 +237,8 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     ax.grid(alpha=0.3)
     if note:
         ax.set_title(note, fontsize="small")
-    ax.legend(fontsize="small", loc="upper left")  # the curves rise to the right: the top left is empty
+    # Below the axes: inside, the legend covered the ends of the curves in a narrow figure.
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize="small")
     if gap_ax is not None:
         _gap_panel(gap_ax, gaps, gap_marker, gap_label, ticks)
     return fig
@@ -226,7 +247,7 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
 def plot_gaps(gaps: dict[int, dict], marker: tuple[float, float, str] | None = None, label: str = "") -> Figure:
     """The paired gap against training-set size alone (the second panel of plot_data_curve), for a page
     that lays the two out itself."""
-    fig = _figure((4.7, 4.0))  # beside the 7-inch curve at 2 : 3, the same height and type size
+    fig = _figure((4.7, 4.8))  # beside the 5.2-inch curve at 9 : 10, the same height and type size
     if not gaps:
         return _no_data(fig, "no size has both models yet")
     ticks = sorted(set(gaps) | ({int(marker[0])} if marker else set()))

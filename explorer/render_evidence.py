@@ -175,10 +175,11 @@ def plot_shift_robustness(per_model: dict, title: str | None = None) -> Figure:
 
 def shift_strip_picture(images: np.ndarray, copy_labels: Sequence[str],
                         answers: Sequence[tuple[str, Sequence[str], Sequence[float]]], centre: int = 0,
-                        cell: int = 80, gap: int = 4) -> np.ndarray:
+                        cell: int = 80, gap: int = 4, per_row: int | None = None) -> np.ndarray:
     """A row of an image's copies (nearest upscaled to `cell` px), each under its label ("-2 px", "flip")
     and over one line per model: "A: cat 83%" in the model's colour, on pale red where the answer
-    differs from the one on copy `centre` (the unshifted image).
+    differs from the one on copy `centre` (the unshifted image). With `per_row`, the copies are set in
+    rows of at most that many, so that a narrow page shows the picture, and its labels, near full size.
 
     `answers` holds (tag, class name per copy, probability per copy) for each model.
     """
@@ -186,6 +187,26 @@ def shift_strip_picture(images: np.ndarray, copy_labels: Sequence[str],
     count = len(images)
     if len(copy_labels) != count or any(len(names) != count or len(probs) != count for _, names, probs in answers):
         raise ValueError(f"need a label and every model's answer for each of the {count} copies")
+    reference = [list(names)[centre] for _, names, _ in answers]  # each model's answer on the unshifted copy
+    per_row = per_row if per_row and per_row < count else count
+    rows = []
+    for start in range(0, count, per_row):
+        part = slice(start, start + per_row)
+        here = [(tag, list(names)[part], list(probs)[part]) for tag, names, probs in answers]
+        rows.append(_strip_row(images[part], list(copy_labels)[part], here, centre - start, reference, cell, gap))
+    width = max(r.shape[1] for r in rows)
+    out = np.full((sum(r.shape[0] for r in rows) + 2 * gap * (len(rows) - 1), width, 3), 255, np.uint8)
+    y = 0
+    for r in rows:
+        out[y:y + r.shape[0], :r.shape[1]] = r
+        y += r.shape[0] + 2 * gap
+    return out
+
+
+def _strip_row(images, copy_labels, answers, shaded: int, reference: list[str], cell: int, gap: int) -> np.ndarray:
+    """One row of the strip: copy `shaded` (when in this row) is the unshifted one; an answer other than
+    the model's `reference` one is marked."""
+    count = len(images)
     line = _text_mask("Ag").shape[0] + 4
     width = count * (cell + gap) - gap
     height = line + cell + len(answers) * line + 2
@@ -196,9 +217,9 @@ def shift_strip_picture(images: np.ndarray, copy_labels: Sequence[str],
         # Two spaces between words: the font's space is 2 px wide. The unshifted copy's label is shaded.
         label = copy_labels[i].replace(" ", "  ")
         pieces = [(label_image(np.zeros((0, cell, 3), np.uint8), label, margin=2,
-                               background=_CENTRE if i == centre else _WHITE), 0)]
+                               background=_CENTRE if i == shaded else _WHITE), 0)]
         for k, (tag, names, probs) in enumerate(answers):
-            background = _CHANGED if names[i] != names[centre] else _WHITE
+            background = _CHANGED if names[i] != reference[k] else _WHITE
             text = f"{tag}:  {names[i].replace(' ', '  ')}  {100 * float(probs[i]):.0f}%"
             strip = label_image(np.zeros((0, cell, 3), np.uint8), text, background=background,
                                 color=_hex_rgb(model_color(k)), margin=2)

@@ -11,9 +11,31 @@ import numpy as np
 
 from explorer.probe import attention_entropy, mean_attention_distance
 
+TOP5_FROM = 6      # with five classes or fewer the top-5 always holds the true class: it says nothing
+SMALL_SPLIT = 50   # a held-out split smaller than this moves its accuracy in steps too coarse to read as a %
+
 
 def pct(value) -> str:
     return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def without_top5(columns: list[str], rows: list[list], classes: int) -> tuple[list[str], list[list]]:
+    """A result table's columns and rows, without its top-5 columns when there are fewer than six classes."""
+    if classes >= TOP5_FROM:
+        return list(columns), [list(r) for r in rows]
+    keep = [i for i, c in enumerate(columns) if "top-5" not in c]
+    return [columns[i] for i in keep], [[r[i] for i in keep] for r in rows]
+
+
+def small_splits(splits: dict[str, int | None]) -> str:
+    """A sentence naming each held-out split (name -> images) too small to read a percentage from, with
+    what one image is worth: "validation: 10 images, each worth 10 points"; empty when none is."""
+    small = [f"{name}: {n} image{'s' if n != 1 else ''}, each worth {100 / n:.3g} points"
+             for name, n in splits.items() if n and n < SMALL_SPLIT]
+    if not small:
+        return ""
+    return ("⚠ Small held-out split" + ("s" if len(small) > 1 else "") + ": " + "; ".join(small)
+            + ". Its accuracy moves in steps that large: read differences smaller than a step as noise.")
 
 
 @dataclass

@@ -231,9 +231,10 @@ def shift_strip(models, image: np.ndarray, max_shift: int = 4, padding: str = "z
 # ------------------------------------------------------------------------------------------- pictures
 
 
-def strip_picture(strip: ShiftStrip, tags="AB", cell: int = 80) -> np.ndarray:
-    """The strip's copies in a row, each model's answer (tagged "A", "B", ...) under each copy."""
+def strip_picture(strip: ShiftStrip, tags="AB", cell: int = 80, per_row: int | None = None) -> np.ndarray:
+    """The strip's copies in a row (rows of at most `per_row`), each model's answer (tagged "A", "B", ...)
+    under each copy."""
     from explorer.render_evidence import shift_strip_picture
     # Not strict: the default tags name a pair, and one model alone takes only "A".
     answers = [(tag, a.names, a.probability) for tag, a in zip(tags, strip.answers, strict=False)]
-    return shift_strip_picture(strip.images, strip.labels, answers, strip.centre, cell=cell)
+    return shift_strip_picture(strip.images, strip.labels, answers, strip.centre, cell=cell, per_row=per_row)

@@ -67,6 +67,7 @@ class RunState:
     owner: str | None = None
     ready_at: float | None = None     # when the worker took the job up (a new worker: after its imports)
     worker: dict = field(default_factory=dict)  # what the worker said at the end: models loaded, compiles
+    cancelling: bool = False          # Cancel was pressed; the run ends (and says "cancelled") once stopped
 
     @property
     def elapsed(self) -> float:
@@ -112,9 +113,13 @@ class Worker:
             return False
 
     def kill(self) -> None:
+        """SIGKILL, then waits until it is gone (so it writes nothing more into a folder about to go)."""
         try:
             self.proc.kill()
-        except OSError:
+            self.proc.wait(timeout=10)
+        except (OSError, ValueError):
+            pass
+        except Exception:  # noqa: BLE001  (subprocess.TimeoutExpired: a process stuck in the kernel)
             pass
 
     def log_tail(self, since: int = 0, lines: int = 3) -> list[str]:
@@ -384,7 +389,7 @@ class FineTuneRunner:
                 outcome = event.get("outcome")
                 self._state.worker = {k: event.get(k) for k in ("loads", "compiles", "cache_hits")}
                 self._state.worker["pid"] = worker.pid
-                cancelled = self._state.status == "cancelled"
+                cancelled = self._state.cancelling
                 job_dir = self._job_dir
         if not current:
             return
@@ -411,7 +416,7 @@ class FineTuneRunner:
                 return
             self._worker = None
             running = self._state.running
-            cancelled = self._state.status == "cancelled"
+            cancelled = self._state.cancelling
             since = self._job_log_at
         if running:
             self._finish("cancelled" if cancelled else "failed",
@@ -533,7 +538,7 @@ class FineTuneRunner:
         with self._lock:
             mine = [t for t in self._queue if t.owner == owner and not t.cancelled]
             if self._state.running and self._state.owner == owner:
-                self._state.status = "cancelled"
+                self._state.cancelling = True
                 worker, run_id = self._worker, self._state.run_id
             elif mine:
                 for t in mine:
@@ -593,6 +598,8 @@ def run_status(s, root: str | os.PathLike) -> str:
     if s.status == "done":
         saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
         lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")
+    if s.cancelling and s.running:
+        lines.append("Cancelling: the run stops at its next step; nothing will be saved.")
     if s.status == "cancelled":
         lines.append("Cancelled: the training process was stopped and nothing was saved.")
     if s.error:

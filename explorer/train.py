@@ -2,6 +2,7 @@
 AdamW; the loop is explorer.fitting), or a checkpoint fine-tuned or continued (explorer.transfer).
 
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
+    KERAS_BACKEND=jax python -m explorer.train --preset paper --recipe paper --variant vanilla   # on a GPU
     python -m explorer.train --base checkpoints/cifar10-spt_lsa --dataset my_images.zip --freeze-backbone
     python -m explorer.train --base runs/cifar10-spt_lsa --continue --dataset cifar10 --epochs 50 --lr 5e-4
     KERAS_BACKEND=jax python -m explorer.train --preset keras-io --dataset cifar100 --batch-size 256 --distribute
@@ -17,6 +18,7 @@ from pathlib import Path
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
 from explorer.data import DATASETS, Dataset, DatasetError
 from explorer.fitting import (
+    RECIPES,
     DistributionError,
     TrainConfig,
     check_batch_split,
@@ -66,12 +68,26 @@ def _default_help(name: str) -> str:
     return f"{new} (with --base, the fine-tune recipe: {tuned})" if tuned != new else str(new)
 
 
+def _recipe_help() -> str:
+    lines = []
+    for name, values in RECIPES.items():
+        lines.append(f"{name}: " + ", ".join(f"{k}={v}" for k, v in values.items()))
+    return "; ".join(lines)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m explorer.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="cifar-small", choices=sorted(PRESETS))
     p.add_argument("--variant", default="spt_lsa", choices=VARIANTS)
-    p.add_argument("--tau-mode", default="layer", choices=("layer", "head"))
+    p.add_argument("--tau-mode", choices=("layer", "head"),
+                   help="LSA temperature per layer or per head (default: the preset's; layer, head for paper)")
+    p.add_argument("--drop-path", type=float, metavar="RATE",
+                   help="stochastic depth of the last block, growing linearly from 0 at the first (default: the "
+                        "preset's; 0, 0.1 for paper)")
+    p.add_argument("--recipe", choices=sorted(RECIPES),
+                   help="a named recipe: its values replace the defaults below, and flags given explicitly win "
+                        "over it (" + _recipe_help() + ")")
     p.add_argument("--base", help="checkpoint folder or Hub id to fine-tune instead of a fresh model")
     p.add_argument("--continue", dest="extend", action="store_true",
                    help="with --base: a second stage of the base's own training (same data and split); "
@@ -89,14 +105,25 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=float, help="default: " + _default_help("warmup_fraction"))
     p.add_argument("--label-smoothing", type=float, help="default: " + _default_help("label_smoothing"))
     p.add_argument("--val-fraction", type=float, help="default: " + _default_help("validation_fraction"))
-    p.add_argument("--no-augment", action="store_true")
-    p.add_argument("--mixup", type=float, default=0.0, metavar="ALPHA",
-                   help="mixup with lam ~ Beta(ALPHA, ALPHA) (0 = off; 0.2-0.8 is usual)")
-    p.add_argument("--cutmix", type=float, default=0.0, metavar="ALPHA",
-                   help="CutMix with lam ~ Beta(ALPHA, ALPHA) (0 = off; 1.0 is usual); with --mixup too, "
-                        "each mixed batch uses one of the two at random")
-    p.add_argument("--mix-prob", type=float, default=1.0,
-                   help="fraction of batches that are mixed when --mixup or --cutmix is on")
+    p.add_argument("--no-augment", action="store_true", help="no random crop and flip")
+    p.add_argument("--mixup", type=float, metavar="ALPHA",
+                   help="mixup with lam ~ Beta(ALPHA, ALPHA) (0 = off; 0.2-0.8 is usual; default 0)")
+    p.add_argument("--cutmix", type=float, metavar="ALPHA",
+                   help="CutMix with lam ~ Beta(ALPHA, ALPHA) (0 = off; 1.0 is usual; default 0); with --mixup "
+                        "too, each mixed batch uses one of the two at random")
+    p.add_argument("--mix-prob", type=float,
+                   help="fraction of batches that are mixed when --mixup or --cutmix is on (default 1)")
+    p.add_argument("--randaugment", type=float, metavar="FACTOR",
+                   help="Keras' RandAugment inside the training step, at this strength (its factor, 0-1; 0 = off, "
+                        "the default): the stand-in for AutoAugment's CIFAR policy, which Keras does not have. Two "
+                        "of its eleven operations per batch, each image at its own magnitude; after crop, flip "
+                        "and mix")
+    p.add_argument("--random-erasing", type=float, metavar="PROB",
+                   help="inside the training step, after RandAugment: erase one box of 2-40 %% of the image with "
+                        "this probability (0 = off, the default)")
+    p.add_argument("--repeats", type=int, metavar="N",
+                   help="repeated augmentation: each epoch passes over the training images N times, each pass "
+                        "shuffled and augmented anew (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--subset", type=int, help="train on this many images only")
     p.add_argument("--train-on-all", action="store_true",
@@ -135,14 +162,22 @@ def main(argv=None) -> int:
     # for a fine-tune the short recipe, which needs the dataset's size first).
     given = {k: v for k, v in dict(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
                                    weight_decay=args.weight_decay, warmup_fraction=args.warmup,
-                                   label_smoothing=args.label_smoothing,
-                                   validation_fraction=args.val_fraction).items() if v is not None}
-    given.update(augment=not args.no_augment, mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
-                 mix_prob=args.mix_prob, seed=args.seed, max_seconds=args.max_seconds, max_steps=args.max_steps,
+                                   label_smoothing=args.label_smoothing, validation_fraction=args.val_fraction,
+                                   mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, mix_prob=args.mix_prob,
+                                   randaugment=args.randaugment, random_erasing=args.random_erasing,
+                                   repeats=args.repeats).items() if v is not None}
+    if args.no_augment:
+        given["augment"] = False
+    given.update(seed=args.seed, max_seconds=args.max_seconds, max_steps=args.max_steps,
                  train_subset=args.subset, freeze_backbone=args.freeze_backbone, split_seed=args.split_seed,
                  balanced_subset=args.balanced_subset, validation_every=args.val_every)
+    if args.recipe:  # the named recipe's values, under those given explicitly
+        given = {**RECIPES[args.recipe], "name": args.recipe, **given}
     try:
         tc = TrainConfig(**given)  # refuses a bad recipe before anything is loaded
+        architecture = {k: v for k, v in dict(variant=args.variant, tau_mode=args.tau_mode,
+                                              drop_path=args.drop_path).items() if v is not None}
+        config = None if args.base else get_preset(args.preset, **architecture)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -180,7 +215,6 @@ def main(argv=None) -> int:
             result = fine_tune(args.base, dataset, tc, args.out, args.name, verbose=args.verbose,
                                backup=args.backup, extend=args.extend)
         else:
-            config = get_preset(args.preset, variant=args.variant, tau_mode=args.tau_mode)
             result = train_new(config, args.preset, dataset, tc, args.out, args.name, verbose=args.verbose,
                                backup=args.backup)
     except (BackupError, CheckpointError, DatasetError, DistributionError) as e:

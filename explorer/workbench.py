@@ -6,6 +6,7 @@ explorer.runner).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import threading
 import time
@@ -264,6 +265,25 @@ def square(image: np.ndarray, size: int) -> np.ndarray:
 
 HEAD_ALL, HEAD_MEAN = "all heads", "mean of heads"
 PARTS = ("focus", "sheet", "rollout", "locality")
+# Past the shipped models' 4 heads (the paper's ViT has 12, in 9 layers), the layer x head sheets shrink their
+# cells, down to SMALLEST_CELL px where an 8 x 8 grid of patches still reads, and one layer's tiles wrap into a
+# near square of smaller tiles: a query click's picture, drawn and encoded at each click, stays near the size
+# it has with 4 heads (in process on 2 busy cores, a click took about 1.5x Compare's time for a pair of the
+# paper's shape, as for the shipped pair; with 72 px cells and two tiles to a row it took 3x).
+SMALLEST_CELL = 40
+
+
+def sheet_cell(heads: int, cell: int) -> int:
+    """The cell side of a sheet with `heads` columns whose cells are `cell` px with 4 heads or fewer."""
+    return max(SMALLEST_CELL, min(cell, cell * 4 // max(heads, 1)))
+
+
+def tile_layout(heads: int, size: int) -> tuple[int, int]:
+    """(tiles to a row, tile side) for one layer's heads: two of size / 2 up to 4 heads, then a near square of
+    tiles of size / 3."""
+    if heads <= 4:
+        return 2, size // 2
+    return math.ceil(math.sqrt(heads)), size // 3
 
 
 @dataclass
@@ -285,8 +305,9 @@ def focus_picture(lm: LoadedModel, attention: np.ndarray, shown: np.ndarray, lay
     grid = lm.config.grid_size
     maps = query_attention(attention, layer, query[0] * grid + query[1], grid)
     if head == HEAD_ALL:
-        # Tiles two to a row keep the picture nearly square, so each head stays legible in its box.
-        return render.head_tiles(shown, maps, query=query, cell=size // 2,
+        # Tiles in a near square keep each head legible in its box.
+        columns, tile = tile_layout(len(maps), size)
+        return render.head_tiles(shown, maps, query=query, cell=tile, columns=columns,
                                  labels=[f"L{layer} head {j}" for j in range(len(maps))])
     if head == HEAD_MEAN:
         return render.attention_overlay(shown, maps.mean(0), query=query, size=size)
@@ -317,7 +338,7 @@ def attention_view(lm: LoadedModel, result: ProbeResult, display: np.ndarray, la
     if "sheet" in parts:
         q = query[0] * grid + query[1]
         all_layers = attention[:, :, q, :].reshape(attention.shape[0], attention.shape[1], grid, grid)
-        view.sheet = render.head_sheet(display, all_layers, query=query, cell=72)
+        view.sheet = render.head_sheet(display, all_layers, query=query, cell=sheet_cell(attention.shape[1], 72))
     if "rollout" in parts:
         _, cumulative = rollout(attention)
         view.rollout = render.attention_overlay(display, rollout_map(cumulative[-1], grid), size=size)
@@ -392,9 +413,13 @@ def what_if(lm: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.
     row, col = query_patch(query_yx, config)
     both = np.stack([learned.attention[0], changed.attention[0]])
     maps = both[:, layer, :, row * grid + col, :].reshape(2, -1, grid, grid)
-    picture = render.head_sheet(square(display, 224), maps, query=(row, col), cell=96,
-                                row_labels=["learned", "what if"],
-                                col_labels=[f"L{layer} head {j}" for j in range(maps.shape[1])])
+    cell = sheet_cell(maps.shape[1], 96)
+    wide = cell >= 96  # room for the layer in every column's label; else it goes into the rows'
+    picture = render.head_sheet(square(display, 224), maps, query=(row, col), cell=cell,
+                                row_labels=["learned", "what if"] if wide else [f"L{layer} learned",
+                                                                                f"L{layer} what if"],
+                                col_labels=[f"L{layer} head {j}" if wide else f"head {j}"
+                                            for j in range(maps.shape[1])])
     return WhatIf(lm, setting[0], setting[1], layer, (row, col), top_k(lm, learned), top_k(lm, changed),
                   picture, np.stack([attention_entropy(a) for a in both]),
                   np.stack([mean_attention_distance(a, grid, config.pixels_per_patch) for a in both]), seconds,

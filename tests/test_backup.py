@@ -5,14 +5,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import keras
 import numpy as np
 import pytest
 
-from explorer.backup import METADATA, RUN, BackupError, check
+from explorer.backup import METADATA, RUN, BackupError, check, run_identity
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.fitting import TrainConfig, fit
+from explorer.fitting import Cancelled, TrainConfig, fit
 from explorer.models import build_vit
 from tests.conftest import ROOT, tiny_config
 
@@ -107,3 +109,45 @@ def test_a_folder_of_other_weights_is_not_taken_for_a_backup(tmp_path):
         check(tmp_path, {"recipe": {}})
     assert check(tmp_path / "new", {"recipe": {"seed": 0}}) == 0
     assert json.loads((tmp_path / "new" / RUN).read_text()) == {"recipe": {"seed": 0}}
+
+
+def test_a_recipe_without_the_later_options_keeps_the_identity_older_backups_hold(cifar10):
+    """Backups written before the in-step augmentations, repeats and named recipes existed still resume."""
+    model = build_vit(tiny_config(), 10)
+    later = {"randaugment", "random_erasing", "repeats", "name"}
+    assert not later & set(run_identity(model, cifar10, TrainConfig())["recipe"])
+    paper = run_identity(model, cifar10, TrainConfig(randaugment=0.5, random_erasing=0.25, repeats=3, name="paper"))
+    assert {k: paper["recipe"][k] for k in later - {"name"}} == {"randaugment": 0.5, "random_erasing": 0.25,
+                                                                "repeats": 3}
+    assert "name" not in paper["recipe"]  # where the values came from changes nothing computed
+
+
+@pytest.mark.slow
+def test_a_run_with_stochastic_depth_and_in_step_augmentation_resumes_as_if_never_stopped(cifar10, tmp_path):
+    """What the training step draws (drop path, RandAugment, random erasing) is a function of the seed, the
+    epoch and the step, like the numpy batches: a run stopped mid-epoch and resumed ends with the same weights."""
+    data = cifar10.subset(train=192, test=0)
+    tc = TrainConfig(epochs=2, batch_size=32, validation_fraction=0.0, randaugment=0.5, random_erasing=0.5,
+                     mixup_alpha=1.0, cutmix_alpha=1.0, mix_prob=0.5)
+    config = tiny_config(num_layers=3, drop_path=0.3)
+
+    def build():
+        keras.utils.set_random_seed(0)  # the same starting weights for all three
+        return build_vit(config, 10)
+
+    straight = build()
+    fit(straight, data, tc, verbose=0)
+
+    backup, cancel = tmp_path / "b", threading.Event()
+
+    def stop_in_the_second_epoch(event):
+        if event["kind"] == "batch" and event["epoch"] >= 1:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        fit(build(), data, tc, verbose=0, backup=backup, progress=stop_in_the_second_epoch, cancel=cancel)
+    assert json.loads((backup / METADATA).read_text())["epoch"] == 1
+    resumed = build()
+    fit(resumed, data, tc, verbose=0, backup=backup)
+    for a, b in zip(straight.get_weights(), resumed.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -138,3 +138,16 @@ def test_exif_rotation_is_applied(tmp_path):
     _, preview = load_image(path)
     assert preview.shape[:2] == (40, 20)  # portrait after rotation
     assert preview[2, 10, 0] > 200 and preview[-2, 10, 2] > 200  # red on top, blue at the bottom
+
+
+def test_the_original_size_and_what_the_models_did_to_it(tmp_path):
+    from explorer.inputs import original_size, resize_note
+    path = tmp_path / "wide.png"
+    Image.new("RGB", (500, 300), (10, 20, 30)).save(path)
+    assert original_size(path) == (500, 300)
+    note = resize_note((500, 300), [32, 32])
+    assert "500x300" in note and "squashed to 32x32" in note and "aspect ratio" in note
+    assert resize_note((32, 32), [32, 32]) == "" and "resized to 32x32" in resize_note((64, 64), [32])
+    bad = tmp_path / "bad.png"
+    bad.write_text("not an image")
+    assert original_size(bad) is None and resize_note(None, [32]) == ""

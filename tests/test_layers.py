@@ -1,5 +1,6 @@
 import json
 import math
+import re
 
 import keras
 import numpy as np
@@ -8,6 +9,7 @@ from keras import ops
 
 from explorer.layers import (
     SHIFTS,
+    DropPath,
     ImagePreprocessing,
     LocalitySelfAttention,
     PatchEncoder,
@@ -48,6 +50,39 @@ def test_lsa_config_round_trip(tau_mode):
     x = RNG.normal(size=(2, 9, 8)).astype("float32")
     _round_trip(LocalitySelfAttention(tau_mode=tau_mode, num_heads=2, key_dim=4), x, x,
                 return_attention_scores=True)
+
+
+def test_drop_path_config_round_trip():
+    _round_trip(DropPath(0.2, seed=3, name="dp"), RNG.normal(size=(2, 5, 4)).astype("float32"))
+
+
+def test_drop_path_is_the_identity_at_inference():
+    x = RNG.normal(size=(64, 5, 4)).astype("float32")
+    layer = DropPath(0.5, seed=1)
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer(x)), x)
+    np.testing.assert_array_equal(ops.convert_to_numpy(layer(x, training=False)), x)
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.25, 0.5])
+def test_drop_path_drops_whole_branches_per_image_at_its_rate(rate):
+    n = 4000
+    x = RNG.uniform(0.5, 1.5, size=(n, 6, 3)).astype("float32")
+    out = ops.convert_to_numpy(DropPath(rate, seed=7)(x, training=True))
+    dropped = (out == 0).all(axis=(1, 2))
+    kept = np.isclose(out, x / (1 - rate), rtol=1e-6).all(axis=(1, 2))
+    assert (dropped | kept).all()  # an image's whole branch goes, or all of it stays, scaled by 1 / (1 - rate)
+    assert abs(dropped.mean() - rate) < 4 * math.sqrt(rate * (1 - rate) / n)
+    # The same seed draws the same images; one layer draws anew at every call.
+    np.testing.assert_array_equal(ops.convert_to_numpy(DropPath(rate, seed=7)(x, training=True)), out)
+    layer = DropPath(rate, seed=7)
+    first, second = (ops.convert_to_numpy(layer(x, training=True)) for _ in range(2))
+    assert not np.array_equal(first == 0, second == 0)
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0, "0.1", None])
+def test_drop_path_refuses_a_rate_outside_0_1(rate):
+    with pytest.raises(ValueError, match=f"rate must be in \\[0, 1\\), got {re.escape(repr(rate))}"):
+        DropPath(rate)
 
 
 def test_lsa_without_mask_at_sqrt_dk_equals_multi_head_attention():

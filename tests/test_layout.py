@@ -14,7 +14,7 @@ LAYERS = [
     {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled",
      "study_report"},
     {"layers", "data"},
-    {"models", "augment", "folders", "checkpoints", "shared", "catalog"},
+    {"models", "augment", "step_augment", "folders", "checkpoints", "shared", "catalog"},
     {"probe", "fitting", "backup", "convert"},
     {"transfer", "evaluate", "evidence"},
     {"train", "robustness", "workbench", "reports", "samples", "study", "mechanisms"},

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -6,8 +7,10 @@ import keras
 import numpy as np
 import pytest
 
-from explorer.config import get_preset
-from explorer.models import attention_layers, build_vit, replace_head, tau_values
+from explorer.checkpoints import load_folder, read_card
+from explorer.config import ViTConfig, get_preset
+from explorer.layers import DropPath
+from explorer.models import attention_layers, build_vit, drop_path_rates, replace_head, tau_values
 from tests.conftest import ROOT, VARIANT_MODES, tiny_config
 
 
@@ -15,6 +18,55 @@ from tests.conftest import ROOT, VARIANT_MODES, tiny_config
 def test_keras_io_parameter_counts(variant, expected):
     model = build_vit(get_preset("keras-io", variant=variant), 100)
     assert model.count_params() == expected
+
+
+@pytest.mark.parametrize("variant, tau_mode, expected", [("vanilla", "layer", 2_697_226),
+                                                         ("spt_lsa", "head", 2_734_678)])
+def test_paper_parameter_counts(variant, tau_mode, expected):
+    """The counts issue 44 gives for the paper's ViT (width 192, depth 9, 12 heads of 16, MLP ratio 2)."""
+    model = build_vit(get_preset("paper", variant=variant, tau_mode=tau_mode), 10)
+    assert model.count_params() == expected
+
+
+@pytest.mark.parametrize("name", ["cifar10-vanilla", "cifar10-spt_lsa"])
+def test_without_drop_path_the_model_is_layer_for_layer_what_the_shipped_checkpoints_hold(name):
+    """drop_path 0 adds nothing: the layers' saved configs and the weights' paths are those of checkpoints
+    saved before stochastic depth existed, so every existing checkpoint loads unchanged."""
+    folder = ROOT / "checkpoints" / name
+    saved = json.loads((folder / "config.json").read_text())["config"]["layers"]
+    card = read_card(folder)
+    model = build_vit(ViTConfig.from_dict(card["config"]), len(card["class_names"]))
+    assert ViTConfig.from_dict(card["config"]).drop_path == 0.0  # cards without the field read as 0
+    assert json.loads(json.dumps(keras.saving.serialize_keras_object(model)))["config"]["layers"] == saved
+    loaded, _ = load_folder(folder)
+    assert [(w.path, w.shape) for w in model.weights] == [(w.path, w.shape) for w in loaded.weights]
+
+
+def test_drop_path_rates_grow_linearly_to_the_last_block():
+    np.testing.assert_allclose(drop_path_rates(get_preset("paper")), np.linspace(0.0, 0.1, 9))
+    assert drop_path_rates(tiny_config(num_layers=1, drop_path=0.3)) == [0.0]
+    model = build_vit(tiny_config(num_layers=3, drop_path=0.2), 10)
+    found = {layer.name: layer.rate for layer in model.layers if isinstance(layer, DropPath)}
+    # block 0's rate is 0: no layer; each later block drops its attention and its MLP branch
+    assert found == pytest.approx({"block1_drop_path1": 0.1, "block1_drop_path2": 0.1,
+                                   "block2_drop_path1": 0.2, "block2_drop_path2": 0.2})
+    assert model.count_params() == build_vit(tiny_config(num_layers=3), 10).count_params()
+
+
+def test_a_model_with_drop_path_trains_stochastically_saves_and_reloads(tmp_path, images):
+    from explorer.checkpoints import load_checkpoint, write_checkpoint
+    config = tiny_config(num_layers=3, drop_path=0.5)
+    model = build_vit(config, 10)
+    x = images[:8].astype("float32")
+    inference = np.asarray(model(x, training=False))
+    np.testing.assert_allclose(np.asarray(model.predict_on_batch(x)), inference, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(np.asarray(model(x, training=True)), inference)  # branches dropped in training
+    folder = write_checkpoint(model, tmp_path / "drop-path", {"config": config.to_dict(), "variant": "spt_lsa",
+                                                              "class_names": [str(i) for i in range(10)]})
+    loaded, card = load_checkpoint(folder)
+    assert ViTConfig.from_dict(card["config"]) == config
+    assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
+    np.testing.assert_allclose(np.asarray(loaded.predict_on_batch(x)), inference, rtol=1e-5, atol=1e-5)
 
 
 def test_num_classes_comes_from_the_caller():

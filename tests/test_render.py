@@ -307,7 +307,37 @@ def test_plot_what_if_draws_learned_solid_and_what_if_dashed():
     assert [line.get_linestyle() for line in lines] == ["-", "--", "-", "--"]
     np.testing.assert_allclose(lines[1].get_ydata(), changed.mean(1))
     assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
-    assert [t.get_text() for t in entropy.get_legend().get_texts()][:2] == ["A: learned", "A: what if"]
+    legend = fig.legends[0]  # one for both panels, below them: it covers no curve
+    assert [t.get_text() for t in legend.get_texts()][:2] == ["A: learned", "A: what if"]
+    _assert_outside(fig, legend, entropy, distance)
+
+
+def _assert_outside(fig, legend, *axes):
+    plots.figure_to_array(fig)  # lays the figure out
+    box = legend.get_window_extent()
+    for ax in axes:
+        inside = ax.get_window_extent()
+        assert box.x0 >= inside.x1 - 1 or box.x1 <= inside.x0 + 1 or box.y0 >= inside.y1 - 1 \
+            or box.y1 <= inside.y0 + 1, (box, inside)
+
+
+def test_the_tau_history_legend_sits_beside_the_curves_and_an_empty_plot_says_why():
+    history = [{"epoch": e, "tau": [[8.0 - e], [8.0 - 2 * e]]} for e in range(1, 4)]
+    fig = plots.plot_tau_history({"lsa": history})
+    _assert_outside(fig, fig.axes[0].get_legend(), fig.axes[0])
+    waiting = plots.plot_tau_history({"B": []}, empty="τ of B shows here after its first epoch")
+    assert [t.get_text() for t in waiting.axes[0].texts] == ["τ of B shows here after its first epoch"]
+
+
+def test_a_one_epoch_run_has_an_integer_epoch_axis_around_its_epoch():
+    fig = plots.plot_training({"A": [{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "top1": 0.5, "val_top1": 0.4}]})
+    plots.figure_to_array(fig)
+    for ax in fig.axes:
+        assert ax.get_xlim() == (0.5, 1.5)
+        ticks = [t for t in ax.get_xticks() if 0.5 <= t <= 1.5]
+        assert ticks == [1.0]
+    tau = plots.plot_tau_history({"lsa": [{"epoch": 1, "tau": [[7.0]]}]})
+    assert tau.axes[0].get_xlim() == (0.5, 1.5)
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 3), (7, 5, 3), (120, 90, 3)])

@@ -128,3 +128,21 @@ def test_strip_marks_changed_answers():
     assert not changed[b_row].any()
     with pytest.raises(ValueError, match="each of the 3 copies"):
         rv.shift_strip_picture(images, ["a", "b"], answers)
+
+
+def test_a_strip_in_rows_keeps_every_copy_and_marks_changes_against_the_unshifted_copy():
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, size=(7, 8, 8, 3)).astype(np.uint8)
+    names = ["cat", "cat", "cat", "cat", "dog", "cat", "dog"]
+    answers = [("A", names, [0.5] * 7)]
+    labels = [f"{i - 3} px" for i in range(7)]
+    one = rv.shift_strip_picture(images, labels, answers, centre=3, cell=32)
+    rows = rv.shift_strip_picture(images, labels, answers, centre=3, cell=32, per_row=4)
+    assert rows.shape[1] == 4 * 32 + 3 * 4 and rows.shape[0] > 2 * (one.shape[0] - 1)
+    line = (one.shape[0] - 32 - 2) // 2
+    np.testing.assert_array_equal(rows[line:line + 32, :32], images[0].repeat(4, 0).repeat(4, 1))
+    second = one.shape[0] + 8  # the second row starts below the first and a gap
+    np.testing.assert_array_equal(rows[second + line:second + line + 32, :32], images[4].repeat(4, 0).repeat(4, 1))
+    changed = (rows == rv._CHANGED).all(-1)
+    assert not changed[:one.shape[0]].any()  # the first row's answers are all the unshifted copy's "cat"
+    assert changed[second + line + 32:, :32].any() and not changed[second + line + 32:, 36:68].any()

@@ -55,3 +55,13 @@ def test_locality_of_one_image_uses_the_cache_and_of_many_the_probe(pair, cifar1
                                                                            b.config.pixels_per_patch))
     np.testing.assert_allclose(many.entropy["B"], attention_entropy(attention))
     assert [r[0] for r in one.rows()] == ["A", "B"] and one.distance["A"].shape == many.distance["A"].shape
+
+
+def test_top5_is_left_out_below_six_classes_and_small_splits_are_named():
+    from explorer.reports import small_splits, without_top5
+    columns, rows = ["model", "test top-1", "test top-5", "device"], [["A", "90.0 %", "100.0 %", "CPU"]]
+    assert without_top5(columns, rows, 3) == (["model", "test top-1", "device"], [["A", "90.0 %", "CPU"]])
+    assert without_top5(columns, rows, 6) == (columns, rows)
+    text = small_splits({"validation": 10, "test": 12})
+    assert "validation: 10 images, each worth 10 points" in text and "test: 12 images, each worth 8.33 points" in text
+    assert small_splits({"validation": 50, "test": 2000}) == "" and small_splits({"validation": 0}) == ""

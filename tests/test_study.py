@@ -41,10 +41,18 @@ def test_the_shipped_grid_is_the_design(tmp_path):
         trials = [t for t in grid.trials if t.train_images == n]
         seeds = {v: sorted(t.seed for t in trials if t.variant == v) for v in {t.variant for t in trials}}
         assert len(seeds["vanilla"]) >= (3 if n <= 5000 else 1) and seeds["vanilla"] == seeds["spt_lsa"]
-        assert (set(seeds) == {"vanilla", "spt", "lsa", "spt_lsa"}) == (n <= 2500)
+        # the 2x2, and the paper's per-head LSA alone and with SPT (three seeds each), where data is fewest
+        assert (set(seeds) == {"vanilla", "spt", "lsa", "spt_lsa", "lsa_head", "spt_lsa_head"}) == (n <= 2500)
+        if n <= 2500:
+            assert seeds["lsa_head"] == seeds["spt_lsa_head"] == seeds["lsa"] == [0, 1, 2]
         assert len({(t.epochs, t.val_every) for t in trials}) == 1  # one rule per size
     assert grid.trials[0].seed == 0 and grid.kept(grid.trials[0])  # the app's checkpoints come first
     assert "| **all** |" in plan_table(grid, 270.0)
+    per_head = grid.trial("n01000-lsa_head-s0")
+    argv = grid.train_argv(per_head)
+    assert argv[argv.index("--variant") + 1] == "lsa" and argv[argv.index("--tau-mode") + 1] == "head"
+    plain = grid.train_argv(grid.trial("n01000-lsa-s0"))
+    assert plain[plain.index("--tau-mode") + 1] == "layer"
 
 
 @pytest.mark.parametrize("change, message", [

@@ -74,8 +74,11 @@ def test_curve_figure_draws_lines_bands_and_stars():
     fig = study_report.curve_figure(ROWS, {"vanilla": {"train_images": 45000, "test_top1": 0.77, "epochs": 200}})
     ax, gap = fig.axes
     assert ax.get_xscale() == "log" and len(ax.get_lines()) == 4 and len(ax.collections) == 4 + 1
-    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    (legend,) = fig.legends  # below the panels, over no curve
+    labels = [t.get_text() for t in legend.get_texts()]
     assert "ViT, shipped (200 epochs, staged recipe)" in labels and "SPT + LSA" in labels
+    figure_to_array(fig)
+    assert legend.get_window_extent().y1 <= min(a.get_window_extent().y0 for a in fig.axes) + 1
     # SPT alone and LSA alone run level with SPT + LSA and the ViT: dashed and on top, so both stay seen.
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert {k: v.get_linestyle() for k, v in lines.items()} == {"ViT": "-", "LSA alone": "--", "SPT alone": "--",
@@ -134,3 +137,5 @@ def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, 
     back = mechanisms.read_csv(tmp_path / "m.csv")
     assert [r["layer"] for r in back] == [r["layer"] for r in rows] and "| " in mechanisms.markdown(back)
     assert mechanisms.figure(back).axes
+    said = mechanisms.answer(back)  # the Small data tab's words, from these numbers
+    assert "τ ends at" in said and "a ViT's query gives its own patch" in said and "CIFAR-100" in said

@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import re
 import subprocess
@@ -9,8 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.checkpoints import describe_augmentation, list_checkpoints, load_checkpoint
+from explorer.checkpoints import describe_augmentation, list_checkpoints, load_checkpoint, read_card
 from explorer.fitting import (
+    RECIPES,
     Cancelled,
     TrainConfig,
     accuracy_metrics,
@@ -144,7 +146,11 @@ def test_fine_tune_same_classes_keeps_the_head(tiny_checkpoints, cifar10, tmp_pa
                                              (dict(max_steps=0), "max_steps"),
                                              (dict(mixup_alpha=-0.2), "mixup_alpha"),
                                              (dict(cutmix_alpha=float("nan")), "cutmix_alpha"),
-                                             (dict(mix_prob=0), "mix_prob"), (dict(mix_prob=1.5), "mix_prob")])
+                                             (dict(mix_prob=0), "mix_prob"), (dict(mix_prob=1.5), "mix_prob"),
+                                             (dict(randaugment=1.5), "randaugment .*got 1.5"),
+                                             (dict(random_erasing=-0.25), "random_erasing .*got -0.25"),
+                                             (dict(repeats=0), "repeats .*got 0"), (dict(repeats=1.5), "repeats"),
+                                             (dict(name="imagenet"), "recipes .*got 'imagenet'")])
 def test_invalid_train_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**kwargs)
@@ -225,6 +231,50 @@ def test_describe_augmentation():
     assert describe_augmentation({"augment": True, "cutmix_alpha": 1.0, "mixup_alpha": 0.2, "mix_prob": 0.5}) == \
         "crop + flip, CutMix 1 / mixup 0.2 on 50 % of batches"
     assert describe_augmentation({"augment": False, "mixup_alpha": 0.8, "mix_prob": 1.0}) == "mixup 0.8"
+    assert describe_augmentation({"augment": True, "randaugment": 0.0, "random_erasing": 0.0, "repeats": 1}) == \
+        "crop + flip"
+    assert describe_augmentation({**RECIPES["paper"], "name": "paper"}) == \
+        "crop + flip, CutMix 1 / mixup 1 on 50 % of batches, RandAugment 0.5, random erasing on 25 % of images, " \
+        "each image 3 times an epoch"
+
+
+def test_repeated_augmentation_passes_over_every_image_that_many_times_an_epoch():
+    n = 100
+    x = np.broadcast_to(np.arange(n, dtype=np.uint8)[:, None, None, None], (n, 32, 32, 3)).copy()  # image i is i
+    y = np.arange(n) % 10
+    once = make_batches(x, y, 10, 32, False, 0, True)
+    thrice = make_batches(x, y, 10, 32, False, 0, True, repeats=3)
+    assert (len(once), len(thrice)) == (4, 10)
+    seen = np.concatenate([thrice[i][0][:, 0, 0, 0] for i in range(len(thrice))]).astype(int)
+    counts = np.bincount(seen, minlength=n)
+    # Three passes of 100 images in batches of 32: the last batch is topped up with 20 images from the start.
+    assert counts.min() == 3 and counts.sum() == 320 and (counts == 4).sum() == 20
+    thrice.begin(0)
+    for i in range(len(thrice)):  # the next epoch's passes come in other orders
+        thrice[i]
+    later = np.concatenate([thrice[i][0][:, 0, 0, 0] for i in range(len(thrice))]).astype(int)
+    assert not np.array_equal(later, seen)
+    # The first pass is the epoch a recipe without repeats draws: its batches are unchanged.
+    for a, b in zip(make_batches(x, y, 10, 32, True, 0, True, 0.2, 1.0, 0.5)[0],
+                    make_batches(x, y, 10, 32, True, 0, True, 0.2, 1.0, 0.5, repeats=3)[0], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_train_cli_paper_recipe_one_epoch_on_1000_images_records_the_recipe(tmp_path, data_dir):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "explorer.train", "--preset", "tiny", "--recipe", "paper",
+                          "--epochs", "1", "--data-dir", str(data_dir), "--subset", "1000", "--test-subset", "100",
+                          "--out", str(tmp_path), "--verbose", "0"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [folder] = list_checkpoints(tmp_path)
+    card = read_card(folder)
+    recipe = card["training"]["recipe"]
+    assert recipe["name"] == "paper" and recipe["epochs"] == 1  # the flag given wins over the recipe
+    assert {k: recipe[k] for k in RECIPES["paper"] if k != "epochs"} == \
+        {k: v for k, v in RECIPES["paper"].items() if k != "epochs"}
+    assert card["dataset"]["train_images"] == 900 and card["training"]["steps"] == math.ceil(3 * 900 / 128)
+    assert "| training recipe | `paper`: augmentation crop + flip, CutMix 1" in (folder / "README.md").read_text()
 
 
 def test_train_cli_refuses_a_bad_recipe_before_loading_anything(tmp_path):

@@ -17,7 +17,7 @@ from explorer.finetune import ZIP
 from explorer.ui import Explorer, build_demo
 from explorer.ui.attention import AttentionTab
 from explorer.ui.compare import CompareTab
-from explorer.ui.evidence import LABEL, TOP1, EvidenceTab
+from explorer.ui.evidence import LABEL, STRIP_ROW, TOP1, EvidenceTab
 from explorer.ui.finetune import PAIR, SCRATCH, FinetuneTab
 from explorer.ui.images import ImagesColumn
 from explorer.ui.patches import PatchesTab
@@ -81,7 +81,7 @@ def test_compare_returns_both_top5_and_the_true_label(ex, image_file, cifar10):
 def test_results_are_cached_and_identical(ex, image_file):
     first = ui(ex).compare.compare(image_file, A, B)
     second = ui(ex).compare.compare(image_file, A, B)
-    assert first[:2] == second[:2] and "cached" in second[2]
+    assert first[:2] == second[:2] and "one call for this image" in second[2] and "cached" not in second[2]
     import re
     took = lambda verdict: re.findall(r"Time: A (\d+) ms.* B (\d+) ms", verdict)  # noqa: E731
     assert took(second[2]) == took(first[2]) != []  # a cached result says what it took when it ran
@@ -476,7 +476,7 @@ def test_evidence_tab_occlusion_strip_and_robustness(ex, image_file, cifar10):
     with pytest.raises(gr.Error, match="No image yet"):
         ui(ex).evidence.evidence(None, A, B, TOP1, mean, 1)
     strip = ui(ex).evidence.shift_strip(image_file, A, B, 2, "edge")
-    alone = robustness.strip_picture(robustness.shift_strip([a, b], image, 2, "edge"))
+    alone = robustness.strip_picture(robustness.shift_strip([a, b], image, 2, "edge"), per_row=STRIP_ROW)
     np.testing.assert_array_equal(strip, alone)
     plot, table, summary = ui(ex).evidence.robustness(A, B, 60, 2, "zero")
     curves = robustness.robustness_pair([a, b], cifar10.x_test[:60], cifar10.y_test[:60], 2, "zero")
@@ -575,3 +575,19 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
                           "small data · 2,500 images · ViT", "small data · 2,500 images · SPT + LSA",
                           "small data · 5,000 images · ViT"]
     assert any(d.get("api_name") == "study_pair" for d in config["dependencies"])
+
+
+def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_lsa(ex):
+    from explorer.plots import NO_LSA_TEXT
+    from explorer.runner import MemberState, RunState
+    plan = ui(ex).finetune.finetune_plan(**_form(epochs=1, images=64))
+    state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
+                     description=plan.description, started=1.0)
+    state.members[0].history = [{"epoch": 1, "loss": 1.0, "tau": []}]  # A (vanilla) trains first: no tau
+    tau = ui(ex).finetune._run_outputs(state, plan, A, B)[2]
+    texts = [t.get_text() for t in tau.axes[0].texts]
+    assert texts and NO_LSA_TEXT not in texts and plan.members[1].label in texts[0], texts
+    alone = ui(ex).finetune.finetune_plan(**_form(what=A, epochs=1, images=64))
+    state.members = [MemberState("A", alone.members[0].label)]
+    tau = ui(ex).finetune._run_outputs(state, alone, A, B)[2]
+    assert [t.get_text() for t in tau.axes[0].texts] == ["no LSA layers in the models being fine-tuned"]

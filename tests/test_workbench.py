@@ -88,3 +88,44 @@ def test_views_compute_only_the_parts_asked_for(store, images):
     np.testing.assert_array_equal(click.sheet, full.sheet)
     with pytest.raises(ValueError, match="head must be"):
         analyze_pair([lm], ResultCache(), images[2], images[2], 1, "every head", (5, 9))
+
+
+@pytest.fixture(scope="module")
+def paper_shaped(tmp_path_factory):
+    """A model of the paper's shape (12 heads of 16, per-head tau, stochastic depth), narrower and shallower."""
+    from explorer.checkpoints import write_checkpoint
+    from explorer.config import get_preset
+    from explorer.models import build_vit
+    config = get_preset("paper").replace(num_layers=3, projection_dim=48, mlp_units=(96, 48))
+    root = tmp_path_factory.mktemp("paper")
+    card = {"config": config.to_dict(), "variant": config.variant, "class_names": [str(i) for i in range(10)]}
+    write_checkpoint(build_vit(config, 10), root / "paper-small", card)
+    return ModelStore(root).get("paper-small")
+
+
+def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, images):
+    from explorer import plots, render
+    from explorer.workbench import side_by_side_pictures, tile_layout
+    lm, cache = paper_shaped, ResultCache()
+    layers, heads, grid = 3, 12, 8
+    [analysis] = analyze_pair([lm], cache, images[0], images[0], layer=2, query_yx=(9, 20))
+    view = analysis["view"]
+    assert analysis["result"].attention.shape == (1, layers, heads, grid * grid, grid * grid)
+    assert view.distance.shape == view.entropy.shape == (layers, heads) and np.isfinite(view.entropy).all()
+    assert view.query == (2, 5) and len(analysis["top5"]) == 5
+    # one layer's 12 heads in a near square of tiles; every layer x head in the sheet
+    columns, tile = tile_layout(heads, 224)
+    assert (columns, tile) == (4, 74)
+    assert view.focus.shape[0] < 4 * tile < view.focus.shape[1]
+    assert view.sheet.shape[0] > layers * 40 and view.sheet.shape[1] > heads * 40
+    for head in ("mean of heads", "head 11"):
+        one = analyze_pair([lm], cache, images[0], images[0], 2, head, (9, 20), parts=("focus",))[0]["view"]
+        assert one.focus.shape[:2] == (224, 224 + render.BAR_GAP + render.BAR_WIDTH)
+    with pytest.raises(ValueError, match="has 12 heads; there is no head 12"):
+        analyze_pair([lm], cache, images[0], images[0], 2, "head 12", (9, 20), parts=("focus",))
+    assert set(side_by_side_pictures([analysis, analysis])) == {"focus", "sheet", "rollout"}
+    w = what_if(lm, cache, images[0], images[0], factor=2.0, diagonal_mask=False, layer=2)
+    assert w.entropy.shape == w.distance.shape == (2, layers, heads)
+    tau = lm.probe.tau()
+    assert [len(t) for t in tau] == [heads] * layers  # one temperature per head
+    plots.figure_to_array(plots.plot_tau({lm.label: tau}, {lm.label: lm.config.initial_tau}))

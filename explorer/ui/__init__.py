@@ -3,6 +3,7 @@ components and wiring its events with an `api_name`, so every handler is callabl
 the public ones (the explorer's questions) are also MCP tools, the page's own wiring is unlisted.
 
     shell.py      build_demo: the page, the model slots, a visitor's arrival (shared mode)
+    cards.py      a model slot's card: what the loaded model is, or why it could not be loaded
     context.py    Explorer: the state every tab shares (models, results, test images, runs, visitors)
     images.py     the image column: upload, preview, test samples, the bundled examples
     compare.py    Compare: top-5 of both models, disagreements over the test set

@@ -95,6 +95,19 @@ class AttentionTab:
         # The chosen layer above every layer x head: everything that depends on the query, in one file.
         return render.stacked([pictures["focus"], pictures["sheet"]]), pictures.get("rollout"), caption
 
+    def choices(self, ref_a: str, ref_b: str, layer, head: str, request: gr.Request = None):
+        """The layer and head dropdowns for the models now in the slots (the paper's ViT has 9 layers of 12
+        heads, the shipped ones 6 of 4): their choices, and the choice kept where it still exists."""
+        try:
+            models = self.ex.pair(ref_a, ref_b, request)
+        except gr.Error:
+            return gr.update(), gr.update()
+        layers = max(lm.config.num_layers for lm in models)
+        heads = [HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(max(lm.config.num_heads for lm in models))]
+        layer = int(layer) if layer is not None and 0 <= int(layer) < layers else layers - 1
+        return (gr.update(choices=list(range(layers)), value=layer),
+                gr.update(choices=heads, value=head if head in heads else HEAD_ALL))
+
     def attention(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
                   request: gr.Request = None):
         """Where each model attends from one query patch: per head, in one layer and in every layer, model A
@@ -213,6 +226,7 @@ def build(ex: Explorer, page: Page) -> AttentionTab:
           **attn, **UNLISTED)
     gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn,
           **UNLISTED)
+    gr.on(page.new_models(), tab.choices, [page.slot_a, page.slot_b, layer, head], [layer, head], api_name=False)
     page.upload.change(tab.query_picker, [page.upload], [picker], api_name=False)
     picker.select(tab.pick_query, inputs[:5], [qy, qx, *query_outputs], api_name=False, **attn)
     cell.change(None, [cell], None, js=OUTLINE_JS)

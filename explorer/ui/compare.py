@@ -6,6 +6,7 @@ import gradio as gr
 import pandas as pd
 
 from explorer import reports
+from explorer.inputs import original_size, resize_note
 from explorer.ui.context import Explorer, Page, initial
 from explorer.workbench import square, top_k
 
@@ -32,9 +33,9 @@ class CompareTab:
         a, b = self.ex.pair(ref_a, ref_b, request)
         results = []
         for lm in (a, b):
-            result, seconds, cached = self.ex.cache.get(lm, image)
-            results.append((top_k(lm, result), seconds, cached))
-        (top_a, t_a, c_a), (top_b, t_b, c_b) = results
+            result, seconds, _ = self.ex.cache.get(lm, image)
+            results.append((top_k(lm, result), seconds))
+        (top_a, t_a), (top_b, t_b) = results
         pred_a, pred_b = next(iter(top_a)), next(iter(top_b))
         truth = self.ex.tests.true_label(file)
         agree = "✔ both say" if pred_a == pred_b else "✘ they disagree:"
@@ -43,11 +44,12 @@ class CompareTab:
             lines.append(f"True label **{truth}** · A {'✔' if pred_a == truth else '✘'} · "
                          f"B {'✔' if pred_b == truth else '✘'}")
 
-        def timing(t, c):
-            return f"{1000 * t:.0f} ms" + (" (cached)" if c else "")
-
-        lines.append(f"Time: A {timing(t_a, c_a)} · B {timing(t_b, c_b)} (logits and all attention maps "
-                     "in one call)")
+        resized = resize_note(original_size(file), [a.config.image_size, b.config.image_size])
+        if resized:
+            lines.append(resized)
+        # An image's analysis is one call per model, shared by every tab: whichever asked first ran it.
+        lines.append(f"Time: A {1000 * t_a:.0f} ms · B {1000 * t_b:.0f} ms (each model's one call for this "
+                     "image: logits and all attention maps, shared by every tab)")
         return top_a, top_b, "\n\n".join(lines)
 
     def disagreements(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None,

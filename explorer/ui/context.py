@@ -63,6 +63,7 @@ class Page:
     extra: dict = field(default_factory=dict)  # components one tab makes and another updates
     tab: gr.State | None = None       # the label of the tab this visitor has open (set by the shell)
     loaded: tuple = ()                # States that change when a slot has loaded another model
+    cards: tuple = ()                 # the slots' cards (what each loaded model is)
 
     def new_input(self) -> list:
         """The events after which an image's analysis is out of date: a new image, or another model loaded

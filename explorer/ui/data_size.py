@@ -34,6 +34,10 @@ class DataSizeTab:
             sizes = ", ".join(f"{n:,}" for n in pairs) or "none"
             raise gr.Error(f"no pair was trained on {size} images here; sizes with a pair: {sizes}") from None
 
+    def selected(self, ref_a: str | None, ref_b: str | None, request: gr.Request = None) -> int | None:
+        """The size whose pair the slots hold (A: its ViT, B: its SPT + LSA), or None."""
+        return next((n for n, pair in self.ex.study_pairs(request).items() if pair == (ref_a, ref_b)), None)
+
     def curve(self, request: gr.Request = None):
         """The study's figures (the curve, the paired gap) and tables, from the results the app ships
         (checkpoints/study/results.csv)."""
@@ -49,20 +53,39 @@ class DataSizeTab:
                 text)
 
 
+    def mechanisms(self) -> str:
+        """What LSA does to attention in the study's kept models, in words and a table, from the numbers
+        the app ships (checkpoints/study/mechanisms.csv; `python -m explorer.study mechanisms`); "" without."""
+        from explorer import mechanisms
+        try:
+            rows = mechanisms.read_csv(self.ex.root / STUDY / "mechanisms.csv")
+        except (OSError, ValueError, KeyError):
+            return ""
+        return f"{mechanisms.answer(rows)}\n\n{mechanisms.markdown(rows)}" if rows else ""
+
+
 def build(ex: Explorer, page: Page) -> DataSizeTab:
     tab = DataSizeTab(ex)
     figure, gaps, text = tab.curve()
     sizes = tab.sizes()
     with gr.Tab("Small data", id="small-data"):
         gr.Markdown(INTRO)
-        size = gr.Radio(sizes, value=None, label="training images: put that size's pair in the slots (A: ViT, "
-                        "B: SPT + LSA)", elem_id="data-size")
+        # A first visit selects the size whose pair the slots open with (the shipped pair: 45,000 images).
+        size = gr.Radio(sizes, value=tab.selected(*page.refs), elem_id="data-size",
+                        label="training images: put that size's pair in the slots (A: ViT, B: SPT + LSA)")
         # The shipped results, drawn once when the app starts.
         with gr.Row():  # side by side, or one above the other in a narrow window
             gr.Plot(figure, label="test top-1 against training-set size", show_label=False, min_width=380,
-                    scale=3)
-            gr.Plot(gaps, label="the paired gap against training-set size", show_label=False, min_width=300,
-                    scale=2)
+                    scale=10, elem_id="data-size-curve")
+            gr.Plot(gaps, label="the paired gap against training-set size", show_label=False, min_width=340,
+                    scale=9, elem_id="data-size-gap")
         gr.Markdown(text, elem_id="data-size-tables")
+        why = tab.mechanisms()
+        if why:
+            with gr.Accordion("Why does LSA add nothing here? What its temperature and mask do to attention",
+                              open=False, elem_id="data-size-why"):
+                gr.Markdown(why)
     size.input(tab.pair, [size], [page.slot_a, page.slot_b], api_name="study_pair", **UNLISTED)
+    # The size follows the slots: selected while they hold its pair, none otherwise.
+    gr.on(page.new_models(), tab.selected, list(page.loaded), [size], api_name=False, queue=False)
     return tab

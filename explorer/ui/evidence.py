@@ -24,6 +24,7 @@ TEXT = ("**Occlusion** hides one patch (or a window of patches) at a time and me
         "concentrated. **Shifts** move the test images by 1 to S pixels in each direction (and mirror them): "
         "a model that uses local structure the way a CNN does keeps its answers as the image moves.")
 TAB = "Evidence"
+STRIP_ROW = 5  # copies per row of the shift strip: at 800 px its labels are shown at their own size
 STALE = "_A new image or model: open this tab or press **Show evidence**._"
 OTHER_MODELS = "_Another model in a slot: press **Measure shift robustness** for this pair._"
 COLUMNS = ["model", "top-1", "top-1 at S px", "unchanged at 1 px", "unchanged at S px", "flipped: top-1",
@@ -111,7 +112,7 @@ class EvidenceTab:
             strip = robustness.shift_strip([a, b], image, int(max_shift or 0), padding)
         except ValueError as e:
             raise gr.Error(str(e)) from None
-        return robustness.strip_picture(strip)
+        return robustness.strip_picture(strip, per_row=STRIP_ROW)
 
     def robustness(self, ref_a: str, ref_b: str, count: float, max_shift: float, padding: str,
                    request: gr.Request = None, progress=gr.Progress()):

@@ -11,12 +11,14 @@ import gradio as gr
 import pandas as pd
 
 from explorer import plots
-from explorer.checkpoints import CheckpointError
+from explorer.checkpoints import CheckpointError, read_card
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import DatasetError
 from explorer.finetune import ZIP, JobError, choose_backend, hardware_note, job_data, plan_job, report
+from explorer.reports import small_splits, without_top5
 from explorer.runner import CANCEL_ANSWERS, Busy, QueueFull, queue_status, run_status
 from explorer.shared import REFUSED
+from explorer.ui.cards import card_markdown
 from explorer.ui.context import Explorer, Page, reporter
 from explorer.workbench import square
 
@@ -38,7 +40,7 @@ on the frozen features), then the whole model trains (AdamW, warmup + cosine, cr
 rate 5e-4, or 1e-4 for classes the base knows) for up to 500 steps, with a batch size scaled to your
 data, keeping the epoch that does best on a 10 % validation split (the starting head included). About
 a minute per model for 1,000 images on 2 CPU cores. Limits here: {epochs} epochs, {images:,} images."""
-KEEP = 8  # outputs a waiting or running Start leaves as they are: all but the status line
+KEEP = 12  # outputs a waiting or running Start leaves as they are: all but the status line
 
 
 class FinetuneTab:
@@ -155,15 +157,35 @@ class FinetuneTab:
                 yield (run_status(s, self.ex.root),) + (gr.update(),) * KEEP
             time.sleep(0.5)
 
+    def _lsa_labels(self, plan) -> list[str]:
+        """The labels of the run's models that have LSA layers (whose tau the tau plot follows)."""
+        labels = []
+        for m in plan.members:
+            try:
+                variant = m.variant or read_card(m.base).get("variant")
+            except (CheckpointError, OSError, ValueError):
+                continue
+            if variant in ("lsa", "spt_lsa"):
+                labels.append(m.label)
+        return labels
+
     def _run_outputs(self, s, plan, a, b, final: bool = False, request=None):
-        """Status, curves, tau; when the run is done also its report and the slots holding its checkpoints."""
+        """Status, curves, tau; when the run is done also its report, and the slots, their cards and the
+        page's loaded models holding its checkpoints, all in one update."""
         histories = {m.label: m.history for m in s.members}
-        curves, tau = plots.plot_training(histories), plots.plot_tau_history(histories)
+        lsa = self._lsa_labels(plan)
+        waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
+                   f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
+        curves, tau = plots.plot_training(histories), plots.plot_tau_history(histories, empty=waiting)
         status = run_status(s, self.ex.root)
         if not (final and s.status == "done"):
-            return (status, curves, tau) + (gr.update(),) * 6
-        rep = report([m.__dict__ for m in s.members], plan.dataset.y_test, plan.dataset.class_names)
-        names, x, y = plan.dataset.class_names, plan.dataset.x_test, plan.dataset.y_test
+            return (status, curves, tau) + (gr.update(),) * (KEEP - 2)
+        names = plan.dataset.class_names
+        rep = report([m.__dict__ for m in s.members], plan.dataset.y_test, names)
+        columns, rows = without_top5(rep.columns, rep.rows, len(names))
+        validation = max(((m.training or {}).get("validation_images") or 0 for m in s.members), default=0)
+        small = small_splits({"validation": validation, "test": len(plan.dataset.y_test)})
+        x, y = plan.dataset.x_test, plan.dataset.y_test
         preds = [m.predictions for m in s.members]
         gallery = [(square(x[i], 96), f"{names[y[i]]}: " + " · ".join(
             f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(s.members, preds, strict=True)))
@@ -176,10 +198,22 @@ class FinetuneTab:
         else:
             b = refs[0]
         choices = self.ex.slot_choices(request)
-        return (status + ("\n\n" + rep.summary if rep.summary else ""), curves, tau,
-                pd.DataFrame(rep.rows, columns=rep.columns), pd.DataFrame(rep.per_class, columns=rep.per_class_columns),
+        # The new models are loaded here, so that the slots, their cards and every tab change at once.
+        slots = []
+        for tag, ref in (("A", a), ("B", b)):
+            if ref not in refs:
+                slots.append((gr.update(), gr.update()))
+                continue
+            try:
+                slots.append((ref, card_markdown(self.ex, ref, request=request)))
+                self.ex.shown(request, tag, ref)
+            except (CheckpointError, ValueError, OSError) as e:
+                slots.append((gr.update(), f"**⚠ could not load {ref!r}: {self.ex.safe(e)}**"))
+        text = "\n\n".join(t for t in (status, rep.summary, small) if t)
+        return (text, curves, tau, pd.DataFrame(rows, columns=columns),
+                pd.DataFrame(rep.per_class, columns=rep.per_class_columns),
                 gallery, gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
-                gr.update(choices=base_choices(choices)))
+                gr.update(choices=base_choices(choices)), slots[0][0], slots[1][0], slots[0][1], slots[1][1])
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
@@ -236,6 +270,9 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
         with gr.Row():
             start = gr.Button("Start", variant="primary", elem_id="ft-start")
             cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
+        # Gradio draws a run's progress over the component it is shown on: here its own box, above the status
+        # line, so that both stay readable.
+        progress_box = gr.HTML("", elem_id="ft-progress")
         status = gr.Markdown("No run yet.", elem_id="ft-status")
         curves = gr.Plot(label="loss and accuracy", show_label=False)
         results = gr.Dataframe(label="result on the held-out test images", interactive=False, wrap=True,
@@ -260,12 +297,13 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
     # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.
     start.click(tab.finetune, [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name,
                                page.slot_a, page.slot_b, all_images],
-                [status, curves, tau, results, per_class, gallery, page.slot_a, page.slot_b, base],
+                [status, curves, tau, results, per_class, gallery, page.slot_a, page.slot_b, base, *page.loaded,
+                 *page.cards],
                 api_name="finetune", concurrency_id="finetune",
                 # every waiting Start holds a worker: the queue, the run followed, one to refuse
                 concurrency_limit=ex.shared_limits.max_queue + 2 if ex.shared else 4,
-                # progress and a refusal show on the status line only, not on the model slots
-                show_progress_on=[status]).then(tab.mine, None, [mine], api_name=False)
+                # progress shows in its own box only: not over the status line, the slots or the plots
+                show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False)
     cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None)
     download.click(tab.download, [mine], [archive], api_name="download_checkpoint")
     return tab

@@ -9,10 +9,10 @@ import gradio as gr
 
 from explorer.ablation import NAMES, ORDER
 from explorer.checkpoints import CheckpointError
-from explorer.reports import pct
 from explorer.samples import examples
 from explorer.shared import FINETUNED, REFUSED
 from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau
+from explorer.ui.cards import card_markdown
 from explorer.ui.context import UNLISTED, Explorer, Page
 from explorer.ui.finetune import base_choices
 from explorer.ui.pictures import install_image_cache
@@ -37,6 +37,8 @@ footer {display: none !important}
 /* The study's tables: numbers never break mid-number; a narrow window scrolls the table instead. */
 #data-size-tables table {display: block; overflow-x: auto; max-width: 100%; width: max-content; border: 0}
 #data-size-tables th, #data-size-tables td {white-space: nowrap}
+/* A fine-tune's progress (Gradio's overlay) in a box of its own above the status line, never over it. */
+#ft-progress {min-height: 64px; position: relative}
 """
 
 
@@ -48,23 +50,7 @@ class Slots:
         self.ex = ex
 
     def card_markdown(self, ref: str | None, error: str | None = None, request=None) -> str:
-        lines = [f"**⚠ {error}**"] if error else []
-        if not ref:
-            if not self.ex.choices(request):
-                where = "here" if self.ex.shared else f"under `{self.ex.root}`"
-                lines.append(f"No checkpoints {where} yet. Train one with `python -m explorer.train`, start a run "
-                             "in the Fine-tune tab, or type a Hub id (`owner/name@revision`).")
-            return "\n\n".join(lines)
-        s = self.ex.model(ref, request).summary()
-        tau_mode = f", tau per {s['tau_mode']}" if s["tau_mode"] else ""
-        epochs = f" · {s['epochs']} epoch{'s' if s['epochs'] != 1 else ''}" if s["epochs"] else ""
-        scores = ("" if s["converted_from"] and s["test_top1"] is None  # its note says it was not evaluated
-                  else f" · test top-1 **{pct(s['test_top1'])}**, top-5 {pct(s['test_top5'])}")
-        lines.append(f"**{s['name']}** · `{s['variant']}`{tau_mode} · {s['dataset']} ({s['classes']} classes) · "
-                     f"{s['parameters']:,} parameters{scores}{epochs}")
-        if s["converted_from"]:
-            lines.append(converted_note(s["converted_from"]))
-        return "\n\n".join(lines)
+        return card_markdown(self.ex, ref, error, request)
 
     def card(self, ref: str | None) -> str:
         try:
@@ -85,24 +71,37 @@ class Slots:
         self.ex.shown(request, slot, ref)
         return ref, ref, self.card_markdown(ref, request=request)
 
-    def load_a(self, ref, previous, request: gr.Request = None):
-        return self.load_slot(ref, previous, request, "A")
+    def follow(self, ref, previous, kept, request=None, slot: str = ""):
+        """The page's slot change: `load_slot`, and the card a failure showed (`kept`) kept on screen. A
+        failure puts the previous model back into the slot, which changes the slot once more: that second
+        call finds the model it kept and leaves the message where it is, until the visitor picks again."""
+        if kept and ref == previous == kept[0]:
+            return ref, ref, kept[1], None
+        shown, prev, card = self.load_slot(ref, previous, request, slot)
+        return shown, prev, card, ((shown, card) if shown != ref else None)
 
-    def load_b(self, ref, previous, request: gr.Request = None):
-        return self.load_slot(ref, previous, request, "B")
+    def load_a(self, ref, previous, kept=None, request: gr.Request = None):
+        return self.follow(ref, previous, kept, request, "A")
+
+    def load_b(self, ref, previous, kept=None, request: gr.Request = None):
+        return self.follow(ref, previous, kept, request, "B")
 
     def refresh(self, a: str | None, b: str | None, request: gr.Request = None):
         choices = self.ex.slot_choices(request)
         return (gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
                 gr.update(choices=base_choices(choices)))
 
+    def lists(self, request: gr.Request = None):
+        """A page opens: the model lists as they are now (runs made since the app started included), and the
+        visitor's fine-tuned checkpoints with the newest chosen, ready to download."""
+        choices = self.ex.slot_choices(request)
+        return (gr.update(choices=choices), gr.update(choices=choices), gr.update(choices=base_choices(choices)),
+                finetune.FinetuneTab(self.ex).mine(request))
+
     def visit(self, browser_id, request: gr.Request = None):
         """A page opens (shared mode): the visitor's id (a new one when the browser has none), their lists."""
         visitor = self.ex.arrive(browser_id, request)
-        choices = self.ex.slot_choices(request)
-        return (visitor, gr.update(choices=choices), gr.update(choices=choices),
-                gr.update(choices=base_choices(choices)),
-                gr.update(choices=self.ex.my_runs(request), value=None))
+        return (visitor, *self.lists(request))
 
 
 def model_list(ex: Explorer, request=None) -> dict:
@@ -124,21 +123,6 @@ def model_list(ex: Explorer, request=None) -> dict:
     return {"models": listed, "loaded_from_hub": hub, "page_default": {"ref_a": a, "ref_b": b},
             "also": "any Hugging Face Hub id owner/name[@revision] of an explorer checkpoint, or of a "
                     "model of the keras.io example vit_small_ds (converted on first use)"}
-
-
-FORMATS = {"keras2-savedmodel": "a Keras 2 SavedModel", "keras3-archive": "a Keras 3 .keras file"}
-
-
-def converted_note(source: dict) -> str:
-    """The slot's line for a model converted from the keras.io example: what it was, and its class names."""
-    revision = f" @ `{source['revision'][:10]}`" if source.get("revision") else ""
-    where = str(source.get("source"))
-    where = os.path.basename(where) if os.path.isabs(where) else where  # a local file: no server paths
-    names = (f"class names assumed: {source.get('class_names_from')}" if source.get("class_names_assumed")
-             else f"class names from its {source.get('class_names_from')}")
-    return (f"From the [keras.io example](https://keras.io/examples/vision/vit_small_ds/): "
-            f"`{where}`{revision}, {FORMATS.get(source.get('format'), source.get('format'))} "
-            f"converted into this app's layers (not evaluated here) · {names}")
 
 
 # The ablation's pairs, in the order a reader asks about them: the whole gain, each part, the parts apart.
@@ -200,11 +184,11 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
             with gr.Column():
                 slot_a = gr.Dropdown(choices, value=refs[0], label="Model A", allow_custom_value=True,
                                      info="a checkpoint, or a Hub id owner/name[@revision]")
-                card_a = gr.Markdown(slots.card(refs[0]), elem_classes="slot-card")
+                card_a = gr.Markdown(slots.card(refs[0]), elem_classes="slot-card", elem_id="card-a")
             with gr.Column():
                 slot_b = gr.Dropdown(choices, value=refs[1], label="Model B", allow_custom_value=True,
                                      info="a checkpoint, or a Hub id owner/name[@revision]")
-                card_b = gr.Markdown(slots.card(refs[1]), elem_classes="slot-card")
+                card_b = gr.Markdown(slots.card(refs[1]), elem_classes="slot-card", elem_id="card-b")
         pairs, pair_btns = ablation_pairs(ex, refs[1]), []
         with gr.Row(equal_height=True):
             refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm", scale=0, min_width=220)
@@ -217,7 +201,7 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
                 upload = images.build(ex, slot_b, _classes(ex, refs[1]), first)
             with gr.Column(scale=3):
                 page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"),
-                            loaded=(prev_a, prev_b))
+                            loaded=(prev_a, prev_b), cards=(card_a, card_b))
                 with gr.Tabs() as tabs:
                     compare.build(ex, page)
                     patches.build(ex, page)
@@ -230,10 +214,11 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
         tabs.select(open_tab, None, [page.tab], api_name=False, queue=False)
         for btn, a, b in pair_btns:
             btn.click(_pick(a, b), None, [slot_a, slot_b], api_name=False, queue=False)
-        slot_a.change(slots.load_a, [slot_a, prev_a], [slot_a, prev_a, card_a], api_name="load_model_a",
-                      **UNLISTED)
-        slot_b.change(slots.load_b, [slot_b, prev_b], [slot_b, prev_b, card_b], api_name="load_model_b",
-                      **UNLISTED)
+        kept_a, kept_b = gr.State(None), gr.State(None)  # a failed load's card, kept through the slot's revert
+        slot_a.change(slots.load_a, [slot_a, prev_a, kept_a], [slot_a, prev_a, card_a, kept_a],
+                      api_name="load_model_a", **UNLISTED)
+        slot_b.change(slots.load_b, [slot_b, prev_b, kept_b], [slot_b, prev_b, card_b, kept_b],
+                      api_name="load_model_b", **UNLISTED)
         ft_base, ft_mine = page.extra["ft_base"], page.extra["ft_mine"]
         refresh_btn.click(slots.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh",
                           **UNLISTED).then(
@@ -256,6 +241,8 @@ def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
             demo.load(slots.visit, [visitor], [visitor, slot_a, slot_b, ft_base, ft_mine], api_name="visitor",
                       **UNLISTED)
             demo.unload(ex.leave)
+        else:  # the page was built when the app started: runs made since then are listed as it opens
+            demo.load(slots.lists, None, [slot_a, slot_b, ft_base, ft_mine], api_name=False, queue=False)
     return demo
 
 

@@ -35,8 +35,8 @@ class TauTab:
 
     def models(self, ref_a: str, ref_b: str, request=None) -> list:
         """The LSA models to show: every shipped LSA checkpoint (so the LSA-only and the SPT/LSA model sit
-        side by side whatever the slots hold), then the slots' and any other loaded LSA model this visitor
-        may see (in shared mode, another visitor's runs are not shown)."""
+        side by side whatever the slots hold), then the slots' own; a model that has left the slots is not
+        shown, though it may still be loaded."""
         a, b = self.ex.pair(ref_a, ref_b, request)  # a reference the visitor may not use is refused here
         shipped = []
         for ref in self.shipped_lsa(request):
@@ -44,11 +44,8 @@ class TauTab:
                 shipped.append(self.ex.store.get(ref))
             except (OSError, ValueError):  # CheckpointError included: a broken checkpoint is left out
                 continue
-        visible = set(self.ex.choices(request))
-        loaded = [lm for lm in [a, b] + self.ex.store.loaded()
-                  if not self.ex.shared or lm.ref in visible or self.ex.runs.is_hub(lm.ref)]
         models, seen = [], set()
-        for lm in shipped + loaded:
+        for lm in shipped + [a, b]:
             key = self.ex.store.key(lm.ref)
             if lm.config.use_lsa and key not in seen:
                 seen.add(key)
@@ -97,7 +94,7 @@ def build(ex: Explorer, page: Page) -> TauTab:
         with gr.Row(elem_id="tau-plots"):
             tau_plot = picture("tau per layer", show_label=False, value=drawn(plot))
             tau_hist = picture("tau over training", show_label=False, value=drawn(history))
-        tau_frame = gr.Dataframe(table, interactive=False, wrap=True)
+        tau_frame = gr.Dataframe(table, interactive=False, wrap=True, elem_id="tau-table")
 
     inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame]
     tau_btn.click(as_pictures(tab.tau), inputs, outputs, api_name="tau")

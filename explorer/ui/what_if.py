@@ -20,7 +20,7 @@ TEXT = ("LSA divides every layer's attention logits by a learned temperature τ 
         "on or off, on the same weights. A τ below √d_k (a factor below 1×) sharpens attention: entropy and mean "
         "distance fall and the maps from the query narrow to fewer patches; with the mask off, watch how much "
         "attention each patch keeps for itself and whether the top-5 moves.")
-DEFAULTS = (1.0, "as learned", 0.5, "as learned")  # A as learned; B with a sharper tau
+DEFAULTS = (1.0, "as learned", 1.0, "as learned")  # both as learned, until the visitor turns a switch
 PRESS = "_Press **What if** for this image._"
 
 

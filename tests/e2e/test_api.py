@@ -170,13 +170,16 @@ def _class_zip(path, cifar10, classes, per_class):
 def test_a_pair_fine_tune_on_a_zip_loads_both_results_into_the_slots(client, app_checkpoints, cifar10, tmp_path):
     before = set(list_checkpoints(app_checkpoints))
     data = _class_zip(tmp_path / "three.zip", cifar10, ["cat", "dog", "ship"], 20)
-    status, curves, tau, results, per_class, gallery, slot_a, slot_b, _ = client.predict(
+    status, curves, tau, results, per_class, gallery, slot_a, slot_b, _, card_a, card_b = client.predict(
         PAIR, "tiny", "spt_lsa", ZIP, handle_file(data), 0, 0, 0, 0, False, "e2e-pair", A, B, api_name="/finetune")
     assert "**done**" in status and "on **CPU**" in status, status
     assert "`finetuned/e2e-pair-A`" in status and "`finetuned/e2e-pair-B`" in status
     assert "head: base rows" in status  # cat, dog and ship are CIFAR-10 classes: the base's rows
     slot_a, slot_b = (u["value"] if isinstance(u, dict) else u for u in (slot_a, slot_b))  # gr.update()s
     assert (slot_a, slot_b) == ("finetuned/e2e-pair-A", "finetuned/e2e-pair-B")
+    # The slots' cards come with them (three classes: no top-5, which would always be 100 %).
+    assert "**e2e-pair-A**" in card_a and "**e2e-pair-B**" in card_b and "top-5" not in card_a + card_b
+    assert "test top-5" not in results["headers"] and "each worth" in status  # 12 test images
     new = set(list_checkpoints(app_checkpoints)) - before
     assert sorted(p.name for p in new) == ["e2e-pair-A", "e2e-pair-B"]
     cards = [load_checkpoint(p)[1] for p in sorted(new)]
@@ -235,6 +238,7 @@ def test_evidence_endpoints(client, upload):
         client.predict(handle_file(str(upload)), A, B, "the true label", "the image's mean colour", 1,
                        api_name="/evidence")
     strip = client.predict(handle_file(str(upload)), A, B, 2, "zero", api_name="/shift_strip")
-    assert np.asarray(Image.open(strip)).shape[1] > 5 * np.asarray(Image.open(strip)).shape[0] / 2
+    # S = 2: five shifted copies and the mirrored one, in rows of five (STRIP_ROW) 80-px cells 4 px apart
+    assert np.asarray(Image.open(strip)).shape[1] == 5 * 84 - 4
     plot, table, summary = client.predict(A, B, 50, 2, "edge", api_name="/robustness")
     assert Image.open(plot).width > 200 and len(table["data"]) == 2 and "first **50**" in summary

@@ -1,0 +1,44 @@
+"""A model slot's card: what the loaded model is, as its checkpoint's card says (name, variant, data,
+size, scores), with the reason when the slot could not load what was asked."""
+
+from __future__ import annotations
+
+import os
+
+from explorer.reports import TOP5_FROM, pct
+from explorer.ui.context import Explorer
+
+FORMATS = {"keras2-savedmodel": "a Keras 2 SavedModel", "keras3-archive": "a Keras 3 .keras file"}
+
+
+def card_markdown(ex: Explorer, ref: str | None, error: str | None = None, request=None) -> str:
+    lines = [f"**⚠ {error}**"] if error else []
+    if not ref:
+        if not ex.choices(request):
+            where = "here" if ex.shared else f"under `{ex.root}`"
+            lines.append(f"No checkpoints {where} yet. Train one with `python -m explorer.train`, start a run "
+                         "in the Fine-tune tab, or type a Hub id (`owner/name@revision`).")
+        return "\n\n".join(lines)
+    s = ex.model(ref, request).summary()
+    tau_mode = f", tau per {s['tau_mode']}" if s["tau_mode"] else ""
+    epochs = f" · {s['epochs']} epoch{'s' if s['epochs'] != 1 else ''}" if s["epochs"] else ""
+    top5 = f", top-5 {pct(s['test_top5'])}" if s["classes"] >= TOP5_FROM else ""
+    scores = ("" if s["converted_from"] and s["test_top1"] is None  # its note says it was not evaluated
+              else f" · test top-1 **{pct(s['test_top1'])}**{top5}")
+    lines.append(f"**{s['name']}** · `{s['variant']}`{tau_mode} · {s['dataset']} ({s['classes']} classes) · "
+                 f"{s['parameters']:,} parameters{scores}{epochs}")
+    if s["converted_from"]:
+        lines.append(converted_note(s["converted_from"]))
+    return "\n\n".join(lines)
+
+
+def converted_note(source: dict) -> str:
+    """The slot's line for a model converted from the keras.io example: what it was, and its class names."""
+    revision = f" @ `{source['revision'][:10]}`" if source.get("revision") else ""
+    where = str(source.get("source"))
+    where = os.path.basename(where) if os.path.isabs(where) else where  # a local file: no server paths
+    names = (f"class names assumed: {source.get('class_names_from')}" if source.get("class_names_assumed")
+             else f"class names from its {source.get('class_names_from')}")
+    return (f"From the [keras.io example](https://keras.io/examples/vision/vit_small_ds/): "
+            f"`{where}`{revision}, {FORMATS.get(source.get('format'), source.get('format'))} "
+            f"converted into this app's layers (not evaluated here) · {names}")
