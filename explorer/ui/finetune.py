@@ -35,11 +35,13 @@ Fine-tunes **both slots' models on the same data, split and recipe** (one after 
 checkpoint alone, in a separate training process ({where}); the new checkpoints go into the model slots,
 so every tab then compares them. Upload a zip with one folder of images per class; it is split 80/20 into
 training and held-out test images. **The default recipe** (every number at 0): the head starts where it can
-already score (the base's own rows when your classes are among its classes, else a logistic regression
-on the frozen features), then the whole model trains (AdamW, warmup + cosine, crop + flip; peak learning
-rate 5e-4, or 1e-4 for classes the base knows) for up to 500 steps, with a batch size scaled to your
-data, keeping the epoch that does best on a 10 % validation split (the starting head included). About
-a minute per model for 1,000 images on 2 CPU cores. Limits here: {epochs} epochs, {images:,} images."""
+already score (the base's own rows when your classes are among its classes, or a logistic regression on
+the frozen features where that does better on validation), then the whole model trains (AdamW, warmup +
+cosine, crop + flip; peak learning rate 5e-4, or 1e-4 for classes the base knows) for up to 500 steps and
+4,000 images, with a batch size scaled to your data, keeping the epoch that does best on a 10 % validation
+split (the starting head included). The training process stays up between runs with its models compiled:
+a repeat run of the same shape starts at once; a pair on 800 images takes about half a minute on 2 CPU
+cores. Limits here: {epochs} epochs, {images:,} images."""
 KEEP = 12  # outputs a waiting or running Start leaves as they are: all but the status line
 
 
