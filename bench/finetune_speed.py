@@ -116,6 +116,46 @@ def reference(plan, label: str, env: dict) -> float:
     return wall
 
 
+def parallel(backend: str) -> None:
+    """The 800-image pair, warm: one worker training the two models one after the other, against two workers
+    (one model each) training at the same time; each measured twice after a first run that warms them."""
+    import threading
+
+    from explorer.runner import FineTuneRunner
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        zips = build_zips(tmp, Path(data_dir()))
+        pair = plan_for(zips["800"], False)
+        alone = []
+        for i in range(2):
+            plan = plan_for(zips["800"], False)
+            plan.members = [plan.members[i]]
+            alone.append(plan)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "EXPLORER_WORKER_PRIORITY": "normal",
+               "EXPLORER_TRAIN_BACKEND": backend}
+        one = FineTuneRunner(tmp / "one", environ=env, compile_cache=tmp / "cache")
+        two = [FineTuneRunner(tmp / f"two{i}", environ=env, compile_cache=tmp / "cache") for i in range(2)]
+        try:
+            run_once(one, pair, f"{backend}: one worker, the pair (warming)")
+            for runner, plan in zip(two, alone, strict=True):
+                run_once(runner, plan, f"{backend}: a worker per model (warming)")
+            for round_ in (1, 2):
+                sequential = run_once(one, pair, f"{backend}: one worker, one model after the other, round {round_}")
+                began = time.time()
+                threads = [threading.Thread(target=lambda r=r, p=p: (r.start(p), r.wait(1800)))
+                           for r, p in zip(two, alone, strict=True)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                both = time.time() - began
+                print(f"{backend}: a worker per model, both at once, round {round_}: {both:.1f} s; "
+                      f"parallel / sequential {both / sequential:.2f}", flush=True)
+        finally:
+            for runner in (one, *two):
+                runner.shutdown()
+
+
 def host_speed() -> float:
     """Training images/s of our loop on this host (bench/train_throughput.py, one round, our loop only)."""
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "train_throughput.py"), "--rounds", "1"], cwd=ROOT,
@@ -129,6 +169,9 @@ def main():
     p.add_argument("--backends", default="tensorflow,jax")
     p.add_argument("--skip-reference", action="store_true")
     p.add_argument("--no-host", action="store_true", help="skip measuring the host's training speed")
+    p.add_argument("--parallel-only", action="store_true",
+                   help="only the parallel measurement: the 800-image pair in one worker, one model after the "
+                        "other, against each model in a worker of its own, both at once (all warm)")
     args = p.parse_args()
     speed = None if args.no_host else host_speed()
     scale = 568.0 / speed if speed else 1.0
@@ -136,6 +179,8 @@ def main():
         print(f"host: our training loop at {speed:.0f} images/s; targets scaled by 568 / {speed:.0f} = {scale:.2f}: "
               f"tiny pair cold <= {15 * scale:.1f} s, warm <= {5 * scale:.1f} s; 800-image pair <= {35 * scale:.1f} s")
     from explorer.runner import FineTuneRunner
+    if args.parallel_only:
+        return parallel(args.backends.split(",")[-1])
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
