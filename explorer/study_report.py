@@ -152,19 +152,24 @@ def _effect(g: dict | None) -> str:
     return f"{100 * g['mean']:+.2f}" + ("" if ci is None else f" ({100 * ci[0]:+.2f} to {100 * ci[1]:+.2f})")
 
 
+def _effects(rows: list[dict], effects: list[tuple[str, str]], sizes: list[int], none: str) -> str:
+    """Paired effects b − a at `sizes`: each seed by seed (the same seed in both), its mean and the 95 %
+    interval of the mean, in points."""
+    if not sizes:
+        return none
+    gaps = {(a, b): paired_gaps(rows, a, b) for a, b in effects}
+    lines = ["| train images | " + " | ".join(f"{ALL_NAMES[b]} − {ALL_NAMES[a]}" for a, b in effects) + " |",
+             "|---:|" + "---:|" * len(effects)]
+    for n in sizes:
+        lines.append(f"| {n:,} | " + " | ".join(_effect(gaps[e].get(n)) for e in effects) + " |")
+    return "\n".join(lines)
+
+
 def effects_table(rows: list[dict]) -> str:
-    """The 2x2 as paired effects where all four variants ran: each comparison seed by seed (the same seed in
-    both), its mean and the 95 % interval of the mean, in points."""
+    """The 2x2 as paired effects where all four variants ran."""
     s = summary(rows)
     sizes = [n for n in sorted({n for n, _ in s}) if all((n, v) in s for v in ORDER)]
-    if not sizes:
-        return "None yet: no size has all four variants."
-    gaps = {(a, b): paired_gaps(rows, a, b) for a, b in EFFECTS}
-    lines = ["| train images | " + " | ".join(f"{NAMES[b]} − {NAMES[a]}" for a, b in EFFECTS) + " |",
-             "|---:|" + "---:|" * len(EFFECTS)]
-    for n in sizes:
-        lines.append(f"| {n:,} | " + " | ".join(_effect(gaps[e].get(n)) for e in EFFECTS) + " |")
-    return "\n".join(lines)
+    return _effects(rows, EFFECTS, sizes, "None yet: no size has all four variants.")
 
 
 # The paper's LSA against the others, seed by seed: what it adds to the ViT and to SPT, and what one temperature
@@ -173,17 +178,10 @@ HEAD_EFFECTS = [("vanilla", "lsa_head"), ("spt", "spt_lsa_head"), ("lsa", "lsa_h
 
 
 def head_effects_table(rows: list[dict]) -> str:
-    """The per-head-temperature variants as paired effects where they ran (in points, 95 % interval)."""
+    """The per-head-temperature variants as paired effects where they ran."""
     s = summary(rows)
     sizes = [n for n in sorted({n for n, _ in s}) if any((n, v) in s for v in HEAD_NAMES)]
-    if not sizes:
-        return "None yet: no per-head-temperature trial has finished."
-    gaps = {(a, b): paired_gaps(rows, a, b) for a, b in HEAD_EFFECTS}
-    lines = ["| train images | " + " | ".join(f"{ALL_NAMES[b]} − {ALL_NAMES[a]}" for a, b in HEAD_EFFECTS) + " |",
-             "|---:|" + "---:|" * len(HEAD_EFFECTS)]
-    for n in sizes:
-        lines.append(f"| {n:,} | " + " | ".join(_effect(gaps[e].get(n)) for e in HEAD_EFFECTS) + " |")
-    return "\n".join(lines)
+    return _effects(rows, HEAD_EFFECTS, sizes, "None yet: no per-head-temperature trial has finished.")
 
 
 def markdown(rows: list[dict]) -> str:
