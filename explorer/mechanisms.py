@@ -160,10 +160,13 @@ def answer(rows: list[dict]) -> str:
     if both:
         d_entropy = [lsa[n]["entropy"] - vit[n]["entropy"] for n in both]
         d_distance = [lsa[n]["distance_px"] - vit[n]["distance_px"] for n in both]
+        def span(values, unit):
+            low, high = f"{min(values):+.2f}", f"{max(values):+.2f}"
+            return f"{low} {unit}" if low == high else f"{low} to {high} {unit}"
+
         parts.append(f"**So attention is no sharper and no more local**: LSA alone changes the attention entropy "
-                     f"by {min(d_entropy):+.2f} to {max(d_entropy):+.2f} nats against the ViT (of at most "
-                     f"ln {patches} = {np.log(patches):.2f}) and the mean attention distance by "
-                     f"{min(d_distance):+.2f} to {max(d_distance):+.2f} px, at "
+                     f"by {span(d_entropy, 'nats')} against the ViT (of at most ln {patches} = "
+                     f"{np.log(patches):.2f}) and the mean attention distance by {span(d_distance, 'px')}, at "
                      f"{' and '.join(f'{n:,}' for n in both)} images.")
     parts.append("Where the setting differs from the paper's: a ViT of width 64, 6 blocks and 4 heads (0.2 M "
                  "parameters) against width 192, 9 blocks and 12 heads (2.7 M); CIFAR-10 subsets against all of "
