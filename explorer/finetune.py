@@ -457,15 +457,15 @@ def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb:
 
 def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
     """Compiles, before anyone asks, what a fine-tune of each of `bases` at each of `shapes` (number of
-    classes, images) will run: a one-epoch run on blank images, whose result is thrown away. On JAX with the
+    classes, images) will run: a one-epoch run on random images, whose result is thrown away. On JAX with the
     compilation cache this loads from disk what an earlier process compiled."""
     import tempfile
 
+    from explorer.checkpoints import read_card
     from explorer.data import Dataset
     from explorer.transfer import fine_tune
     for base in bases:
-        card = json.loads((Path(base) / "explorer.json").read_text()) if (Path(base) / "explorer.json").is_file() \
-            else {}
+        card = read_card(base)
         size = int((card.get("config") or {}).get("image_size", 32))
         for shape in shapes:
             n, classes = int(shape["images"]), int(shape["classes"])

@@ -74,6 +74,19 @@ class RunState:
         return (self.ended or time.time()) - self.started if self.started else 0.0
 
 
+def _positive(env, name: str, default: float) -> float:
+    """A positive number from the environment variable `name` (else `default`); a ValueError that names it."""
+    text = str(env.get(name, default)).strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{name}={text!r}: expected a positive number of "
+                         f"{'megabytes' if name.endswith('_MB') else 'seconds'}")
+    return value
+
+
 class Worker:
     """The long-lived training process (`python -m explorer.finetune --serve`): one at a time per runner. Its
     events (JSON lines) go to `on_event(worker, event)`, its end to `on_exit(worker, code)`."""
@@ -87,8 +100,6 @@ class Worker:
                                          env=env, cwd=cwd)
         finally:
             log.close()
-        self.ready = threading.Event()
-        self.info: dict = {}
         self.last_heard = time.time()
         self._on_event, self._on_exit = on_event, on_exit
         self._send_lock = threading.Lock()
@@ -145,9 +156,6 @@ class Worker:
                 event = json.loads(line)
             except ValueError:
                 continue
-            if event.get("kind") == "ready":
-                self.info = event
-                self.ready.set()
             self._on_event(self, event)
         code = self.proc.wait()
         try:
@@ -189,8 +197,9 @@ class FineTuneRunner:
         env = os.environ if environ is None else environ
         self.out_dir = Path(out_dir)
         self.compile_cache = Path(compile_cache) if compile_cache else self.out_dir.parent / ".compile-cache"
-        self.idle_s = float(env.get("EXPLORER_WORKER_IDLE_S", 600)) if idle_s is None else idle_s
-        self.hang_s = float(env.get("EXPLORER_WORKER_HANG_S", 180)) if hang_s is None else hang_s
+        self.idle_s = _positive(env, "EXPLORER_WORKER_IDLE_S", 600) if idle_s is None else idle_s
+        self.hang_s = _positive(env, "EXPLORER_WORKER_HANG_S", 180) if hang_s is None else hang_s
+        _positive(env, "EXPLORER_COMPILE_CACHE_MB", 512)  # read by the worker: refused here, before any run
         self.cancel_grace_s = cancel_grace_s
         self.priority = (os.environ.get("EXPLORER_WORKER_PRIORITY", "idle") if priority is None else priority).strip()
         if self.priority not in ("idle", "normal") and not self.priority.lstrip("-").isdigit():

@@ -18,7 +18,6 @@ from explorer.finetune import plan_job
 from explorer.runner import FineTuneRunner
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
 
 
 def _env(**extra):
@@ -53,6 +52,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_a_second_run_of_the_same_shape_reuses_the_worker_and_compiles_nothing(tiny_checkpoints, cifar10,
                                                                                tmp_path):
     runner = FineTuneRunner(tmp_path / "out", environ=_env(), compile_cache=tmp_path / "cache")
@@ -80,6 +80,7 @@ def test_a_second_run_of_the_same_shape_reuses_the_worker_and_compiles_nothing(t
         runner.shutdown()
 
 
+@pytest.mark.slow
 def test_cancel_in_a_warm_worker_stops_the_run_at_once_and_the_worker_serves_on(tiny_checkpoints, cifar10,
                                                                                   tmp_path):
     out = tmp_path / "out"
@@ -108,6 +109,7 @@ def test_cancel_in_a_warm_worker_stops_the_run_at_once_and_the_worker_serves_on(
         runner.shutdown()
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_a_hung_one_fails_its_run_and_is_replaced(tiny_checkpoints, cifar10,
                                                                                   tmp_path):
     out = tmp_path / "out"
@@ -145,6 +147,7 @@ def test_a_killed_worker_is_replaced_and_a_hung_one_fails_its_run_and_is_replace
         runner.shutdown()
 
 
+@pytest.mark.slow
 def test_an_idle_worker_ends_and_the_next_start_brings_a_new_one(tiny_checkpoints, cifar10, tmp_path):
     runner = FineTuneRunner(tmp_path / "out", environ=_env(), compile_cache=tmp_path / "cache", idle_s=2)
     plan = plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=48, test=16, seed=1), epochs=1)
@@ -161,6 +164,7 @@ def test_an_idle_worker_ends_and_the_next_start_brings_a_new_one(tiny_checkpoint
         runner.shutdown()
 
 
+@pytest.mark.slow
 def test_one_visitors_run_carries_nothing_into_the_next_visitors(tiny_checkpoints, cifar10, tmp_path):
     """Shared mode: X's run on X's images, then Y's on Y's in the same warm worker; Y's result is what a
     fresh worker gives Y, and each visitor's checkpoints are in their own folder."""
@@ -185,6 +189,7 @@ def test_one_visitors_run_carries_nothing_into_the_next_visitors(tiny_checkpoint
         fresh.shutdown()
 
 
+@pytest.mark.slow
 def test_the_compilation_cache_stays_within_its_bound(tiny_checkpoints, cifar10, tmp_path):
     cache = tmp_path / "cache"
     bound_mb = 0.4
@@ -203,6 +208,7 @@ def test_the_compilation_cache_stays_within_its_bound(tiny_checkpoints, cifar10,
         runner.shutdown()
 
 
+@pytest.mark.slow
 def test_a_prepared_worker_has_compiled_a_job_of_the_warmed_shape(tiny_checkpoints, cifar10, tmp_path):
     """What the app does at start on a GPU: the worker compiles the shipped pair's steps for the warm-up shapes
     in the background; a Start of that shape then compiles nothing."""
@@ -215,3 +221,10 @@ def test_a_prepared_worker_has_compiled_a_job_of_the_warmed_shape(tiny_checkpoin
         assert runner.workers_started == 1 and s.worker["compiles"] == 0, s.worker
     finally:
         runner.shutdown()
+
+
+def test_worker_settings_that_are_not_positive_numbers_are_refused_by_name(tmp_path):
+    for name in ("EXPLORER_WORKER_IDLE_S", "EXPLORER_WORKER_HANG_S", "EXPLORER_COMPILE_CACHE_MB"):
+        for bad in ("ten", "0", "-5"):
+            with pytest.raises(ValueError, match=f"{name}='{bad}': expected a positive number"):
+                FineTuneRunner(tmp_path / "out", environ=_env(**{name: bad}))
