@@ -68,9 +68,9 @@ class RunOutputs:
 
 
 class FinetuneTab:
-    def __init__(self, app: AppState, outputs: RunOutputs | None = None):
+    def __init__(self, app: AppState):
         self.app = app
-        self.outputs = outputs  # the components a Start updates, set when the tab is built
+        self.outputs: RunOutputs | None = None  # the components a Start updates: set when the tab is built
 
     def training_where(self) -> str:
         """Where a fine-tune will run, as the tab says it."""
