@@ -21,16 +21,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build():
-    """The app: the explorer state (the shipped pair loaded, the first visit analysed, the fine-tuning worker
+    """The app: its state (the shipped pair loaded, the first visit analysed, the fine-tuning worker
     starting in the background) and its Gradio page."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from explorer.ui import Explorer, build_demo
-    explorer = Explorer()
-    explorer.preload()
-    explorer.prepare_finetuning()
-    return explorer, build_demo(explorer)
+    from explorer.ui import AppState, build_demo
+    state = AppState()
+    state.preload()
+    state.prepare_finetuning()
+    return state, build_demo(state)
 
 
 def main(argv=None) -> None:
@@ -47,4 +47,4 @@ def main(argv=None) -> None:
 if __name__ == "__main__":
     main()
 else:  # imported (gradio's reload mode, a notebook): the page is `app.demo`
-    explorer, demo = build()
+    state, demo = build()

@@ -1,15 +1,20 @@
 """The app's checkpoints as a visitor reads them: grouped and labelled for the model slots (the shipped
-models, the small-data study's pairs by training-set size, fine-tuned runs), and the study's pair at each
-size. Reads cards only; loads no model.
+models, the small-data study's pairs by training-set size, fine-tuned runs), the study's pair at each
+size, the 2x2 ablation's pairs, and the `models` tool's listing. Reads cards only; loads no model.
 """
 
 from __future__ import annotations
 
-from explorer.ablation import NAMES
+from explorer.ablation import NAMES, ORDER
 from explorer.shared import FINETUNED
 
 STUDY = "study"  # checkpoints/study/: the small-data study's kept pairs and its results.csv
 PAIR_VARIANTS = ("vanilla", "spt_lsa")
+# The ablation's pairs, in the order a reader asks about them: the whole gain, each part, the parts apart.
+ABLATION_PAIRS = [("vanilla", "spt_lsa"), ("vanilla", "spt"), ("vanilla", "lsa"), ("lsa", "spt"),
+                  ("spt", "spt_lsa"), ("lsa", "spt_lsa")]
+HUB_NOTE = ("any Hugging Face Hub id owner/name[@revision] of an explorer checkpoint, or of a model of the "
+            "keras.io example vit_small_ds (converted on first use)")
 
 
 def _images(card: dict | None) -> int | None:
@@ -58,3 +63,41 @@ def study_pairs(refs: list[str], cards: dict[str, dict | None]) -> dict[int, tup
         if head == STUDY or shipped:
             found.setdefault(n, {})[variant] = ref
     return {n: (v["vanilla"], v["spt_lsa"]) for n, v in sorted(found.items()) if set(v) == set(PAIR_VARIANTS)}
+
+
+def ablation_pairs(cards: dict[str, dict | None], ref_b: str | None) -> list[tuple[str, str, str]]:
+    """(label, A, B) for each pair of the 2x2 ablation among `cards` (the app's own checkpoints, fine-tuned
+    runs left out) of slot B's dataset: one per variant, the one named <dataset>-<variant> when there are
+    several; none below three variants."""
+    dataset = (cards.get(ref_b) or {}).get("dataset", {}).get("name")
+    if dataset is None:
+        return []
+    by_variant: dict[str, str] = {}
+    for ref, card in cards.items():
+        variant = (card or {}).get("variant")
+        if (card or {}).get("dataset", {}).get("name") != dataset or variant not in ORDER:
+            continue
+        if variant not in by_variant or ref == f"{dataset}-{variant}":
+            by_variant[variant] = ref
+    if len(by_variant) < 3:
+        return []
+    return [(f"{NAMES[a]} | {NAMES[b]}", by_variant[a], by_variant[b]) for a, b in ABLATION_PAIRS
+            if a in by_variant and b in by_variant]
+
+
+def listed_model(label: str, ref: str, card: dict | None, loaded: bool) -> dict:
+    """One model as the `models` tool lists it: its reference and slot label, and what its card says."""
+    card = card or {}
+    metrics, dataset = card.get("metrics", {}), card.get("dataset", {})
+    return {"ref": ref, "label": label, "variant": card.get("variant"), "dataset": dataset.get("name"),
+            "train_images": dataset.get("train_images"), "test_top1": metrics.get("test_top1"),
+            "test_top5": metrics.get("test_top5"), "epochs": card.get("training", {}).get("epochs"),
+            "loaded": loaded}
+
+
+def model_list(listed: list[dict], loaded_from_hub: list[str], page_default: tuple[str | None, str | None]) -> dict:
+    """The `models` tool's answer: the models listed (`listed_model`), the Hub models loaded, the pair the
+    page starts with, and what else a slot takes."""
+    a, b = page_default
+    return {"models": listed, "loaded_from_hub": loaded_from_hub, "page_default": {"ref_a": a, "ref_b": b},
+            "also": HUB_NOTE}

@@ -1,8 +1,9 @@
-"""The slots' lists grouped and labelled from the cards, and the study's pair at each training-set size."""
+"""The slots' lists grouped and labelled from the cards, the study's pair at each training-set size, the
+2x2 ablation's pairs and the `models` tool's listing."""
 
 from __future__ import annotations
 
-from explorer.catalog import grouped, label, study_pairs
+from explorer.catalog import HUB_NOTE, ablation_pairs, grouped, label, listed_model, model_list, study_pairs
 
 
 def card(variant: str, n: int, dataset: str = "cifar10") -> dict:
@@ -35,3 +36,36 @@ def test_pairs_by_size_need_both_models():
         1000: ("study/cifar10-1000-vanilla", "study/cifar10-1000-spt_lsa"),
         2500: ("study/cifar10-2500-vanilla", "study/cifar10-2500-spt_lsa"),
         45000: ("cifar10-vanilla", "cifar10-spt_lsa")}  # 5,000 has no SPT + LSA model; fine-tuned runs never
+
+
+def test_ablation_pairs_take_one_model_per_variant_of_slot_bs_dataset():
+    cards = {"cifar10-vanilla": card("vanilla", 45000), "cifar10-spt_lsa": card("spt_lsa", 45000),
+             "old-lsa": card("lsa", 45000), "cifar10-lsa": card("lsa", 45000), "cifar10-spt": card("spt", 45000),
+             "cifar100-vanilla": card("vanilla", 45000, "cifar100"), "cifar10-broken": None}
+    pairs = ablation_pairs(cards, "cifar10-spt_lsa")
+    # the reader's order; of two LSA models the one named <dataset>-lsa, whichever came first
+    assert pairs == [("ViT | SPT + LSA", "cifar10-vanilla", "cifar10-spt_lsa"),
+                     ("ViT | SPT alone", "cifar10-vanilla", "cifar10-spt"),
+                     ("ViT | LSA alone", "cifar10-vanilla", "cifar10-lsa"),
+                     ("LSA alone | SPT alone", "cifar10-lsa", "cifar10-spt"),
+                     ("SPT alone | SPT + LSA", "cifar10-spt", "cifar10-spt_lsa"),
+                     ("LSA alone | SPT + LSA", "cifar10-lsa", "cifar10-spt_lsa")]
+    without_spt = {ref: c for ref, c in cards.items() if ref != "cifar10-spt"}
+    assert [p[0] for p in ablation_pairs(without_spt, "cifar10-vanilla")] == [
+        "ViT | SPT + LSA", "ViT | LSA alone", "LSA alone | SPT + LSA"]
+    assert ablation_pairs(cards, "cifar100-vanilla") == []  # one variant of CIFAR-100: no ablation
+    assert ablation_pairs(cards, "cifar10-broken") == ablation_pairs(cards, None) == []  # B's dataset unknown
+
+
+def test_the_models_tool_lists_each_model_as_its_card_says():
+    full = {**card("spt_lsa", 45000), "metrics": {"test_top1": 0.8, "test_top5": 0.99}, "training": {"epochs": 9}}
+    assert listed_model("cifar10-spt_lsa", "cifar10-spt_lsa", full, True) == {
+        "ref": "cifar10-spt_lsa", "label": "cifar10-spt_lsa", "variant": "spt_lsa", "dataset": "cifar10",
+        "train_images": 45000, "test_top1": 0.8, "test_top5": 0.99, "epochs": 9, "loaded": True}
+    unreadable = listed_model("x", "x", None, False)
+    assert unreadable["ref"] == "x" and unreadable["loaded"] is False
+    assert all(unreadable[k] is None for k in ("variant", "dataset", "train_images", "test_top1", "epochs"))
+    answer = model_list([unreadable], ["owner/name"], ("cifar10-vanilla", None))
+    assert answer == {"models": [unreadable], "loaded_from_hub": ["owner/name"],
+                      "page_default": {"ref_a": "cifar10-vanilla", "ref_b": None}, "also": HUB_NOTE}
+    assert "Hugging Face Hub id" in HUB_NOTE

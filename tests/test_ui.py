@@ -14,7 +14,7 @@ from PIL import Image
 
 from explorer.data import DatasetError
 from explorer.finetune import ZIP
-from explorer.ui import Explorer, build_demo
+from explorer.ui import AppState, build_demo
 from explorer.ui.attention import AttentionTab
 from explorer.ui.compare import CompareTab
 from explorer.ui.evidence import LABEL, STRIP_ROW, TOP1, EvidenceTab
@@ -31,13 +31,24 @@ A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 _UI: dict[int, SimpleNamespace] = {}
 
 
-def ui(ex: Explorer) -> SimpleNamespace:
+def ui(ex: AppState) -> SimpleNamespace:
     """Every tab's handlers on `ex`, as the page wires them."""
     if id(ex) not in _UI:
-        _UI[id(ex)] = SimpleNamespace(slots=Slots(ex), images=ImagesColumn(ex), compare=CompareTab(ex),
+        finetune = FinetuneTab(ex)
+        _UI[id(ex)] = SimpleNamespace(slots=Slots(ex, finetune), images=ImagesColumn(ex), compare=CompareTab(ex),
                                       patches=PatchesTab(ex), attention=AttentionTab(ex), what_if=WhatIfTab(ex),
-                                      tau=TauTab(ex), finetune=FinetuneTab(ex), evidence=EvidenceTab(ex))
+                                      tau=TauTab(ex), finetune=finetune, evidence=EvidenceTab(ex))
     return _UI[id(ex)]
+
+
+def built_finetune(ex: AppState) -> FinetuneTab:
+    """The Fine-tune tab built on a page of its own: its run's handlers name the components they change."""
+    from explorer.ui import finetune
+    from explorer.ui.context import Page
+    with gr.Blocks():
+        page = Page(gr.Dropdown(), gr.Dropdown(), gr.File(), loaded=(gr.State(), gr.State()),
+                    cards=(gr.Markdown(), gr.Markdown()))
+        return finetune.build(ex, page)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +57,7 @@ def ex(tmp_path_factory, tiny_checkpoints, data_dir):
     root.mkdir()
     for variant, path in tiny_checkpoints.items():
         shutil.copytree(path, root / f"cifar10-{variant}")
-    return Explorer(root=root, data_dir=str(data_dir))
+    return AppState(root=root, data_dir=str(data_dir))
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +74,7 @@ def test_defaults_and_cards(ex):
 
 
 def test_empty_checkpoint_folder_says_what_to_do(tmp_path):
-    empty = Explorer(root=tmp_path, data_dir=None)
+    empty = AppState(root=tmp_path, data_dir=None)
     assert empty.initial_refs() == (None, None)
     assert "No checkpoints under" in ui(empty).slots.card_markdown(None) and "python -m explorer.train" in \
         ui(empty).slots.card_markdown(None)
@@ -129,12 +140,12 @@ def bare(tiny_checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("bare")
     for variant, path in tiny_checkpoints.items():
         shutil.copytree(path, root / f"cifar10-{variant}")
-    return Explorer(root=root, data_dir=str(root / "nowhere"))
+    return AppState(root=root, data_dir=str(root / "nowhere"))
 
 
 def test_samples_of_every_class_from_the_bundled_set_without_data(bare, no_data, monkeypatch):
     from explorer.data import sample_set
-    monkeypatch.setenv("EXPLORER_DATA_DIR", str(no_data.parent))  # ignored: the Explorer was given a folder
+    monkeypatch.setenv("EXPLORER_DATA_DIR", str(no_data.parent))  # ignored: the AppState was given a folder
     sample = sample_set()
     for class_name in sample.class_names:
         path, preview, truth = ui(bare).images.sample(class_name, B, 5)
@@ -278,7 +289,7 @@ def ablation_root(tmp_path_factory, tiny_checkpoints, cifar10):
 
 def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(ablation_root, data_dir):
     root = ablation_root
-    here = Explorer(root=root, data_dir=str(data_dir))
+    here = AppState(root=root, data_dir=str(data_dir))
     tab = TauTab(here)
     assert tab.shipped_lsa() == ["cifar10-broken", "cifar10-lsa", "cifar10-spt_lsa"]  # from the cards alone
     _, _, table = tab.tau(A, A)  # neither slot holds an LSA model
@@ -293,9 +304,8 @@ def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(ablat
 
 
 def test_ablation_pairs_put_two_corners_of_the_2x2_in_the_slots_in_one_click(ablation_root, data_dir, ex):
-    from explorer.ui.shell import ablation_pairs
-    here = Explorer(root=ablation_root, data_dir=str(data_dir))
-    pairs = ablation_pairs(here, B)
+    here = AppState(root=ablation_root, data_dir=str(data_dir))
+    pairs = here.ablation_pairs(B)
     # One checkpoint per variant (cifar10-lsa, not the other LSA folder), pairs in the reader's order.
     assert pairs == [("ViT | SPT + LSA", A, B), ("ViT | LSA alone", A, "cifar10-lsa"),
                      ("LSA alone | SPT + LSA", "cifar10-lsa", B)]
@@ -310,7 +320,7 @@ def test_ablation_pairs_put_two_corners_of_the_2x2_in_the_slots_in_one_click(abl
             assert [o._id for o in fn.outputs] == [slots["Model A"], slots["Model B"]]
             wired[label] = fn.fn()
     assert wired == {label: (a, b) for label, a, b in pairs}
-    assert ablation_pairs(ex, B) == []  # two variants are no ablation: no row of pairs
+    assert ex.ablation_pairs(B) == []  # two variants are no ablation: no row of pairs
     assert not any("pair-btn" in (c["props"].get("elem_classes") or []) for c in build_demo(ex).config["components"])
 
 
@@ -557,7 +567,7 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
         f"{n},{v},{s},{0.3 + n / 10000 + (0.04 if v == 'spt_lsa' else 0) + s / 100},t{n}{v}{s}"
         for n in (1000, 2500) for v in ("vanilla", "spt_lsa") for s in range(3)]
     (root / "study" / "results.csv").write_text("\n".join(rows) + "\n")
-    ex = Explorer(root=root, data_dir=str(data_dir))
+    ex = AppState(root=root, data_dir=str(data_dir))
     tab = DataSizeTab(ex)
     assert [n for _, n in tab.sizes()] == [1000, 2500, 45000]
     assert tab.pair(2500) == ("study/cifar10-2500-vanilla", "study/cifar10-2500-spt_lsa")
@@ -580,14 +590,18 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
 def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_lsa(ex):
     from explorer.plots import NO_LSA_TEXT
     from explorer.runner import MemberState, RunState
-    plan = ui(ex).finetune.finetune_plan(**_form(epochs=1, images=64))
+    tab = built_finetune(ex)
+    plan = tab.finetune_plan(**_form(epochs=1, images=64))
     state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
                      description=plan.description, started=1.0)
     state.members[0].history = [{"epoch": 1, "loss": 1.0, "tau": []}]  # A (vanilla) trains first: no tau
-    tau = ui(ex).finetune._run_outputs(state, plan, A, B)[2]
+    changed = tab._run_outputs(state, plan, A, B)
+    out = tab.outputs  # a run going on changes its status and plots, nothing else
+    assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 13
+    tau = changed[out.tau]
     texts = [t.get_text() for t in tau.axes[0].texts]
     assert texts and NO_LSA_TEXT not in texts and plan.members[1].label in texts[0], texts
-    alone = ui(ex).finetune.finetune_plan(**_form(what=A, epochs=1, images=64))
+    alone = tab.finetune_plan(**_form(what=A, epochs=1, images=64))
     state.members = [MemberState("A", alone.members[0].label)]
-    tau = ui(ex).finetune._run_outputs(state, alone, A, B)[2]
+    tau = tab._run_outputs(state, alone, A, B)[tab.outputs.tau]
     assert [t.get_text() for t in tau.axes[0].texts] == ["no LSA layers in the models being fine-tuned"]

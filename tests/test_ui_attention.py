@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from explorer.ui import Explorer
+from explorer.ui import AppState
 from explorer.ui.attention import AttentionTab
 from explorer.workbench import HEAD_ALL, HEAD_MEAN
 
@@ -22,7 +22,7 @@ def tab(tmp_path_factory, tiny_checkpoints):
     config = get_preset("paper").replace(num_layers=3, projection_dim=48, mlp_units=(96, 48))
     card = {"config": config.to_dict(), "variant": config.variant, "class_names": [str(i) for i in range(10)]}
     write_checkpoint(build_vit(config, 10), root / "paper-small", card)
-    return AttentionTab(Explorer(root=root, data_dir=None))
+    return AttentionTab(AppState(root=root, data_dir=None))
 
 
 def test_the_layer_and_head_choices_follow_the_models_in_the_slots(tab):

@@ -2,23 +2,27 @@
 components and wiring its events with an `api_name`, so every handler is callable through gradio_client;
 the public ones (the explorer's questions) are also MCP tools, the page's own wiring is unlisted.
 
-    shell.py      build_demo: the page, the model slots, a visitor's arrival (shared mode)
+    shell.py      build_demo: the page, the model slots and their handlers, a visitor's arrival (shared mode)
+    context.py    AppState: the state every tab shares (models, results, test images, runs, visitors);
+                  Page: the components every tab reads; TabComponents: those one tab makes for another
     cards.py      a model slot's card: what the loaded model is, or why it could not be loaded
-    context.py    Explorer: the state every tab shares (models, results, test images, runs, visitors)
     images.py     the image column: upload, preview, test samples, the bundled examples
     compare.py    Compare: top-5 of both models, disagreements over the test set
     patches.py    Patches: the vanilla grid and SPT's five shifted views
-    attention.py  Attention: maps from a query patch, rollout, locality; what_if.py: the LSA switches
+    attention.py  Attention: maps from a query patch, rollout, locality
+    what_if.py    Attention's what-if switches: every layer's tau scaled, the diagonal mask switched
+    evidence.py   Evidence: occlusion maps, and answers under shifts of a few pixels and a mirror
     tau.py        Tau: each LSA layer's learned temperature
+    data_size.py  Small data: the study's curve and tables; a training-set size's pair put in the slots
     finetune.py   Fine-tune: a run in a worker process, its queue on a shared instance, its report
     pictures.py   the output image component and Gradio's image cache made atomic and fast
     tools.py      the MCP tools (the public endpoints): Gradio's MCP server fixed for outputs and schemas
 
 Handlers are methods of one small class per tab, callable without a server; the work is below the UI
-(workbench, reports, samples, finetune).
+(workbench, reports, samples, catalog, finetune).
 """
 
-from explorer.ui.context import Explorer
+from explorer.ui.context import AppState
 from explorer.ui.shell import build_demo, launch_kwargs
 
-__all__ = ["Explorer", "build_demo", "launch_kwargs"]
+__all__ = ["AppState", "build_demo", "launch_kwargs"]

@@ -14,7 +14,7 @@ import pandas as pd
 from explorer import plots, render, reports
 from explorer.checkpoints import CheckpointError
 from explorer.ui import what_if
-from explorer.ui.context import UNLISTED, Explorer, Page, initial
+from explorer.ui.context import UNLISTED, AppState, Page, initial
 from explorer.ui.pictures import as_pictures, drawn, picture
 from explorer.workbench import HEAD_ALL, HEAD_MEAN, PARTS, analyze_pair, query_patch, side_by_side_pictures, square
 
@@ -62,27 +62,27 @@ function outline(cell, tries = 0) {
 
 
 class AttentionTab:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
 
     def query_picker(self, file):
         """The image to click a query patch on (its outline is the page's)."""
         try:
-            _, preview = self.ex.image(file)
+            _, preview = self.app.image(file)
         except gr.Error:
             return None
         return square(preview, QUERY_PICKER)
 
     def _cell(self, ref_b: str, qy, qx, request=None) -> dict:
-        config = self.ex.model(ref_b, request).config
+        config = self.app.model(ref_b, request).config
         row, col = query_patch((float(qy or 0), float(qx or 0)), config)
         return {"row": row, "col": col, "grid": config.grid_size}
 
     def _pictures(self, file, ref_a, ref_b, layer, head, qy, qx, parts, request=None):
-        image, preview = self.ex.image(file)
-        a, b = self.ex.pair(ref_a, ref_b, request)
+        image, preview = self.app.image(file)
+        a, b = self.app.pair(ref_a, ref_b, request)
         try:
-            views = analyze_pair([a, b], self.ex.cache, image, preview, int(layer or 0), head or HEAD_ALL,
+            views = analyze_pair([a, b], self.app.cache, image, preview, int(layer or 0), head or HEAD_ALL,
                                  (float(qy or 0), float(qx or 0)), parts=parts)
         except ValueError as e:
             raise gr.Error(str(e)) from None
@@ -99,11 +99,11 @@ class AttentionTab:
         """The layer and head dropdowns for the models now in the slots (the paper's ViT has 9 layers of 12
         heads, the shipped ones 6 of 4): their choices, and the choice kept where it still exists."""
         try:
-            models = self.ex.pair(ref_a, ref_b, request)
+            models = self.app.pair(ref_a, ref_b, request)
         except gr.Error:
             return gr.update(), gr.update()
-        layers = max(lm.config.num_layers for lm in models)
-        heads = [HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(max(lm.config.num_heads for lm in models))]
+        layers = max(model.config.num_layers for model in models)
+        heads = [HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(max(model.config.num_heads for model in models))]
         layer = int(layer) if layer is not None and 0 <= int(layer) < layers else layers - 1
         return (gr.update(choices=list(range(layers)), value=layer),
                 gr.update(choices=heads, value=head if head in heads else HEAD_ALL))
@@ -139,7 +139,7 @@ class AttentionTab:
                    request: gr.Request = None):
         """A click on the picker, in one request: the new query and what depends on it."""
         x, y = evt.index
-        size = self.ex.model(ref_b, request).config.image_size
+        size = self.app.model(ref_b, request).config.image_size
         qy, qx = float(y) * size / QUERY_PICKER, float(x) * size / QUERY_PICKER
         return (qy, qx, *self.attention_query(file, ref_a, ref_b, layer, head, qy, qx, request))
 
@@ -156,32 +156,32 @@ class AttentionTab:
         Returns:
             the distance per layer (image), the entropy per layer (image), the table of both
         """
-        a, b = self.ex.pair(ref_a, ref_b, request)
+        a, b = self.app.pair(ref_a, ref_b, request)
         if scope == SCOPES[0]:
-            batch = self.ex.image(file)[0][None]
+            batch = self.app.image(file)[0][None]
         else:
-            batch = self.ex.test_images(ref_b, 64, request, progress).x_test[:64]
-        result = reports.locality([(f"A: {a.label}", a), (f"B: {b.label}", b)], batch, self.ex.cache)
+            batch = self.app.test_images(ref_b, 64, request, progress).x_test[:64]
+        result = reports.locality([(f"A: {a.label}", a), (f"B: {b.label}", b)], batch, self.app.cache)
         return (plots.plot_attention_distance(result.distance), plots.plot_entropy(result.entropy),
                 pd.DataFrame(result.rows(), columns=list(result.COLUMNS)))
 
 
-def _shape(ex: Explorer, refs) -> tuple[int, int]:
+def _shape(app: AppState, refs) -> tuple[int, int]:
     """The most layers and heads of the slots' models: the choices the dropdowns offer."""
     layers, heads = 1, 1
     for ref in refs:
         try:
-            lm = ex.store.get(ref) if ref else None
+            model = app.store.get(ref) if ref else None
         except (CheckpointError, ValueError, OSError):
-            lm = None
-        if lm is not None:
-            layers, heads = max(layers, lm.config.num_layers), max(heads, lm.config.num_heads)
+            model = None
+        if model is not None:
+            layers, heads = max(layers, model.config.num_layers), max(heads, model.config.num_heads)
     return layers, heads
 
 
-def build(ex: Explorer, page: Page) -> AttentionTab:
-    tab = AttentionTab(ex)
-    layers, heads = _shape(ex, page.refs)
+def build(app: AppState, page: Page) -> AttentionTab:
+    tab = AttentionTab(app)
+    layers, heads = _shape(app, page.refs)
     first = (page.first, *page.refs, layers - 1, HEAD_ALL, 16.0, 16.0)
     maps0, rollout0, caption0, cell0 = initial(tab.attention, *first, default=(None, None, "", None))
     locality0 = initial(tab.locality, page.first, *page.refs, SCOPES[0], default=(None, None, None))
@@ -213,7 +213,7 @@ def build(ex: Explorer, page: Page) -> AttentionTab:
                 dist_plot = picture("mean attention distance", show_label=False, value=drawn(locality0[0]))
                 ent_plot = picture("attention entropy", show_label=False, value=drawn(locality0[1]))
             loc_table = gr.Dataframe(locality0[2], interactive=False, wrap=True, elem_id="locality-table")
-        what_if.build(ex, page, layer, qy, qx)
+        what_if.build(app, page, layer, qy, qx)
 
     inputs = [page.upload, page.slot_a, page.slot_b, layer, head, qy, qx]
     query_outputs = [maps, caption, cell]
@@ -231,7 +231,7 @@ def build(ex: Explorer, page: Page) -> AttentionTab:
     picker.select(tab.pick_query, inputs[:5], [qy, qx, *query_outputs], api_name=False, **attn)
     cell.change(None, [cell], None, js=OUTLINE_JS)
     gr.on([picker.change, attention_tab.select], None, [cell], None, js=OUTLINE_JS)
-    page.extra["outline"] = (cell, OUTLINE_JS)  # the shell draws it once the page has loaded
+    page.from_tabs.query_cell, page.from_tabs.outline_js = cell, OUTLINE_JS  # drawn once the page has loaded
     loc_inputs, loc_outputs = [page.upload, page.slot_a, page.slot_b, scope], [dist_plot, ent_plot, loc_table]
     loc_btn.click(as_pictures(tab.locality), loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)
     gr.on(page.new_input(), as_pictures(tab.locality), loc_inputs, loc_outputs, api_name=False,

@@ -6,29 +6,29 @@ from __future__ import annotations
 import os
 
 from explorer.reports import TOP5_FROM, pct
-from explorer.ui.context import Explorer
+from explorer.ui.context import AppState
 
 FORMATS = {"keras2-savedmodel": "a Keras 2 SavedModel", "keras3-archive": "a Keras 3 .keras file"}
 
 
-def card_markdown(ex: Explorer, ref: str | None, error: str | None = None, request=None) -> str:
+def card_markdown(app: AppState, ref: str | None, error: str | None = None, request=None) -> str:
     lines = [f"**⚠ {error}**"] if error else []
     if not ref:
-        if not ex.choices(request):
-            where = "here" if ex.shared else f"under `{ex.root}`"
+        if not app.choices(request):
+            where = "here" if app.shared else f"under `{app.root}`"
             lines.append(f"No checkpoints {where} yet. Train one with `python -m explorer.train`, start a run "
                          "in the Fine-tune tab, or type a Hub id (`owner/name@revision`).")
         return "\n\n".join(lines)
-    s = ex.model(ref, request).summary()
-    tau_mode = f", tau per {s['tau_mode']}" if s["tau_mode"] else ""
-    epochs = f" · {s['epochs']} epoch{'s' if s['epochs'] != 1 else ''}" if s["epochs"] else ""
-    top5 = f", top-5 {pct(s['test_top5'])}" if s["classes"] >= TOP5_FROM else ""
-    scores = ("" if s["converted_from"] and s["test_top1"] is None  # its note says it was not evaluated
-              else f" · test top-1 **{pct(s['test_top1'])}**{top5}")
-    lines.append(f"**{s['name']}** · `{s['variant']}`{tau_mode} · {s['dataset']} ({s['classes']} classes) · "
-                 f"{s['parameters']:,} parameters{scores}{epochs}")
-    if s["converted_from"]:
-        lines.append(converted_note(s["converted_from"]))
+    summary = app.model(ref, request).summary()
+    tau_mode = f", tau per {summary['tau_mode']}" if summary["tau_mode"] else ""
+    epochs = f" · {summary['epochs']} epoch{'s' if summary['epochs'] != 1 else ''}" if summary["epochs"] else ""
+    top5 = f", top-5 {pct(summary['test_top5'])}" if summary["classes"] >= TOP5_FROM else ""
+    scores = ("" if summary["converted_from"] and summary["test_top1"] is None  # its note says it was not evaluated
+              else f" · test top-1 **{pct(summary['test_top1'])}**{top5}")
+    lines.append(f"**{summary['name']}** · `{summary['variant']}`{tau_mode} · {summary['dataset']} "
+                 f"({summary['classes']} classes) · {summary['parameters']:,} parameters{scores}{epochs}")
+    if summary["converted_from"]:
+        lines.append(converted_note(summary["converted_from"]))
     return "\n\n".join(lines)
 
 

@@ -7,15 +7,15 @@ import pandas as pd
 
 from explorer import reports
 from explorer.inputs import original_size, resize_note
-from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.context import AppState, Page, initial
 from explorer.workbench import square, top_k
 
 OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this pair._"
 
 
 class CompareTab:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
 
     def compare(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
         """Compares two models on one image: each model's five most probable classes with their probabilities,
@@ -29,15 +29,15 @@ class CompareTab:
         Returns:
             model A's top-5 ({label, confidences}), model B's top-5, the verdict (Markdown)
         """
-        image, _ = self.ex.image(file)
-        a, b = self.ex.pair(ref_a, ref_b, request)
+        image, _ = self.app.image(file)
+        a, b = self.app.pair(ref_a, ref_b, request)
         results = []
-        for lm in (a, b):
-            result, seconds, _ = self.ex.cache.get(lm, image)
-            results.append((top_k(lm, result), seconds))
+        for model in (a, b):
+            result, seconds, _ = self.app.cache.get(model, image)
+            results.append((top_k(model, result), seconds))
         (top_a, t_a), (top_b, t_b) = results
         pred_a, pred_b = next(iter(top_a)), next(iter(top_b))
-        truth = self.ex.tests.true_label(file)
+        truth = self.app.tests.true_label(file)
         agree = "✔ both say" if pred_a == pred_b else "✘ they disagree:"
         lines = [f"{agree} **{pred_a}**" + ("" if pred_a == pred_b else f" (A) vs **{pred_b}** (B)")]
         if truth:
@@ -67,8 +67,8 @@ class CompareTab:
         """
         if int(count or 0) < 1:
             raise gr.Error("choose at least one test image")
-        a, b = self.ex.pair(ref_a, ref_b, request)
-        ds = self.ex.test_images(ref_b, int(count), request, progress)
+        a, b = self.app.pair(ref_a, ref_b, request)
+        ds = self.app.test_images(ref_b, int(count), request, progress)
         try:
             report = reports.disagreements(a, b, ds, int(count))
         except ValueError as e:
@@ -78,8 +78,8 @@ class CompareTab:
         return report.summary(), table, gallery
 
 
-def build(ex: Explorer, page: Page) -> CompareTab:
-    tab = CompareTab(ex)
+def build(app: AppState, page: Page) -> CompareTab:
+    tab = CompareTab(app)
     top_a, top_b, verdict_text = initial(tab.compare, page.first, *page.refs, default=(None, None, ""))
     with gr.Tab("Compare", id="compare"):
         compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
@@ -89,7 +89,7 @@ def build(ex: Explorer, page: Page) -> CompareTab:
         verdict = gr.Markdown(verdict_text, elem_id="verdict")
         with gr.Accordion("Find disagreements on the test set", open=False):
             n_test = gr.Slider(50, 10000, value=1000, step=50, label="test images (the first N; 10,000 = all of them)",
-                               info=None if ex.tests.has_full() else "beyond the bundled 1,000, the full test set is "
+                               info=None if app.tests.has_full() else "beyond the bundled 1,000, the full test set is "
                                                                      "downloaded once")
             dis_btn = gr.Button("Find disagreements", elem_id="dis-btn")
             dis_summary = gr.Markdown(elem_id="dis-summary")

@@ -1,5 +1,6 @@
 """What every tab shares: the app's state (models, results, test images, runs, visitors) and the access
-rules of a shared instance, in `Explorer`; the page's common components, in `Page`."""
+rules of a shared instance, in `AppState`; the page's common components, in `Page`, with those one tab
+makes for another part of the page in `TabComponents`."""
 
 from __future__ import annotations
 
@@ -52,6 +53,16 @@ UNLISTED = {"api_visibility": "undocumented"}
 
 
 @dataclass
+class TabComponents:
+    """Components one tab makes and another part of the page updates; each set by the tab that makes it."""
+
+    finetune_base: gr.Dropdown | None = None  # what to fine-tune: its list follows the slots' lists
+    finetune_runs: gr.Dropdown | None = None  # the visitor's fine-tuned checkpoints: listed as a page opens
+    query_cell: gr.JSON | None = None         # Attention's query patch: the page draws its outline ...
+    outline_js: str | None = None             # ... with this script, once the page has loaded
+
+
+@dataclass
 class Page:
     """The components every tab reads: the two model slots and the image, with the first example's file."""
 
@@ -60,7 +71,7 @@ class Page:
     upload: gr.File
     refs: tuple[str | None, str | None] = (None, None)  # the slots' models when the page opens
     first: str | None = None          # the example the page opens with, analysed when the app starts
-    extra: dict = field(default_factory=dict)  # components one tab makes and another updates
+    from_tabs: TabComponents = field(default_factory=TabComponents)  # components one tab makes for another
     tab: gr.State | None = None       # the label of the tab this visitor has open (set by the shell)
     loaded: tuple = ()                # States that change when a slot has loaded another model
     cards: tuple = ()                 # the slots' cards (what each loaded model is)
@@ -86,7 +97,7 @@ def initial(handler, *args, default=None):
         return default
 
 
-class Explorer:
+class AppState:
     """State shared by all sessions: the model cache, probe results, test images and the fine-tune runner;
     in shared mode (a public Space) also who each session is and what they may reach."""
 
@@ -212,6 +223,20 @@ class Explorer:
         refs = [r for r in self.choices(request) if not r.startswith(f"{FINETUNED}/")]
         return catalog.study_pairs(refs, {r: self.store.local_card(r) for r in refs})
 
+    def ablation_pairs(self, ref_b: str | None) -> list[tuple[str, str, str]]:
+        """(label, A, B) for each pair of the 2x2 ablation among the app's own checkpoints of slot B's dataset."""
+        refs = [ref for ref in self.runs.listing(None) if not ref.startswith(f"{FINETUNED}/")]
+        return catalog.ablation_pairs({ref: self.store.local_card(ref) for ref in refs}, ref_b)
+
+    def model_list(self, request=None) -> dict:
+        """The `models` tool's answer: what the slots offer this visitor, each as its card says, and which
+        are loaded."""
+        loaded = {self.store.key(model.ref) for model in self.store.loaded()}
+        listed = [catalog.listed_model(label, ref, self.store.local_card(ref), self.store.key(ref) in loaded)
+                  for label, ref in self.slot_choices(request)]
+        hub = sorted({model.ref for model in self.store.loaded() if self.runs.is_hub(model.ref)})
+        return catalog.model_list(listed, hub, self.initial_refs())
+
     def my_runs(self, request=None) -> list[str]:
         """The visitor's fine-tuned checkpoints (single user: all of them), newest last."""
         return [r for r in self.choices(request) if r.startswith(f"{FINETUNED}/")]
@@ -256,10 +281,10 @@ class Explorer:
         """The loaded model of a reference the visitor may use (shared mode: listed to them, or a Hub id)."""
         ref = self.runs.check(ref, self.owner(request))
         fetched = self.shared and self.runs.is_hub(ref) and not self.store.has(ref)
-        lm = self.store.get(ref)
+        loaded = self.store.get(ref)
         if fetched:  # a new Hub checkpoint came down: keep the app's Hub cache within its cap
             self._prune_hub(also=ref)
-        return lm
+        return loaded
 
     def _prune_hub(self, also: str) -> list[str]:
         def repo_folder(ref):

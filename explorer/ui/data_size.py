@@ -8,7 +8,7 @@ import gradio as gr
 from explorer import study_report
 from explorer.catalog import STUDY
 from explorer.study import read_results
-from explorer.ui.context import UNLISTED, Explorer, Page
+from explorer.ui.context import UNLISTED, AppState, Page
 
 INTRO = """\
 The paper's claim is about **small** datasets. The same two models (and at 1,000 and 2,500 images SPT
@@ -18,16 +18,16 @@ training-set size to put that size's pair in the slots: every tab then works on 
 
 
 class DataSizeTab:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
 
     def sizes(self, request=None) -> list[tuple[str, int]]:
         """(label, training images) of every size with a ViT and an SPT + LSA model in the app."""
-        return [(f"{n:,}", n) for n in self.ex.study_pairs(request)]
+        return [(f"{n:,}", n) for n in self.app.study_pairs(request)]
 
     def pair(self, size, request: gr.Request = None) -> tuple[str, str]:
         """The ViT and the SPT + LSA model trained on `size` images, for slots A and B."""
-        pairs = self.ex.study_pairs(request)
+        pairs = self.app.study_pairs(request)
         try:
             return pairs[int(size)]
         except (KeyError, TypeError, ValueError):
@@ -36,17 +36,17 @@ class DataSizeTab:
 
     def selected(self, ref_a: str | None, ref_b: str | None, request: gr.Request = None) -> int | None:
         """The size whose pair the slots hold (A: its ViT, B: its SPT + LSA), or None."""
-        return next((n for n, pair in self.ex.study_pairs(request).items() if pair == (ref_a, ref_b)), None)
+        return next((n for n, pair in self.app.study_pairs(request).items() if pair == (ref_a, ref_b)), None)
 
     def curve(self, request: gr.Request = None):
         """The study's figures (the curve, the paired gap) and tables, from the results the app ships
         (checkpoints/study/results.csv)."""
-        path = self.ex.root / STUDY / "results.csv"
+        path = self.app.root / STUDY / "results.csv"
         try:
             rows = read_results(path)
         except (OSError, ValueError):
             rows = []
-        shipped = study_report.shipped_points(self.ex.root)
+        shipped = study_report.shipped_points(self.app.root)
         text = study_report.markdown(rows) if rows else (
             "No trial of the study has finished yet: the figure shows the shipped models only.")
         return (study_report.curve_figure(rows, shipped, gap_panel=False), study_report.gap_figure(rows, shipped),
@@ -58,14 +58,14 @@ class DataSizeTab:
         the app ships (checkpoints/study/mechanisms.csv; `python -m explorer.study mechanisms`); "" without."""
         from explorer import mechanisms
         try:
-            rows = mechanisms.read_csv(self.ex.root / STUDY / "mechanisms.csv")
+            rows = mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")
         except (OSError, ValueError, KeyError):
             return ""
         return f"{mechanisms.answer(rows)}\n\n{mechanisms.markdown(rows)}" if rows else ""
 
 
-def build(ex: Explorer, page: Page) -> DataSizeTab:
-    tab = DataSizeTab(ex)
+def build(app: AppState, page: Page) -> DataSizeTab:
+    tab = DataSizeTab(app)
     figure, gaps, text = tab.curve()
     sizes = tab.sizes()
     with gr.Tab("Small data", id="small-data"):

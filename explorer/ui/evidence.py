@@ -12,7 +12,7 @@ import pandas as pd
 from explorer import evidence, robustness
 from explorer.render_evidence import plot_shift_robustness
 from explorer.reports import pct
-from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.context import AppState, Page, initial
 from explorer.ui.pictures import as_pictures, picture
 from explorer.workbench import picture_title
 
@@ -33,8 +33,8 @@ COLUMNS = ["model", "top-1", "top-1 at S px", "unchanged at 1 px", "unchanged at
 
 
 class EvidenceTab:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
         self._curves: dict[tuple, list] = {}  # (models, images, S, padding) -> Robustness per model
         self._lock = threading.Lock()
 
@@ -54,13 +54,13 @@ class EvidenceTab:
         Returns:
             the two occlusion maps (image), how concentrated each is (Markdown)
         """
-        image, _ = self.ex.image(file)
-        a, b = self.ex.pair(ref_a, ref_b, request)
+        image, _ = self.app.image(file)
+        a, b = self.app.pair(ref_a, ref_b, request)
         if fill not in FILLS:
             raise gr.Error(f"the occluder is one of {list(FILLS)}")
         label = None
         if target == LABEL:
-            truth = self.ex.tests.true_label(file)
+            truth = self.app.tests.true_label(file)
             if truth is None or truth not in b.class_names:
                 raise gr.Error("the true label is known only for test samples and examples: choose "
                                f"{TOP1!r} or a class")
@@ -75,7 +75,7 @@ class EvidenceTab:
             pair = evidence.occlusion_pair([a, b], image, rule, label, int(window or 1), FILLS[fill])
         except ValueError as e:
             raise gr.Error(str(e)) from None
-        titles = [picture_title(t, lm) for t, lm in zip("AB", (a, b), strict=True)]
+        titles = [picture_title(t, model) for t, model in zip("AB", (a, b), strict=True)]
         shown = evidence.occlusion_picture(pair, image, titles)
         lines = [f"**{tag}** · {evidence.occlusion_caption(r)}" for tag, r in zip("AB", pair.results, strict=True)]
         lines.append(f"Both maps run from 0 to the larger drop ({pair.vmax:.3f}); occluder: "
@@ -106,8 +106,8 @@ class EvidenceTab:
         Returns:
             the strip of shifted copies with both answers (image)
         """
-        image, _ = self.ex.image(file)
-        a, b = self.ex.pair(ref_a, ref_b, request)
+        image, _ = self.app.image(file)
+        a, b = self.app.pair(ref_a, ref_b, request)
         try:
             strip = robustness.shift_strip([a, b], image, int(max_shift or 0), padding)
         except ValueError as e:
@@ -129,13 +129,13 @@ class EvidenceTab:
         Returns:
             the curves (image), the table, a summary (Markdown)
         """
-        a, b = self.ex.pair(ref_a, ref_b, request)
+        a, b = self.app.pair(ref_a, ref_b, request)
         count, max_shift = int(count or 0), int(max_shift or 0)
         if count < 1 or max_shift < 1:
             raise gr.Error("choose at least one test image and a shift of at least 1 pixel")
         if a.class_names != b.class_names:
             raise gr.Error("the two models predict different classes; compare models of one dataset")
-        ds = self.ex.test_images(ref_b, count, request, progress)
+        ds = self.app.test_images(ref_b, count, request, progress)
         count = min(count, len(ds.x_test))
         key = (id(a.model), id(b.model), ds.name, count, max_shift, padding)
         with self._lock:
@@ -149,7 +149,7 @@ class EvidenceTab:
                 self._curves[key] = results
                 while len(self._curves) > 16:
                     self._curves.pop(next(iter(self._curves)))
-        names = [f"{tag}: {lm.label}" for tag, lm in zip("AB", (a, b), strict=True)]
+        names = [f"{tag}: {model.label}" for tag, model in zip("AB", (a, b), strict=True)]
         rows = [[name, pct(r.accuracy[0] if r.accuracy is not None else None),
                  pct(r.accuracy[-1] if r.accuracy is not None else None), pct(r.unchanged[1]),
                  pct(r.unchanged[-1]), pct(r.flip_accuracy), pct(r.flip_unchanged)]
@@ -164,12 +164,12 @@ class EvidenceTab:
         return figure, pd.DataFrame(rows, columns=COLUMNS), summary
 
 
-def build(ex: Explorer, page: Page) -> EvidenceTab:
-    tab = EvidenceTab(ex)
+def build(app: AppState, page: Page) -> EvidenceTab:
+    tab = EvidenceTab(app)
     classes = []
     if page.refs[1]:
         try:
-            classes = ex.store.get(page.refs[1]).class_names
+            classes = app.store.get(page.refs[1]).class_names
         except Exception:  # noqa: BLE001  (the slot's card says why)
             classes = []
     fill0 = next(iter(FILLS))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
@@ -19,7 +20,7 @@ from explorer.reports import small_splits, without_top5
 from explorer.runner import CANCEL_ANSWERS, Busy, QueueFull, queue_status, run_status
 from explorer.shared import REFUSED
 from explorer.ui.cards import card_markdown
-from explorer.ui.context import Explorer, Page, reporter
+from explorer.ui.context import AppState, Page, reporter
 from explorer.workbench import square
 
 SCRATCH = "(a new model from scratch)"
@@ -42,17 +43,39 @@ cosine, crop + flip; peak learning rate 5e-4, or 1e-4 for classes the base knows
 split (the starting head included). The training process stays up between runs with its models compiled:
 a repeat run of the same shape starts at once; a pair on 800 images takes about half a minute on 2 CPU
 cores. Limits here: {epochs} epochs, {images:,} images."""
-KEEP = 12  # outputs a waiting or running Start leaves as they are: all but the status line
+
+
+@dataclass
+class RunOutputs:
+    """What a Start changes: the tab's status line, plots and report, the fine-tune dropdown, and the page's
+    slots, the States that say which models they hold and the slots' cards."""
+
+    status: gr.Markdown
+    curves: gr.Plot
+    tau: gr.Plot
+    results: gr.Dataframe
+    per_class: gr.Dataframe
+    gallery: gr.Gallery
+    base: gr.Dropdown
+    slots: tuple[gr.Dropdown, gr.Dropdown]
+    loaded: tuple[gr.State, gr.State]
+    cards: tuple[gr.Markdown, gr.Markdown]
+
+    def components(self) -> list:
+        """The /finetune endpoint's outputs, in the order an API caller receives them."""
+        return [self.status, self.curves, self.tau, self.results, self.per_class, self.gallery, *self.slots,
+                self.base, *self.loaded, *self.cards]
 
 
 class FinetuneTab:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
+        self.outputs: RunOutputs | None = None  # the components a Start updates: set when the tab is built
 
     def training_where(self) -> str:
         """Where a fine-tune will run, as the tab says it."""
         try:
-            backend, reason = choose_backend(self.ex.runner.environ)
+            backend, reason = choose_backend(self.app.runner.environ)
         except JobError as e:
             return f"⚠ {e}"
         return f"Keras on {backend}; {reason}" if reason != "no GPU" else f"CPU, Keras on {backend}"
@@ -62,7 +85,7 @@ class FinetuneTab:
                       request=None, train_on_all: bool = False):
         """The form as a validated finetune.Plan; every refusal is a gr.Error that says why. CIFAR comes
         whole (downloaded once if need be, `progress` following it)."""
-        ex = self.ex
+        app = self.app
         if what == PAIR:
             bases = [("A", ref_a), ("B", ref_b)]
         elif what in (None, "", SCRATCH):
@@ -70,49 +93,49 @@ class FinetuneTab:
         else:
             bases = [(next((t for t, r in (("A", ref_a), ("B", ref_b)) if r == what), ""), what)]
         try:
-            owner = ex.owner(request)
-            members = ex.store.members([(tag, ex.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
+            owner = app.owner(request)
+            members = app.store.members([(tag, app.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
             size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
 
             def load(name):
-                return ex.tests.training_data(name, progress=reporter(progress) if progress else None)
+                return app.tests.training_data(name, progress=reporter(progress) if progress else None)
 
-            dataset = job_data(data, zip_file, load, ex.limits, size, train_on_all=bool(train_on_all))
+            dataset = job_data(data, zip_file, load, app.limits, size, train_on_all=bool(train_on_all))
             return plan_job(members, dataset, epochs, lr, batch_size, images, bool(freeze), (name or "").strip(),
-                            ex.limits, scratch=(preset, variant) if not bases else None,
+                            app.limits, scratch=(preset, variant) if not bases else None,
                             train_on_all=bool(train_on_all))
         except (JobError, DatasetError, CheckpointError, OSError) as e:
-            raise gr.Error(ex.safe(e)) from None
+            raise gr.Error(app.safe(e)) from None
 
     def finetune(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name,
                  a, b, train_on_all=False, request: gr.Request = None, progress=gr.Progress()):
         """Starts a run and streams both models' curves until it ends (the run is not tied to this page);
         when it succeeds, its checkpoints go into the slots they came from. In shared mode a Start that
         finds another visitor's run going on waits in the queue, its place and wait shown, refreshed."""
-        ex = self.ex
+        app = self.app
         plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
                                   name, a, b, progress, request, train_on_all)
-        owner, key, mine = ex.owner(request), id(plan), set(ex.my_runs(request))
-        ex.protect_bases(key, {r for r in (a, b) if r in mine})
+        owner, key, mine = app.owner(request), id(plan), set(app.my_runs(request))
+        app.protect_bases(key, {r for r in (a, b) if r in mine})
         try:
-            if ex.shared:
+            if app.shared:
                 started: dict = {}
                 yield from self._wait_in_queue(plan, owner, started)
                 run_id = started.get("run_id")
             else:
                 try:
-                    run_id = ex.runner.start(plan, owner, ex.runs.out_dir(owner))
+                    run_id = app.runner.start(plan, owner, app.runs.out_dir(owner))
                 except (Busy, JobError) as e:
                     raise gr.Error(str(e)) from None
             if run_id is not None:
                 yield from self._follow_run(run_id, plan, a, b, progress, request)
         finally:
-            ex.protect_bases(key, None)
+            app.protect_bases(key, None)
 
     def _wait_in_queue(self, plan, owner, started: dict):
         """Joins the queue and waits for this Start's turn, saying where it stands; puts the run's id in
         `started` (nothing, when the visitor left the queue)."""
-        runner = self.ex.runner
+        runner = self.app.runner
         try:
             ticket = runner.join(owner)
         except QueueFull as e:
@@ -121,16 +144,16 @@ class FinetuneTab:
             while True:
                 if runner.ready(ticket):
                     try:
-                        started["run_id"] = runner.start(plan, owner, self.ex.runs.out_dir(owner), ticket)
+                        started["run_id"] = runner.start(plan, owner, self.app.runs.out_dir(owner), ticket)
                         return
                     except JobError as e:
                         raise gr.Error(str(e)) from None
                     except Busy:
                         pass
                 if ticket.cancelled:
-                    yield (CANCEL_ANSWERS["left"],) + (gr.update(),) * KEEP
+                    yield {self.outputs.status: CANCEL_ANSWERS["left"]}
                     return
-                yield (queue_status(*runner.position(ticket), plan.description),) + (gr.update(),) * KEEP
+                yield {self.outputs.status: queue_status(*runner.position(ticket), plan.description)}
                 time.sleep(1.0)
         finally:
             if "run_id" not in started:
@@ -142,21 +165,21 @@ class FinetuneTab:
         # land on other visitors' requests at every epoch of a fast run.
         shown, drawn = None, 0.0
         while True:
-            s = self.ex.runner.snapshot()
-            if s.run_id != run_id:  # a later run replaced this one's state; nothing more to show
+            state = self.app.runner.snapshot()
+            if state.run_id != run_id:  # a later run replaced this one's state; nothing more to show
                 return
-            m = s.members[s.current]
+            m = state.members[state.current]
             if m.total_steps:
                 progress(m.step / m.total_steps, desc=f"{m.label}: step {m.step}/{m.total_steps}")
-            epochs_seen = tuple(len(x.history) for x in s.members)
-            if not s.running:
-                yield self._run_outputs(s, plan, a, b, final=True, request=request)
+            epochs_seen = tuple(len(x.history) for x in state.members)
+            if not state.running:
+                yield self._run_outputs(state, plan, a, b, final=True, request=request)
                 return
             if epochs_seen != shown and time.monotonic() - drawn >= CURVES_EVERY_S:
                 shown, drawn = epochs_seen, time.monotonic()
-                yield self._run_outputs(s, plan, a, b, request=request)
+                yield self._run_outputs(state, plan, a, b, request=request)
             else:
-                yield (run_status(s, self.ex.root),) + (gr.update(),) * KEEP
+                yield {self.outputs.status: run_status(state, self.app.root)}
             time.sleep(0.5)
 
     def _lsa_labels(self, plan) -> list[str]:
@@ -171,85 +194,91 @@ class FinetuneTab:
                 labels.append(m.label)
         return labels
 
-    def _run_outputs(self, s, plan, a, b, final: bool = False, request=None):
+    def _run_outputs(self, state, plan, a, b, final: bool = False, request=None) -> dict:
         """Status, curves, tau; when the run is done also its report, and the slots, their cards and the
         page's loaded models holding its checkpoints, all in one update."""
-        histories = {m.label: m.history for m in s.members}
+        out = self.outputs
+        histories = {m.label: m.history for m in state.members}
         lsa = self._lsa_labels(plan)
         waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
                    f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
-        curves, tau = plots.plot_training(histories), plots.plot_tau_history(histories, empty=waiting)
-        status = run_status(s, self.ex.root)
-        if not (final and s.status == "done"):
-            return (status, curves, tau) + (gr.update(),) * (KEEP - 2)
-        names = plan.dataset.class_names
-        rep = report([m.__dict__ for m in s.members], plan.dataset.y_test, names)
-        columns, rows = without_top5(rep.columns, rep.rows, len(names))
-        validation = max(((m.training or {}).get("validation_images") or 0 for m in s.members), default=0)
+        status = run_status(state, self.app.root)
+        updates = {out.status: status, out.curves: plots.plot_training(histories),
+                   out.tau: plots.plot_tau_history(histories, empty=waiting)}
+        if not (final and state.status == "done"):
+            return updates
+        rep = report([m.__dict__ for m in state.members], plan.dataset.y_test, plan.dataset.class_names)
+        columns, rows = without_top5(rep.columns, rep.rows, len(plan.dataset.class_names))
+        validation = max(((m.training or {}).get("validation_images") or 0 for m in state.members), default=0)
         small = small_splits({"validation": validation, "test": len(plan.dataset.y_test)})
-        x, y = plan.dataset.x_test, plan.dataset.y_test
-        preds = [m.predictions for m in s.members]
-        gallery = [(square(x[i], 96), f"{names[y[i]]}: " + " · ".join(
-            f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(s.members, preds, strict=True)))
-            for i in rep.disagree[:18]]
-        refs = [os.path.relpath(m.checkpoint, self.ex.root) for m in s.members]
+        refs = [os.path.relpath(m.checkpoint, self.app.root) for m in state.members]
         if len(refs) == 2:
             a, b = refs
-        elif s.members[0].tag == "A":
+        elif state.members[0].tag == "A":
             a = refs[0]
         else:
             b = refs[0]
-        choices = self.ex.slot_choices(request)
+        choices = self.app.slot_choices(request)
+        updates |= {out.status: "\n\n".join(t for t in (status, rep.summary, small) if t),
+                    out.results: pd.DataFrame(rows, columns=columns),
+                    out.per_class: pd.DataFrame(rep.per_class, columns=rep.per_class_columns),
+                    out.gallery: self._disagreements(state, plan, rep.disagree[:18]),
+                    out.slots[0]: gr.update(choices=choices, value=a),
+                    out.slots[1]: gr.update(choices=choices, value=b),
+                    out.base: gr.update(choices=base_choices(choices))}
         # The new models are loaded here, so that the slots, their cards and every tab change at once.
-        slots = []
-        for tag, ref in (("A", a), ("B", b)):
+        for tag, ref, loaded, card in zip("AB", (a, b), out.loaded, out.cards, strict=True):
             if ref not in refs:
-                slots.append((gr.update(), gr.update()))
                 continue
             try:
-                slots.append((ref, card_markdown(self.ex, ref, request=request)))
-                self.ex.shown(request, tag, ref)
+                updates |= {loaded: ref, card: card_markdown(self.app, ref, request=request)}
+                self.app.shown(request, tag, ref)
             except (CheckpointError, ValueError, OSError) as e:
-                slots.append((gr.update(), f"**⚠ could not load {ref!r}: {self.ex.safe(e)}**"))
-        text = "\n\n".join(t for t in (status, rep.summary, small) if t)
-        return (text, curves, tau, pd.DataFrame(rows, columns=columns),
-                pd.DataFrame(rep.per_class, columns=rep.per_class_columns),
-                gallery, gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
-                gr.update(choices=base_choices(choices)), slots[0][0], slots[1][0], slots[0][1], slots[1][1])
+                updates[card] = f"**⚠ could not load {ref!r}: {self.app.safe(e)}**"
+        return updates
+
+    @staticmethod
+    def _disagreements(state, plan, indices) -> list:
+        """The test images where the run's models disagree, each captioned with the truth and every answer."""
+        x, y, names = plan.dataset.x_test, plan.dataset.y_test, plan.dataset.class_names
+        preds = [m.predictions for m in state.members]
+        return [(square(x[i], 96), f"{names[y[i]]}: " + " · ".join(
+            f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(state.members, preds, strict=True)))
+            for i in indices]
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
-        return CANCEL_ANSWERS[self.ex.runner.cancel_as(self.ex.owner(request))]
+        return CANCEL_ANSWERS[self.app.runner.cancel_as(self.app.owner(request))]
 
     def mine(self, request: gr.Request = None):
         """The visitor's fine-tuned checkpoints, the newest chosen (ready to download)."""
-        runs = self.ex.my_runs(request)
-        newest = max(runs, key=lambda r: (self.ex.root / r).stat().st_mtime, default=None)
+        runs = self.app.my_runs(request)
+        newest = max(runs, key=lambda r: (self.app.root / r).stat().st_mtime, default=None)
         return gr.update(choices=runs, value=newest)
 
     def download(self, ref: str | None, request: gr.Request = None) -> str:
         """A zip of one of the visitor's fine-tuned checkpoints (`<name>/` and its files)."""
-        if not ref or ref not in self.ex.my_runs(request):
+        if not ref or ref not in self.app.my_runs(request):
             raise gr.Error(REFUSED if ref else "choose one of your fine-tuned checkpoints first")
         try:
-            target = self.ex.downloads_dir / uuid.uuid4().hex[:12]
-            return str(self.ex.runs.zip_checkpoint(ref, self.ex.owner(request), target))
+            target = self.app.downloads_dir / uuid.uuid4().hex[:12]
+            return str(self.app.runs.zip_checkpoint(ref, self.app.owner(request), target))
         except (CheckpointError, OSError) as e:
-            raise gr.Error(self.ex.safe(e)) from None
+            raise gr.Error(self.app.safe(e)) from None
 
 
-def build(ex: Explorer, page: Page) -> FinetuneTab:
-    tab = FinetuneTab(ex)
-    choices = ex.slot_choices()
+def build(app: AppState, page: Page) -> FinetuneTab:
+    tab = FinetuneTab(app)
+    choices = app.slot_choices()
     with gr.Tab("Fine-tune", id="finetune"):
-        if ex.shared:
+        if app.shared:
             with gr.Row():
-                gr.Markdown(f"**A shared instance:** {ex.shared_limits.describe()}.", elem_id="shared-note")
+                gr.Markdown(f"**A shared instance:** {app.shared_limits.describe()}.", elem_id="shared-note")
                 if os.environ.get("SPACE_ID"):
                     gr.DuplicateButton("Duplicate this Space to fine-tune on your own hardware", size="sm",
                                        scale=0, elem_id="duplicate")
-        gr.Markdown(HELP.format(where=tab.training_where(), epochs=ex.limits.max_epochs, images=ex.limits.max_images))
-        gr.Markdown(hardware_note(ex.runner.environ if ex.runner.environ is not None else os.environ),
+        gr.Markdown(HELP.format(where=tab.training_where(), epochs=app.limits.max_epochs, images=app.limits.max_images))
+        gr.Markdown(hardware_note(app.runner.environ if app.runner.environ is not None else os.environ),
                     elem_id="ft-hardware")
         with gr.Row():
             base = gr.Dropdown(base_choices(choices), value=PAIR, label="fine-tune",
@@ -286,24 +315,24 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
                              columns=6, height="auto", elem_id="ft-gallery")
         tau = gr.Plot(label="tau per layer", show_label=False)
         with gr.Row():
-            mine = gr.Dropdown(ex.my_runs() if not ex.shared else [], value=None, scale=3,
-                               label="your fine-tuned checkpoints" if ex.shared else "fine-tuned checkpoints",
+            mine = gr.Dropdown(app.my_runs() if not app.shared else [], value=None, scale=3,
+                               label="your fine-tuned checkpoints" if app.shared else "fine-tuned checkpoints",
                                info="a zip of the folder: `python -m explorer.evaluate` and "
                                     "`keras.saving.load_model` (after `import explorer`) load it")
             download = gr.Button("Download", scale=1, elem_id="ft-download")
             archive = gr.File(label="checkpoint zip", interactive=False, scale=2, height=120)
     # The zip box only matters for a zip: CIFAR comes from the data folder or is downloaded.
     data.change(lambda d: gr.update(visible=d == ZIP), [data], [zip_file], api_name=False, queue=False)
-    page.extra.update(ft_base=base, ft_mine=mine)
+    page.from_tabs.finetune_base, page.from_tabs.finetune_runs = base, mine
+    tab.outputs = RunOutputs(status, curves, tau, results, per_class, gallery, base, slots=(page.slot_a, page.slot_b),
+                             loaded=page.loaded, cards=page.cards)
 
     # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.
     start.click(tab.finetune, [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name,
                                page.slot_a, page.slot_b, all_images],
-                [status, curves, tau, results, per_class, gallery, page.slot_a, page.slot_b, base, *page.loaded,
-                 *page.cards],
-                api_name="finetune", concurrency_id="finetune",
+                tab.outputs.components(), api_name="finetune", concurrency_id="finetune",
                 # every waiting Start holds a worker: the queue, the run followed, one to refuse
-                concurrency_limit=ex.shared_limits.max_queue + 2 if ex.shared else 4,
+                concurrency_limit=app.shared_limits.max_queue + 2 if app.shared else 4,
                 # progress shows in its own box only: not over the status line, the slots or the plots
                 show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False)
     cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None)

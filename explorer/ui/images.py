@@ -7,7 +7,7 @@ import gradio as gr
 
 from explorer.data import DatasetError
 from explorer.samples import Example, examples
-from explorer.ui.context import UNLISTED, Explorer, reporter
+from explorer.ui.context import UNLISTED, AppState, reporter
 from explorer.ui.pictures import picture
 from explorer.workbench import square
 
@@ -16,11 +16,11 @@ CASES = {"both": "both right", "a": "only A right", "b": "only B right", "neithe
 
 
 class ImagesColumn:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
 
     def truth(self, file) -> str:
-        found = self.ex.tests.identify(file) if file else None
+        found = self.app.tests.identify(file) if file else None
         return f"True label: **{found[2]}** ({found[0]} test image #{found[1]})" if found else ""
 
     def take_image(self, file):
@@ -28,7 +28,7 @@ class ImagesColumn:
         if file is None:
             return None, "", ""
         try:
-            _, preview = self.ex.image(file)
+            _, preview = self.app.image(file)
         except gr.Error as e:
             return None, f"**⚠ {e.message}**", ""
         shown = square(preview, PREVIEW) if max(preview.shape[:2]) * 2 <= PREVIEW else preview
@@ -47,19 +47,20 @@ class ImagesColumn:
         Returns:
             the image (PNG), its preview as the models see it, its true label (Markdown)
         """
-        name = self.ex.dataset_of(ref_b, request)
+        name = self.app.dataset_of(ref_b, request)
         try:
-            s = self.ex.tests.sample(name, class_name, None if seed is None else int(seed), reporter(progress))
+            sample = self.app.tests.sample(name, class_name, None if seed is None else int(seed), reporter(progress))
         except DatasetError as e:
             raise gr.Error(f"no {name} test samples: {e}") from None
         except ValueError as e:
             raise gr.Error(str(e)) from None
-        return s.path, square(s.image, PREVIEW), f"True label: **{s.label}** ({name} test image #{s.index})"
+        truth = f"True label: **{sample.label}** ({name} test image #{sample.index})"
+        return sample.path, square(sample.image, PREVIEW), truth
 
 
-def build(ex: Explorer, slot_b: gr.Dropdown, classes: list[str], first: Example | None) -> gr.File:
+def build(app: AppState, slot_b: gr.Dropdown, classes: list[str], first: Example | None) -> gr.File:
     """The column's components and events; returns the upload every tab reads."""
-    col = ImagesColumn(ex)
+    col = ImagesColumn(app)
     preview0, note0, truth0 = col.take_image(first.path) if first else (None, "", "")
     upload = gr.File(first.path if first else None, label="Image (any format or size)", file_types=["image"],
                      type="filepath", elem_id="upload")
@@ -79,7 +80,7 @@ def build(ex: Explorer, slot_b: gr.Dropdown, classes: list[str], first: Example 
     # Hidden in the page (always random there); API callers pass a seed to pick reproducibly.
     sample_seed = gr.Number(-1, visible=False, label="seed (-1: random)")
     truth = gr.Markdown(truth0, elem_id="truth")
-    gr.Markdown(ex.tests.note(ex.shared), elem_id="data-note")
+    gr.Markdown(app.tests.note(app.shared), elem_id="data-note")
     image_note = gr.Markdown(note0)
     own.upload(lambda file: file, [own], [upload], api_name=False, queue=False)
     upload.change(col.take_image, [upload], [preview, image_note, truth], api_name="image", **UNLISTED)

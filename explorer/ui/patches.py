@@ -6,14 +6,14 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer import render
-from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.context import AppState, Page, initial
 from explorer.ui.pictures import picture
 from explorer.workbench import square
 
 
 class PatchesTab:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
 
     def patches(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
         """How each model cuts the image into patches: the vanilla ViT's plain patch grid, and Shifted Patch
@@ -27,22 +27,22 @@ class PatchesTab:
         Returns:
             the plain grid (image), the five shifted grids (gallery), a note on patch and input sizes
         """
-        image, preview = self.ex.image(file)
-        a, b = self.ex.pair(ref_a, ref_b, request)
-        lm = b if b.config.use_spt or not a.config.use_spt else a
-        config = lm.config
+        image, preview = self.app.image(file)
+        a, b = self.app.pair(ref_a, ref_b, request)
+        model = b if b.config.use_spt or not a.config.use_spt else a
+        config = model.config
         # The grids show the image as the model sees it: resized to its working size.
         shown = square(preview, config.input_size) if config.input_size != config.image_size else image
         grids = render.spt_grids(shown, config.patch_size)
         note = (f"Patch size **{config.patch_size} px** on the {config.input_size}×{config.input_size} input "
-                f"of **{lm.name}**; each shifted view moves the image by half a patch "
+                f"of **{model.name}**; each shifted view moves the image by half a patch "
                 f"({config.patch_size // 2} px), zeros where it was padded. SPT concatenates the five "
                 f"views' patches before the projection.")
         return render.patch_grid(shown, config.patch_size), [(g, name) for name, g in grids.items()], note
 
 
-def build(ex: Explorer, page: Page) -> PatchesTab:
-    tab = PatchesTab(ex)
+def build(app: AppState, page: Page) -> PatchesTab:
+    tab = PatchesTab(app)
     plain, views, note = initial(tab.patches, page.first, *page.refs, default=(None, None, ""))
     with gr.Tab("Patches", id="patches"):
         patch_note = gr.Markdown(note)

@@ -7,14 +7,13 @@ import os
 
 import gradio as gr
 
-from explorer.ablation import NAMES, ORDER
 from explorer.checkpoints import CheckpointError
 from explorer.samples import examples
-from explorer.shared import FINETUNED, REFUSED
+from explorer.shared import REFUSED
 from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau
 from explorer.ui.cards import card_markdown
-from explorer.ui.context import UNLISTED, Explorer, Page
-from explorer.ui.finetune import base_choices
+from explorer.ui.context import UNLISTED, AppState, Page
+from explorer.ui.finetune import FinetuneTab, base_choices
 from explorer.ui.pictures import install_image_cache
 from explorer.ui.tools import install_mcp_outputs, install_mcp_schemas, install_tool_list
 
@@ -43,32 +42,41 @@ footer {display: none !important}
 
 
 
-class Slots:
-    """The model slots' handlers: a card per model, loading with the previous model kept on failure."""
+INTRO = ("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch Tokenization** and "
+         "**Locality Self-Attention** ([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)), trained on the same "
+         "small dataset. Pick two models, give them an image (or click an example), and look inside.")
 
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+
+def slot_card(app: AppState, ref: str | None) -> str:
+    """A slot's card as the page is built: the model's, or why it could not be loaded."""
+    try:
+        return card_markdown(app, ref)
+    except (CheckpointError, ValueError, OSError) as e:
+        return f"**⚠ could not load {ref!r}: {e}**"
+
+
+class Slots:
+    """The model slots' handlers: a card per model, loading with the previous model kept on failure; the
+    lists of models (the slots', the Fine-tune tab's) as they are now."""
+
+    def __init__(self, app: AppState, finetune: FinetuneTab):
+        self.app = app
+        self.finetune = finetune  # the Fine-tune tab, whose list of the visitor's runs follows the slots' lists
 
     def card_markdown(self, ref: str | None, error: str | None = None, request=None) -> str:
-        return card_markdown(self.ex, ref, error, request)
-
-    def card(self, ref: str | None) -> str:
-        try:
-            return self.card_markdown(ref)
-        except (CheckpointError, ValueError, OSError) as e:
-            return f"**⚠ could not load {ref!r}: {e}**"
+        return card_markdown(self.app, ref, error, request)
 
     def load_slot(self, ref: str, previous: str | None, request=None, slot: str = ""):
         """Loads `ref` into a slot; on failure the previous model stays, with the reason shown."""
         try:
-            self.ex.model(ref, request)
+            self.app.model(ref, request)
         except (CheckpointError, ValueError, OSError) as e:
             shown = previous if previous else None
             # A refused reference is not echoed: one message, whatever was typed.
             shown_ref = f"{ref!r}" if len(str(ref)) <= 120 and REFUSED not in str(e) else "that reference"
-            return shown, shown, self.card_markdown(shown, error=f"could not load {shown_ref}: {self.ex.safe(e)}",
+            return shown, shown, self.card_markdown(shown, error=f"could not load {shown_ref}: {self.app.safe(e)}",
                                                     request=request)
-        self.ex.shown(request, slot, ref)
+        self.app.shown(request, slot, ref)
         return ref, ref, self.card_markdown(ref, request=request)
 
     def follow(self, ref, previous, kept, request=None, slot: str = ""):
@@ -87,163 +95,147 @@ class Slots:
         return self.follow(ref, previous, kept, request, "B")
 
     def refresh(self, a: str | None, b: str | None, request: gr.Request = None):
-        choices = self.ex.slot_choices(request)
+        choices = self.app.slot_choices(request)
         return (gr.update(choices=choices, value=a), gr.update(choices=choices, value=b),
                 gr.update(choices=base_choices(choices)))
 
     def lists(self, request: gr.Request = None):
         """A page opens: the model lists as they are now (runs made since the app started included), and the
         visitor's fine-tuned checkpoints with the newest chosen, ready to download."""
-        choices = self.ex.slot_choices(request)
+        choices = self.app.slot_choices(request)
         return (gr.update(choices=choices), gr.update(choices=choices), gr.update(choices=base_choices(choices)),
-                finetune.FinetuneTab(self.ex).mine(request))
+                self.finetune.mine(request))
 
     def visit(self, browser_id, request: gr.Request = None):
         """A page opens (shared mode): the visitor's id (a new one when the browser has none), their lists."""
-        visitor = self.ex.arrive(browser_id, request)
+        visitor = self.app.arrive(browser_id, request)
         return (visitor, *self.lists(request))
-
-
-def model_list(ex: Explorer, request=None) -> dict:
-    """The `models` tool's answer: what the slots offer this visitor, each as its card says, and which
-    are loaded."""
-    loaded = set()
-    for lm in ex.store.loaded():
-        loaded.add(ex.store.key(lm.ref))
-    listed = []
-    for label, ref in ex.slot_choices(request):
-        card = ex.store.local_card(ref) or {}
-        metrics, dataset = card.get("metrics", {}), card.get("dataset", {})
-        listed.append({"ref": ref, "label": label, "variant": card.get("variant"), "dataset": dataset.get("name"),
-                       "train_images": dataset.get("train_images"), "test_top1": metrics.get("test_top1"),
-                       "test_top5": metrics.get("test_top5"), "epochs": card.get("training", {}).get("epochs"),
-                       "loaded": ex.store.key(ref) in loaded})
-    hub = sorted({lm.ref for lm in ex.store.loaded() if ex.runs.is_hub(lm.ref)})
-    a, b = ex.initial_refs()
-    return {"models": listed, "loaded_from_hub": hub, "page_default": {"ref_a": a, "ref_b": b},
-            "also": "any Hugging Face Hub id owner/name[@revision] of an explorer checkpoint, or of a "
-                    "model of the keras.io example vit_small_ds (converted on first use)"}
-
-
-# The ablation's pairs, in the order a reader asks about them: the whole gain, each part, the parts apart.
-PAIRS = [("vanilla", "spt_lsa"), ("vanilla", "spt"), ("vanilla", "lsa"), ("lsa", "spt"), ("spt", "spt_lsa"),
-         ("lsa", "spt_lsa")]
-
-
-def ablation_pairs(ex: Explorer, ref_b: str | None) -> list[tuple[str, str, str]]:
-    """(label, A, B) for each pair of the 2x2 ablation among the app's own checkpoints of slot B's dataset
-    (one per variant: the one named <dataset>-<variant> when there are several); none below three variants."""
-    cards = {ref: ex.store.local_card(ref) for ref in ex.runs.listing(None) if not ref.startswith(f"{FINETUNED}/")}
-    dataset = (cards.get(ref_b) or {}).get("dataset", {}).get("name")
-    if dataset is None:
-        return []
-    by_variant: dict[str, str] = {}
-    for ref, card in cards.items():
-        variant = (card or {}).get("variant")
-        if (card or {}).get("dataset", {}).get("name") != dataset or variant not in ORDER:
-            continue
-        if variant not in by_variant or ref == f"{dataset}-{variant}":
-            by_variant[variant] = ref
-    if len(by_variant) < 3:
-        return []
-    return [(f"{NAMES[a]} | {NAMES[b]}", by_variant[a], by_variant[b]) for a, b in PAIRS
-            if a in by_variant and b in by_variant]
 
 
 def _pick(a: str, b: str):
     return lambda: (a, b)
 
 
-def _classes(ex: Explorer, ref_b: str | None) -> list[str]:
+def _classes(app: AppState, ref_b: str | None) -> list[str]:
     try:
-        return ["random"] + (ex.store.get(ref_b).class_names if ref_b else [])
+        return ["random"] + (app.store.get(ref_b).class_names if ref_b else [])
     except (CheckpointError, ValueError, OSError):
         return ["random"]
 
 
-def build_demo(explorer: Explorer | None = None) -> gr.Blocks:
-    ex = explorer or Explorer()
+def build_demo(app: AppState | None = None) -> gr.Blocks:
+    """The page on `app` (a new AppState when none is given): the header, the model slots, the image column
+    and the tabs, wired; and what the page does when a visitor arrives, refreshes the lists or leaves."""
+    app = app or AppState()
     install_image_cache()
     install_tool_list()
     install_mcp_outputs()
     install_mcp_schemas()
-    slots = Slots(ex)
-    choices, refs = ex.slot_choices(), ex.initial_refs()
+    choices, refs = app.slot_choices(), app.initial_refs()
     found = examples()
     first = found[0] if found and all(refs) else None
     with gr.Blocks(title="SPT/LSA ViT Explorer") as demo:
         # Shared mode: the visitor's random id, kept (encrypted) in their browser across reloads.
-        visitor = (gr.BrowserState(None, storage_key="spt-lsa-explorer-visitor", secret=ex.browser_secret())
-                   if ex.shared else None)
-        gr.Markdown("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch "
-                    "Tokenization** and **Locality Self-Attention** ([Lee, Lee & Song 2021]"
-                    "(https://arxiv.org/abs/2112.13492)), trained on the same small dataset. Pick two models, "
-                    "give them an image (or click an example), and look inside.")
-        prev_a, prev_b = gr.State(refs[0]), gr.State(refs[1])
-        with gr.Row():
-            with gr.Column():
-                slot_a = gr.Dropdown(choices, value=refs[0], label="Model A", allow_custom_value=True,
-                                     info="a checkpoint, or a Hub id owner/name[@revision]")
-                card_a = gr.Markdown(slots.card(refs[0]), elem_classes="slot-card", elem_id="card-a")
-            with gr.Column():
-                slot_b = gr.Dropdown(choices, value=refs[1], label="Model B", allow_custom_value=True,
-                                     info="a checkpoint, or a Hub id owner/name[@revision]")
-                card_b = gr.Markdown(slots.card(refs[1]), elem_classes="slot-card", elem_id="card-b")
-        pairs, pair_btns = ablation_pairs(ex, refs[1]), []
-        with gr.Row(equal_height=True):
-            refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm", scale=0, min_width=220)
-            if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots
-                gr.Markdown("**Ablation pairs** (A | B):", elem_id="pairs-label", scale=0, min_width=190)
-                pair_btns = [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
-                             for label, a, b in pairs]
+        visitor = (gr.BrowserState(None, storage_key="spt-lsa-explorer-visitor", secret=app.browser_secret())
+                   if app.shared else None)
+        gr.Markdown(INTRO)
+        loaded = gr.State(refs[0]), gr.State(refs[1])
+        slot_a, card_a, slot_b, card_b = _model_slots(app, choices, refs)
+        refresh_btn, pair_btns = _toolbar(app, refs[1])
         with gr.Row():
             with gr.Column(scale=1, min_width=260):
-                upload = images.build(ex, slot_b, _classes(ex, refs[1]), first)
+                upload = images.build(app, slot_b, _classes(app, refs[1]), first)
             with gr.Column(scale=3):
                 page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"),
-                            loaded=(prev_a, prev_b), cards=(card_a, card_b))
-                with gr.Tabs() as tabs:
-                    compare.build(ex, page)
-                    patches.build(ex, page)
-                    attention.build(ex, page)
-                    evidence.build(ex, page)
-                    tau.build(ex, page)
-                    data_size.build(ex, page)
-                    finetune.build(ex, page)
+                            loaded=loaded, cards=(card_a, card_b))
+                tabs, finetune_tab = _tabs(app, page)
 
         tabs.select(open_tab, None, [page.tab], api_name=False, queue=False)
         for btn, a, b in pair_btns:
             btn.click(_pick(a, b), None, [slot_a, slot_b], api_name=False, queue=False)
-        kept_a, kept_b = gr.State(None), gr.State(None)  # a failed load's card, kept through the slot's revert
-        slot_a.change(slots.load_a, [slot_a, prev_a, kept_a], [slot_a, prev_a, card_a, kept_a],
-                      api_name="load_model_a", **UNLISTED)
-        slot_b.change(slots.load_b, [slot_b, prev_b, kept_b], [slot_b, prev_b, card_b, kept_b],
-                      api_name="load_model_b", **UNLISTED)
-        ft_base, ft_mine = page.extra["ft_base"], page.extra["ft_mine"]
-        refresh_btn.click(slots.refresh, [slot_a, slot_b], [slot_a, slot_b, ft_base], api_name="refresh",
-                          **UNLISTED).then(
-            finetune.FinetuneTab(ex).mine, None, [ft_mine], api_name=False)
-        def models(request: gr.Request = None) -> dict:
-            """The models this app offers you, to name as ref_a / ref_b in the other tools: each checkpoint's
-            reference, label, variant (vanilla, spt, lsa, spt_lsa), dataset, training-set size, test top-1
-            and top-5 (fractions), epochs, and whether it is loaded (answers at once); the Hub models loaded;
-            the pair the page starts with. Any Hugging Face Hub id of an explorer checkpoint works as well.
-
-            Returns:
-                {"models": [...], "loaded_from_hub": [...], "page_default": {"ref_a", "ref_b"}, "also": ...}
-            """
-            return model_list(ex, request)
-
-        gr.api(models, api_name="models")
-        cell, outline_js = page.extra["outline"]
-        demo.load(None, [cell], None, js=outline_js)
-        if ex.shared:
-            demo.load(slots.visit, [visitor], [visitor, slot_a, slot_b, ft_base, ft_mine], api_name="visitor",
-                      **UNLISTED)
-            demo.unload(ex.leave)
-        else:  # the page was built when the app started: runs made since then are listed as it opens
-            demo.load(slots.lists, None, [slot_a, slot_b, ft_base, ft_mine], api_name=False, queue=False)
+        slots = Slots(app, finetune_tab)
+        _wire_slots(slots, page, refresh_btn)
+        gr.api(_models_tool(app), api_name="models")
+        _wire_page_open(app, demo, slots, page, visitor)
     return demo
+
+
+def _model_slots(app: AppState, choices, refs) -> tuple[gr.Dropdown, gr.Markdown, gr.Dropdown, gr.Markdown]:
+    """Model A's slot and card beside model B's."""
+    made = []
+    with gr.Row():
+        for name, ref in zip("AB", refs, strict=True):
+            with gr.Column():
+                slot = gr.Dropdown(choices, value=ref, label=f"Model {name}", allow_custom_value=True,
+                                   info="a checkpoint, or a Hub id owner/name[@revision]")
+                card = gr.Markdown(slot_card(app, ref), elem_classes="slot-card", elem_id=f"card-{name.lower()}")
+            made += [slot, card]
+    return tuple(made)
+
+
+def _toolbar(app: AppState, ref_b: str | None) -> tuple[gr.Button, list[tuple[gr.Button, str, str]]]:
+    """The refresh button and, when the 2x2 ablation is here, a button per pair (with the pair it puts in
+    the slots)."""
+    pairs, pair_btns = app.ablation_pairs(ref_b), []
+    with gr.Row(equal_height=True):
+        refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm", scale=0, min_width=220)
+        if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots
+            gr.Markdown("**Ablation pairs** (A | B):", elem_id="pairs-label", scale=0, min_width=190)
+            pair_btns = [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
+                         for label, a, b in pairs]
+    return refresh_btn, pair_btns
+
+
+def _tabs(app: AppState, page: Page) -> tuple[gr.Tabs, FinetuneTab]:
+    """The tabs, one module each; the Fine-tune tab's handlers are also the slots' (its list of runs)."""
+    with gr.Tabs() as tabs:
+        for module in (compare, patches, attention, evidence, tau, data_size):
+            module.build(app, page)
+        finetune_tab = finetune.build(app, page)
+    return tabs, finetune_tab
+
+
+def _wire_slots(slots: Slots, page: Page, refresh_btn: gr.Button) -> None:
+    """A slot's change loads its model (the previous one kept, with the reason, on failure); the refresh
+    button lists the checkpoints as they are now, in the slots and the Fine-tune tab."""
+    (prev_a, prev_b), (card_a, card_b) = page.loaded, page.cards
+    kept_a, kept_b = gr.State(None), gr.State(None)  # a failed load's card, kept through the slot's revert
+    page.slot_a.change(slots.load_a, [page.slot_a, prev_a, kept_a], [page.slot_a, prev_a, card_a, kept_a],
+                       api_name="load_model_a", **UNLISTED)
+    page.slot_b.change(slots.load_b, [page.slot_b, prev_b, kept_b], [page.slot_b, prev_b, card_b, kept_b],
+                       api_name="load_model_b", **UNLISTED)
+    lists = [page.slot_a, page.slot_b, page.from_tabs.finetune_base]
+    refresh_btn.click(slots.refresh, [page.slot_a, page.slot_b], lists, api_name="refresh", **UNLISTED).then(
+        slots.finetune.mine, None, [page.from_tabs.finetune_runs], api_name=False)
+
+
+def _models_tool(app: AppState):
+    """The `models` endpoint (an MCP tool): its name and docstring are what a client reads."""
+    def models(request: gr.Request = None) -> dict:
+        """The models this app offers you, to name as ref_a / ref_b in the other tools: each checkpoint's
+        reference, label, variant (vanilla, spt, lsa, spt_lsa), dataset, training-set size, test top-1
+        and top-5 (fractions), epochs, and whether it is loaded (answers at once); the Hub models loaded;
+        the pair the page starts with. Any Hugging Face Hub id of an explorer checkpoint works as well.
+
+        Returns:
+            {"models": [...], "loaded_from_hub": [...], "page_default": {"ref_a", "ref_b"}, "also": ...}
+        """
+        return app.model_list(request)
+
+    return models
+
+
+def _wire_page_open(app: AppState, demo: gr.Blocks, slots: Slots, page: Page, visitor) -> None:
+    """What the page does as it opens (the query's outline drawn; the lists as they are now, and in shared
+    mode the visitor's id) and, in shared mode, as it closes."""
+    from_tabs = page.from_tabs
+    demo.load(None, [from_tabs.query_cell], None, js=from_tabs.outline_js)
+    lists = [page.slot_a, page.slot_b, from_tabs.finetune_base, from_tabs.finetune_runs]
+    if app.shared:
+        demo.load(slots.visit, [visitor], [visitor, *lists], api_name="visitor", **UNLISTED)
+        demo.unload(app.leave)
+    else:  # the page was built when the app started: runs made since then are listed as it opens
+        demo.load(slots.lists, None, lists, api_name=False, queue=False)
 
 
 def open_tab(evt: gr.SelectData) -> str:

@@ -10,22 +10,22 @@ from explorer.catalog import STUDY
 from explorer.config import ViTConfig
 from explorer.probe import tau_table
 from explorer.shared import FINETUNED
-from explorer.ui.context import Explorer, Page, initial
+from explorer.ui.context import AppState, Page, initial
 from explorer.ui.pictures import as_pictures, drawn, picture
 
 COLUMNS = ["model", "layer", "tau", "initial √d_k", "ratio"]
 
 
 class TauTab:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
 
     def shipped_lsa(self, request=None) -> list[str]:
         """The app's own full-data LSA checkpoints (not fine-tuned runs, nor the small-data study's, which
         show when a slot holds them), read from their cards without loading."""
         refs = []
-        for ref in self.ex.choices(request):
-            card = None if ref.startswith((f"{FINETUNED}/", f"{STUDY}/")) else self.ex.store.local_card(ref)
+        for ref in self.app.choices(request):
+            card = None if ref.startswith((f"{FINETUNED}/", f"{STUDY}/")) else self.app.store.local_card(ref)
             try:
                 if card is not None and ViTConfig.from_dict(card["config"]).use_lsa:
                     refs.append(ref)
@@ -37,19 +37,19 @@ class TauTab:
         """The LSA models to show: every shipped LSA checkpoint (so the LSA-only and the SPT/LSA model sit
         side by side whatever the slots hold), then the slots' own; a model that has left the slots is not
         shown, though it may still be loaded."""
-        a, b = self.ex.pair(ref_a, ref_b, request)  # a reference the visitor may not use is refused here
+        a, b = self.app.pair(ref_a, ref_b, request)  # a reference the visitor may not use is refused here
         shipped = []
         for ref in self.shipped_lsa(request):
             try:
-                shipped.append(self.ex.store.get(ref))
+                shipped.append(self.app.store.get(ref))
             except (OSError, ValueError):  # CheckpointError included: a broken checkpoint is left out
                 continue
         models, seen = [], set()
-        for lm in shipped + [a, b]:
-            key = self.ex.store.key(lm.ref)
-            if lm.config.use_lsa and key not in seen:
+        for model in shipped + [a, b]:
+            key = self.app.store.key(model.ref)
+            if model.config.use_lsa and key not in seen:
                 seen.add(key)
-                models.append(lm)
+                models.append(model)
         return models
 
     def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
@@ -65,12 +65,12 @@ class TauTab:
             tau per layer (image), tau over training (image), the table (model, layer, tau, √d_k, ratio)
         """
         models = self.models(ref_a, ref_b, request)
-        per_model = {lm.label: lm.probe.tau() for lm in models}
-        initial_tau = {lm.label: lm.config.initial_tau for lm in models}
-        history = {lm.label: lm.card.get("history", []) for lm in models}
-        rows = [[lm.label, row["layer"], ", ".join(f"{v:.3f}" for v in row["tau"]), f"{row['initial']:.3f}",
+        per_model = {model.label: model.probe.tau() for model in models}
+        initial_tau = {model.label: model.config.initial_tau for model in models}
+        history = {model.label: model.card.get("history", []) for model in models}
+        rows = [[model.label, row["layer"], ", ".join(f"{v:.3f}" for v in row["tau"]), f"{row['initial']:.3f}",
                  f"{row['mean_tau'] / row['initial']:.2f}"]
-                for lm in models for row in tau_table(lm.model, lm.config)]
+                for model in models for row in tau_table(model.model, model.config)]
         return (plots.plot_tau(per_model, initial_tau), plots.plot_tau_history(history),
                 pd.DataFrame(rows, columns=COLUMNS))
 
@@ -84,8 +84,8 @@ class TauTab:
             return gr.update(), gr.update(), gr.update()
 
 
-def build(ex: Explorer, page: Page) -> TauTab:
-    tab = TauTab(ex)
+def build(app: AppState, page: Page) -> TauTab:
+    tab = TauTab(app)
     plot, history, table = initial(tab.tau, *page.refs, default=(None, None, None))
     with gr.Tab("Tau", id="tau"):
         gr.Markdown("LSA divides the attention logits by a learned temperature **tau** instead of the fixed "

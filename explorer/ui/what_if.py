@@ -7,7 +7,7 @@ import gradio as gr
 
 from explorer import render
 from explorer.reports import pct
-from explorer.ui.context import Explorer, Page
+from explorer.ui.context import AppState, Page
 from explorer.ui.pictures import picture
 from explorer.workbench import picture_title, what_if, what_if_plot
 
@@ -36,8 +36,8 @@ def summary_line(name: str, w) -> str:
 
 
 class WhatIfTab:
-    def __init__(self, ex: Explorer):
-        self.ex = ex
+    def __init__(self, app: AppState):
+        self.app = app
 
     def what_if(self, file, ref_a: str, ref_b: str, layer: float, qy: float, qx: float, factor_a: float,
                 mask_a: str, factor_b: float, mask_b: str, request: gr.Request = None):
@@ -60,19 +60,19 @@ class WhatIfTab:
             top-5 of A as learned, A what-if, B as learned, B what-if; the maps (image); entropy and
             distance (image); a summary (Markdown)
         """
-        image, preview = self.ex.image(file)
-        a, b = self.ex.pair(ref_a, ref_b, request)
+        image, preview = self.app.image(file)
+        a, b = self.app.pair(ref_a, ref_b, request)
         if mask_a not in MASKS or mask_b not in MASKS:
             raise gr.Error(f"the diagonal mask is one of {list(MASKS)}")
         try:
-            wa, wb = (what_if(lm, self.ex.cache, image, preview, factor, MASKS[mask], int(layer or 0),
+            wa, wb = (what_if(model, self.app.cache, image, preview, factor, MASKS[mask], int(layer or 0),
                               (float(qy or 0), float(qx or 0)))
-                      for lm, factor, mask in ((a, factor_a, mask_a), (b, factor_b, mask_b)))
+                      for model, factor, mask in ((a, factor_a, mask_a), (b, factor_b, mask_b)))
         except ValueError as e:
             raise gr.Error(str(e)) from None
         tagged = (("A", wa), ("B", wb))
         names = [f"{tag}: {w.model.label}" for tag, w in tagged]
-        plot = what_if_plot(list(zip(names, (wa, wb), strict=True)), self.ex.plots)
+        plot = what_if_plot(list(zip(names, (wa, wb), strict=True)), self.app.plots)
         maps = render.side_by_side([w.maps for _, w in tagged], [picture_title(tag, w.model) for tag, w in tagged])
         summary = "\n\n".join(summary_line(n, w) for n, w in zip(names, (wa, wb), strict=True))
         summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wb.layer} "
@@ -80,8 +80,8 @@ class WhatIfTab:
         return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, maps, plot, summary
 
 
-def build(ex: Explorer, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.Number) -> WhatIfTab:
-    tab = WhatIfTab(ex)
+def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.Number) -> WhatIfTab:
+    tab = WhatIfTab(app)
     # Nothing is computed at start-up: the accordion is closed, and a what-if probe costs memory per model.
     first = (None,) * 6 + (PRESS,)
     with gr.Accordion("LSA switches: what if τ or the diagonal mask were different?", open=False):
