@@ -420,17 +420,7 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     moment and started again with the same arguments resumes from its last completed epoch and ends
     as if it had never stopped; a backup of another run (`base`, the recipe, data or model differ) is
     refused with the reason."""
-    keras = _keras()
-    if reuse:
-        # Not keras.utils.set_random_seed: on TensorFlow it calls tf.random.set_seed, which clears the
-        # eager context's caches, and every compiled function then takes seconds to set up again (measured:
-        # 4 s of a 5 s warm run). Batches and augmentation draw from their own (seed, epoch, index) streams,
-        # and Keras' layers from their own seed generators, so Python's and NumPy's seeds are all that is left.
-        import random
-        random.seed(tc.seed)
-        np.random.seed(tc.seed)
-    else:
-        keras.utils.set_random_seed(tc.seed)
+    _seed_run(tc.seed, reuse)
     (x_train, y_train), val = training_split(dataset, tc)
     num_classes = dataset.num_classes
     batch_size = min(tc.batch_size, len(x_train))
@@ -438,43 +428,23 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     check_batch_split(batch_size, devices)
     train_batches = make_batches(x_train, y_train, num_classes, batch_size, tc.augment, tc.seed, True,
                                  tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob, tc.repeats)
-    # One validation batch when it fits (exact weighted loss, one compiled shape), else padded batches; padded
-    # to a size every device gets an equal share of.
-    step = 64 if reuse else 1
-    val_size = (-(-(-(-len(val[0]) // step) * step if len(val[0]) <= 2048 else 512) // devices) * devices
-                if val is not None else 0)
-    val_batches = (make_batches(val[0], val[1], num_classes, val_size, False, tc.seed, False)
-                   if val is not None else None)
+    val_batches = _validation_batches(val, num_classes, tc.seed, devices, reuse)
     steps_per_epoch = len(train_batches)
     total_steps = steps_per_epoch * tc.epochs
     if tc.max_steps:
         total_steps = min(total_steps, tc.max_steps)
-    trainee, block = model, None
-    if tc.randaugment or tc.random_erasing:
-        from explorer.step_augment import augmentation_block, with_augmentation
-        block = augmentation_block(tc.randaugment, tc.random_erasing)
-        trainee = with_augmentation(model, block)  # fitted in the model's place; it trains the model's weights
+    trainee, block = _with_step_augmentation(model, tc)
     compiled = compile_for_run(trainee, tc, num_classes, total_steps, reuse)
     history: list[dict] = []
     state: dict = {"cancelled": False, "stopped_by": None, "wall_before": 0.0}
     if backup:
-        from explorer import backup as backups
-        done = backups.check(backup, backups.run_identity(model, dataset, tc, base))
-        if done:
-            print(f"resuming from backup {backup}: {done} of {tc.epochs} epochs done", flush=True)
+        _check_backup(backup, model, dataset, tc, base)
     if tc.keep_best and start is not None and "val_top1" in start:
         # Step 0 competes too: a run that never beats the head it started from keeps that head.
         state["best"] = {"epoch": 0, "val_top1": start["val_top1"], "val_loss": start.get("val_loss"),
                          "weights": model.get_weights()}
-    callbacks = make_callbacks(model, history, tc, steps_per_epoch, progress, cancel, state, train_batches,
-                               val_batches)
-    from explorer.layers import DropPath
-    if block is not None or any(isinstance(layer, DropPath) for layer in model.layers):
-        from explorer.step_augment import Reseed
-        callbacks.insert(0, Reseed(trainee, tc.seed))  # the step's draws a function of (seed, epoch, step)
-    if backup:
-        # After the recorder: an epoch is saved once its record is in the history.
-        callbacks.append(backups.TrainingBackup(backup, train_batches, history, state))
+    callbacks = _run_callbacks(model, trainee, block, tc, history, state, train_batches, val_batches,
+                               progress, cancel, backup)
     if start is not None and progress is not None:
         progress({"kind": "epoch", "epoch": 0, **start})
     began = time.perf_counter()
@@ -484,7 +454,79 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     wall = time.perf_counter() - began + state["wall_before"]
     if state["cancelled"] or (cancel is not None and cancel.is_set()):
         raise Cancelled("training was cancelled; no checkpoint was written")
-    images_seen = state["steps"] * batch_size
+    kept, metrics = _keep_best(model, history, state, start)
+    training = _training_summary(tc, history, state, start, kept, wall, compiled, batch_size=batch_size,
+                                 train_images=len(x_train), validation_images=len(val[0]) if val is not None else 0,
+                                 devices=devices)
+    return {"history": history, "metrics": metrics, "steps": state["steps"],
+            "stopped_by": state["stopped_by"], "epochs_done": len(history), "training": training}
+
+
+def _seed_run(seed: int, reuse: bool) -> None:
+    """Seeds what a run draws from outside its own (seed, epoch, index) streams."""
+    if reuse:
+        # Not keras.utils.set_random_seed: on TensorFlow it calls tf.random.set_seed, which clears the
+        # eager context's caches, and every compiled function then takes seconds to set up again (measured:
+        # 4 s of a 5 s warm run). Batches and augmentation draw from their own (seed, epoch, index) streams,
+        # and Keras' layers from their own seed generators, so Python's and NumPy's seeds are all that is left.
+        import random
+        random.seed(seed)
+        np.random.seed(seed)
+    else:
+        _keras().utils.set_random_seed(seed)
+
+
+def _validation_batches(val, num_classes: int, seed: int, devices: int, reuse: bool):
+    """The held-out images' batches, or None without a validation split.
+
+    One validation batch when it fits (exact weighted loss, one compiled shape), else padded batches; padded
+    to a size every device gets an equal share of."""
+    if val is None:
+        return None
+    n = len(val[0])
+    step = 64 if reuse else 1
+    size = -(-n // step) * step if n <= 2048 else 512
+    size = -(-size // devices) * devices
+    return make_batches(val[0], val[1], num_classes, size, False, seed, False)
+
+
+def _with_step_augmentation(model, tc: TrainConfig):
+    """(what is fitted, the in-step augmentation block or None): the model itself, or the model behind the
+    recipe's RandAugment / random erasing block, which trains the model's own weights."""
+    if not (tc.randaugment or tc.random_erasing):
+        return model, None
+    from explorer.step_augment import augmentation_block, with_augmentation
+    block = augmentation_block(tc.randaugment, tc.random_erasing)
+    return with_augmentation(model, block), block
+
+
+def _check_backup(backup, model, dataset: Dataset, tc: TrainConfig, base: dict | None) -> None:
+    """Refuses another run's backup; says how far a backup of this run got."""
+    from explorer import backup as backups
+    done = backups.check(backup, backups.run_identity(model, dataset, tc, base))
+    if done:
+        print(f"resuming from backup {backup}: {done} of {tc.epochs} epochs done", flush=True)
+
+
+def _run_callbacks(model, trainee, block, tc: TrainConfig, history: list, state: dict, train_batches,
+                   val_batches, progress: Callable[[dict], None] | None, cancel: threading.Event | None,
+                   backup) -> list:
+    """The run's callbacks in their order: the reseeding of in-step draws, the recorder, the backup."""
+    callbacks = make_callbacks(model, history, tc, len(train_batches), progress, cancel, state, train_batches,
+                               val_batches)
+    from explorer.layers import DropPath
+    if block is not None or any(isinstance(layer, DropPath) for layer in model.layers):
+        from explorer.step_augment import Reseed
+        callbacks.insert(0, Reseed(trainee, tc.seed))  # the step's draws a function of (seed, epoch, step)
+    if backup:
+        from explorer import backup as backups
+        # After the recorder: an epoch is saved once its record is in the history.
+        callbacks.append(backups.TrainingBackup(backup, train_batches, history, state))
+    return callbacks
+
+
+def _keep_best(model, history: list, state: dict, start: dict | None) -> tuple[int, dict]:
+    """(the epoch the run ends with, its metrics): with keep_best, the best epoch's weights are put back."""
     best = state.get("best")
     kept = len(history)
     if best is not None and best["epoch"] != len(history):
@@ -495,22 +537,28 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
         last = history[kept - 1] if kept >= 1 else start
         metrics.update({k: last[k] for k in ("top1", "top5", "loss") if k in last})
         metrics.update({k: last[k] for k in ("val_top1", "val_top5", "val_loss") if k in last})
-    return {"history": history, "metrics": metrics, "steps": state["steps"],
-            "stopped_by": state["stopped_by"], "epochs_done": len(history),
-            "training": {"epochs": len(history), "planned_epochs": tc.epochs, "steps": state["steps"],
-                         "wall_time_s": round(wall, 1),
-                         "images_per_second": round(images_seen / wall, 1) if wall > 0 else None,
-                         "train_images": int(len(x_train)), "batch_size": batch_size,
-                         "start": start, "kept_epoch": kept,
-                         "validation_images": int(len(val[0])) if val is not None else 0,
-                         "device": device_name() if devices == 1 else f"{devices} × {device_name()}",
-                         "devices": devices, "recipe": asdict(tc),
-                         # where the time went: the first step (with tracing and compiling when it is new),
-                         # all steps, validation and what the callbacks do at each epoch's end
-                         "timing": {"first_step_s": round(state.get("first_step_s", 0.0), 3),
-                                    "steps_s": round(state.get("steps_s", 0.0), 3),
-                                    "validation_s": round(state.get("validation_s", 0.0), 3),
-                                    "compiled": compiled}}}
+    return kept, metrics
+
+
+def _training_summary(tc: TrainConfig, history: list, state: dict, start: dict | None, kept: int, wall: float,
+                      compiled: bool, *, batch_size: int, train_images: int, validation_images: int,
+                      devices: int) -> dict:
+    """The record's "training": what ran, on what, and where the time went."""
+    images_seen = state["steps"] * batch_size
+    return {"epochs": len(history), "planned_epochs": tc.epochs, "steps": state["steps"],
+            "wall_time_s": round(wall, 1),
+            "images_per_second": round(images_seen / wall, 1) if wall > 0 else None,
+            "train_images": int(train_images), "batch_size": batch_size,
+            "start": start, "kept_epoch": kept,
+            "validation_images": int(validation_images),
+            "device": device_name() if devices == 1 else f"{devices} × {device_name()}",
+            "devices": devices, "recipe": asdict(tc),
+            # where the time went: the first step (with tracing and compiling when it is new),
+            # all steps, validation and what the callbacks do at each epoch's end
+            "timing": {"first_step_s": round(state.get("first_step_s", 0.0), 3),
+                       "steps_s": round(state.get("steps_s", 0.0), 3),
+                       "validation_s": round(state.get("validation_s", 0.0), 3),
+                       "compiled": compiled}}
 
 
 def predict_logits(model, x, batch_size: int = PREDICT_BATCH) -> np.ndarray:

@@ -39,11 +39,15 @@ def tiny_config(**overrides):
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_environment(tmp_path_factory):
-    """What the tester's environment says about data does not reach the tests (or the apps they start)."""
+    """What the tester's environment says about data does not reach the tests (or the apps they start), and
+    nothing they cache is shared with another session."""
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("EXPLORER_DATA_DIR", raising=False)
         mp.setenv("KERAS_HOME", str(tmp_path_factory.mktemp("keras-home")))
         mp.setenv("EXPLORER_CIFAR_URL", NO_NETWORK)
+        # Each session (each xdist worker) its own Gradio cache: Gradio writes a cached picture in place, and
+        # two workers writing the same one could each read the other's half-written file.
+        mp.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
         yield
 
 

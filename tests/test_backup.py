@@ -76,6 +76,7 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(data_dir, tmp_path):
     assert ca["training"]["steps"] == cb["training"]["steps"]
 
 
+@pytest.mark.slow
 def test_a_backup_of_another_run_is_refused_with_the_reason(data_dir, tmp_path):
     backup = tmp_path / "backup"
     # A time budget stops the run after its first step; the backup (no epoch completed) stays for a longer go.

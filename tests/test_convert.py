@@ -293,6 +293,7 @@ def repo_files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
     """The published example's layout (push_to_hub_keras: a SavedModel at the top, a README) served by a local
     Hub; the real huggingface_hub client fetches it in a fresh process, the CLI converts it."""

@@ -310,6 +310,7 @@ def test_a_crashed_or_failing_worker_is_reported_and_saves_nothing(tiny_checkpoi
     assert list_checkpoints(out) == [] and _no_leftovers(out)
 
 
+@pytest.mark.slow
 def test_the_cli_with_only_base_and_dataset_runs_the_default_recipe(tiny_checkpoints, cifar10, tmp_path, capsys):
     from explorer.train import main
     x, y = pick(cifar10, ["cat", "dog", "ship"], 20)

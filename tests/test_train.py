@@ -46,6 +46,7 @@ def test_the_schedule_drives_the_optimizer(cifar10):
     assert "tau" in record["history"][0] and {"loss", "top1", "top5"} <= set(record["history"][0])
 
 
+@pytest.mark.slow
 def test_history_records_tau_of_every_layer(cifar10):
     model = build_vit(tiny_config(variant="spt_lsa", tau_mode="head"), 10)
     record = fit(model, cifar10.subset(train=128, test=0),
@@ -76,6 +77,7 @@ def test_cancel_raises_and_writes_nothing(cifar10, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_train_cli_on_512_images_writes_a_loadable_checkpoint(tmp_path, data_dir):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "explorer.train", "--preset", "tiny", "--variant", "spt_lsa",
@@ -260,6 +262,7 @@ def test_repeated_augmentation_passes_over_every_image_that_many_times_an_epoch(
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_train_cli_paper_recipe_one_epoch_on_1000_images_records_the_recipe(tmp_path, data_dir):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "explorer.train", "--preset", "tiny", "--recipe", "paper",
@@ -347,6 +350,7 @@ def test_validation_counts_each_real_image_once(cifar10):
     assert last["val_loss"] == pytest.approx(loss, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_validation_every_n_epochs_and_after_the_last(cifar10):
     model = build_vit(tiny_config(), 10)
     record = fit(model, cifar10.subset(train=256, test=0),

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
+pytest.importorskip("playwright")  # a machine without playwright still collects the suite
 
 # The always-present "Upload your own image" button's file input (the upload box itself shows the first
 # example's file when the page opens, and takes a new one only once cleared).

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from playwright.sync_api import expect
 
 from explorer.shared import REFUSED
 from tests.conftest import ROOT
 from tests.e2e.conftest import start_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
+# Imported here, not at the top: a machine without playwright still collects the suite.
+expect = pytest.importorskip("playwright.sync_api").expect
 SCRATCH = "(a new model from scratch)"
 STORAGE_KEY = "spt-lsa-explorer-visitor"
 WIDTH = 1280
