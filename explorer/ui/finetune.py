@@ -52,7 +52,7 @@ class FinetuneTab:
     def training_where(self) -> str:
         """Where a fine-tune will run, as the tab says it."""
         try:
-            backend, reason = choose_backend(self.ex.runner.environ)
+            backend, reason = choose_backend(self.ex.runner.settings)
         except JobError as e:
             return f"⚠ {e}"
         return f"Keras on {backend}; {reason}" if reason != "no GPU" else f"CPU, Keras on {backend}"
@@ -245,11 +245,11 @@ def build(ex: Explorer, page: Page) -> FinetuneTab:
         if ex.shared:
             with gr.Row():
                 gr.Markdown(f"**A shared instance:** {ex.shared_limits.describe()}.", elem_id="shared-note")
-                if os.environ.get("SPACE_ID"):
+                if ex.settings.space_id:
                     gr.DuplicateButton("Duplicate this Space to fine-tune on your own hardware", size="sm",
                                        scale=0, elem_id="duplicate")
         gr.Markdown(HELP.format(where=tab.training_where(), epochs=ex.limits.max_epochs, images=ex.limits.max_images))
-        gr.Markdown(hardware_note(ex.runner.environ if ex.runner.environ is not None else os.environ),
+        gr.Markdown(hardware_note(ex.runner.settings),
                     elem_id="ft-hardware")
         with gr.Row():
             base = gr.Dropdown(base_choices(choices), value=PAIR, label="fine-tune",
