@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -35,7 +36,7 @@ def _setting(env: str, default, kind: str, doc: str, shown: str | None = None):
 
 def _number(name: str, text: str, whole: bool, positive: bool, what: str):
     try:
-        value = int(text.strip()) if whole else float(text)
+        value = int(text) if whole else float(text)
     except ValueError:
         value = None
     if value is None or not math.isfinite(value) or value < 0 or (positive and value == 0):
@@ -46,10 +47,10 @@ def _number(name: str, text: str, whole: bool, positive: bool, what: str):
 def _shapes(name: str, text: str) -> tuple[tuple[int, int], ...]:
     shapes = []
     for item in text.split(","):
-        classes, x, images = item.strip().partition("x")
         if not item.strip():
             continue
-        if not (x and classes.isdigit() and images.isdigit()):
+        classes, times, images = item.strip().partition("x")
+        if not (times and classes.isdigit() and images.isdigit()):
             raise SettingsError(f"{name}={text!r}: expected shapes as classes x images, comma-separated "
                                 f"(5x800,10x800)")
         shapes.append((int(classes), int(images)))
@@ -82,7 +83,7 @@ def parse(name: str, text: str, kind: str):
             return word
         raise SettingsError(f"{name}={text!r}: expected {'/'.join(ON)}, {'/'.join(OFF)} or compile")
     if kind == "priority":
-        if text.strip() in ("idle", "normal") or text.strip().lstrip("-").isdigit():
+        if text.strip() in ("idle", "normal") or re.fullmatch(r"-?\d+", text.strip()):
             return text.strip()
         raise SettingsError(f"{name}={text!r}: expected idle, normal or a niceness")
     if kind == "shapes":
@@ -130,8 +131,8 @@ class Settings:
     # --- what a run may ask for (every visitor) -----------------------------------------------------
     max_epochs: int = _setting("EXPLORER_MAX_EPOCHS", 30, "count", "a fine-tuning run's epochs at most")
     max_images: int = _setting("EXPLORER_MAX_IMAGES", 50_000, "count", "a fine-tuning run's images at most")
-    max_zip_mb: int = _setting("EXPLORER_MAX_ZIP_MB", 200, "count", "an uploaded zip of images, megabytes")
-    max_upload_mb: int = _setting("EXPLORER_MAX_UPLOAD_MB", 25, "count", "an uploaded image's file, megabytes")
+    max_zip_mb: int = _setting("EXPLORER_MAX_ZIP_MB", 200, "count", "an uploaded zip of images, megabytes at most")
+    max_upload_mb: int = _setting("EXPLORER_MAX_UPLOAD_MB", 25, "count", "an uploaded image file, megabytes at most")
     max_pixels: int = _setting("EXPLORER_MAX_PIXELS", 40_000_000, "count", "an uploaded image's pixels at most")
 
     # --- shared mode (a public Space) ---------------------------------------------------------------
@@ -143,11 +144,12 @@ class Settings:
         "one kept in `checkpoints/.browser-secret`")
     max_queue: int = _setting("EXPLORER_MAX_QUEUE", 3, "count", "Starts waiting behind the run going on")
     max_runs: int = _setting("EXPLORER_MAX_RUNS", 20, "count", "fine-tuning runs kept, all visitors together")
-    max_run_mb: float = _setting("EXPLORER_MAX_RUN_MB", 200.0, "amount", "their checkpoints' megabytes, together")
+    max_run_mb: float = _setting("EXPLORER_MAX_RUN_MB", 200.0, "amount", "their checkpoints, megabytes, all together")
     run_ttl_hours: float = _setting("EXPLORER_RUN_TTL_HOURS", 24.0, "amount", "hours a run is kept after it ended")
     max_hub_mb: float = _setting(
         "EXPLORER_MAX_HUB_MB", 50.0, "amount", "a Hub checkpoint's files, megabytes, checked before fetching")
-    max_hub_cache_mb: float = _setting("EXPLORER_MAX_HUB_CACHE_MB", 500.0, "amount", "the app's Hub cache, megabytes")
+    max_hub_cache_mb: float = _setting(
+        "EXPLORER_MAX_HUB_CACHE_MB", 500.0, "amount", "the app's Hub cache, megabytes at most")
 
     # --- the fine-tuning worker ---------------------------------------------------------------------
     train_backend: str | None = _setting(
@@ -169,7 +171,7 @@ class Settings:
         "EXPLORER_COMPILE_CACHE", None, "text", "the worker's JAX compilation cache (the app sets it)",
         "`checkpoints/.compile-cache`")
     compile_cache_mb: float = _setting(
-        "EXPLORER_COMPILE_CACHE_MB", 512.0, "megabytes", "that cache's size at most")
+        "EXPLORER_COMPILE_CACHE_MB", 512.0, "megabytes", "that cache, megabytes at most")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -182,7 +184,7 @@ class Settings:
     def check(cls, field_name: str, text: str | None):
         """`text` parsed as the field `field_name`'s variable would be (a value given another way, such as
         an argument, is held to the same rule); its default when None or blank."""
-        f = next(f for f in dataclasses.fields(cls) if f.name == field_name)
+        f = _field(cls, field_name)
         if text is None or not (f.metadata["kind"] == "raw" or text.strip()):
             return f.default
         return parse(f.metadata["env"], text, f.metadata["kind"])
@@ -191,7 +193,7 @@ class Settings:
     def read(cls, field_name: str, environ: Mapping[str, str] | None = None):
         """One setting as the environment says it now, for a caller that must follow it while the process
         runs (huggingface_hub's HF_HUB_OFFLINE); everything else is read once, by from_env."""
-        f = next(f for f in dataclasses.fields(cls) if f.name == field_name)
+        f = _field(cls, field_name)
         return cls.check(field_name, (os.environ if environ is None else environ).get(f.metadata["env"]))
 
     @classmethod
@@ -203,6 +205,10 @@ class Settings:
             shown = f.metadata["shown"] or f"`{value}`"
             rows.append(f"| `{f.metadata['env']}` | {shown} | {f.metadata['doc']} |")
         return "\n".join(rows)
+
+
+def _field(cls, name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(cls) if f.name == name)
 
 
 if __name__ == "__main__":

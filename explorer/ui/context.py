@@ -242,8 +242,8 @@ class Explorer:
         if setting == "off":
             return
         try:
-            backend, _ = choose_backend(self.runner.settings)
-            gpu = cuda_gpu_present(self.runner.settings.driver_root) and backend == "jax"
+            backend, _ = choose_backend(self.settings)
+            gpu = cuda_gpu_present(self.settings.driver_root) and backend == "jax"
             shapes = [{"classes": classes, "images": images} for classes, images in self.settings.warm_shapes]
             bases = [str(self.root / ref) for ref in self.initial_refs() if ref and (self.root / ref).is_dir()]
             self.runner.prepare(bases if gpu or setting == "compile" else None, shapes)
