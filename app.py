@@ -20,14 +20,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def build():
+def build(settings=None):
     """The app: its state (the shipped pair loaded, the first visit analysed, the fine-tuning worker
-    starting in the background) and its Gradio page."""
+    starting in the background) and its Gradio page. `settings` (explorer.settings.Settings): by default the
+    environment's, read here once (after the libraries' defaults below are set)."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from explorer.settings import Settings
     from explorer.ui import AppState, build_demo
-    state = AppState()
+    state = AppState(settings=Settings.from_env() if settings is None else settings)
     state.preload()
     state.prepare_finetuning()
     return state, build_demo(state)
@@ -35,13 +37,13 @@ def build():
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if args.host:
+    if args.host:  # Gradio's own variables: the settings read them, and Gradio the port
         os.environ["GRADIO_SERVER_NAME"] = args.host
     if args.port:
         os.environ["GRADIO_SERVER_PORT"] = str(args.port)
-    _, demo = build()
+    state, demo = build()
     from explorer.ui import launch_kwargs
-    demo.queue(default_concurrency_limit=4).launch(**launch_kwargs(mcp=not args.no_mcp))
+    demo.queue(default_concurrency_limit=4).launch(**launch_kwargs(state.settings, mcp=not args.no_mcp))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.settings import Settings
+
 DATASETS = ("cifar10", "cifar100")
 _FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 _META = {"cifar10": "batches.meta", "cifar100": "meta"}
@@ -194,48 +196,55 @@ def sample_set() -> Dataset:
                    f"the first {len(x):,} CIFAR-10 test images, bundled with the app; {note}", sample=True)
 
 
-def keras_cache_dir() -> Path:
+def _given(settings: Settings | None) -> Settings:
+    """The caller's settings, else this process's environment's (a caller without any: a test, a script)."""
+    return Settings.from_env() if settings is None else settings
+
+
+def keras_cache_dir(settings: Settings | None = None) -> Path:
     """Where keras.datasets keeps its downloads: $KERAS_HOME/datasets, else ~/.keras/datasets."""
-    home = os.environ.get("KERAS_HOME") or Path.home() / ".keras"
+    home = _given(settings).keras_home or Path.home() / ".keras"
     return Path(home).expanduser() / "datasets"
 
 
-def candidate_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
+def candidate_dirs(data_dir: str | os.PathLike | None = None, settings: Settings | None = None) -> list[Path]:
     """Where a CIFAR folder is looked for, in order: the argument (else $EXPLORER_DATA_DIR), then the
     Keras cache. An explicit argument replaces the variable: the caller said where to look."""
+    settings = _given(settings)
     dirs = []
-    given = data_dir or os.environ.get("EXPLORER_DATA_DIR")
+    given = data_dir or settings.data_dir
     if given:
         dirs.append(Path(given).expanduser())
-    dirs.append(keras_cache_dir())
+    dirs.append(keras_cache_dir(settings))
     return dirs
 
 
-def find_cifar(name: str, data_dir: str | os.PathLike | None = None) -> Path | None:
+def find_cifar(name: str, data_dir: str | os.PathLike | None = None, settings: Settings | None = None) -> Path | None:
     """The first folder holding the named CIFAR dataset (the original layout), or None."""
     if name not in _FOLDERS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {DATASETS}")
-    for base in candidate_dirs(data_dir):
+    for base in candidate_dirs(data_dir, settings):
         for folder in (base / _FOLDERS[name], base / _KERAS_TARGETS[name] / _FOLDERS[name], base):
             if (folder / _META[name]).is_file():
                 return folder
     return None
 
 
-def cifar_url(name: str) -> str:
+def cifar_url(name: str, settings: Settings | None = None) -> str:
     """The archive's URL: $EXPLORER_CIFAR_URL (a mirror, or a test server) or the CIFAR home page."""
-    base = os.environ.get("EXPLORER_CIFAR_URL") or DEFAULT_CIFAR_URL
+    base = _given(settings).cifar_url or DEFAULT_CIFAR_URL
     return base.rstrip("/") + "/" + ARCHIVES[name]
 
 
 Progress = Callable[[float | None, str], None]
 
 
-def what_to_do(name: str) -> str:
+def what_to_do(name: str, settings: Settings | None = None) -> str:
     """How to give this machine the full dataset, in one sentence."""
-    cache = keras_cache_dir()
+    settings = _given(settings)
+    cache = keras_cache_dir(settings)
     return (f"set EXPLORER_DATA_DIR to a folder holding {_FOLDERS[name]}/, put {ARCHIVES[name]} "
-            f"({ARCHIVE_SIZES[name]}) into {cache}, or run where {cifar_url(name)} can be reached")
+            f"({ARCHIVE_SIZES[name]}) into {cache}, or run where {cifar_url(name, settings)} can be reached")
 
 
 def _fetch(url: str, target: Path, progress: Progress | None, timeout: float) -> None:
@@ -310,7 +319,8 @@ def _extract(archive: Path, name: str, target: Path) -> Path:
     return target / _FOLDERS[name]
 
 
-def download_cifar(name: str, progress: Progress | None = None, timeout: float = 30) -> Path:
+def download_cifar(name: str, progress: Progress | None = None, timeout: float = 30,
+                   settings: Settings | None = None) -> Path:
     """Downloads and unpacks the real CIFAR archive once into the Keras cache; returns its folder.
 
     The layout is keras.datasets' (`datasets/<name>-target/<folder>` and the archive beside it as
@@ -320,17 +330,18 @@ def download_cifar(name: str, progress: Progress | None = None, timeout: float =
     """
     if name not in _FOLDERS:
         raise DatasetError(f"unknown dataset {name!r}; choose one of {DATASETS}")
-    cache = keras_cache_dir()
+    settings = _given(settings)
+    cache = keras_cache_dir(settings)
     target = cache / _KERAS_TARGETS[name]
     if (target / _FOLDERS[name] / _META[name]).is_file():
         return target / _FOLDERS[name]
     archive = cache / f"{_KERAS_TARGETS[name]}_archive"
-    url = cifar_url(name)
+    url = cifar_url(name, settings)
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DatasetError(f"cannot create {cache} for the {name} download ({e.strerror or e}); "
-                           f"{what_to_do(name)}") from None
+                           f"{what_to_do(name, settings)}") from None
     if not archive.is_file() and (cache / ARCHIVES[name]).is_file():
         archive = cache / ARCHIVES[name]
     if not archive.is_file():
@@ -338,11 +349,11 @@ def download_cifar(name: str, progress: Progress | None = None, timeout: float =
             _fetch(url, archive, progress, timeout)
         except urllib.error.HTTPError as e:
             raise DatasetError(f"{name} is not on this machine and {url} answered {e.code} {e.reason}. "
-                               f"To use it, {what_to_do(name)}") from None
+                               f"To use it, {what_to_do(name, settings)}") from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
             raise DatasetError(f"{name} is not on this machine and could not be downloaded from {url} "
-                               f"({reason}). To use it, {what_to_do(name)}") from None
+                               f"({reason}). To use it, {what_to_do(name, settings)}") from None
         if url.startswith(DEFAULT_CIFAR_URL) and _sha256(archive) != _SHA256[name]:
             archive.unlink()
             raise DatasetError(f"the download of {url} is corrupt (its SHA-256 is not the archive's); "
@@ -353,27 +364,30 @@ def download_cifar(name: str, progress: Progress | None = None, timeout: float =
 
 
 def load_cifar(name: str, data_dir: str | os.PathLike | None = None, download: bool = True,
-               progress: Progress | None = None) -> Dataset:
+               progress: Progress | None = None, settings: Settings | None = None) -> Dataset:
     """The full CIFAR-10 or CIFAR-100 (both splits) from the first place that has it; else, with
     `download`, fetched once into the Keras cache (`progress(fraction or None, message)` follows it).
 
     Offline or without `download`, the DatasetError says where it looked and what to do.
     """
-    folder = find_cifar(name, data_dir)
+    settings = _given(settings)
+    folder = find_cifar(name, data_dir, settings)
     if folder is not None:
         return read_cifar(folder, name)
     if not download:
-        tried = ", ".join(str(d) for d in candidate_dirs(data_dir))
-        raise DatasetError(f"no {name} data here; looked in {tried}. To use it, {what_to_do(name)}")
-    return read_cifar(download_cifar(name, progress), name)
+        tried = ", ".join(str(d) for d in candidate_dirs(data_dir, settings))
+        raise DatasetError(f"no {name} data here; looked in {tried}. To use it, {what_to_do(name, settings)}")
+    return read_cifar(download_cifar(name, progress, settings=settings), name)
 
 
 def load_test_set(name: str, data_dir: str | os.PathLike | None = None, need: int = 1,
-                  download: bool = True, progress: Progress | None = None) -> Dataset:
+                  download: bool = True, progress: Progress | None = None,
+                  settings: Settings | None = None) -> Dataset:
     """A dataset whose test split has at least `need` images (fewer only if the full test set has
     fewer): a CIFAR folder when there is one, else the bundled sample when it is enough, else the
     full data downloaded (see load_cifar). Its training split may be empty (the sample has none)."""
-    folder = find_cifar(name, data_dir)
+    settings = _given(settings)
+    folder = find_cifar(name, data_dir, settings)
     if folder is not None:
         return read_cifar(folder, name)
     if name == "cifar10" and need <= len(sample_set().x_test):
@@ -382,5 +396,5 @@ def load_test_set(name: str, data_dir: str | os.PathLike | None = None, need: in
         raise DatasetError(f"unknown dataset {name!r}; choose one of {DATASETS}")
     if not download:
         raise DatasetError(f"{need:,} {name} test images need the full data set, which is not here; "
-                           f"to use it, {what_to_do(name)}")
-    return load_cifar(name, data_dir, download=True, progress=progress)
+                           f"to use it, {what_to_do(name, settings)}")
+    return load_cifar(name, data_dir, download=True, progress=progress, settings=settings)

@@ -25,6 +25,7 @@ import numpy as np
 
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import Dataset
+from explorer.settings import Settings
 
 BACKENDS = ("tensorflow", "jax", "torch")
 ZIP = "zip of class folders"
@@ -37,11 +38,15 @@ class JobError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What a run may ask for (a public Space caps these through the environment)."""
+    """What a run may ask for (a public Space caps these: EXPLORER_MAX_EPOCHS, _IMAGES, _ZIP_MB)."""
 
-    max_epochs: int = 30
-    max_images: int = 50_000
-    max_zip_mb: int = 200
+    max_epochs: int = Settings.max_epochs
+    max_images: int = Settings.max_images
+    max_zip_mb: int = Settings.max_zip_mb
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(settings.max_epochs, settings.max_images, settings.max_zip_mb)
 
 
 @dataclass
@@ -212,9 +217,9 @@ def cuda_gpu_present(root: str | os.PathLike = "/") -> bool:
     return (gpus.is_dir() and any(gpus.iterdir())) or (Path(root) / "dev" / "nvidia0").exists()
 
 
-def _gpu_probe(environ) -> Callable[[], bool]:
+def _gpu_probe(settings: Settings) -> Callable[[], bool]:
     # EXPLORER_DRIVER_ROOT: where the driver's /proc and /dev are seen (a container may mount them elsewhere).
-    return lambda: cuda_gpu_present(environ.get("EXPLORER_DRIVER_ROOT", "/"))
+    return lambda: cuda_gpu_present(settings.driver_root)
 
 
 def jax_cuda_installed(find_spec=importlib.util.find_spec) -> bool:
@@ -226,21 +231,20 @@ def jax_installed(find_spec=importlib.util.find_spec) -> bool:
     return find_spec("jax") is not None
 
 
-def choose_backend(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed,
+def choose_backend(settings: Settings, gpu_present=None, jax_cuda=jax_cuda_installed,
                    jax_cpu=jax_installed) -> tuple[str, str]:
     """(Keras backend for the training worker, why). EXPLORER_TRAIN_BACKEND wins; else JAX when a CUDA GPU
     and JAX with CUDA are both there (the proven GPU route: TensorFlow's wheels here are CPU-only); else JAX
     on the CPU when it is installed (requirements.txt has its CPU wheel): its compiled steps persist on disk
     (JAX's compilation cache), so a new worker, after an app restart say, loads them instead of compiling
-    (bench/finetune_speed.py); else the app's own backend."""
-    environ = os.environ if environ is None else environ
-    gpu_present = gpu_present or _gpu_probe(environ)
-    wanted = environ.get("EXPLORER_TRAIN_BACKEND", "").strip().lower()
+    (bench/finetune_speed.py); else the app's own backend (KERAS_BACKEND)."""
+    gpu_present = gpu_present or _gpu_probe(settings)
+    wanted = settings.train_backend
     if wanted:
         if wanted not in BACKENDS:
             raise JobError(f"EXPLORER_TRAIN_BACKEND={wanted!r} is not one of {BACKENDS}")
         return wanted, "EXPLORER_TRAIN_BACKEND"
-    app_backend = environ.get("KERAS_BACKEND", "tensorflow")
+    app_backend = settings.keras_backend
     if gpu_present():
         if jax_cuda():
             return "jax", "CUDA GPU with JAX"
@@ -254,16 +258,15 @@ def choose_backend(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed,
 
 
 
-def hardware_note(environ=None, gpu_present=None, jax_cuda=jax_cuda_installed) -> str:
+def hardware_note(settings: Settings, gpu_present=None, jax_cuda=jax_cuda_installed) -> str:
     """Where fine-tuning runs will train, as the Fine-tune tab says it: on a GPU or not, and when a GPU would
     sit idle, exactly what to change; on a Space without one, what duplicating it buys."""
-    environ = os.environ if environ is None else environ
-    gpu_present = gpu_present or _gpu_probe(environ)
+    gpu_present = gpu_present or _gpu_probe(settings)
     try:
-        backend, reason = choose_backend(environ, gpu_present, jax_cuda)
+        backend, reason = choose_backend(settings, gpu_present, jax_cuda)
     except JobError as e:
         return f"⚠ {e}"
-    space = bool(environ.get("SPACE_ID"))
+    space = bool(settings.space_id)
     gpu = gpu_present()
     switch = ("replace this Space's `requirements.txt` with the repository's `requirements-gpu.txt` (the same "
               "packages plus JAX with CUDA 12) and let the Space rebuild" if space else
@@ -397,12 +400,13 @@ class CompileCounter:
         return self.compiles - self.cache_hits, self.cache_hits
 
 
-def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb: float = 512.0) -> int:
+def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb: float = 512.0,
+          models: int = 4) -> int:
     """The long-lived worker: takes commands from `commands` (a queue of dicts; None when its input closed)
     and answers through `emit`, keeping Keras imported and the models it trained from (with their compiled
     steps) between jobs. Commands: {"kind": "job", "id", "dir"}, {"kind": "warm", "bases", "shapes"},
     {"kind": "ping", "id"}. Ends after `idle_s` without a command (its memory goes back) or when its input
-    closes."""
+    closes. It keeps up to `models` models; `cache_dir` holds at most `cache_mb` of compiled steps."""
     import queue
 
     began = time.perf_counter()
@@ -412,7 +416,7 @@ def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb:
     from explorer.transfer import WarmModels
     use_compile_cache(cache_dir, cache_mb)
     counter = CompileCounter()
-    warm = WarmModels(size=int(os.environ.get("EXPLORER_WORKER_MODELS", "4")))
+    warm = WarmModels(size=models)
     emit({"kind": "ready", "device": device_name(), "backend": keras.backend.backend(), "pid": os.getpid(),
           "imports_s": round(time.perf_counter() - began, 3)})
     while True:
@@ -497,9 +501,11 @@ def _read_commands(stream, commands, cancels: dict) -> None:
     commands.put(None)
 
 
-def main(argv=None) -> int:
+def main(argv=None, settings: Settings | None = None) -> int:
+    """The worker process; with --serve, its settings (default: its environment, which the runner sets)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--serve"]:
+        settings = Settings.from_env() if settings is None else settings
         import queue
         import threading
         emit = _event_stream()
@@ -507,9 +513,8 @@ def main(argv=None) -> int:
         commands: queue.Queue = queue.Queue()
         threading.Thread(target=_read_commands, args=(sys.stdin, commands, {}), name="commands",
                          daemon=True).start()
-        return serve(commands, emit, float(os.environ.get("EXPLORER_WORKER_IDLE_S", "600")),
-                     os.environ.get("EXPLORER_COMPILE_CACHE") or None,
-                     float(os.environ.get("EXPLORER_COMPILE_CACHE_MB", "512")))
+        return serve(commands, emit, settings.worker_idle_s, settings.compile_cache, settings.compile_cache_mb,
+                     settings.worker_models)
     if len(argv) != 1:
         print("usage: python -m explorer.finetune JOB_DIR   (one job, then exit)\n"
               "       python -m explorer.finetune --serve   (jobs as JSON lines on standard input)", file=sys.stderr)

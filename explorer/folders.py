@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.data import DATASETS, IMAGE_EXTENSIONS, Dataset, DatasetError, load_cifar
+from explorer.settings import Settings
 
 
 def _open_rgb(data: bytes, name: str, size: int) -> np.ndarray:
@@ -139,11 +140,11 @@ def read_image_zip(path: str | os.PathLike, image_size: int = 32, test_fraction:
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, image_size: int = 32,
-                 test_fraction: float = 0.2) -> Dataset:
+                 test_fraction: float = 0.2, settings: Settings | None = None) -> Dataset:
     """"cifar10", "cifar100", a folder of class folders, or a zip of them (`test_fraction` of each class
     held out for the test; 0 trains on all of them)."""
     if name in DATASETS:
-        return load_cifar(name, data_dir)
+        return load_cifar(name, data_dir, settings=settings)
     path = Path(name)
     if path.is_dir():
         return read_image_folder(path, image_size, test_fraction=test_fraction)

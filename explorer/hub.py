@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from explorer.settings import Settings
+
 # Hub rules: owner and name of letters, digits, '-', '_', '.', no '--' or '..', at most 96 characters.
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
 _REPO_ID = re.compile(rf"^{_PART}/{_PART}$")
@@ -69,8 +71,7 @@ def looks_like_repo_id(text: str) -> bool:
 def is_offline() -> bool:
     """HF_HUB_OFFLINE as it is now (huggingface_hub reads it once, at import)."""
     from huggingface_hub import constants
-    value = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
-    return value in ("1", "ON", "YES", "TRUE") or bool(constants.HF_HUB_OFFLINE)
+    return Settings.read("hf_hub_offline") or bool(constants.HF_HUB_OFFLINE)
 
 
 def _size(n: int) -> str:

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-MAX_UPLOAD_BYTES = int(os.environ.get("EXPLORER_MAX_UPLOAD_MB", "25")) * 2**20
-MAX_PIXELS = int(os.environ.get("EXPLORER_MAX_PIXELS", str(40_000_000)))
+from explorer.settings import Settings
+
+# The defaults; the app passes its own (EXPLORER_MAX_UPLOAD_MB, EXPLORER_MAX_PIXELS) to DecodedImages.
+MAX_UPLOAD_BYTES = Settings.max_upload_mb * 2**20
+MAX_PIXELS = Settings.max_pixels
 
 
 class ImageInputError(ValueError):
@@ -122,8 +125,9 @@ class DecodedImages:
     """Decoded uploads, kept by (path, mtime, size): one upload fires a handler per tab, each decodes it
     once. The arrays are read-only: every session shares them."""
 
-    def __init__(self, capacity: int = 32):
+    def __init__(self, capacity: int = 32, max_pixels: int = MAX_PIXELS, max_bytes: int = MAX_UPLOAD_BYTES):
         self.capacity = capacity
+        self.max_pixels, self.max_bytes = max_pixels, max_bytes
         self._items: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -135,7 +139,7 @@ class DecodedImages:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        image, preview = load_image(path)
+        image, preview = load_image(path, max_pixels=self.max_pixels, max_bytes=self.max_bytes)
         image.setflags(write=False)
         preview.setflags(write=False)
         with self._lock:

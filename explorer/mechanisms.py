@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.settings import Settings
 from explorer.study_report import ALL_NAMES, VARIANT_COLOR, study_variant
 
 COLUMNS = ("model", "variant", "train_images", "layer", "tau_mean", "tau_min", "tau_max", "tau_start",
@@ -226,14 +227,15 @@ def figure(rows: list[dict]):
     return fig
 
 
-def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int = IMAGES) -> list[Path]:
+def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int = IMAGES,
+          settings: Settings | None = None) -> list[Path]:
     """study/mechanisms.csv, MECHANISMS.md and mechanisms.png from every kept model; the CSV also beside the
     kept checkpoints, where the app (and a Space, which is not sent the study folder) reads it."""
     from PIL import Image
 
     from explorer.plots import figure_to_array
     from explorer.samples import TestImages
-    x = TestImages(data_dir).dataset("cifar10", need=images).x_test[:images]
+    x = TestImages(data_dir, settings=settings).dataset("cifar10", need=images).x_test[:images]
     rows = run(kept_models(checkpoints), x)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "mechanisms.csv")

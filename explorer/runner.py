@@ -1,6 +1,6 @@
-"""The fine-tune runner: one job at a time in a worker process (`python -m explorer.finetune JOB_DIR`), owned
-by the visitor who started it, with a first-come queue on a shared instance; and the run's state as the
-Fine-tune tab says it."""
+"""The fine-tune runner: one job at a time in a worker process (`python -m explorer.finetune --serve`, handled
+through explorer.worker), owned by the visitor who started it, with a first-come queue on a shared instance;
+and the run's state as the Fine-tune tab says it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from explorer.settings import Settings
+from explorer.worker import Worker, priority_prefix
 
 
 class Busy(RuntimeError):
@@ -74,97 +77,6 @@ class RunState:
         return (self.ended or time.time()) - self.started if self.started else 0.0
 
 
-def _positive(env, name: str, default: float) -> float:
-    """A positive number from the environment variable `name` (else `default`); a ValueError that names it."""
-    text = str(env.get(name, default)).strip()
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{name}={text!r}: expected a positive number of "
-                         f"{'megabytes' if name.endswith('_MB') else 'seconds'}")
-    return value
-
-
-class Worker:
-    """The long-lived training process (`python -m explorer.finetune --serve`): one at a time per runner. Its
-    events (JSON lines) go to `on_event(worker, event)`, its end to `on_exit(worker, code)`."""
-
-    def __init__(self, command: list[str], env: dict, cwd: str, log_path: Path, on_event, on_exit):
-        import subprocess
-        self.log_path = log_path
-        log = open(log_path, "ab")
-        try:
-            self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.PIPE,
-                                         env=env, cwd=cwd)
-        finally:
-            log.close()
-        self.last_heard = time.time()
-        self._on_event, self._on_exit = on_event, on_exit
-        self._send_lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, name="fine-tune-worker", daemon=True)
-        self._reader.start()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def send(self, command: dict) -> bool:
-        import json
-        try:
-            with self._send_lock:
-                self.proc.stdin.write((json.dumps(command) + "\n").encode())
-                self.proc.stdin.flush()
-            return True
-        except (BrokenPipeError, OSError, ValueError):
-            return False
-
-    def kill(self) -> None:
-        """SIGKILL, then waits until it is gone (so it writes nothing more into a folder about to go)."""
-        try:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        except (OSError, ValueError):
-            pass
-        except Exception:  # noqa: BLE001  (subprocess.TimeoutExpired: a process stuck in the kernel)
-            pass
-
-    def log_tail(self, since: int = 0, lines: int = 3) -> list[str]:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(since)
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return []
-        return [line for line in text.splitlines() if line.strip()][-lines:]
-
-    def log_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size
-        except OSError:
-            return 0
-
-    def _read(self) -> None:
-        import json
-        for line in self.proc.stdout:
-            self.last_heard = time.time()
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            self._on_event(self, event)
-        code = self.proc.wait()
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        self._on_exit(self, code)
-
-
 class FineTuneRunner:
     """One fine-tuning job at a time, in a long-lived worker process (`python -m explorer.finetune --serve`)
     with a Keras backend of its own; its progress is read with `snapshot()`.
@@ -188,22 +100,23 @@ class FineTuneRunner:
     `on_publish(folders, run_id, owner)` is called with a finished run's checkpoint folders. The worker
     runs at `priority` (EXPLORER_WORKER_PRIORITY): "idle" (the default: Linux's SCHED_IDLE, so it takes only
     the CPU the app leaves), a niceness ("10"), or "normal".
+
+    The worker is started with `environ` (default: the app's environment) and the worker settings above;
+    `settings` (explorer.settings.Settings) default to those `environ` gives.
     """
 
     def __init__(self, out_dir: str | os.PathLike, environ: dict | None = None, max_queue: int = 0,
                  on_publish=None, stale_s: float = 30.0, priority: str | None = None,
                  compile_cache: str | os.PathLike | None = None, idle_s: float | None = None,
-                 hang_s: float | None = None, cancel_grace_s: float = 3.0):
-        env = os.environ if environ is None else environ
+                 hang_s: float | None = None, cancel_grace_s: float = 3.0, settings: Settings | None = None):
+        self.settings = Settings.from_env(environ) if settings is None else settings
         self.out_dir = Path(out_dir)
         self.compile_cache = Path(compile_cache) if compile_cache else self.out_dir.parent / ".compile-cache"
-        self.idle_s = _positive(env, "EXPLORER_WORKER_IDLE_S", 600) if idle_s is None else idle_s
-        self.hang_s = _positive(env, "EXPLORER_WORKER_HANG_S", 180) if hang_s is None else hang_s
-        _positive(env, "EXPLORER_COMPILE_CACHE_MB", 512)  # read by the worker: refused here, before any run
+        self.idle_s = self.settings.worker_idle_s if idle_s is None else idle_s
+        self.hang_s = self.settings.worker_hang_s if hang_s is None else hang_s
         self.cancel_grace_s = cancel_grace_s
-        self.priority = (os.environ.get("EXPLORER_WORKER_PRIORITY", "idle") if priority is None else priority).strip()
-        if self.priority not in ("idle", "normal") and not self.priority.lstrip("-").isdigit():
-            raise ValueError(f"EXPLORER_WORKER_PRIORITY={self.priority!r}: expected idle, normal or a niceness")
+        self.priority = self.settings.worker_priority if priority is None else \
+            Settings.check("worker_priority", priority)
         self.environ = environ
         self.max_queue = max_queue
         self.on_publish = on_publish
@@ -223,14 +136,6 @@ class FineTuneRunner:
         self._tickets = 0
         self._durations: list[float] = []
         self._out = self.out_dir
-
-    def _priority_prefix(self, which) -> list[str]:
-        """What the worker's command starts with, so that serving comes first: every thread of it, from exec
-        on, runs under SCHED_IDLE (only when the app leaves a core idle), or at a niceness."""
-        if self.priority == "idle" and which("chrt"):
-            return ["chrt", "--idle", "0"]
-        nice = 19 if self.priority == "idle" else 0 if self.priority == "normal" else int(self.priority)
-        return ["nice", "-n", str(nice)] if nice and which("nice") else []
 
     # --- the queue (shared mode) --------------------------------------------------------------------
 
@@ -291,9 +196,12 @@ class FineTuneRunner:
     # --- a run --------------------------------------------------------------------------------------
 
     def _worker_env(self, backend: str) -> dict:
+        """The worker's environment: the app's (or `environ`), with the settings the worker reads."""
         env = {**(os.environ if self.environ is None else self.environ), "KERAS_BACKEND": backend,
                "PYTHONUNBUFFERED": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-               "EXPLORER_WORKER_IDLE_S": str(self.idle_s), "EXPLORER_COMPILE_CACHE": str(self.compile_cache)}
+               "EXPLORER_WORKER_IDLE_S": str(self.idle_s), "EXPLORER_COMPILE_CACHE": str(self.compile_cache),
+               "EXPLORER_COMPILE_CACHE_MB": str(self.settings.compile_cache_mb),
+               "EXPLORER_WORKER_MODELS": str(self.settings.worker_models)}
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         root = Path(__file__).resolve().parents[1]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
@@ -310,7 +218,7 @@ class FineTuneRunner:
             w.kill()
         root = Path(__file__).resolve().parents[1]
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        command = self._priority_prefix(shutil.which) + [sys.executable, "-m", "explorer.finetune", "--serve"]
+        command = priority_prefix(self.priority, shutil.which) + [sys.executable, "-m", "explorer.finetune", "--serve"]
         if self._log_dir is None:
             import tempfile
             self._log_dir = Path(tempfile.mkdtemp(prefix="explorer-worker-"))
@@ -326,7 +234,7 @@ class FineTuneRunner:
         `shapes` ({"classes", "images"}), has it compile their fine-tuning steps; without delaying anything:
         a Start meanwhile queues behind it in the worker."""
         from explorer.finetune import choose_backend
-        backend, _ = choose_backend(self.environ)
+        backend, _ = choose_backend(self.settings)
         with self._lock:
             w = self._ensure_worker(backend)
             if bases and shapes:
@@ -349,7 +257,7 @@ class FineTuneRunner:
 
         from explorer.checkpoints import clean_stale
         from explorer.finetune import choose_backend, write_job
-        backend, reason = choose_backend(self.environ)
+        backend, reason = choose_backend(self.settings)
         with self._lock:
             self._purge()
             if self._state.running:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.data import DatasetError, find_cifar, keras_cache_dir, load_cifar, load_test_set, sample_set
+from explorer.settings import Settings
 
 SAMPLE_NAME = re.compile(r"^(cifar10|cifar100)-test-(\d+)-")
 EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
@@ -46,13 +47,15 @@ class TestImages:
 
     `data_dir` is searched first for CIFAR folders (explorer.data.find_cifar); without one, CIFAR-10's
     first 1,000 test images come from the bundled sample and anything more is downloaded once into the
-    Keras cache.
+    Keras cache. `settings`: where downloads come from and go (default: this process's environment).
     """
 
     __test__ = False  # not a pytest class, whatever its name
 
-    def __init__(self, data_dir: str | None = None, samples_dir: str | os.PathLike | None = None):
+    def __init__(self, data_dir: str | None = None, samples_dir: str | os.PathLike | None = None,
+                 settings: Settings | None = None):
         self.data_dir = data_dir
+        self.settings = Settings.from_env() if settings is None else settings
         self.samples_dir = Path(samples_dir or tempfile.mkdtemp(prefix="explorer-samples-"))
         self._datasets: dict[str, object] = {}
         self._data_lock = threading.Lock()  # guards _datasets; held only for a look-up
@@ -71,7 +74,8 @@ class TestImages:
         with self._load_lock:
             if (ds := cached()) is not None:  # another session loaded it meanwhile
                 return ds
-            ds = load_test_set(name, self.data_dir, need, download=download, progress=progress)
+            ds = load_test_set(name, self.data_dir, need, download=download, progress=progress,
+                               settings=self.settings)
             with self._data_lock:
                 self._datasets[name] = ds
             return ds
@@ -83,24 +87,24 @@ class TestImages:
         if not ds.sample:
             return ds
         with self._load_lock:
-            full = load_cifar(name, self.data_dir, download=True, progress=progress)
+            full = load_cifar(name, self.data_dir, download=True, progress=progress, settings=self.settings)
             with self._data_lock:
                 self._datasets[name] = full
             return full
 
     def note(self, shared: bool = False) -> str:
         """Where the test images come from, in Markdown; `shared` leaves the server's paths out."""
-        folder = find_cifar("cifar10", self.data_dir)
+        folder = find_cifar("cifar10", self.data_dir, self.settings)
         if folder is not None:
             return f"_Test samples: CIFAR-10 from `{folder if not shared else folder.name}`._"
         n = len(sample_set().x_test)
         return (f"_Test samples come from the **{n:,} CIFAR-10 test images bundled with the app** (the first "
                 f"{n:,} of the test set; pixels decoded from a public JPEG copy of CIFAR-10, mean absolute "
                 f"error 5.8/255 against the originals). More (over {n:,} images, CIFAR-100, training) is "
-                f"downloaded once into `{keras_cache_dir() if not shared else '~/.keras/datasets'}`._")
+                f"downloaded once into `{keras_cache_dir(self.settings) if not shared else '~/.keras/datasets'}`._")
 
     def has_full(self, name: str = "cifar10") -> bool:
-        return find_cifar(name, self.data_dir) is not None
+        return find_cifar(name, self.data_dir, self.settings) is not None
 
     def sample(self, name: str, class_name: str | None = None, seed: int | None = None, progress=None) -> Sample:
         """A test image of `name` (random, or of one class), saved as a PNG named after its index and label.

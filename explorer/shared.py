@@ -13,8 +13,8 @@ nothing removed). In shared mode:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import math
 import os
 import secrets
 import shutil
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from explorer.checkpoints import CheckpointError, list_checkpoints, read_card, update_card
 from explorer.hub import looks_like_repo_id
+from explorer.settings import Settings
 
 FINETUNED = "finetuned"
 # One message for every reference a visitor may not use: it says what is allowed and reveals nothing.
@@ -32,45 +33,27 @@ REFUSED = ("not a model this app offers you: choose a checkpoint from the list, 
            "(owner/name or owner/name@revision)")
 
 
-def shared_mode(environ=None) -> bool:
-    env = os.environ if environ is None else environ
-    flag = env.get("EXPLORER_SHARED", "").strip().lower()
-    if flag in ("0", "false", "no", "off"):
-        return False
-    return bool(env.get("SPACE_ID")) or flag in ("1", "true", "yes", "on")
-
-
-def _env_number(env, name: str, default: float, kind=int):
-    value = env.get(name, "").strip()
-    try:
-        number = kind(value) if value else default
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not a number") from None
-    if not math.isfinite(number) or number < 0:
-        raise ValueError(f"environment variable {name}={value!r} must be a finite number, not negative")
-    return number
+def shared_mode(settings: Settings) -> bool:
+    """On with EXPLORER_SHARED=1 or where SPACE_ID is set (a Space), unless EXPLORER_SHARED=0."""
+    if settings.shared is not None:
+        return settings.shared
+    return bool(settings.space_id)
 
 
 @dataclass(frozen=True)
 class SharedLimits:
-    """What a shared instance allows; every field comes from an EXPLORER_* variable."""
+    """What a shared instance allows; every field comes from an EXPLORER_* variable (explorer.settings)."""
 
-    max_queue: int = 3            # EXPLORER_MAX_QUEUE: Starts waiting behind the run going on
-    max_runs: int = 20            # EXPLORER_MAX_RUNS: fine-tuning runs kept, all visitors together
-    max_run_mb: float = 200.0     # EXPLORER_MAX_RUN_MB: their checkpoints' size, all visitors together
-    run_ttl_hours: float = 24.0   # EXPLORER_RUN_TTL_HOURS: a run is removed this long after it ended
-    max_hub_mb: float = 50.0      # EXPLORER_MAX_HUB_MB: a Hub checkpoint's files, checked before fetching
-    max_hub_cache_mb: float = 500.0  # EXPLORER_MAX_HUB_CACHE_MB: the app's Hub cache
+    max_queue: int = Settings.max_queue            # EXPLORER_MAX_QUEUE: Starts waiting behind the run going on
+    max_runs: int = Settings.max_runs              # EXPLORER_MAX_RUNS: fine-tuning runs kept, all visitors together
+    max_run_mb: float = Settings.max_run_mb        # EXPLORER_MAX_RUN_MB: their checkpoints' size, all together
+    run_ttl_hours: float = Settings.run_ttl_hours  # EXPLORER_RUN_TTL_HOURS: a run is removed this long after it ended
+    max_hub_mb: float = Settings.max_hub_mb        # EXPLORER_MAX_HUB_MB: a Hub checkpoint's files, checked first
+    max_hub_cache_mb: float = Settings.max_hub_cache_mb  # EXPLORER_MAX_HUB_CACHE_MB: the app's Hub cache
 
     @classmethod
-    def from_env(cls, environ=None) -> SharedLimits:
-        env = os.environ if environ is None else environ
-        return cls(max_queue=_env_number(env, "EXPLORER_MAX_QUEUE", cls.max_queue),
-                   max_runs=_env_number(env, "EXPLORER_MAX_RUNS", cls.max_runs),
-                   max_run_mb=_env_number(env, "EXPLORER_MAX_RUN_MB", cls.max_run_mb, float),
-                   run_ttl_hours=_env_number(env, "EXPLORER_RUN_TTL_HOURS", cls.run_ttl_hours, float),
-                   max_hub_mb=_env_number(env, "EXPLORER_MAX_HUB_MB", cls.max_hub_mb, float),
-                   max_hub_cache_mb=_env_number(env, "EXPLORER_MAX_HUB_CACHE_MB", cls.max_hub_cache_mb, float))
+    def from_settings(cls, settings: Settings) -> SharedLimits:
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)})
 
     def describe(self) -> str:
         return (f"one run at a time, first come first served, with up to {self.max_queue} Starts waiting; "

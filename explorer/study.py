@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from explorer.config import VARIANTS
+from explorer.settings import Settings
 from explorer.study_report import study_variant
 
 # The study's variants: the model variants with the keras.io example's one temperature per LSA layer, and the
@@ -486,7 +487,8 @@ def plan_table(grid: Grid, rate: float, validation_images: int = 5000) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def main(argv=None, settings: Settings | None = None) -> int:
+    """The command line; `settings`: default, this process's environment (where CIFAR is found)."""
     p = argparse.ArgumentParser(prog="python -m explorer.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -526,7 +528,8 @@ def main(argv=None) -> int:
                 print(f"wrote {path}")
         elif args.command == "mechanisms":
             from explorer import mechanisms
-            for path in mechanisms.write(grid.keep_dir.parent, grid.folder, args.data_dir):
+            settings = Settings.from_env() if settings is None else settings
+            for path in mechanisms.write(grid.keep_dir.parent, grid.folder, args.data_dir, settings=settings):
                 print(f"wrote {path}")
     except StudyError as e:
         print(f"error: {e}", file=sys.stderr)

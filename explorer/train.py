@@ -29,6 +29,7 @@ from explorer.fitting import (
     fit,
 )
 from explorer.folders import held_out_problem, load_dataset
+from explorer.settings import Settings
 from explorer.transfer import (
     FT_IMAGE_BUDGET,
     FT_LEARNING_RATE,
@@ -156,7 +157,8 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None) -> int:
+def main(argv=None, settings: Settings | None = None) -> int:
+    """The command line; `settings`: default, this process's environment (where CIFAR is found)."""
     args = parse_args(argv)
     # Only what was given on the command line; the rest comes from the recipe (TrainConfig's defaults, or
     # for a fine-tune the short recipe, which needs the dataset's size first).
@@ -174,6 +176,7 @@ def main(argv=None) -> int:
     if args.recipe:  # the named recipe's values, under those given explicitly
         given = {**RECIPES[args.recipe], "name": args.recipe, **given}
     try:
+        settings = Settings.from_env() if settings is None else settings
         tc = TrainConfig(**given)  # refuses a bad recipe before anything is loaded
         architecture = {k: v for k, v in dict(variant=args.variant, tau_mode=args.tau_mode,
                                               drop_path=args.drop_path).items() if v is not None}
@@ -195,7 +198,8 @@ def main(argv=None) -> int:
         devices = distribute_over_devices() if args.distribute else 1  # before any model is built
         if not args.base or args.batch_size:  # else the recipe picks the batch size once the data is read
             check_batch_split(tc.batch_size, devices)
-        dataset = load_dataset(args.dataset, args.data_dir, test_fraction=0.0 if args.train_on_all else 0.2)
+        dataset = load_dataset(args.dataset, args.data_dir, test_fraction=0.0 if args.train_on_all else 0.2,
+                               settings=settings)
         if not args.train_on_all and args.dataset not in DATASETS and held_out_problem(dataset):
             raise DatasetError(f"{held_out_problem(dataset)} (--train-on-all)")
         if args.test_subset:

@@ -32,14 +32,6 @@ from explorer.probe import (
 )
 
 
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
-    try:
-        return int(value) if value else default
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-
-
 @dataclass
 class LoadedModel:
     """A checkpoint in memory with its compiled probe."""

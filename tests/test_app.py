@@ -21,7 +21,7 @@ def test_help_answers_without_importing_keras_tensorflow_or_gradio():
 def test_the_options_parse_before_anything_is_built():
     # app.py's parser alone (importing app.py would build the app)
     namespace: dict = {"__name__": "app_cli"}
-    exec(compile((ROOT / "app.py").read_text().split("def build()")[0], "app.py", "exec"), namespace)
+    exec(compile((ROOT / "app.py").read_text().split("def build(")[0], "app.py", "exec"), namespace)
     args = namespace["parse_args"](["--host", "0.0.0.0", "--port", "7861", "--no-mcp"])
     assert (args.host, args.port, args.no_mcp) == ("0.0.0.0", 7861, True)
     assert namespace["parse_args"]([]).host is None

@@ -20,10 +20,16 @@ from explorer.finetune import JobError, Limits, choose_backend, plan_job, recipe
 from explorer.fitting import TrainConfig, accuracy_metrics, make_batches, predict_logits, training_split
 from explorer.folders import read_image_zip
 from explorer.runner import Busy, FineTuneRunner
+from explorer.settings import Settings
 from explorer.transfer import fine_tune, fine_tune_recipe, prepare_head
 from tests.conftest import ROOT
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
+
+
+def settings_of(environ: dict) -> Settings:
+    """What a process with this environment (and no other variable) reads."""
+    return Settings.from_env(environ)
 
 
 def class_zip(path: Path, images: np.ndarray, labels: np.ndarray, names: list[str]) -> Path:
@@ -190,16 +196,16 @@ def test_a_pair_plan_shares_one_split_and_names_both(tiny_checkpoints, cifar10):
 
 def test_backend_choice():
     yes, no = (lambda: True), (lambda: False)
-    assert choose_backend({}, gpu_present=no, jax_cuda=yes, jax_cpu=no) == ("tensorflow", "no GPU")
+    assert choose_backend(settings_of({}), gpu_present=no, jax_cuda=yes, jax_cpu=no) == ("tensorflow", "no GPU")
     # On a CPU, JAX when it is installed: its compiled steps persist on disk across workers
-    assert choose_backend({}, gpu_present=no, jax_cuda=no, jax_cpu=yes)[0] == "jax"
-    assert choose_backend({}, gpu_present=yes, jax_cuda=yes) == ("jax", "CUDA GPU with JAX")
-    backend, why = choose_backend({}, gpu_present=yes, jax_cuda=no)
+    assert choose_backend(settings_of({}), gpu_present=no, jax_cuda=no, jax_cpu=yes)[0] == "jax"
+    assert choose_backend(settings_of({}), gpu_present=yes, jax_cuda=yes) == ("jax", "CUDA GPU with JAX")
+    backend, why = choose_backend(settings_of({}), gpu_present=yes, jax_cuda=no)
     assert backend == "tensorflow" and "requirements-gpu.txt" in why
-    assert choose_backend({"KERAS_BACKEND": "jax"}, gpu_present=no, jax_cuda=no, jax_cpu=no)[0] == "jax"
-    assert choose_backend({"EXPLORER_TRAIN_BACKEND": "torch"}, gpu_present=yes, jax_cuda=yes)[0] == "torch"
+    assert choose_backend(settings_of({"KERAS_BACKEND": "jax"}), gpu_present=no, jax_cuda=no, jax_cpu=no)[0] == "jax"
+    assert choose_backend(settings_of({"EXPLORER_TRAIN_BACKEND": "torch"}), gpu_present=yes, jax_cuda=yes)[0] == "torch"
     with pytest.raises(JobError, match="EXPLORER_TRAIN_BACKEND='mxnet'"):
-        choose_backend({"EXPLORER_TRAIN_BACKEND": "mxnet"})
+        choose_backend(settings_of({"EXPLORER_TRAIN_BACKEND": "mxnet"}))
 
 
 def test_jax_cuda_detection_looks_for_the_plugin():
@@ -421,16 +427,16 @@ def test_the_hardware_note_tells_an_idle_gpu_and_the_fix(tmp_path):
     root = str(fake_driver(tmp_path / "gpu"))
     # JAX is there but not its CUDA plugin: what a Space on GPU hardware has with the CPU requirements.
     no_plugin = lambda: jax_cuda_installed(find_spec=lambda name: object() if name == "jax" else None)  # noqa: E731
-    note = hardware_note({"EXPLORER_DRIVER_ROOT": root}, jax_cuda=no_plugin)
+    note = hardware_note(settings_of({"EXPLORER_DRIVER_ROOT": root}), jax_cuda=no_plugin)
     assert "has an NVIDIA GPU, but runs will train on its CPU" in note and "pip install -r requirements-gpu.txt" in note
-    on_space = hardware_note({"EXPLORER_DRIVER_ROOT": root, "SPACE_ID": "me/explorer"}, jax_cuda=no_plugin)
+    on_space = hardware_note(settings_of({"EXPLORER_DRIVER_ROOT": root, "SPACE_ID": "me/explorer"}), jax_cuda=no_plugin)
     assert "replace this Space's `requirements.txt` with the repository's `requirements-gpu.txt`" in on_space
-    assert "**GPU**" in hardware_note({"EXPLORER_DRIVER_ROOT": root}, jax_cuda=lambda: True)
-    none = hardware_note({"EXPLORER_DRIVER_ROOT": str(tmp_path / "none"), "SPACE_ID": "me/explorer"})
+    assert "**GPU**" in hardware_note(settings_of({"EXPLORER_DRIVER_ROOT": root}), jax_cuda=lambda: True)
+    none = hardware_note(settings_of({"EXPLORER_DRIVER_ROOT": str(tmp_path / "none"), "SPACE_ID": "me/explorer"}))
     assert "Duplicate the Space" in none and "ZeroGPU" in none and "PyTorch only" in none
-    assert "**CPU**" in hardware_note({"EXPLORER_DRIVER_ROOT": str(tmp_path / "none")})
-    assert choose_backend({"EXPLORER_DRIVER_ROOT": root}, jax_cuda=no_plugin)[0] == "tensorflow"
-    assert choose_backend({"EXPLORER_DRIVER_ROOT": root}, jax_cuda=lambda: True)[0] == "jax"
+    assert "**CPU**" in hardware_note(settings_of({"EXPLORER_DRIVER_ROOT": str(tmp_path / "none")}))
+    assert choose_backend(settings_of({"EXPLORER_DRIVER_ROOT": root}), jax_cuda=no_plugin)[0] == "tensorflow"
+    assert choose_backend(settings_of({"EXPLORER_DRIVER_ROOT": root}), jax_cuda=lambda: True)[0] == "jax"
 
 
 def test_the_gpu_requirements_are_the_apps_plus_jax_cuda_and_stand_alone():

@@ -12,14 +12,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 # Lower layers first: a module may import only modules of its own layer or below.
 LAYERS = [
     {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled",
-     "study_report"},
+     "study_report", "settings"},
     {"layers", "data"},
     {"models", "augment", "step_augment", "folders", "checkpoints", "shared", "catalog"},
     {"probe", "fitting", "backup", "convert"},
     {"transfer", "evaluate", "evidence"},
     {"train", "robustness", "workbench", "reports", "samples", "study", "mechanisms"},
     {"finetune"},
-    {"runner"},
+    {"runner", "worker"},
     {"ui"},
 ]
 

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from explorer.checkpoints import CheckpointError
+from explorer.settings import Settings
 from explorer.shared import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
 
 
@@ -29,20 +30,25 @@ def add_run(store: RunStore, owner: str, name: str, ended: float, run_id: str | 
     return f"finetuned/{owner}/{name}"
 
 
+def limits_from(environ: dict) -> SharedLimits:
+    return SharedLimits.from_settings(Settings.from_env(environ))
+
+
 def test_shared_mode_comes_from_the_space_or_the_flag():
-    assert not shared_mode({})
-    assert shared_mode({"SPACE_ID": "someone/space"}) and shared_mode({"EXPLORER_SHARED": "1"})
-    assert not shared_mode({"SPACE_ID": "someone/space", "EXPLORER_SHARED": "0"})
-    limits = SharedLimits.from_env({"EXPLORER_MAX_QUEUE": "5", "EXPLORER_RUN_TTL_HOURS": "0.5"})
+    assert not shared_mode(Settings.from_env({}))
+    assert shared_mode(Settings.from_env({"SPACE_ID": "someone/space"}))
+    assert shared_mode(Settings.from_env({"EXPLORER_SHARED": "1"}))
+    assert not shared_mode(Settings.from_env({"SPACE_ID": "someone/space", "EXPLORER_SHARED": "0"}))
+    limits = limits_from({"EXPLORER_MAX_QUEUE": "5", "EXPLORER_RUN_TTL_HOURS": "0.5"})
     assert (limits.max_queue, limits.run_ttl_hours, limits.max_runs) == (5, 0.5, 20)
-    with pytest.raises(ValueError, match="EXPLORER_MAX_RUNS='many' is not a number"):
-        SharedLimits.from_env({"EXPLORER_MAX_RUNS": "many"})
+    with pytest.raises(ValueError, match="EXPLORER_MAX_RUNS='many': expected a whole number"):
+        limits_from({"EXPLORER_MAX_RUNS": "many"})
     # The Hub limits, in megabytes (10**6 bytes): the workbench and the cache pruning take them from here.
-    hub = SharedLimits.from_env({"EXPLORER_MAX_HUB_MB": "12.5", "EXPLORER_MAX_HUB_CACHE_MB": "0"})
+    hub = limits_from({"EXPLORER_MAX_HUB_MB": "12.5", "EXPLORER_MAX_HUB_CACHE_MB": "0"})
     assert (hub.max_hub_mb, hub.max_hub_cache_mb) == (12.5, 0.0)
     for bad in ("-1", "nan", "inf"):
-        with pytest.raises(ValueError, match=f"EXPLORER_MAX_HUB_MB='{bad}' must be a finite number, not negative"):
-            SharedLimits.from_env({"EXPLORER_MAX_HUB_MB": bad})
+        with pytest.raises(ValueError, match=f"EXPLORER_MAX_HUB_MB='{bad}': expected a finite number, 0 or more"):
+            limits_from({"EXPLORER_MAX_HUB_MB": bad})
 
 
 def test_a_visitor_reaches_the_shipped_models_their_runs_and_hub_ids_only(root, tmp_path):

@@ -544,7 +544,8 @@ def test_the_fine_tune_tab_says_when_a_gpu_would_sit_idle(ex, tmp_path, monkeypa
     import importlib.util
     if any(importlib.util.find_spec(n) for n in ("jax_cuda12_plugin", "jax_cuda13_plugin")):
         pytest.skip("JAX's CUDA plugin is installed here")
-    notes = [c["props"]["value"] for c in build_demo(ex).config["components"]
+    here = AppState(root=ex.root, data_dir=ex.data_dir)  # the settings are read as the app starts
+    notes = [c["props"]["value"] for c in build_demo(here).config["components"]
              if c["props"].get("elem_id") == "ft-hardware"]
     assert len(notes) == 1 and "has an NVIDIA GPU, but runs will train on its CPU" in notes[0]
     assert "pip install -r requirements-gpu.txt" in notes[0]

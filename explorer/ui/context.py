@@ -22,19 +22,20 @@ from explorer.finetune import Limits
 from explorer.inputs import DecodedImages, ImageInputError
 from explorer.runner import FineTuneRunner
 from explorer.samples import TestImages
+from explorer.settings import Settings
 from explorer.shared import FINETUNED, RunStore, SharedLimits, new_visitor_id, owner_key, shared_mode
-from explorer.workbench import ModelStore, PlotCache, ResultCache, env_int
+from explorer.workbench import ModelStore, PlotCache, ResultCache
 
 PROJECT = Path(__file__).resolve().parents[2]
 DEFAULT_A = "cifar10-vanilla"
 DEFAULT_B = "cifar10-spt_lsa"
 
 
-def default_data_dir() -> str | None:
+def default_data_dir(settings: Settings) -> str | None:
     """$EXPLORER_DATA_DIR, else a `shared/data` folder beside the project (this repo's layout), else None:
     the bundled sample, the Keras cache and downloads on demand (explorer.data)."""
-    if os.environ.get("EXPLORER_DATA_DIR"):
-        return os.environ["EXPLORER_DATA_DIR"]
+    if settings.data_dir:
+        return settings.data_dir
     beside = PROJECT.parent / "shared" / "data"
     return str(beside) if beside.is_dir() else None
 
@@ -99,28 +100,29 @@ def initial(handler, *args, default=None):
 
 class AppState:
     """State shared by all sessions: the model cache, probe results, test images and the fine-tune runner;
-    in shared mode (a public Space) also who each session is and what they may reach."""
+    in shared mode (a public Space) also who each session is and what they may reach. `settings` (default:
+    the environment's, read here) give what `root`, `data_dir` and `shared` do not."""
 
     def __init__(self, root: str | os.PathLike | None = None, data_dir: str | None = None,
-                 default_a: str = DEFAULT_A, default_b: str = DEFAULT_B, shared: bool | None = None):
-        self.root = Path(root or os.environ.get("EXPLORER_CHECKPOINTS", PROJECT / "checkpoints"))
-        self.data_dir = data_dir if data_dir is not None else default_data_dir()
-        self.shared = shared_mode() if shared is None else shared
-        self.shared_limits = SharedLimits.from_env()
+                 default_a: str = DEFAULT_A, default_b: str = DEFAULT_B, shared: bool | None = None,
+                 settings: Settings | None = None):
+        self.settings = settings = Settings.from_env() if settings is None else settings
+        self.root = Path(root or settings.checkpoints or PROJECT / "checkpoints")
+        self.data_dir = data_dir if data_dir is not None else default_data_dir(settings)
+        self.shared = shared_mode(settings) if shared is None else shared
+        self.shared_limits = SharedLimits.from_settings(settings)
         self.runs = RunStore(self.root, self.shared, self.shared_limits)
         hub_cache = str(self.root / ".hub-cache") if self.shared else None
         self.store = ModelStore(self.root, cache_dir=hub_cache,
                                 max_hub_bytes=int(self.shared_limits.max_hub_mb * 1e6) if self.shared else None)
         self.cache = ResultCache()
         self.plots = PlotCache()
-        self.images = DecodedImages()
-        self.tests = TestImages(self.data_dir)
+        self.images = DecodedImages(max_pixels=settings.max_pixels, max_bytes=settings.max_upload_mb * 2**20)
+        self.tests = TestImages(self.data_dir, settings=settings)
         self.runner = FineTuneRunner(self.root / FINETUNED,
                                      max_queue=self.shared_limits.max_queue if self.shared else 0,
-                                     on_publish=self._published)
-        self.limits = Limits(max_epochs=env_int("EXPLORER_MAX_EPOCHS", 30),
-                             max_images=env_int("EXPLORER_MAX_IMAGES", 50_000),
-                             max_zip_mb=env_int("EXPLORER_MAX_ZIP_MB", 200))
+                                     on_publish=self._published, settings=settings)
+        self.limits = Limits.from_settings(settings)
         self.default_a, self.default_b = default_a, default_b
         self.downloads_dir = Path(tempfile.mkdtemp(prefix="explorer-downloads-"))
         self._visitors: dict[str, str] = {}        # session -> the visitor id its browser keeps
@@ -178,8 +180,8 @@ class AppState:
     def browser_secret(self) -> str:
         """The key the visitor's id is encrypted with in their browser: $EXPLORER_BROWSER_SECRET, else one
         kept beside the checkpoints, so ids (and with them visitors' runs) survive a restart."""
-        if os.environ.get("EXPLORER_BROWSER_SECRET"):
-            return os.environ["EXPLORER_BROWSER_SECRET"]
+        if self.settings.browser_secret:
+            return self.settings.browser_secret
         path = self.root / ".browser-secret"
         try:
             return path.read_text().strip()
@@ -261,17 +263,13 @@ class AppState:
         shapes in EXPLORER_WARM_SHAPES ("classes x images", comma-separated; default "5x800,10x800").
         EXPLORER_PREWARM=0 turns it off (the first Start then starts the worker)."""
         from explorer.finetune import choose_backend, cuda_gpu_present
-        setting = os.environ.get("EXPLORER_PREWARM", "1").strip().lower()
-        if setting in ("0", "false", "no", "off"):
+        setting = self.settings.prewarm
+        if setting == "off":
             return
         try:
-            backend, _ = choose_backend()
-            gpu = cuda_gpu_present(os.environ.get("EXPLORER_DRIVER_ROOT", "/")) and backend == "jax"
-            shapes = []
-            for item in os.environ.get("EXPLORER_WARM_SHAPES", "5x800,10x800").split(","):
-                classes, _, images = item.strip().partition("x")
-                if classes.isdigit() and images.isdigit():
-                    shapes.append({"classes": int(classes), "images": int(images)})
+            backend, _ = choose_backend(self.settings)
+            gpu = cuda_gpu_present(self.settings.driver_root) and backend == "jax"
+            shapes = [{"classes": classes, "images": images} for classes, images in self.settings.warm_shapes]
             bases = [str(self.root / ref) for ref in self.initial_refs() if ref and (self.root / ref).is_dir()]
             self.runner.prepare(bases if gpu or setting == "compile" else None, shapes)
         except Exception as e:  # noqa: BLE001  (the first Start then starts the worker itself)

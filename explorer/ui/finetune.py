@@ -75,7 +75,7 @@ class FinetuneTab:
     def training_where(self) -> str:
         """Where a fine-tune will run, as the tab says it."""
         try:
-            backend, reason = choose_backend(self.app.runner.environ)
+            backend, reason = choose_backend(self.app.runner.settings)
         except JobError as e:
             return f"⚠ {e}"
         return f"Keras on {backend}; {reason}" if reason != "no GPU" else f"CPU, Keras on {backend}"
@@ -274,11 +274,11 @@ def build(app: AppState, page: Page) -> FinetuneTab:
         if app.shared:
             with gr.Row():
                 gr.Markdown(f"**A shared instance:** {app.shared_limits.describe()}.", elem_id="shared-note")
-                if os.environ.get("SPACE_ID"):
+                if app.settings.space_id:
                     gr.DuplicateButton("Duplicate this Space to fine-tune on your own hardware", size="sm",
                                        scale=0, elem_id="duplicate")
         gr.Markdown(HELP.format(where=tab.training_where(), epochs=app.limits.max_epochs, images=app.limits.max_images))
-        gr.Markdown(hardware_note(app.runner.environ if app.runner.environ is not None else os.environ),
+        gr.Markdown(hardware_note(app.runner.settings),
                     elem_id="ft-hardware")
         with gr.Row():
             base = gr.Dropdown(base_choices(choices), value=PAIR, label="fine-tune",

@@ -3,12 +3,11 @@ the page does when a visitor arrives, refreshes the model lists or leaves."""
 
 from __future__ import annotations
 
-import os
-
 import gradio as gr
 
 from explorer.checkpoints import CheckpointError
 from explorer.samples import examples
+from explorer.settings import Settings
 from explorer.shared import REFUSED
 from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau
 from explorer.ui.cards import card_markdown
@@ -243,18 +242,18 @@ def open_tab(evt: gr.SelectData) -> str:
     return evt.value
 
 
-def mcp_server(enabled: bool = True) -> bool | None:
+def mcp_server(settings: Settings, enabled: bool = True) -> bool | None:
     """Whether the app also serves its tools over MCP (at /gradio_api/mcp/): on by default when the `mcp`
     package is there (requirements.txt installs `gradio[mcp]`); off with `python app.py --no-mcp` or
     EXPLORER_MCP=0; GRADIO_MCP_SERVER, when set, decides as Gradio documents it (None: Gradio reads it)."""
     import importlib.util
-    if not enabled or os.environ.get("EXPLORER_MCP", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not enabled or not settings.mcp:
         return False
-    if "GRADIO_MCP_SERVER" in os.environ:
+    if settings.gradio_mcp_server is not None:
         return None
     return importlib.util.find_spec("mcp") is not None
 
 
-def launch_kwargs(mcp: bool = True) -> dict:
-    return {"server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-            "theme": gr.themes.Soft(), "css": CSS, "show_error": True, "mcp_server": mcp_server(mcp)}
+def launch_kwargs(settings: Settings, mcp: bool = True) -> dict:
+    return {"server_name": settings.server_name,
+            "theme": gr.themes.Soft(), "css": CSS, "show_error": True, "mcp_server": mcp_server(settings, mcp)}

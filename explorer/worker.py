@@ -1,0 +1,97 @@
+"""The fine-tuning worker process as the app sees it (its other side is `python -m explorer.finetune --serve`):
+started at a CPU priority, sent commands and read back as JSON lines, its end reported; the runner
+(explorer.runner) decides what it runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+
+def priority_prefix(priority: str, which) -> list[str]:
+    """What the worker's command starts with, so that serving comes first: every thread of it, from exec on,
+    runs under SCHED_IDLE (only when the app leaves a core idle), or at a niceness. `priority`: "idle",
+    "normal" or a niceness (EXPLORER_WORKER_PRIORITY); `which`: shutil.which."""
+    if priority == "idle" and which("chrt"):
+        return ["chrt", "--idle", "0"]
+    nice = 19 if priority == "idle" else 0 if priority == "normal" else int(priority)
+    return ["nice", "-n", str(nice)] if nice and which("nice") else []
+
+
+class Worker:
+    """The long-lived training process (`python -m explorer.finetune --serve`): one at a time per runner. Its
+    events (JSON lines) go to `on_event(worker, event)`, its end to `on_exit(worker, code)`."""
+
+    def __init__(self, command: list[str], env: dict, cwd: str, log_path: Path, on_event, on_exit):
+        import subprocess
+        self.log_path = log_path
+        log = open(log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.PIPE,
+                                         env=env, cwd=cwd)
+        finally:
+            log.close()
+        self.last_heard = time.time()
+        self._on_event, self._on_exit = on_event, on_exit
+        self._send_lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, name="fine-tune-worker", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, command: dict) -> bool:
+        import json
+        try:
+            with self._send_lock:
+                self.proc.stdin.write((json.dumps(command) + "\n").encode())
+                self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL, then waits until it is gone (so it writes nothing more into a folder about to go)."""
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        except (OSError, ValueError):
+            pass
+        except Exception:  # noqa: BLE001  (subprocess.TimeoutExpired: a process stuck in the kernel)
+            pass
+
+    def log_tail(self, since: int = 0, lines: int = 3) -> list[str]:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.strip()][-lines:]
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _read(self) -> None:
+        import json
+        for line in self.proc.stdout:
+            self.last_heard = time.time()
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            self._on_event(self, event)
+        code = self.proc.wait()
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self._on_exit(self, code)
