@@ -26,7 +26,6 @@ use into the repo's snapshot in the Hugging Face cache, which keeps it from then
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from explorer import hub
@@ -37,6 +36,7 @@ from explorer.convert.labels import CIFAR10_CLASSES, CIFAR100_CLASSES, LABEL_FIL
 from explorer.convert.mapping import KERAS_EPSILON, Mapping, map_example
 from explorer.convert.source import INACTIVE, KERAS2, KERAS3, KIND, ConvertError, SourceLayer, SourceModel
 from explorer.convert.write import CONVERTED, build_model, convert, hub_checkpoint
+from explorer.settings import Settings, SettingsError
 
 __all__ = [
     "APP_SELECTION", "CIFAR10_CLASSES", "CIFAR100_CLASSES", "CONVERTED", "HUB_SELECTION", "INACTIVE", "KERAS2",
@@ -55,18 +55,15 @@ def main(argv=None) -> int:
     p.add_argument("--name", help="the checkpoint's name (default: from the source); never overwrites")
     p.add_argument("--max-mb", type=float, default=None,
                    help="refuse a Hub repo whose model files exceed this many MB (default: $EXPLORER_MAX_HUB_MB, "
-                        "else no limit)")
+                        "as the app; see explorer.settings)")
     args = p.parse_args(argv)
-    limit = args.max_mb
-    if limit is None and os.environ.get("EXPLORER_MAX_HUB_MB"):
-        try:
-            limit = float(os.environ["EXPLORER_MAX_HUB_MB"])
-        except ValueError:
-            print(f"error: EXPLORER_MAX_HUB_MB={os.environ['EXPLORER_MAX_HUB_MB']!r} is not a number", file=sys.stderr)
-            return 2
     try:
-        folder = convert(args.source, args.out, args.name,
-                         max_hub_bytes=int(limit * hub.MB) if limit is not None else None)
+        limit = args.max_mb if args.max_mb is not None else Settings.from_env().max_hub_mb
+    except SettingsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        folder = convert(args.source, args.out, args.name, max_hub_bytes=int(limit * hub.MB))
     except ConvertError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
