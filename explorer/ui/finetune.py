@@ -164,7 +164,7 @@ class FinetuneTab:
         labels = []
         for m in plan.members:
             try:
-                variant = m.variant or read_card(m.base).get("variant")
+                variant = m.variant or read_card(m.base).variant
             except (CheckpointError, OSError, ValueError):
                 continue
             if variant in ("lsa", "spt_lsa"):

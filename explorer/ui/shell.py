@@ -8,6 +8,7 @@ import os
 import gradio as gr
 
 from explorer.ablation import NAMES, ORDER
+from explorer.card import Card
 from explorer.checkpoints import CheckpointError
 from explorer.samples import examples
 from explorer.shared import FINETUNED, REFUSED
@@ -112,11 +113,11 @@ def model_list(ex: Explorer, request=None) -> dict:
         loaded.add(ex.store.key(lm.ref))
     listed = []
     for label, ref in ex.slot_choices(request):
-        card = ex.store.local_card(ref) or {}
-        metrics, dataset = card.get("metrics", {}), card.get("dataset", {})
-        listed.append({"ref": ref, "label": label, "variant": card.get("variant"), "dataset": dataset.get("name"),
-                       "train_images": dataset.get("train_images"), "test_top1": metrics.get("test_top1"),
-                       "test_top5": metrics.get("test_top5"), "epochs": card.get("training", {}).get("epochs"),
+        card = ex.store.local_card(ref) or Card()
+        metrics, dataset = card.metrics, card.dataset
+        listed.append({"ref": ref, "label": label, "variant": card.variant, "dataset": dataset.name,
+                       "train_images": dataset.train_images, "test_top1": metrics.test_top1,
+                       "test_top5": metrics.test_top5, "epochs": card.training.epochs,
                        "loaded": ex.store.key(ref) in loaded})
     hub = sorted({lm.ref for lm in ex.store.loaded() if ex.runs.is_hub(lm.ref)})
     a, b = ex.initial_refs()
@@ -134,13 +135,13 @@ def ablation_pairs(ex: Explorer, ref_b: str | None) -> list[tuple[str, str, str]
     """(label, A, B) for each pair of the 2x2 ablation among the app's own checkpoints of slot B's dataset
     (one per variant: the one named <dataset>-<variant> when there are several); none below three variants."""
     cards = {ref: ex.store.local_card(ref) for ref in ex.runs.listing(None) if not ref.startswith(f"{FINETUNED}/")}
-    dataset = (cards.get(ref_b) or {}).get("dataset", {}).get("name")
+    dataset = (cards.get(ref_b) or Card()).dataset.name
     if dataset is None:
         return []
     by_variant: dict[str, str] = {}
     for ref, card in cards.items():
-        variant = (card or {}).get("variant")
-        if (card or {}).get("dataset", {}).get("name") != dataset or variant not in ORDER:
+        variant = (card or Card()).variant
+        if (card or Card()).dataset.name != dataset or variant not in ORDER:
             continue
         if variant not in by_variant or ref == f"{dataset}-{variant}":
             by_variant[variant] = ref

@@ -27,7 +27,7 @@ class TauTab:
         for ref in self.ex.choices(request):
             card = None if ref.startswith((f"{FINETUNED}/", f"{STUDY}/")) else self.ex.store.local_card(ref)
             try:
-                if card is not None and ViTConfig.from_dict(card["config"]).use_lsa:
+                if card is not None and ViTConfig.from_dict(card.config).use_lsa:
                     refs.append(ref)
             except (KeyError, TypeError, ValueError):
                 continue  # a broken card: its slot says why when it is chosen
@@ -67,7 +67,7 @@ class TauTab:
         models = self.models(ref_a, ref_b, request)
         per_model = {lm.label: lm.probe.tau() for lm in models}
         initial_tau = {lm.label: lm.config.initial_tau for lm in models}
-        history = {lm.label: lm.card.get("history", []) for lm in models}
+        history = {lm.label: [e.to_json() for e in lm.card.history] for lm in models}
         rows = [[lm.label, row["layer"], ", ".join(f"{v:.3f}" for v in row["tau"]), f"{row['initial']:.3f}",
                  f"{row['mean_tau'] / row['initial']:.2f}"]
                 for lm in models for row in tau_table(lm.model, lm.config)]
