@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from explorer.card import Card, Data
 from explorer.catalog import grouped, label, study_pairs
 
 
-def card(variant: str, n: int, dataset: str = "cifar10") -> dict:
-    return {"variant": variant, "dataset": {"name": dataset, "train_images": n}}
+def card(variant: str, n: int, dataset: str = "cifar10") -> Card:
+    return Card(variant=variant, dataset=Data(name=dataset, train_images=n))
 
 
 REFS = ["study/cifar10-2500-spt_lsa", "cifar10-vanilla", "finetuned/me/run-A", "study/cifar10-1000-vanilla",

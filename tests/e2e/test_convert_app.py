@@ -74,7 +74,7 @@ def converted(root, repo_id):
 
 
 def top5(label) -> dict[str, float]:
-    return {c["label"]: c["confidence"] for c in label["confidences"]}
+    return {c.label: c.confidence for c in label["confidences"]}
 
 
 def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
@@ -95,8 +95,8 @@ def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
     assert not fetched & {"README.md", "history.json"}
     assert {name for repo, name in hub.fetched if repo == KERAS3} == {"vit_small_ds.keras"}
     [folder_b], [folder_a] = converted(root, KERAS2), converted(root, KERAS3)
-    assert is_checkpoint(folder_b) and read_card(folder_b)["source"]["revision"] == COMMITS[KERAS2]
-    assert read_card(folder_a)["source"]["format"] == "keras3-archive"
+    assert is_checkpoint(folder_b) and read_card(folder_b).source.revision == COMMITS[KERAS2]
+    assert read_card(folder_a).source.format == "keras3-archive"
 
     # The probabilities are the source models' own, on the same pictures (uploaded as PNG files).
     reference3 = np.load(FIXTURES / "example_small.npz")
