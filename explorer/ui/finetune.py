@@ -72,7 +72,7 @@ class FinetuneTab:
         try:
             owner = ex.owner(request)
             members = ex.store.members([(tag, ex.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
-            size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
+            size = members[0][3].config["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
 
             def load(name):
                 return ex.tests.training_data(name, progress=reporter(progress) if progress else None)

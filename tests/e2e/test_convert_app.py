@@ -153,8 +153,8 @@ def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
     runs = {p.name: read_card(p) for p in list_checkpoints(root) if p.name.startswith("conv-ft")}
     assert sorted(runs) == ["conv-ft-A", "conv-ft-B"]
     # Each started from its converted model: its geometry, its name as the base.
-    assert [runs[n]["config"]["input_size"] for n in sorted(runs)] == [24, 24]
-    assert runs["conv-ft-B"]["base"]["name"] == "keras-io-vit-small-ds-test"
+    assert [runs[n].config["input_size"] for n in sorted(runs)] == [24, 24]
+    assert runs["conv-ft-B"].base.name == "keras-io-vit-small-ds-test"
 
     # A second visitor gets the same conversion from the cache: no new download, no new conversion.
     before, stamp = len(hub.fetched), (folder_b / "model.weights.h5").stat().st_mtime_ns
