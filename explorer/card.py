@@ -106,6 +106,8 @@ class Section:
 
 @dataclass(kw_only=True)
 class Data(Section):
+    """The data a model was trained and tested on: its name, where it came from, how many images each part held."""
+
     name: str | None = None
     num_classes: int | None = None
     source: str | None = None
@@ -230,7 +232,7 @@ class Source(Section):
     format: str | None = _field(always=True)
     mapped: list[str] = _items(always=True)
     dropped: list[str] = _items(always=True)
-    tau: list = _items(always=True)
+    tau: list[float] = _items(always=True)
     class_names_assumed: bool | None = _field(always=True)
     class_names_from: str | None = _field(always=True)
 
