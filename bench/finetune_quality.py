@@ -102,7 +102,7 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
     from explorer.transfer import base_rows, fine_tune, fine_tune_recipe
     base = ROOT / "checkpoints" / ref
     model, card = load_checkpoint(base)
-    config = ViTConfig.from_dict(card["config"])
+    config = ViTConfig.from_dict(card.config)
     n = len(ds.x_train)
 
     def record(row, top1, seconds=None):
@@ -111,7 +111,7 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
         print(f"{ref:18s} {row:8s} {100 * top1:6.1f} %{timing}", flush=True)
 
     if "base" in rows:
-        index = base_rows(card["class_names"], ds.class_names)
+        index = base_rows(card.class_names, ds.class_names)
         if index is not None:
             logits = predict_logits(model, ds.x_test)[:, index]
             record("base", accuracy_metrics(logits, ds.y_test)["top1"])
@@ -121,7 +121,7 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
     def run(row, tc, scratch=False):
         start = time.perf_counter()
         if scratch:
-            result = train_new(config, card.get("preset"), ds, tc, out, f"{ref}-{row}", verbose=0)
+            result = train_new(config, card.preset, ds, tc, out, f"{ref}-{row}", verbose=0)
         else:
             result = fine_tune(base, ds, tc, out, f"{ref}-{row}", verbose=0)
         kept = result["training"].get("kept_epoch")
@@ -133,7 +133,7 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
               f"{(result['training'].get('start') or {}).get('head')}, start val "
               f"{(result['training'].get('start') or {}).get('val_top1')}", flush=True)
 
-    known = base_rows(card["class_names"], ds.class_names) is not None
+    known = base_rows(card.class_names, ds.class_names) is not None
     recipe = fine_tune_recipe(n, learning_rate=lr, known_classes=known)
     if "default" in rows:
         run("default", recipe)

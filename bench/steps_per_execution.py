@@ -64,7 +64,7 @@ def main():
         zips = build_zips(tmp, Path(data_dir()))
         ds = job_data(ZIP, str(zips["800"]), None, Limits(), 32)
         from explorer.checkpoints import read_card
-        known = base_rows(read_card(base).get("class_names") or [], ds.class_names) is not None
+        known = base_rows(read_card(base).class_names or [], ds.class_names) is not None
         tc = recipe_for({}, len(ds.x_train), False, known_classes=known)
         steps = -(-int(len(ds.x_train) * (1 - tc.validation_fraction)) // tc.batch_size)
         print(f"{base.name} on the 800-image zip: {len(ds.x_train)} training images, {tc.epochs} epochs of "

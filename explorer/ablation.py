@@ -26,7 +26,7 @@ def by_variant(results: list[dict], check_sets: bool = True) -> dict[str, dict]:
     """The results keyed by variant; refused unless there is exactly one of each, on one test set."""
     found: dict[str, list[str]] = {}
     for r in results:
-        found.setdefault(r["card"].get("variant"), []).append(r["ref"])
+        found.setdefault(r["card"].variant, []).append(r["ref"])
     missing = [v for v in ORDER if v not in found]
     twice = {v: refs for v, refs in found.items() if len(refs) > 1}
     extra = [v for v in found if v not in ORDER]
@@ -35,7 +35,7 @@ def by_variant(results: list[dict], check_sets: bool = True) -> dict[str, dict]:
               [f"{v} twice ({', '.join(refs)})" for v, refs in twice.items()] + \
               ([f"unknown variant {', '.join(map(str, extra))}"] if extra else [])
         raise AblationError(f"the ablation needs one checkpoint of each variant ({', '.join(ORDER)}): {'; '.join(why)}")
-    out = {v: next(r for r in results if r["card"].get("variant") == v) for v in ORDER}
+    out = {v: next(r for r in results if r["card"].variant == v) for v in ORDER}
     if not check_sets:
         return out
     classes = {tuple(r["dataset"].class_names) for r in out.values()}
@@ -79,12 +79,12 @@ def main_table(res: dict[str, dict]) -> list[str]:
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for v in ORDER:
         r = res[v]
-        m, card = r["metrics"], r["card"].get("metrics", {})
-        flip = r.get("flip", {}).get("top1", card.get("test_top1_flip"))
+        m, card = r["metrics"], r["card"].metrics
+        flip = r.get("flip", {}).get("top1", card.test_top1_flip)
         c100, tin = (_paper(v, top1, vanilla) for top1, vanilla in zip(PAPER[v], PAPER["vanilla"], strict=True))
-        rows.append(f"| `{r['card'].get('name', r['ref'])}` | {NAMES[v]} | **{_pct(m['top1'])}** | "
+        rows.append(f"| `{r['card'].name or r['ref']}` | {NAMES[v]} | **{_pct(m['top1'])}** | "
                     f"{'–' if v == 'vanilla' else _gain(m['top1'], base)} | {_pct(m['top5'])} | {_pct(flip)} | "
-                    f"{_pct(card.get('val_top1'))} | {_pct(card.get('top1'))} | {c100} | {tin} |")
+                    f"{_pct(card.val_top1)} | {_pct(card.top1)} | {c100} | {tin} |")
     return rows
 
 
@@ -120,7 +120,7 @@ def tau_rows(res: dict[str, dict]) -> list[str]:
     rows = ["| learned τ, mean of heads | " + " | ".join(f"L{k}" for k in range(layers)) + " |",
             "|---|" + "---:|" * layers]
     for v in ("lsa", "spt_lsa"):
-        label = f"{NAMES[v]} (starts at √d_k = {ViTConfig.from_dict(res[v]['card']['config']).initial_tau:.3g})"
+        label = f"{NAMES[v]} (starts at √d_k = {ViTConfig.from_dict(res[v]['card'].config).initial_tau:.3g})"
         taus = " | ".join("–" if t is None else f"{t:.2f}" for t in res[v]["locality"]["tau"])
         rows.append(f"| {label} | {taus} |")
     return rows

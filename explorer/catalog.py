@@ -6,6 +6,7 @@ size, the 2x2 ablation's pairs, and the `models` tool's listing. Reads cards onl
 from __future__ import annotations
 
 from explorer.ablation import NAMES, ORDER
+from explorer.card import Card
 from explorer.shared import FINETUNED
 
 STUDY = "study"  # checkpoints/study/: the small-data study's kept pairs and its results.csv
@@ -17,65 +18,66 @@ HUB_NOTE = ("any Hugging Face Hub id owner/name[@revision] of an explorer checkp
             "keras.io example vit_small_ds (converted on first use)")
 
 
-def _images(card: dict | None) -> int | None:
+def _images(card: Card | None) -> int | None:
     try:
-        return int(card["dataset"]["train_images"])
-    except (KeyError, TypeError, ValueError):
+        return int(card.dataset.train_images)
+    except (AttributeError, TypeError, ValueError):
         return None
 
 
-def label(ref: str, card: dict | None) -> str:
+def label(ref: str, card: Card | None) -> str:
     """What a slot shows for `ref`: shipped names as they are, a study model by its training-set size and
     variant, a fine-tuned run by its name."""
     parts = ref.split("/")
     if parts[0] == STUDY and card is not None and _images(card) is not None:
-        return f"small data · {_images(card):,} images · {NAMES.get(card.get('variant'), card.get('variant'))}"
+        return f"small data · {_images(card):,} images · {NAMES.get(card.variant, card.variant)}"
     if parts[0] == FINETUNED:
         return f"fine-tuned · {parts[-1]}"
     return ref
 
 
-def grouped(refs: list[str], cards: dict[str, dict | None]) -> list[tuple[str, str]]:
+def grouped(refs: list[str], cards: dict[str, Card | None]) -> list[tuple[str, str]]:
     """(label, ref) for the slots' lists: the shipped models first, then the study's by size and variant
     (ViT before SPT + LSA), then fine-tuned runs; each group in a stable order."""
     def key(ref: str):
         head = ref.split("/")[0]
         card = cards.get(ref)
         if head == STUDY:
-            variant = (card or {}).get("variant")
+            variant = (card or Card()).variant
             order = PAIR_VARIANTS.index(variant) if variant in PAIR_VARIANTS else len(PAIR_VARIANTS)
             return (1, _images(card) or 0, order, ref)
         return (2 if head == FINETUNED else 0, 0, 0, ref)
     return [(label(r, cards.get(r)), r) for r in sorted(refs, key=key)]
 
 
-def study_pairs(refs: list[str], cards: dict[str, dict | None]) -> dict[int, tuple[str, str]]:
+def study_pairs(refs: list[str], cards: dict[str, Card | None]) -> dict[int, tuple[str, str]]:
     """Training-set size -> (ViT, SPT + LSA) references, for every size where the study kept both, and the
     shipped full-data pair (named <dataset>-vanilla and <dataset>-spt_lsa) at its size."""
     found: dict[int, dict[str, str]] = {}
     for ref in refs:
-        card = cards.get(ref) or {}
-        variant, n = card.get("variant"), _images(card)
+        card = cards.get(ref) or Card()
+        variant, n = card.variant, _images(card)
         head = ref.split("/")[0]
         if variant not in PAIR_VARIANTS or n is None or head == FINETUNED:
             continue
-        shipped = "/" not in ref and ref == f"{card.get('dataset', {}).get('name')}-{variant}"
+        shipped = "/" not in ref and ref == f"{card.dataset.name}-{variant}"
         if head == STUDY or shipped:
             found.setdefault(n, {})[variant] = ref
     return {n: (v["vanilla"], v["spt_lsa"]) for n, v in sorted(found.items()) if set(v) == set(PAIR_VARIANTS)}
 
 
-def ablation_pairs(cards: dict[str, dict | None], ref_b: str | None) -> list[tuple[str, str, str]]:
+def ablation_pairs(cards: dict[str, Card | None], ref_b: str | None) -> list[tuple[str, str, str]]:
     """(label, A, B) for each pair of the 2x2 ablation among `cards` (the app's own checkpoints, fine-tuned
     runs left out) of slot B's dataset: one per variant, the one named <dataset>-<variant> when there are
     several; none below three variants."""
-    dataset = (cards.get(ref_b) or {}).get("dataset", {}).get("name")
+    dataset = (cards.get(ref_b) or Card()).dataset.name
     if dataset is None:
         return []
     by_variant: dict[str, str] = {}
     for ref, card in cards.items():
-        variant = (card or {}).get("variant")
-        if (card or {}).get("dataset", {}).get("name") != dataset or variant not in ORDER:
+        card = card or Card()
+        variant = card.variant
+        if card.dataset.name != dataset or variant not in ORDER:
             continue
         if variant not in by_variant or ref == f"{dataset}-{variant}":
             by_variant[variant] = ref
@@ -85,14 +87,13 @@ def ablation_pairs(cards: dict[str, dict | None], ref_b: str | None) -> list[tup
             if a in by_variant and b in by_variant]
 
 
-def listed_model(label: str, ref: str, card: dict | None, loaded: bool) -> dict:
+def listed_model(label: str, ref: str, card: Card | None, loaded: bool) -> dict:
     """One model as the `models` tool lists it: its reference and slot label, and what its card says."""
-    card = card or {}
-    metrics, dataset = card.get("metrics", {}), card.get("dataset", {})
-    return {"ref": ref, "label": label, "variant": card.get("variant"), "dataset": dataset.get("name"),
-            "train_images": dataset.get("train_images"), "test_top1": metrics.get("test_top1"),
-            "test_top5": metrics.get("test_top5"), "epochs": card.get("training", {}).get("epochs"),
-            "loaded": loaded}
+    card = card or Card()
+    metrics, dataset = card.metrics, card.dataset
+    return {"ref": ref, "label": label, "variant": card.variant, "dataset": dataset.name,
+            "train_images": dataset.train_images, "test_top1": metrics.test_top1,
+            "test_top5": metrics.test_top5, "epochs": card.training.epochs, "loaded": loaded}
 
 
 def model_list(listed: list[dict], loaded_from_hub: list[str], page_default: tuple[str | None, str | None]) -> dict:

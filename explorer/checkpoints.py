@@ -2,7 +2,8 @@
 
     <name>/
       config.json, metadata.json, model.weights.h5   Keras 3 unzipped save (keras.saving, zipped=False)
-      explorer.json                                  the card: variant, config, dataset, metrics, history
+      explorer.json                                  the card (explorer.card.Card): variant, config, data,
+                                                     metrics, history, training
       README.md                                      Hugging Face model card with front matter
 
 The same layout is used locally and on the Hub, so a snapshot of a Hub repo is loaded like a folder
@@ -16,6 +17,7 @@ Folders are written under a temporary name and renamed into place: a reader neve
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import importlib.metadata as _metadata
 import json
@@ -27,8 +29,8 @@ import uuid
 from pathlib import Path
 
 from explorer import hub
+from explorer.card import CARD, Card, model_card
 
-CARD = "explorer.json"
 MODEL_FILES = ("config.json", "metadata.json", "model.weights.h5")
 FORMAT = "explorer-vit-checkpoint"
 FORMAT_VERSION = 1
@@ -89,118 +91,9 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(f.fileno())
 
 
-def model_card(card: dict) -> str:
-    """README.md for the Hub: front matter, then what the model is and how it did."""
-    metrics = card.get("metrics", {})
-    dataset = card.get("dataset", {})
-    training = card.get("training", {})
-    lines = ["---", "library_name: keras", "license: apache-2.0", "pipeline_tag: image-classification",
-             "tags:", "- vision-transformer", "- shifted-patch-tokenization",
-             "- locality-self-attention", "- keras", f"datasets:\n- {dataset.get('name', 'unknown')}"]
-    if "test_top1" in metrics:
-        lines += ["model-index:", f"- name: {card.get('name')}", "  results:",
-                  "  - task:", "      type: image-classification",
-                  "    dataset:", f"      name: {dataset.get('name')}", f"      type: {dataset.get('name')}",
-                  "    metrics:", "    - type: accuracy", f"      value: {metrics['test_top1']:.4f}",
-                  "      name: test top-1"]
-    lines += ["---", "", f"# {card.get('name')}", "",
-              f"A **{card.get('variant')}** Vision Transformer (preset `{card.get('preset')}`) from the "
-              "SPT/LSA ViT Explorer: Shifted Patch Tokenization and Locality Self-Attention "
-              "([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)).", "",
-              "| | |", "|---|---|",
-              f"| dataset | {dataset.get('name')} ({dataset.get('num_classes')} classes) |"]
-    if dataset.get("note"):
-        lines.append(f"| data note | {dataset['note']} |")
-    for key, label in (("test_top1", "test top-1"), ("test_top5", "test top-5"),
-                       ("test_top1_flip", "test top-1, image + mirror averaged"),
-                       ("val_top1", "validation top-1")):
-        if key in metrics:
-            lines.append(f"| {label} | {100 * metrics[key]:.2f} % |")
-    for key, label, fmt in (("epochs", "epochs", "{}"), ("wall_time_s", "training wall time (s)", "{:.0f}"),
-                            ("images_per_second", "training images/s", "{:.0f}"),
-                            ("device", "device", "{}")):
-        if training.get(key) is not None:
-            lines.append(f"| {label} | {fmt.format(training[key])} |")
-    lines.append(f"| parameters | {card.get('parameters')} |")
-    recipe = training.get("recipe") or {}
-    if recipe.get("name"):  # a named recipe of explorer.train (--recipe)
-        lines.append(f"| training recipe | `{recipe['name']}`: augmentation {describe_augmentation(recipe)} |")
-    base, start = card.get("base") or {}, training.get("start") or {}
-    if base and not base.get("continued"):
-        r = training.get("recipe") or {}
-        at_start = (f" (validation top-1 {100 * start['val_top1']:.1f} % before any step)"
-                    if isinstance(start.get("val_top1"), (int, float)) else "")
-        kept = training.get("kept_epoch")
-        lines += ["", "## Fine-tuning", "",
-                  f"Fine-tuned from `{base.get('name')}`. The classifier head started from "
-                  f"{start.get('head', 'the base')}{at_start}; then "
-                  f"{'the head alone' if r.get('freeze_backbone') else 'the whole model'} trained for "
-                  f"{training.get('planned_epochs')} epochs of batch {training.get('batch_size', r.get('batch_size'))} "
-                  f"at a peak learning rate of {r.get('learning_rate')} (AdamW, weight decay {r.get('weight_decay')}, "
-                  f"warmup + cosine), on {training.get('device')} at {training.get('images_per_second')} images/s"
-                  + (f"; the epoch kept, by validation top-1, was {kept}"
-                     + (" (the starting head)" if kept == 0 else "")
-                     if r.get("keep_best") and kept is not None else "") + "."]
-    stages = training.get("stages") or []
-    if len(stages) > 1:
-        lines += ["", "## Training stages", "",
-                  "Each stage continued the previous one's weights on the same data and held-out split, "
-                  "with a fresh optimizer and its own warmup + cosine schedule:", ""]
-        for i, stage in enumerate(stages, 1):
-            r = stage.get("recipe") or {}
-            wall = stage.get("wall_time_s") or 0
-            took = f"{wall / 60:.0f} min" if wall >= 60 else f"{wall:.0f} s"
-            plural = "" if stage.get("epochs") == 1 else "s"
-            augment = describe_augmentation(r)
-            lines.append(f"- stage {i}: {stage.get('epochs')} epoch{plural}, "
-                         f"peak learning rate {r.get('learning_rate')}, "
-                         f"warmup {100 * (r.get('warmup_fraction') or 0):.0f} %, "
-                         f"weight decay {r.get('weight_decay')}, batch {r.get('batch_size')}, "
-                         f"label smoothing {r.get('label_smoothing')}, augmentation {augment}, "
-                         f"seed {r.get('seed')}; {took} at {stage.get('images_per_second')} images/s")
-    source = card.get("source") or {}
-    if source.get("source"):  # a model converted by explorer.convert
-        revision = f" at revision `{source['revision']}`" if source.get("revision") else ""
-        names = ("assumed: " if source.get("class_names_assumed") else "from ") + str(source.get("class_names_from"))
-        lines += ["", "## Source", "",
-                  f"Converted by `python -m explorer.convert` from `{source['source']}`{revision} "
-                  f"({source.get('format')}), a model of the keras.io example "
-                  "[Train a Vision Transformer on small datasets](https://keras.io/examples/vision/vit_small_ds/). "
-                  f"Class names {names}. What was mapped:", ""]
-        lines += [f"- {item}" for item in source.get("mapped") or []]
-        lines += [f"- dropped: {item}" for item in source.get("dropped") or []]
-    history = card.get("history") or []
-    if history:
-        lines += ["", "## Training history", "",
-                  "| epoch | loss | top-1 | val top-1 | learning rate | tau per layer |", "|---|---|---|---|---|---|"]
-        for e in history:
-            tau = "; ".join(", ".join(f"{v:.3f}" for v in layer) for layer in e.get("tau") or []) or "–"
-            cells = [f"{e[k]:.4f}" if isinstance(e.get(k), (int, float)) else "–"
-                     for k in ("loss", "top1", "val_top1")]
-            lr = f"{e['learning_rate']:.2e}" if isinstance(e.get("learning_rate"), (int, float)) else "–"
-            lines.append(f"| {e.get('epoch')} | {' | '.join(cells)} | {lr} | {tau} |")
-    name = card.get("name") or "this-model"
-    lines += ["", "## How to use", "",
-              "Plain Keras loads this folder or its Hub repo once the SPT/LSA ViT Explorer's `explorer` "
-              "package is importable (run from its repository, with its requirements.txt installed): "
-              "`import explorer` registers the custom layers and the learning-rate schedule. The model "
-              "takes raw 0-255 RGB pixels, "
-              f"{(card.get('config') or {}).get('image_size', 32)} px square, and returns logits over "
-              f"`class_names` in `{CARD}`:", "",
-              "```python", "import explorer  # registers the layers and the schedule", "import keras", "",
-              f'model = keras.saving.load_model("checkpoints/{name}")        # a local folder',
-              f'model = keras.saving.load_model("hf://your-name/{name}")   # or its Hub repo',
-              "logits = model.predict(images)  # uint8 or float, (N, H, W, 3), values 0-255", "```", "",
-              "In the explorer app, type the Hub id into a model slot: `your-name/" + name + "`, or "
-              "`your-name/" + name + "@<revision>` for a branch, tag or commit (`hf://your-name/" + name +
-              "` works too). `explorer.checkpoints.load_checkpoint(ref)` takes the same references and "
-              "returns the model with this card; it loads with `safe_mode=True` and refuses layers that "
-              "are not the explorer's.", ""]
-    return "\n".join(lines)
-
-
-def write_checkpoint(model, folder: str | os.PathLike, card: dict) -> Path:
-    """Saves `model` and its card as a new checkpoint folder, atomically; returns the final path.
+def write_checkpoint(model, folder: str | os.PathLike, card: Card | dict) -> Path:
+    """Saves `model` and its card as a new checkpoint folder, atomically; returns the final path. The card's
+    format, name, parameters, versions and creation time are filled in here (a dict is a card's JSON).
 
     The folder must not exist yet. Everything is written to a hidden sibling first and renamed into
     place at the end, so an interrupted or failing write (full disk, killed process) leaves no
@@ -215,12 +108,13 @@ def write_checkpoint(model, folder: str | os.PathLike, card: dict) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(folder.parent)
     tmp = folder.parent / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-{folder.name}"
-    card = {**card, "format": FORMAT, "format_version": FORMAT_VERSION, "name": folder.name,
-            "parameters": int(model.count_params()), "versions": versions(),
-            "created": card.get("created") or _now()}
+    card = Card.from_json(card) if isinstance(card, dict) else card
+    card = dataclasses.replace(card, format=FORMAT, format_version=FORMAT_VERSION, name=folder.name,
+                               parameters=int(model.count_params()), versions=versions(),
+                               created=card.created or _now())
     try:
         keras.saving.save_model(model, str(tmp), zipped=False)
-        (tmp / CARD).write_text(json.dumps(card, indent=2, sort_keys=False))
+        (tmp / CARD).write_text(json.dumps(card.to_json(), indent=2, sort_keys=False))
         (tmp / "README.md").write_text(model_card(card))
         _fsync_tree(tmp)
         os.rename(tmp, folder)
@@ -258,23 +152,30 @@ def clean_stale(parent: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def update_card(folder: str | os.PathLike, **changes) -> dict:
-    """Merges `changes` into a checkpoint's card (and model card), replacing each file atomically."""
+def write_card(folder: str | os.PathLike, card: Card) -> None:
+    """Replaces a checkpoint's card and model card with `card`'s, each file atomically."""
     folder = Path(folder)
-    card = read_card(folder)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(card.get(key), dict):
-            card[key] = {**card[key], **value}
-        else:
-            card[key] = value
-    for name, text in ((CARD, json.dumps(card, indent=2)), ("README.md", model_card(card))):
+    for name, text in ((CARD, json.dumps(card.to_json(), indent=2)), ("README.md", model_card(card))):
         tmp = folder / f"{_TMP_PREFIX}{name}"
         tmp.write_text(text)
         os.replace(tmp, folder / name)
+
+
+def update_card(folder: str | os.PathLike, **changes) -> Card:
+    """Merges `changes` (JSON, as the card holds it: `metrics={"test_top1": 0.8}` adds to the metrics) into a
+    checkpoint's card and model card; returns the new card."""
+    data = read_card(folder).to_json()
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    card = Card.from_json(data)
+    write_card(folder, card)
     return card
 
 
-def read_card(folder: str | os.PathLike) -> dict:
+def read_card(folder: str | os.PathLike) -> Card:
     folder = Path(folder)
     path = folder / CARD
     if not folder.is_dir():
@@ -282,12 +183,12 @@ def read_card(folder: str | os.PathLike) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{folder} is not an explorer checkpoint: it has no {CARD}")
     try:
-        card = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(card, dict) or card.get("format") != FORMAT:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an explorer checkpoint card (format is not {FORMAT!r})")
-    return card
+    return Card.from_json(data)
 
 
 def is_checkpoint(folder: str | os.PathLike) -> bool:
@@ -384,27 +285,9 @@ def push(folder: str | os.PathLike, repo_id: str, private: bool = False, token: 
     card = read_card(folder)
     try:
         return hub.upload(folder, repo_id, private=private, token=token,
-                          commit_message=f"Upload {card.get('name') or folder.name}")
+                          commit_message=f"Upload {card.name or folder.name}")
     except hub.HubError as e:
         raise CheckpointError(str(e)) from None
-
-
-def describe_augmentation(recipe: dict) -> str:
-    """A training recipe's augmentation in words, e.g. "crop + flip, CutMix 1.0 / mixup 0.2 on 50 % of batches"."""
-    parts = ["crop + flip"] if recipe.get("augment") else []
-    mixes = [f"{name} {recipe[key]:g}" for name, key in (("CutMix", "cutmix_alpha"), ("mixup", "mixup_alpha"))
-             if recipe.get(key)]
-    if mixes:
-        prob = recipe.get("mix_prob", 1.0)
-        parts.append(" / ".join(mixes) + ("" if prob >= 1 else f" on {100 * prob:.0f} % of batches"))
-    if recipe.get("randaugment"):
-        parts.append(f"RandAugment {recipe['randaugment']:g}")
-    if recipe.get("random_erasing"):
-        parts.append(f"random erasing on {100 * recipe['random_erasing']:.0f} % of images")
-    if (recipe.get("repeats") or 1) > 1:
-        parts.append(f"each image {recipe['repeats']} times an epoch")
-    return ", ".join(parts) or "none"
-
 
 
 def main(argv=None) -> int:

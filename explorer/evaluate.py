@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.ablation import AblationError, ablation_markdown, by_variant
+from explorer.card import Card
 from explorer.checkpoints import CheckpointError, load_checkpoint, read_card, update_card
 from explorer.config import ViTConfig
 from explorer.data import DATASETS, DatasetError, load_test_set
@@ -39,7 +40,7 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
     results, datasets = [], {}
     for ref in refs:
         model, card = load_checkpoint(ref)
-        name = dataset_name or card.get("dataset", {}).get("name", "cifar10")
+        name = dataset_name or card.dataset.name or "cifar10"
         if name not in datasets:
             # A few test images (the cards' 200-image check set, say) come from the bundled sample
             # when there is no data here; the whole test set from a folder, or downloaded once.
@@ -61,7 +62,7 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
             stored = {"test_top1_flip": results[-1]["flip"]["top1"], "test_top5_flip": results[-1]["flip"]["top5"]}
         if locality_images:
             results[-1]["locality"] = locality(model, card, ds.x_test[:locality_images])
-        if store and card.get("dataset", {}).get("name") == name and not limit:
+        if store and card.dataset.name == name and not limit:
             # A fixed check set (the first CHECK_SET test images) lets anyone verify the card quickly.
             check = accuracy_metrics(logits[:CHECK_SET], y[:CHECK_SET])
             update_card(ref, metrics={"test_top1": metrics["top1"], "test_top5": metrics["top5"],
@@ -72,10 +73,10 @@ def evaluate(refs: list[str], dataset_name: str | None = None, data_dir: str | N
     return results
 
 
-def locality(model, card: dict, images: np.ndarray, batch_size: int = 64) -> dict:
+def locality(model, card: Card, images: np.ndarray, batch_size: int = 64) -> dict:
     """Per layer, averaged over heads, queries and images: mean attention distance (input pixels) and
     attention entropy (nats); and the layer's tau (mean over heads; None for plain attention)."""
-    config = ViTConfig.from_dict(card["config"])
+    config = ViTConfig.from_dict(card.config)
     probe = Probe(model, config)
     distance = entropy = 0.0
     for start in range(0, len(images), batch_size):
@@ -108,7 +109,7 @@ def _locality_rows(results: list[dict], width: int) -> list[str]:
 
 def format_table(results: list[dict]) -> str:
     """Checkpoints as columns: top-1, top-5, then one row per class."""
-    names = [r["card"].get("name", r["ref"]) for r in results]
+    names = [r["card"].name or r["ref"] for r in results]
     width = max([12] + [len(n) for n in names])
     classes = results[0]["dataset"].class_names
     rows = [f"{'':<14}" + "".join(f"{n:>{width + 2}}" for n in names),
@@ -138,10 +139,11 @@ def markdown_table(results: list[dict]) -> str:
             "|---|---|---|---|---|---|---|"]
     for r in results:
         card, m = r["card"], r["metrics"]
-        training = card.get("training", {})
-        rows.append(f"| `{card.get('name')}` | {card.get('variant')} | **{100 * m['top1']:.2f} %** | "
-                    f"{100 * m['top5']:.2f} % | {training.get('epochs', '–')} | "
-                    f"{training.get('wall_time_s', 0) / 60:.0f} min | {training.get('images_per_second', '–')} |")
+        training = card.training
+        epochs, wall, speed = training.epochs, training.wall_time_s, training.images_per_second
+        rows.append(f"| `{card.name}` | {card.variant} | **{100 * m['top1']:.2f} %** | "
+                    f"{100 * m['top5']:.2f} % | {'–' if epochs is None else epochs} | "
+                    f"{(wall or 0) / 60:.0f} min | {'–' if speed is None else speed} |")
     return "\n".join(rows)
 
 

@@ -122,17 +122,17 @@ def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs
     else:
         if not 1 <= len(members) <= 2:
             raise JobError("a fine-tune takes one or two base models")
-        sizes = {int(card["config"]["image_size"]) for _, _, _, card in members}
+        sizes = {int(card.config["image_size"]) for _, _, _, card in members}
         if len(sizes) != 1:
             raise JobError(f"the two models take different image sizes {sorted(sizes)}; they cannot share "
                            f"one split")
         size = sizes.pop()
         planned = []
         for tag, label, folder, card in members:
-            base_name = card.get("name") or Path(folder).name
+            base_name = card.name or Path(folder).name
             suffix = f"-{tag}" if len(members) == 2 and name else ""
             planned.append(Member(tag, str(folder), (name + suffix) if name else f"{base_name}-ft-{dataset.name}",
-                                  label, classes=list(card.get("class_names") or [])))
+                                  label, classes=list(card.class_names or [])))
         if len(planned) == 2 and planned[0].name == planned[1].name:
             planned[0].name, planned[1].name = f"{planned[0].name}-A", f"{planned[1].name}-B"
     if dataset.x_train.shape[1:3] != (size, size):
@@ -470,7 +470,7 @@ def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
     from explorer.transfer import fine_tune
     for base in bases:
         card = read_card(base)
-        size = int((card.get("config") or {}).get("image_size", 32))
+        size = int((card.config or {}).get("image_size", 32))
         for shape in shapes:
             n, classes = int(shape["images"]), int(shape["classes"])
             y = np.arange(n) % classes

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.augment import augment_batch, mix_batch
+from explorer.card import Card, Data, Epoch, Lineage, Metrics, Training
 from explorer.data import Dataset, DatasetError
 from explorer.schedules import ScheduledAdamW, WarmUpCosine
 
@@ -595,7 +596,21 @@ def drop_backup(backup, record: dict) -> None:
         remove(backup)
 
 
-def finish_run(model, record, config, preset, dataset, out_dir, name, base) -> dict:
+def _run_card(record: dict, config, preset: str | None, dataset: Dataset, metrics: dict, base: Lineage | None) -> Card:
+    """The card of a finished run: `record` is fit's, `metrics` its metrics with the test set's."""
+    is_cifar = dataset.name in ("cifar10", "cifar100")
+    data = Data(name=dataset.name, num_classes=dataset.num_classes,
+                source="CIFAR python-pickle folder" if is_cifar else Path(dataset.source).name,
+                train_images=record["training"]["train_images"],
+                validation_images=record["training"]["validation_images"],
+                test_images=int(len(dataset.x_test)), note=dataset.note)
+    return Card(variant=config.variant, preset=preset, config=config.to_dict(), dataset=data,
+                class_names=list(dataset.class_names), metrics=Metrics.from_json(metrics),
+                history=[Epoch.from_json(e) for e in record["history"]],
+                training=Training.from_json(record["training"]), base=base)
+
+
+def finish_run(model, record, config, preset, dataset, out_dir, name, base: Lineage | None) -> dict:
     from explorer.checkpoints import unique_dir, write_checkpoint
     logits = predict_logits(model, dataset.x_test) if len(dataset.x_test) else None
     test = accuracy_metrics(logits, dataset.y_test) if logits is not None else None
@@ -603,16 +618,7 @@ def finish_run(model, record, config, preset, dataset, out_dir, name, base) -> d
     if test is not None:
         metrics.update(test_top1=test["top1"], test_top5=test["top5"], test_per_class=test["per_class"],
                        test_count=test["count"])
-    is_cifar = dataset.name in ("cifar10", "cifar100")
-    card = {"variant": config.variant, "preset": preset, "config": config.to_dict(),
-            "dataset": {"name": dataset.name, "num_classes": dataset.num_classes,
-                        "source": "CIFAR python-pickle folder" if is_cifar else Path(dataset.source).name,
-                        "train_images": record["training"]["train_images"],
-                        "validation_images": record["training"]["validation_images"],
-                        "test_images": int(len(dataset.x_test)),
-                        "note": dataset.note},
-            "class_names": list(dataset.class_names), "metrics": metrics,
-            "history": record["history"], "training": record["training"], "base": base}
+    card = _run_card(record, config, preset, dataset, metrics, base)
     folder = write_checkpoint(model, unique_dir(out_dir, name), card)
     return {"checkpoint": str(folder), "metrics": metrics, "history": record["history"],
             "training": record["training"],

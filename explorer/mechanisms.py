@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.card import Card
 from explorer.settings import Settings
 from explorer.study_report import ALL_NAMES, VARIANT_COLOR, study_variant
 
@@ -58,8 +59,8 @@ def kept_models(checkpoints: Path, dataset: str = "cifar10") -> list[Path]:
                 if (checkpoints / f"{dataset}-{v}" / "explorer.json").is_file()]
 
     def key(p: Path):
-        card = json.loads((p / "explorer.json").read_text())
-        return card["dataset"]["train_images"], list(ALL_NAMES).index(study_variant(card))
+        card = Card.from_json(json.loads((p / "explorer.json").read_text()))
+        return card.dataset.train_images, list(ALL_NAMES).index(study_variant(card))
     return sorted(folders, key=key)
 
 
@@ -70,16 +71,16 @@ def run(folders: list[Path], images: np.ndarray) -> list[dict]:
     rows = []
     for folder in folders:
         model, card = load_checkpoint(folder)
-        config = ViTConfig.from_dict(card["config"])
+        config = ViTConfig.from_dict(card.config)
         for r in measure(model, config, images):
             tau = r["tau"]
             rows.append({"model": folder.name, "variant": study_variant(card),
-                         "train_images": card["dataset"]["train_images"], "layer": r["layer"],
+                         "train_images": card.dataset.train_images, "layer": r["layer"],
                          "tau_mean": float(np.mean(tau)) if tau else None, "tau_min": min(tau) if tau else None,
                          "tau_max": max(tau) if tau else None, "tau_start": r["tau_start"],
                          "entropy": r["entropy"], "distance_px": r["distance_px"],
                          "self_attention": r["self_attention"], "patches": config.num_patches,
-                         "test_top1": card["metrics"].get("test_top1")})
+                         "test_top1": card.metrics.test_top1})
     return rows
 
 

@@ -23,6 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer.card import Run
 from explorer.checkpoints import CheckpointError, list_checkpoints, read_card, update_card
 from explorer.hub import looks_like_repo_id
 from explorer.settings import Settings
@@ -132,10 +133,10 @@ class RunStore:
                 card = read_card(folder)
             except CheckpointError:
                 continue
-            run = card.get("run") or {}
-            key = run.get("id") or str(folder)
-            group = groups.setdefault(key, {"id": key, "owner": run.get("owner"), "folders": [], "bytes": 0,
-                                            "ended": run.get("ended") or folder.stat().st_mtime})
+            run = card.run or Run()
+            key = run.id or str(folder)
+            group = groups.setdefault(key, {"id": key, "owner": run.owner, "folders": [], "bytes": 0,
+                                            "ended": run.ended or folder.stat().st_mtime})
             group["folders"].append(folder)
             group["bytes"] += _size(folder)
         return sorted(groups.values(), key=lambda g: g["ended"])

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer.card import Card
 from explorer.config import VARIANTS
 from explorer.settings import Settings
 from explorer.study_report import study_variant
@@ -230,20 +231,20 @@ def record_path(grid: Grid, trial: Trial) -> Path:
     return grid.records / f"{trial.name}.json"
 
 
-def read_record(grid: Grid, trial: Trial) -> dict | None:
+def read_record(grid: Grid, trial: Trial) -> Card | None:
     path = record_path(grid, trial)
     if not path.is_file():
         return None
-    return json.loads(path.read_text())
+    return Card.from_json(json.loads(path.read_text()))
 
 
-def result_row(card: dict, trial: Trial) -> dict:
-    m, t = card.get("metrics", {}), card.get("training", {})
-    return {"train_images": card["dataset"]["train_images"], "variant": study_variant(card),
-            "seed": t.get("recipe", {}).get("seed"), "epochs": t.get("epochs"), "steps": t.get("steps"),
-            "test_top1": m.get("test_top1"), "test_top5": m.get("test_top5"), "val_top1": m.get("val_top1"),
-            "train_top1": m.get("train_top1"), "wall_seconds": t.get("wall_time_s"),
-            "images_per_second": t.get("images_per_second"), "test_images": card["dataset"].get("test_images"),
+def result_row(card: Card, trial: Trial) -> dict:
+    m, t = card.metrics, card.training
+    return {"train_images": card.dataset.train_images, "variant": study_variant(card),
+            "seed": t.recipe.get("seed"), "epochs": t.epochs, "steps": t.steps,
+            "test_top1": m.test_top1, "test_top5": m.test_top5, "val_top1": m.val_top1,
+            "train_top1": m.train_top1, "wall_seconds": t.wall_time_s,
+            "images_per_second": t.images_per_second, "test_images": card.dataset.test_images,
             "trial": trial.name}
 
 
@@ -257,7 +258,7 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
     from explorer.checkpoints import is_checkpoint, read_card, update_card
     folder = grid.checkpoint_dir(trial)
     card = read_card(folder) if is_checkpoint(folder) else None
-    recipe = card["training"]["recipe"] if card else {}
+    recipe = card.training.recipe if card else {}
     if (recipe.get("seed"), recipe.get("balanced_subset"), recipe.get("epochs")) != (
             trial.seed, trial.train_images, trial.epochs):
         if folder.exists():  # another run's leftovers under this trial's name: never mixed into it
@@ -268,12 +269,12 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
         if train.main(argv) != 0:
             raise StudyError(f"{trial.name}: explorer.train failed (its message is above)")
         card = read_card(folder)
-    if "train_top1" not in card["metrics"]:
+    if card.metrics.train_top1 is None:
         card = update_card(folder, metrics={"train_top1": train_accuracy(folder, grid, data_dir)})
     record = record_path(grid, trial)
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(card, indent=1))
+    tmp.write_text(json.dumps(card.to_json(), indent=1))
     os.replace(tmp, record)
     if not grid.kept(trial):
         shutil.rmtree(folder, ignore_errors=True)
@@ -289,7 +290,7 @@ def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
     from explorer.folders import load_dataset
     model, card = load_checkpoint(folder)
     names = {f.name for f in fields(TrainConfig)}
-    tc = TrainConfig(**{k: v for k, v in card["training"]["recipe"].items() if k in names})
+    tc = TrainConfig(**{k: v for k, v in card.training.recipe.items() if k in names})
     (x, y), _ = training_split(load_dataset(grid.dataset, data_dir), tc)
     return accuracy_metrics(predict_logits(model, x), y)["top1"]
 

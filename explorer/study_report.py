@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.ablation import NAMES, ORDER
+from explorer.card import Card
 
 # The app's colours: the ViT as slot A (blue), SPT + LSA as slot B (orange), the two halves after them.
 VARIANT_COLOR = {"vanilla": 0, "spt_lsa": 1, "spt": 2, "lsa": 3, "lsa_head": 4, "spt_lsa_head": 5}
@@ -22,10 +23,10 @@ ALL_NAMES = {**NAMES, **HEAD_NAMES}
 ALL_ORDER = (*ORDER, *HEAD_NAMES)
 
 
-def study_variant(card: dict) -> str:
+def study_variant(card: Card) -> str:
     """The study's name for a card's model: its variant, with "_head" for per-head LSA temperatures."""
-    variant = card["variant"]
-    per_head = variant in ("lsa", "spt_lsa") and card.get("config", {}).get("tau_mode") == "head"
+    variant = card.variant
+    per_head = variant in ("lsa", "spt_lsa") and (card.config or {}).get("tau_mode") == "head"
     return f"{variant}_head" if per_head else variant
 
 
@@ -228,12 +229,12 @@ def shipped_points(checkpoints: str | os.PathLike, dataset: str = "cifar10",
     for v in variants:
         path = Path(checkpoints) / f"{dataset}-{v}" / "explorer.json"
         try:
-            card = json.loads(path.read_text())
+            card = Card.from_json(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
-        if card.get("metrics", {}).get("test_top1") is not None:
-            out[v] = {"train_images": card["dataset"]["train_images"], "test_top1": card["metrics"]["test_top1"],
-                      "epochs": card.get("training", {}).get("epochs")}
+        if card.metrics.test_top1 is not None:
+            out[v] = {"train_images": card.dataset.train_images, "test_top1": card.metrics.test_top1,
+                      "epochs": card.training.epochs}
     return out
 
 

@@ -210,7 +210,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
         if args.base and not args.extend:
             from explorer.checkpoints import read_card, resolve
             n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
-            base_classes = read_card(resolve(args.base)).get("class_names") or []  # the card; the model once
+            base_classes = read_card(resolve(args.base)).class_names or []  # the card; the model once
             tc = fine_tune_recipe(n, known_classes=base_rows(base_classes, dataset.class_names) is not None,
                                   **given)
             print(f"recipe: {tc.epochs} epochs of batch {tc.batch_size}, learning rate {tc.learning_rate}, "

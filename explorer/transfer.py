@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.card import Card, Lineage
 from explorer.config import ViTConfig
 from explorer.data import Dataset, DatasetError
 from explorer.fitting import (
@@ -142,28 +143,28 @@ def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str 
         model, card, base_head, features = kept.model, kept.card, kept.base_head, kept.features
     else:
         (model, card), base_head, features = load_checkpoint(base), None, None
-    config = ViTConfig.from_dict(card["config"])
+    config = ViTConfig.from_dict(card.config)
     if dataset.x_train.shape[1:3] != (config.image_size, config.image_size):
         raise DatasetError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
                          f"{config.image_size}x{config.image_size}")
     if extend:
         check_continuation(card, dataset, tc)
-    model, start = prepare_head(model, card.get("class_names") or [], dataset, tc, base_head, features)
+    model, start = prepare_head(model, card.class_names or [], dataset, tc, base_head, features)
     if cancel is not None and cancel.is_set():
         raise Cancelled("training was cancelled; no checkpoint was written")
     record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
-                 start=start, base={"name": card.get("name"), "created": card.get("created"),
-                                    "epochs": len(card.get("history") or []), "continued": extend},
+                 start=start, base={"name": card.name, "created": card.created,
+                                    "epochs": len(card.history or []), "continued": extend},
                  reuse=warm is not None)
     record["training"]["timing"]["prepare_s"] = round(time.perf_counter() - began - record["training"]["wall_time_s"],
                                                       3)
-    lineage = {"name": card.get("name"), "source": str(base)}
+    lineage = Lineage(name=card.name, source=str(base))
     if extend:
         record = continued_record(card, record)
-        lineage.update(continued=True, epochs=len(card["history"]))
+        lineage.continued, lineage.epochs = True, len(card.history)
     suffix = f"{record['training']['epochs']}ep" if extend else f"ft-{dataset.name}"
-    result = finish_run(model, record, config, card.get("preset"), dataset, out_dir,
-                     name or f"{card.get('name', 'model')}-{suffix}", base=lineage)
+    result = finish_run(model, record, config, card.preset, dataset, out_dir,
+                     name or f"{'model' if card.name is None else card.name}-{suffix}", base=lineage)
     drop_backup(backup, record)
     return result
 
@@ -251,34 +252,33 @@ def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConf
     return model, start
 
 
-def check_continuation(card: dict, dataset: Dataset, tc: TrainConfig) -> None:
+def check_continuation(card: Card, dataset: Dataset, tc: TrainConfig) -> None:
     """Refuses a continuation that would not be the same training: other data, classes or held-out split.
 
     The split is a function of the number of images, the validation fraction and the seed, so those must
     match the base's; otherwise images the base validated on would now be trained on.
     """
-    recipe = (card.get("training") or {}).get("recipe") or {}
-    data = card.get("dataset") or {}
-    if not card.get("history") or not recipe:
-        raise DatasetError(f"{card.get('name')} has no training history or recipe to continue")
+    recipe, data = card.training.recipe or {}, card.dataset
+    if not card.history or not recipe:
+        raise DatasetError(f"{card.name} has no training history or recipe to continue")
     problems = []
-    if data.get("name") != dataset.name:
-        problems.append(f"it was trained on {data.get('name')!r}, not {dataset.name!r}")
-    if list(card.get("class_names") or []) != list(dataset.class_names):
+    if data.name != dataset.name:
+        problems.append(f"it was trained on {data.name!r}, not {dataset.name!r}")
+    if list(card.class_names or []) != list(dataset.class_names):
         problems.append("its class list differs from the dataset's")
     for key in ("validation_fraction", "seed", "train_subset", "split_seed", "balanced_subset"):
         if recipe.get(key) != getattr(tc, key):
             problems.append(f"its {key} was {recipe.get(key)!r}, this run's is {getattr(tc, key)!r}")
     n = len(dataset.x_train) if not tc.train_subset else min(tc.train_subset, len(dataset.x_train))
     if tc.balanced_subset:
-        n = tc.balanced_subset + int(data.get("validation_images", 0))
-    if data.get("train_images", 0) + data.get("validation_images", 0) != n:
-        problems.append(f"it saw {data.get('train_images', 0) + data.get('validation_images', 0)} "
-                        f"train+validation images, this dataset has {n}")
+        n = tc.balanced_subset + int(data.validation_images or 0)
+    seen = (data.train_images or 0) + (data.validation_images or 0)
+    if seen != n:
+        problems.append(f"it saw {seen} train+validation images, this dataset has {n}")
     if tc.freeze_backbone:
         problems.append("a continuation trains the whole model (drop --freeze-backbone)")
     if problems:
-        raise DatasetError(f"cannot continue {card.get('name')}: " + "; ".join(problems)
+        raise DatasetError(f"cannot continue {card.name}: " + "; ".join(problems)
                          + " (use a plain fine-tune for a different setup)")
 
 
@@ -287,13 +287,13 @@ def _stage(training: dict) -> dict:
                                          "recipe")}
 
 
-def continued_record(base_card: dict, record: dict) -> dict:
+def continued_record(base_card: Card, record: dict) -> dict:
     """`record` (a run that continued `base_card`'s training) as one run: the base's history then this
     run's, epochs numbered from the start and tagged with their stage; epochs, steps and wall time
     summed; images/s over the whole; `recipe` stays the first stage's, `stages` lists every stage."""
-    before = [dict(e, stage=e.get("stage", 1)) for e in base_card.get("history") or []]
-    first = base_card.get("training") or {}
-    stages = [dict(s) for s in first.get("stages") or [_stage(first)]]
+    before = [dict(e.to_json(), stage=1 if e.stage is None else e.stage) for e in base_card.history or []]
+    first = base_card.training
+    stages = [s.to_json() for s in first.stages] or [_stage(first.to_json())]
     new = record["training"]
     stages.append(_stage(new))
     history = before + [dict(e, epoch=e["epoch"] + len(before), stage=len(stages)) for e in record["history"]]

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer import convert, hub, plots, render
+from explorer.card import Card, Source
 from explorer.checkpoints import CheckpointError, list_checkpoints, load_folder, read_card, resolve
 from explorer.config import ViTConfig
 from explorer.probe import (
@@ -38,7 +39,7 @@ class LoadedModel:
 
     ref: str
     model: object
-    card: dict
+    card: Card
     config: ViTConfig
     probe: Probe
     folder: Path | None = None  # the checkpoint folder it was loaded from (a Hub id's: in the cache)
@@ -53,11 +54,11 @@ class LoadedModel:
 
     @property
     def name(self) -> str:
-        return self.card.get("name") or Path(self.ref).name
+        return self.card.name or Path(self.ref).name
 
     @property
     def class_names(self) -> list[str]:
-        names = self.card.get("class_names") or []
+        names = self.card.class_names or []
         count = self.model.output_shape[-1]
         return list(names) if len(names) == count else [f"class {i}" for i in range(count)]
 
@@ -68,16 +69,16 @@ class LoadedModel:
     @property
     def converted_from(self) -> dict | None:
         """Where a model converted from the keras.io example came from (its card's `source`), else None."""
-        source = self.card.get("source")
-        return source if isinstance(source, dict) and source.get("kind") == convert.KIND else None
+        source = self.card.source
+        return source.to_json() if isinstance(source, Source) and source.kind == convert.KIND else None
 
     def summary(self) -> dict:
-        metrics = self.card.get("metrics", {})
-        return {"name": self.name, "variant": self.config.variant, "preset": self.card.get("preset"),
-                "dataset": self.card.get("dataset", {}).get("name"),
+        metrics = self.card.metrics
+        return {"name": self.name, "variant": self.config.variant, "preset": self.card.preset,
+                "dataset": self.card.dataset.name,
                 "classes": self.model.output_shape[-1], "parameters": int(self.model.count_params()),
-                "test_top1": metrics.get("test_top1"), "test_top5": metrics.get("test_top5"),
-                "epochs": self.card.get("training", {}).get("epochs"), "ref": self.ref,
+                "test_top1": metrics.test_top1, "test_top5": metrics.test_top5,
+                "epochs": self.card.training.epochs, "ref": self.ref,
                 "tau_mode": self.config.tau_mode if self.config.use_lsa else None,
                 "converted_from": self.converted_from}
 
@@ -104,7 +105,7 @@ class ModelStore:
         """Every checkpoint under root, as references relative to it, newest runs last."""
         return [str(p.relative_to(self.root)) for p in list_checkpoints(self.root)]
 
-    def local_card(self, ref: str) -> dict | None:
+    def local_card(self, ref: str) -> Card | None:
         """The card of a checkpoint under root, read without loading its model (None when unreadable)."""
         try:
             return read_card(self.root / ref)
@@ -152,7 +153,7 @@ class ModelStore:
             folder = self.folder(key)
             model, card = load_folder(folder)
             try:
-                config = ViTConfig.from_dict(card["config"])
+                config = ViTConfig.from_dict(card.config)
             except (KeyError, TypeError, ValueError) as e:
                 raise CheckpointError(f"{ref}: its card has no valid model config ({e})") from None
             probe = Probe(model, config)
@@ -165,7 +166,7 @@ class ModelStore:
                 self._loading.pop(key, None)
             return loaded
 
-    def members(self, slots: list[tuple[str, str | None]]) -> list[tuple[str, str, str, dict]]:
+    def members(self, slots: list[tuple[str, str | None]]) -> list[tuple[str, str, str, Card]]:
         """(tag, label, checkpoint folder the worker loads, card) of each (tag, ref) to fine-tune."""
         out = []
         for tag, ref in slots:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from explorer.ablation import ORDER, PAPER, AblationError, ablation_markdown, by_variant
+from explorer.card import Card, Metrics
 from tests.conftest import ROOT, tiny_config
 
 CLASSES = ["cat", "dog"]
@@ -21,8 +22,8 @@ def result(variant: str, top1: float, count: int = 1000, classes=CLASSES) -> dic
     config = tiny_config(variant=variant if variant in ORDER else "vanilla").to_dict()
     per_class = [top1 - 0.05, top1 + 0.05]
     return {"ref": f"checkpoints/cifar10-{variant}",
-            "card": {"name": f"cifar10-{variant}", "variant": variant, "config": config,
-                     "metrics": {"val_top1": top1 + 0.01, "top1": top1 + 0.1, "test_top1_flip": top1 + 0.02}},
+            "card": Card(name=f"cifar10-{variant}", variant=variant, config=config,
+                         metrics=Metrics(val_top1=top1 + 0.01, top1=top1 + 0.1, test_top1_flip=top1 + 0.02)),
             "dataset": SimpleNamespace(name="cifar10", class_names=classes),
             "metrics": {"top1": top1, "top5": 0.99, "per_class": per_class, "count": count},
             "locality": {"images": 8, "distance": [10.0 + k for k in range(2)], "entropy": [3.0, 2.5],

@@ -35,7 +35,7 @@ def env():
 
 def weights_and_card(folder):
     model, _ = load_checkpoint(folder)
-    return model.get_weights(), read_card(folder)
+    return model.get_weights(), read_card(folder).to_json()
 
 
 def without_timing(history):

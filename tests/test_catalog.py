@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from explorer.card import Card, Data
 from explorer.catalog import HUB_NOTE, ablation_pairs, grouped, label, listed_model, model_list, study_pairs
 
 
-def card(variant: str, n: int, dataset: str = "cifar10") -> dict:
-    return {"variant": variant, "dataset": {"name": dataset, "train_images": n}}
+def card(variant: str, n: int, dataset: str = "cifar10") -> Card:
+    return Card(variant=variant, dataset=Data(name=dataset, train_images=n))
 
 
 REFS = ["study/cifar10-2500-spt_lsa", "cifar10-vanilla", "finetuned/me/run-A", "study/cifar10-1000-vanilla",
@@ -58,7 +59,8 @@ def test_ablation_pairs_take_one_model_per_variant_of_slot_bs_dataset():
 
 
 def test_the_models_tool_lists_each_model_as_its_card_says():
-    full = {**card("spt_lsa", 45000), "metrics": {"test_top1": 0.8, "test_top5": 0.99}, "training": {"epochs": 9}}
+    full = Card.from_json({**card("spt_lsa", 45000).to_json(), "metrics": {"test_top1": 0.8, "test_top5": 0.99},
+                           "training": {"epochs": 9}})
     assert listed_model("cifar10-spt_lsa", "cifar10-spt_lsa", full, True) == {
         "ref": "cifar10-spt_lsa", "label": "cifar10-spt_lsa", "variant": "spt_lsa", "dataset": "cifar10",
         "train_images": 45000, "test_top1": 0.8, "test_top5": 0.99, "epochs": 9, "loaded": True}

@@ -8,12 +8,14 @@ import pytest
 
 from explorer.checkpoints import (
     CARD,
+    Card,
     CheckpointError,
     list_checkpoints,
     load_checkpoint,
     read_card,
     unique_dir,
     update_card,
+    write_card,
     write_checkpoint,
 )
 from explorer.fitting import predict_logits
@@ -30,12 +32,13 @@ def test_layout_and_card(tiny_checkpoints):
     names = {p.name for p in folder.iterdir()}
     assert {"config.json", "metadata.json", "model.weights.h5", CARD, "README.md"} <= names
     card = read_card(folder)
+    assert isinstance(card, Card)
     for key in ("name", "variant", "preset", "config", "dataset", "class_names", "metrics", "history",
                 "training", "versions", "parameters"):
-        assert key in card, key
+        assert key in card.to_json(), key
     import keras
     import tensorflow as tf
-    assert card["versions"] == {"keras": keras.__version__, "backend": "tensorflow", "tensorflow": tf.__version__}
+    assert card.versions == {"keras": keras.__version__, "backend": "tensorflow", "tensorflow": tf.__version__}
     readme = (folder / "README.md").read_text()
     assert readme.startswith("---\n") and "library_name: keras" in readme and "test top-1" in readme
 
@@ -57,13 +60,13 @@ def test_write_is_atomic_when_saving_fails(tmp_path, monkeypatch):
 
     monkeypatch.setattr(keras.saving, "save_model", broken)
     with pytest.raises(CheckpointError, match="could not write checkpoint x: No space left on device; nothing"):
-        write_checkpoint(model, tmp_path / "x", {"variant": "vanilla"})
+        write_checkpoint(model, tmp_path / "x", Card(variant="vanilla"))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_never_overwrites(tiny_checkpoints, tmp_path):
     with pytest.raises(CheckpointError, match="never overwritten"):
-        write_checkpoint(build_vit(tiny_config(), 10), tiny_checkpoints["vanilla"], {})
+        write_checkpoint(build_vit(tiny_config(), 10), tiny_checkpoints["vanilla"], Card())
     assert unique_dir(tiny_checkpoints["vanilla"].parent, "tiny-vanilla").name == "tiny-vanilla-2"
     with pytest.raises(CheckpointError, match="checkpoint name"):
         unique_dir(tmp_path, "../escape")
@@ -74,8 +77,16 @@ def test_update_card_merges(tiny_checkpoints, tmp_path):
     before = read_card(folder)
     update_card(folder, metrics={"test_top1": 0.5})
     after = read_card(folder)
-    assert after["metrics"]["test_top1"] == 0.5 and after["metrics"]["top1"] == before["metrics"]["top1"]
+    assert after.metrics.test_top1 == 0.5 and after.metrics.top1 == before.metrics.top1
+    assert after.to_json() == {**before.to_json(), "metrics": {**before.to_json()["metrics"], "test_top1": 0.5}}
     assert "50.00 %" in (folder / "README.md").read_text()
+
+
+@pytest.mark.parametrize("folder", list_checkpoints(ROOT / "checkpoints"), ids=lambda p: p.name)
+def test_every_shipped_card_read_and_written_back_is_the_same_file(folder, tmp_path):
+    shutil.copy(folder / CARD, tmp_path / CARD)
+    write_card(tmp_path, read_card(tmp_path))
+    assert (tmp_path / CARD).read_text() == (folder / CARD).read_text()
 
 
 def _broken_copy(src, dst, damage):
@@ -159,10 +170,10 @@ def test_hub_loading_from_the_cache_at_pinned_revisions(hf_cache, tiny_checkpoin
     expected = predict_logits(load_checkpoint(tiny_checkpoints["spt_lsa"])[0], images)
     for ref in ("someone/tiny-lsa", "someone/tiny-lsa@v1", f"someone/tiny-lsa@{COMMIT}", "hf://someone/tiny-lsa"):
         model, card = load_checkpoint(ref, cache_dir=str(hf_cache))
-        assert card["variant"] == "spt_lsa", ref
+        assert card.variant == "spt_lsa", ref
         np.testing.assert_allclose(predict_logits(model, images), expected, atol=1e-6)
     model, card = load_checkpoint("someone/tiny-lsa@old", cache_dir=str(hf_cache))
-    assert card["variant"] == "vanilla"
+    assert card.variant == "vanilla"
     assert download(f"someone/tiny-lsa@{OLD_COMMIT}", cache_dir=str(hf_cache)).name == OLD_COMMIT
 
 
@@ -192,7 +203,7 @@ def test_hub_loading_through_hf_home_in_a_fresh_process(tmp_path, tiny_checkpoin
     populate_hf_cache(tmp_path / "hf" / "hub", "someone/tiny-lsa", tiny_checkpoints["spt_lsa"], COMMIT)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     code = ("from explorer.checkpoints import load_checkpoint; m, c = load_checkpoint('someone/tiny-lsa@main');"
-            "print(c['variant'], m.count_params())")
+            "print(c.variant, m.count_params())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[0] == "spt_lsa"

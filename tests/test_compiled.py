@@ -15,7 +15,7 @@ from explorer.probe import Probe
 
 def test_any_batch_size_gives_predict_on_batchs_numbers_from_one_trace(tiny_checkpoints, images):
     model, card = load_checkpoint(tiny_checkpoints["spt_lsa"])
-    probe = Probe(model, ViTConfig.from_dict(card["config"]))
+    probe = Probe(model, ViTConfig.from_dict(card.config))
     run = compiled.forward(model)
     batch = np.concatenate([images] * 9).astype(np.float32)  # 72 images
     for n in (1, 7, 65, 72):

@@ -90,8 +90,8 @@ def test_a_keras2_savedmodel_converts_to_the_same_probabilities(keras2, tmp_path
     got = probabilities(model, images)
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
 
-    spec, config = SMALL[name], card["config"]
-    assert card["variant"] == ("vanilla" if spec.get("vanilla") else "spt_lsa")
+    spec, config = SMALL[name], card.config
+    assert card.variant == ("vanilla" if spec.get("vanilla") else "spt_lsa")
     assert (config["image_size"], config["input_size"], config["patch_size"], config["num_layers"]) == (
         32, spec["image_size"], spec["patch_size"], spec["transformer_layers"])
     assert (config["projection_dim"], config["num_heads"], config["key_dim"]) == (
@@ -107,20 +107,20 @@ def test_a_keras2_savedmodel_converts_to_the_same_probabilities(keras2, tmp_path
     # The learned temperatures, as they were: one per LSA layer, away from sqrt(key_dim).
     taus = [layer[0] for layer in tau_values(model)]
     np.testing.assert_array_equal(np.float32(taus), np.float32(info["taus"]))
-    assert card["source"]["tau"] == taus
+    assert card.source.tau == taus
     if taus:
         assert all(abs(t - np.sqrt(spec["projection_dim"])) > 0.5 for t in taus)
 
-    source = card["source"]
-    assert source["kind"] == "keras-io-example" and source["format"] == "keras2-savedmodel"
+    source = card.source
+    assert source.kind == "keras-io-example" and source.format == "keras2-savedmodel"
     readme = (folder / "README.md").read_text()  # the Hub's model card says it too
-    assert f"Converted by `python -m explorer.convert` from `{source['source']}` (keras2-savedmodel)" in readme
-    assert source["source"] == str((keras2 / name).resolve()) and source["revision"] is None
-    assert any("Normalization" in m and "preprocess mean" in m for m in source["mapped"])
-    assert [d.split(" ")[1] for d in source["dropped"]] == ["(RandomFlip):", "(RandomRotation):", "(RandomZoom):"]
-    assert source["class_names_assumed"] is True
+    assert f"Converted by `python -m explorer.convert` from `{source.source}` (keras2-savedmodel)" in readme
+    assert source.source == str((keras2 / name).resolve()) and source.revision is None
+    assert any("Normalization" in m and "preprocess mean" in m for m in source.mapped)
+    assert [d.split(" ")[1] for d in source.dropped] == ["(RandomFlip):", "(RandomRotation):", "(RandomZoom):"]
+    assert source.class_names_assumed is True
     classes = CIFAR10_CLASSES if spec["num_classes"] == 10 else CIFAR100_CLASSES
-    assert card["class_names"] == list(classes)
+    assert card.class_names == list(classes)
 
 
 def test_the_preprocessing_equals_the_examples_normalization_and_resizing(keras2, tmp_path):
@@ -163,11 +163,11 @@ def test_the_current_examples_keras_archive_converts(tmp_path):
     assert reference["probs"].max() > 0.5
     np.testing.assert_allclose(probabilities(model, reference["images"]), reference["probs"], atol=1e-5, rtol=0)
     np.testing.assert_array_equal(np.float32([t[0] for t in tau_values(model)]), reference["taus"])
-    assert card["variant"] == "spt_lsa" and card["config"]["input_size"] == 24 and card["config"]["patch_size"] == 6
-    assert card["source"]["format"] == "keras3-archive" and card["source"]["class_names_assumed"] is True
-    assert card["class_names"] == list(CIFAR10_CLASSES) and folder.name == "example_small"
+    assert card.variant == "spt_lsa" and card.config["input_size"] == 24 and card.config["patch_size"] == 6
+    assert card.source.format == "keras3-archive" and card.source.class_names_assumed is True
+    assert card.class_names == list(CIFAR10_CLASSES) and folder.name == "example_small"
     # Its tokenizer's LayerNormalization epsilon is not saved in a .keras: the card says what was assumed.
-    assert any("epsilon" in m and "not saved" in m for m in card["source"]["mapped"])
+    assert any("epsilon" in m and "not saved" in m for m in card.source.mapped)
 
 
 def test_an_unzipped_keras3_save_converts_too(tmp_path):
@@ -187,8 +187,8 @@ def test_class_names_come_from_the_folder_when_it_names_them(keras2, tmp_path):
     names = [f"thing {i}" for i in range(10)]
     (folder / "labels.txt").write_text("\n".join(names) + "\n")
     card = read_card(convert(folder, tmp_path / "out", name="named"))
-    assert card["class_names"] == names and card["source"]["class_names_assumed"] is False
-    assert card["source"]["class_names_from"] == "labels.txt" and card["dataset"]["name"] == "unknown"
+    assert card.class_names == names and card.source.class_names_assumed is False
+    assert card.source.class_names_from == "labels.txt" and card.dataset.name == "unknown"
     (folder / "labels.txt").write_text("a\nb\n")
     with pytest.raises(ConvertError, match="labels.txt names 2 classes; the model has 10 outputs"):
         convert(folder, tmp_path / "out", name="wrong")
@@ -329,9 +329,9 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
     model, card = load_checkpoint(folder)
     np.testing.assert_allclose(probabilities(model, np.load(keras2 / "images.npy")),
                                np.load(keras2 / "spt_lsa.probs.npy"), atol=1e-5, rtol=0)
-    assert card["source"]["source"] == "keras-io/vit-small-ds-test" and card["source"]["revision"] == COMMIT
-    assert card["class_names"] == [f"label {i}" for i in range(10)]
-    assert card["source"]["class_names_assumed"] is False
+    assert card.source.source == "keras-io/vit-small-ds-test" and card.source.revision == COMMIT
+    assert card.class_names == [f"label {i}" for i in range(10)]
+    assert card.source.class_names_assumed is False
 
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "someone/keras2-h5 holds a Keras 2 HDF5 model (model.h5)" in refused.stderr
@@ -350,7 +350,7 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
     model, card = load_checkpoint(out / "someone-keras3-unzipped")
     reference = np.load(FIXTURES / "example_small.npz")
     np.testing.assert_allclose(probabilities(model, reference["images"]), reference["probs"], atol=1e-5, rtol=0)
-    assert card["source"]["format"] == "keras3-archive" and card["source"]["revision"] == COMMIT
+    assert card.source.format == "keras3-archive" and card.source.revision == COMMIT
     assert sorted(p.name for p in out.iterdir()) == ["keras-io-vit-small-ds-test", "someone-keras3-unzipped"]
 
 
@@ -374,8 +374,8 @@ def test_the_examples_default_size_converts(tmp_path_factory, tmp_path):
                                atol=1e-4, rtol=0)
     np.testing.assert_array_equal(np.float32([t[0] for t in tau_values(model)]), np.float32(info["taus"]))
     card = read_card(folder)
-    assert card["preset"] == "keras-io" and card["class_names"] == list(CIFAR100_CLASSES)
-    assert card["dataset"]["name"] == "cifar100" and card["source"]["class_names_assumed"] is True
+    assert card.preset == "keras-io" and card.class_names == list(CIFAR100_CLASSES)
+    assert card.dataset.name == "cifar100" and card.source.class_names_assumed is True
 
 
 def test_a_slot_converts_a_cached_hub_repo_once_and_the_cache_owns_the_result(keras2, tmp_path):

@@ -78,7 +78,7 @@ def test_two_devices_train_as_one_and_the_app_predicts_what_the_run_predicted(da
         np.testing.assert_allclose(curve_two, curve_one, rtol=1e-5, err_msg=key)
     np.testing.assert_allclose(two["logits"], one["logits"], rtol=0, atol=1e-4)
     model, card = load_checkpoint(two["checkpoint"])  # the app, on TensorFlow
-    assert card["versions"]["backend"] == "jax" and card["training"]["devices"] == 2
+    assert card.versions["backend"] == "jax" and card.training.devices == 2
     x_test = cifar10.subset(test=75, seed=0).x_test
     logits = predict_logits(model, x_test)
     assert len(two["test_predictions"]) == 75

@@ -25,11 +25,11 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
     assert "entropy L1" in out.stdout and "entropy L2" not in out.stdout  # tiny: layers L0 and L1
     for folder in folders:
         card = read_card(folder)
-        assert card["metrics"]["test_count"] == 1000 and len(card["metrics"]["test_per_class"]) == 10
-        assert card["metrics"]["check_set"] == "cifar10 test images 0-199" and 0 <= card["metrics"]["check_top1"] <= 1
-        assert f"{100 * card['metrics']['test_top1']:.2f} %" in (folder / "README.md").read_text()
-        assert 0 < card["metrics"]["test_top1_flip"] <= 1 and 0 < card["metrics"]["test_top5_flip"] <= 1
-        assert f"image + mirror averaged | {100 * card['metrics']['test_top1_flip']:.2f} %" in (
+        assert card.metrics.test_count == 1000 and len(card.metrics.test_per_class) == 10
+        assert card.metrics.check_set == "cifar10 test images 0-199" and 0 <= card.metrics.check_top1 <= 1
+        assert f"{100 * card.metrics.test_top1:.2f} %" in (folder / "README.md").read_text()
+        assert 0 < card.metrics.test_top1_flip <= 1 and 0 < card.metrics.test_top5_flip <= 1
+        assert f"image + mirror averaged | {100 * card.metrics.test_top1_flip:.2f} %" in (
             folder / "README.md").read_text()
     assert any(line.startswith("top1 +mirror") for line in lines)
 
@@ -66,9 +66,9 @@ def test_locality_per_layer(tiny_checkpoints, data_dir):
 
     results = evaluate([str(p) for p in tiny_checkpoints.values()], data_dir=str(data_dir), limit=20,
                        store=False, locality_images=10)
-    by_variant = {r["card"]["variant"]: r["locality"] for r in results}
+    by_variant = {r["card"].variant: r["locality"] for r in results}
     model, card = load_checkpoint(tiny_checkpoints["spt_lsa"])
-    config = ViTConfig.from_dict(card["config"])
+    config = ViTConfig.from_dict(card.config)
     images = results[0]["dataset"].x_test[:10]
     attention = Probe(model, config)(images).attention
     batched = locality(model, card, images, batch_size=3)

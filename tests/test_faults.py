@@ -78,7 +78,7 @@ def test_kill_or_cancel_at_random_steps_loses_nothing(root, data_dir, cifar10):
     proc = _train_cli(root, data_dir, "after", epochs=1, subset=256)
     out = proc.communicate(timeout=300)[0].decode()
     assert proc.returncode == 0, out[-2000:]
-    assert (root / "after").is_dir() and load_checkpoint(root / "after")[1]["name"] == "after"
+    assert (root / "after").is_dir() and load_checkpoint(root / "after")[1].name == "after"
     assert not list(root.glob(".tmp-*"))
     assert _digest(root / "earlier") == before
 
@@ -118,4 +118,4 @@ def test_full_disk_during_a_checkpoint_write(root, cifar10, monkeypatch):
     assert not any(p.name.startswith(".tmp-") for p in root.iterdir())
     monkeypatch.undo()
     run()  # training works again once there is room
-    assert (root / "full").is_dir() and load_checkpoint(root / "full")[1]["name"] == "full"
+    assert (root / "full").is_dir() and load_checkpoint(root / "full")[1].name == "full"

@@ -97,8 +97,8 @@ def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10
     x, y = pick(cifar10, ["frog", "cat", "ship"], 30)
     ds = Dataset("three", x, y, x[:20], y[:20], classes)
     base_logits = predict_logits(model, x)
-    rows = [card["class_names"].index(c.lower()) for c in classes]
-    prepared, start = prepare_head(model, card["class_names"], ds, fine_tune_recipe(len(x)))
+    rows = [card.class_names.index(c.lower()) for c in classes]
+    prepared, start = prepare_head(model, card.class_names, ds, fine_tune_recipe(len(x)))
     assert start["head"] == "base rows" and prepared.output_shape == (None, 3)
     np.testing.assert_allclose(predict_logits(prepared, x), base_logits[:, rows], rtol=1e-5, atol=1e-5)
     # ... and the run's epoch 0 reports what the base scores on the validation split
@@ -116,11 +116,11 @@ def test_the_probe_replaces_the_base_rows_only_where_it_does_better_on_validatio
     x, y = pick(cifar10, classes, 60)
     ds = Dataset("four", x, y, x[:20], y[:20], classes)
     tc = fine_tune_recipe(len(x), known_classes=True)
-    rows = [card["class_names"].index(c) for c in classes]
+    rows = [card.class_names.index(c) for c in classes]
     (_, _), (vx, vy) = training_split(ds, tc)
     rows_val = LinearHead(*(np.asarray(w, np.float64)[..., rows] for w in model.get_layer("head").get_weights()),
                           l2=0.0).accuracy(pooled_features(model, vx), vy)
-    prepared, start = prepare_head(model, card["class_names"], ds, tc)
+    prepared, start = prepare_head(model, card.class_names, ds, tc)
     if start["head"] == "base rows":
         assert start["val_top1"] == pytest.approx(rows_val)
     else:
@@ -131,9 +131,9 @@ def test_other_classes_start_from_a_linear_probe(tiny_checkpoints, cifar10):
     model, card = load_checkpoint(tiny_checkpoints["vanilla"])
     x, y = pick(cifar10, ["airplane", "frog"], 40)
     ds = Dataset("two", x, y, x[:10], y[:10], ["sky things", "green things"])
-    prepared, start = prepare_head(model, card["class_names"], ds, fine_tune_recipe(len(x)))
+    prepared, start = prepare_head(model, card.class_names, ds, fine_tune_recipe(len(x)))
     assert start["head"].startswith("linear probe") and start["val_top1"] > 0.5
-    frozen, _ = prepare_head(load_checkpoint(tiny_checkpoints["vanilla"])[0], card["class_names"], ds,
+    frozen, _ = prepare_head(load_checkpoint(tiny_checkpoints["vanilla"])[0], card.class_names, ds,
                              TrainConfig(head_init="new", freeze_backbone=True))
     assert [layer.name for layer in frozen.layers if layer.trainable and layer.weights] == ["head"]
 
@@ -249,11 +249,11 @@ def test_a_pair_run_writes_two_loadable_checkpoints_from_one_split(tiny_checkpoi
     assert s.device == "CPU" and s.backend == "tensorflow"
     cards = [_card(m.checkpoint) for m in s.members]
     assert [Path(m.checkpoint).name for m in s.members] == ["pair-A", "pair-B"]
-    assert [c["variant"] for c in cards] == ["vanilla", "spt_lsa"]
+    assert [c.variant for c in cards] == ["vanilla", "spt_lsa"]
     for card in cards:  # one split: the same images in both
-        assert (card["dataset"]["train_images"], card["dataset"]["validation_images"],
-                card["dataset"]["test_images"]) == (144, 16, 40)
-        assert card["training"]["device"] == "CPU" and card["training"]["images_per_second"] > 0
+        assert (card.dataset.train_images, card.dataset.validation_images,
+                card.dataset.test_images) == (144, 16, 40)
+        assert card.training.device == "CPU" and card.training.images_per_second > 0
     for m in s.members:
         assert [e["epoch"] for e in m.history] == [0, 1, 2] and len(m.predictions) == 40
         model, _ = load_checkpoint(m.checkpoint)
@@ -324,12 +324,12 @@ def test_the_cli_with_only_base_and_dataset_runs_the_default_recipe(tiny_checkpo
     assert main(["--base", str(tiny_checkpoints["spt_lsa"]), "--dataset", str(data), "--out", str(tmp_path / "out"),
                  "--name", "cli", "--verbose", "0"]) == 0
     card = _card(tmp_path / "out" / "cli")
-    n = card["dataset"]["train_images"] + card["dataset"]["validation_images"]
+    n = card.dataset.train_images + card.dataset.validation_images
     expected = fine_tune_recipe(n, known_classes=True)  # cat, dog and ship are the base's classes
-    assert card["training"]["recipe"] == expected.__dict__
+    assert card.training.recipe == expected.__dict__
     # the base's rows for cat, dog and ship, or the linear probe where it did better on the validation split
-    head = card["training"]["start"]["head"]
-    assert (head == "base rows" or head.startswith("linear probe")) and card["training"]["kept_epoch"] is not None
+    head = card.training.start.head
+    assert (head == "base rows" or head.startswith("linear probe")) and card.training.kept_epoch is not None
     assert "recipe: 30 epochs of batch 16, learning rate 0.0001, head auto" in capsys.readouterr().out
     assert "## Fine-tuning" in (tmp_path / "out" / "cli" / "README.md").read_text()
 

@@ -105,10 +105,10 @@ def test_a_checkpoint_comes_down_with_its_files_only(fake_hub, tiny_checkpoints,
 
     # Offline now (this process), the cache answers by name and by revision, as a Space restarted offline would.
     model, card = load_checkpoint("someone/tiny-lsa", cache_dir=str(run.cache))
-    assert card["variant"] == "spt_lsa"
+    assert card.variant == "spt_lsa"
     np.testing.assert_allclose(predict_logits(model, images),
                                predict_logits(load_checkpoint(tiny_checkpoints["spt_lsa"])[0], images), atol=1e-6)
-    assert load_checkpoint("someone/tiny-lsa@old", cache_dir=str(run.cache))[1]["variant"] == "vanilla"
+    assert load_checkpoint("someone/tiny-lsa@old", cache_dir=str(run.cache))[1].variant == "vanilla"
 
 
 @pytest.fixture(scope="module")

@@ -71,8 +71,8 @@ def test_a_pair_job_on_jax_predicts_in_the_app_what_the_worker_predicted(tiny_ch
         jax_logits = [saved[f"arr_{i}"] for i in range(len(folders))]
     for m, on_jax in zip(s.members, jax_logits, strict=True):
         model, card = load_checkpoint(m.checkpoint)
-        assert card["versions"]["backend"] == "jax" and card["training"]["device"] == "CPU"
-        assert card["versions"]["jax"] == jax_version() and "tensorflow" not in card["versions"]
+        assert card.versions["backend"] == "jax" and card.training.device == "CPU"
+        assert card.versions["jax"] == jax_version() and "tensorflow" not in card.versions
         assert [e["epoch"] for e in m.history] == [0, 1, 2] and len(m.predictions) == len(x_test)
         logits = predict_logits(model, x_test)  # the app, on TensorFlow
         assert logits.argmax(-1).tolist() == m.predictions

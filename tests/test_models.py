@@ -35,8 +35,8 @@ def test_without_drop_path_the_model_is_layer_for_layer_what_the_shipped_checkpo
     folder = ROOT / "checkpoints" / name
     saved = json.loads((folder / "config.json").read_text())["config"]["layers"]
     card = read_card(folder)
-    model = build_vit(ViTConfig.from_dict(card["config"]), len(card["class_names"]))
-    assert ViTConfig.from_dict(card["config"]).drop_path == 0.0  # cards without the field read as 0
+    model = build_vit(ViTConfig.from_dict(card.config), len(card.class_names))
+    assert ViTConfig.from_dict(card.config).drop_path == 0.0  # cards without the field read as 0
     assert json.loads(json.dumps(keras.saving.serialize_keras_object(model)))["config"]["layers"] == saved
     loaded, _ = load_folder(folder)
     assert [(w.path, w.shape) for w in model.weights] == [(w.path, w.shape) for w in loaded.weights]
@@ -54,17 +54,17 @@ def test_drop_path_rates_grow_linearly_to_the_last_block():
 
 
 def test_a_model_with_drop_path_trains_stochastically_saves_and_reloads(tmp_path, images):
-    from explorer.checkpoints import load_checkpoint, write_checkpoint
+    from explorer.checkpoints import Card, load_checkpoint, write_checkpoint
     config = tiny_config(num_layers=3, drop_path=0.5)
     model = build_vit(config, 10)
     x = images[:8].astype("float32")
     inference = np.asarray(model(x, training=False))
     np.testing.assert_allclose(np.asarray(model.predict_on_batch(x)), inference, rtol=1e-5, atol=1e-5)
     assert not np.allclose(np.asarray(model(x, training=True)), inference)  # branches dropped in training
-    folder = write_checkpoint(model, tmp_path / "drop-path", {"config": config.to_dict(), "variant": "spt_lsa",
-                                                              "class_names": [str(i) for i in range(10)]})
+    folder = write_checkpoint(model, tmp_path / "drop-path", Card(config=config.to_dict(), variant="spt_lsa",
+                                                                  class_names=[str(i) for i in range(10)]))
     loaded, card = load_checkpoint(folder)
-    assert ViTConfig.from_dict(card["config"]) == config
+    assert ViTConfig.from_dict(card.config) == config
     assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
     np.testing.assert_allclose(np.asarray(loaded.predict_on_batch(x)), inference, rtol=1e-5, atol=1e-5)
 

@@ -116,7 +116,7 @@ def test_zip_of_a_checkpoint_loads(root, tmp_path):
     with zipfile.ZipFile(path) as z:
         z.extractall(tmp_path / "out")
     model, card = load_checkpoint(tmp_path / "out" / "mine")
-    assert model.output_shape[-1] == 10 and card["run"]["owner"] == v
+    assert model.output_shape[-1] == 10 and card.run.owner == v
     with pytest.raises(CheckpointError, match="not a model this app offers you"):
         store.zip_checkpoint(ref, owner_key("someone else " * 2), tmp_path / "dl")
 

@@ -31,22 +31,22 @@ def test_all_are_listed_and_small():
 
 def test_cards_are_complete(shipped):
     for name, (_model, card) in shipped.items():
-        config = ViTConfig.from_dict(card["config"])
-        assert card["dataset"]["name"] == "cifar10" and "JPEG" in card["dataset"]["note"]
-        assert card["dataset"]["test_images"] == 10000 and card["dataset"]["validation_images"] == 5000
-        assert card["preset"] and card["variant"] == config.variant
-        training = card["training"]
-        assert training["epochs"] >= 1 and training["wall_time_s"] > 0 and training["images_per_second"] > 0
+        config = ViTConfig.from_dict(card.config)
+        assert card.dataset.name == "cifar10" and "JPEG" in card.dataset.note
+        assert card.dataset.test_images == 10000 and card.dataset.validation_images == 5000
+        assert card.preset and card.variant == config.variant
+        training = card.training
+        assert training.epochs >= 1 and training.wall_time_s > 0 and training.images_per_second > 0
         for key in ("test_top1", "test_top5", "test_top1_flip", "check_top1"):
-            assert 0 < card["metrics"][key] <= 1, key
-        assert len(card["history"]) == training["epochs"]
-        for epoch in card["history"]:
-            assert {"loss", "top1", "val_top1", "tau"} <= set(epoch)
-            assert len(epoch["tau"]) == (config.num_layers if config.use_lsa else 0)
+            assert 0 < getattr(card.metrics, key) <= 1, key
+        assert len(card.history) == training.epochs
+        for epoch in card.history:
+            assert {"loss", "top1", "val_top1", "tau"} <= set(epoch.to_json())
+            assert len(epoch.tau) == (config.num_layers if config.use_lsa else 0)
         readme = (SHIPPED / name / "README.md").read_text()
         assert readme.startswith("---") and "test top-1" in readme and "JPEG" in readme
         assert "## Training history" in readme
-        assert sum(line.startswith("| ") and line[2:3].isdigit() for line in readme.splitlines()) == training["epochs"]
+        assert sum(line.startswith("| ") and line[2:3].isdigit() for line in readme.splitlines()) == training.epochs
 
 
 def recipe(stored: dict) -> dict:
@@ -57,37 +57,37 @@ def recipe(stored: dict) -> dict:
 
 def test_same_recipe_only_the_variant_differs(shipped):
     _, vanilla = shipped["cifar10-vanilla"]
-    assert vanilla["variant"] == "vanilla"
+    assert vanilla.variant == "vanilla"
     for name, (_, other) in shipped.items():
-        assert name == f"cifar10-{other['variant']}"
-        if other["variant"] != "vanilla":
-            assert other["config"]["tau_mode"] == "layer"
-        differ = {k for k in vanilla["config"] if vanilla["config"][k] != other["config"][k]}
+        assert name == f"cifar10-{other.variant}"
+        if other.variant != "vanilla":
+            assert other.config["tau_mode"] == "layer"
+        differ = {k for k in vanilla.config if vanilla.config[k] != other.config[k]}
         assert differ <= {"variant"}, name
-        assert recipe(vanilla["training"]["recipe"]) == recipe(other["training"]["recipe"]), name
-        assert vanilla["training"]["epochs"] == other["training"]["epochs"], name
-        stages = [[(s["epochs"], recipe(s["recipe"])) for s in card["training"].get("stages", [])]
+        assert recipe(vanilla.training.recipe) == recipe(other.training.recipe), name
+        assert vanilla.training.epochs == other.training.epochs, name
+        stages = [[(s.epochs, recipe(s.recipe)) for s in card.training.stages]
                   for card in (vanilla, other)]
         assert stages[0] == stages[1], name
-        assert [e.get("stage", 1) for e in vanilla["history"]] == [e.get("stage", 1) for e in other["history"]], name
+        assert [e.stage or 1 for e in vanilla.history] == [e.stage or 1 for e in other.history], name
 
 
 def test_check_set_accuracy_matches_the_card_on_a_fresh_machine(shipped, no_data):
     # No data folder, nothing in the Keras cache, offline: the bundled sample holds the check set.
     from explorer.evaluate import evaluate
     for name, (_model, card) in shipped.items():
-        assert card["metrics"]["check_set"] == "cifar10 test images 0-199"
+        assert card.metrics.check_set == "cifar10 test images 0-199"
         result = evaluate([str(SHIPPED / name)], data_dir=str(no_data), limit=200, store=False)[0]
         assert result["dataset"].sample and result["metrics"]["count"] == 200
-        assert abs(result["metrics"]["top1"] - card["metrics"]["check_top1"]) <= 0.01, name
-        assert abs(result["metrics"]["top5"] - card["metrics"]["check_top5"]) <= 0.01, name
+        assert abs(result["metrics"]["top1"] - card.metrics.check_top1) <= 0.01, name
+        assert abs(result["metrics"]["top5"] - card.metrics.check_top5) <= 0.01, name
 
 
 def test_tau_in_the_card_is_the_models_tau(shipped):
-    lsa = {name: lm for name, lm in shipped.items() if ViTConfig.from_dict(lm[1]["config"]).use_lsa}
+    lsa = {name: lm for name, lm in shipped.items() if ViTConfig.from_dict(lm[1].config).use_lsa}
     assert "cifar10-spt_lsa" in lsa
     for name, (model, card) in lsa.items():
-        np.testing.assert_allclose(card["history"][-1]["tau"], tau_values(model), rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(card.history[-1].tau, tau_values(model), rtol=1e-6, err_msg=name)
 
 
 STUDY = SHIPPED / "study"
@@ -106,8 +106,8 @@ def test_the_small_data_checkpoints_score_as_their_cards_say():
     for folder in kept:
         result = evaluate([str(folder)], data_dir=str(FULL_TEST_SET), store=False)[0]
         card = result["card"]
-        assert card["dataset"]["train_images"] < 45000 and result["metrics"]["count"] == 10000
-        print(f"{folder.name}: card {card['metrics']['test_top1']:.4f}, re-evaluated {result['metrics']['top1']:.4f}"
-              f" (top-5 {card['metrics']['test_top5']:.4f}, {result['metrics']['top5']:.4f})")
-        assert abs(result["metrics"]["top1"] - card["metrics"]["test_top1"]) <= 0.003, folder.name
-        assert abs(result["metrics"]["top5"] - card["metrics"]["test_top5"]) <= 0.003, folder.name
+        assert card.dataset.train_images < 45000 and result["metrics"]["count"] == 10000
+        print(f"{folder.name}: card {card.metrics.test_top1:.4f}, re-evaluated {result['metrics']['top1']:.4f}"
+              f" (top-5 {card.metrics.test_top5:.4f}, {result['metrics']['top5']:.4f})")
+        assert abs(result["metrics"]["top1"] - card.metrics.test_top1) <= 0.003, folder.name
+        assert abs(result["metrics"]["top5"] - card.metrics.test_top5) <= 0.003, folder.name

@@ -179,13 +179,13 @@ def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, da
         card = read_card(direct / trial.name)
         record = json.loads((grid.records / f"{trial.name}.json").read_text())
         row = rows[trial.name]
-        assert row["train_images"] == card["dataset"]["train_images"] == trial.train_images
-        assert row["seed"] == card["training"]["recipe"]["seed"] == trial.seed
+        assert row["train_images"] == card.dataset.train_images == trial.train_images
+        assert row["seed"] == card.training.recipe["seed"] == trial.seed
         for key in ("test_top1", "test_top5", "val_top1"):
-            assert row[key] == pytest.approx(card["metrics"][key], abs=1e-6), (trial.name, key)
-        assert [h["loss"] for h in record["history"]] == pytest.approx([h["loss"] for h in card["history"]],
+            assert row[key] == pytest.approx(getattr(card.metrics, key), abs=1e-6), (trial.name, key)
+        assert [h["loss"] for h in record["history"]] == pytest.approx([h.loss for h in card.history],
                                                                        rel=1e-5)
-        assert record["training"]["steps"] == card["training"]["steps"] == row["steps"]
+        assert record["training"]["steps"] == card.training.steps == row["steps"]
         assert 0 <= row["train_top1"] <= 1 and row["images_per_second"] > 0
         if grid.kept(trial):
             kept, _ = load_checkpoint(grid.checkpoint_dir(trial))

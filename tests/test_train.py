@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.checkpoints import describe_augmentation, list_checkpoints, load_checkpoint, read_card
+from explorer.card import Card, describe_augmentation
+from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.fitting import (
     RECIPES,
     Cancelled,
@@ -91,10 +92,10 @@ def test_train_cli_on_512_images_writes_a_loadable_checkpoint(tmp_path, data_dir
     from explorer.data import load_cifar
     ds = load_cifar("cifar10", data_dir).subset(test=200, seed=0)
     metrics = accuracy_metrics(predict_logits(model, ds.x_test), ds.y_test)
-    assert metrics["top1"] == card["metrics"]["test_top1"]
-    assert metrics["per_class"] == card["metrics"]["test_per_class"]
-    assert card["dataset"]["train_images"] == 461 and card["training"]["epochs"] == 1
-    assert len(card["history"]) == 1 and len(card["history"][0]["tau"]) == 2
+    assert metrics["top1"] == card.metrics.test_top1
+    assert metrics["per_class"] == card.metrics.test_per_class
+    assert card.dataset.train_images == 461 and card.training.epochs == 1
+    assert len(card.history) == 1 and len(card.history[0].tau) == 2
 
 
 def test_train_new_checkpoint_predicts_like_the_trained_model(cifar10, tmp_path, images):
@@ -127,8 +128,8 @@ def test_fine_tune_to_a_new_class_count_with_a_frozen_backbone(tiny_checkpoints,
     result = fine_tune(tiny_checkpoints["spt_lsa"], ds, TrainConfig(epochs=1, batch_size=32,
                                                                     freeze_backbone=True), tmp_path, verbose=0)
     model, card = load_checkpoint(result["checkpoint"])
-    assert model.output_shape == (None, 3) and card["class_names"] == three.class_names[:3]
-    assert card["base"]["name"] == base_card["name"] and card["variant"] == "spt_lsa"
+    assert model.output_shape == (None, 3) and card.class_names == three.class_names[:3]
+    assert card.base.name == base_card.name and card.variant == "spt_lsa"
     # the frozen backbone kept its weights, tau included
     np.testing.assert_array_equal(model.get_layer("block0_attention").tau.numpy(),
                                   base_model.get_layer("block0_attention").tau.numpy())
@@ -140,7 +141,7 @@ def test_fine_tune_same_classes_keeps_the_head(tiny_checkpoints, cifar10, tmp_pa
     result = fine_tune(tiny_checkpoints["vanilla"], cifar10.subset(train=128, test=16),
                        TrainConfig(epochs=1, batch_size=64), tmp_path, verbose=0)
     model, card = load_checkpoint(result["checkpoint"])
-    assert model.output_shape == (None, 10) and card["base"]["name"] == "tiny-vanilla"
+    assert model.output_shape == (None, 10) and card.base.name == "tiny-vanilla"
 
 
 @pytest.mark.parametrize("kwargs, message", [(dict(epochs=0), "epochs"), (dict(batch_size=-1), "batch_size"),
@@ -166,31 +167,31 @@ def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tm
                                    cutmix_alpha=1.0, mix_prob=0.5),
                        tmp_path, verbose=0, extend=True)
     model, card = load_checkpoint(result["checkpoint"])
-    assert card["name"] == "tiny-spt_lsa-3ep"
-    assert [e["epoch"] for e in card["history"]] == [1, 2, 3]
-    assert [e["stage"] for e in card["history"]] == [1, 2, 2]
-    assert card["history"][0]["top1"] == base_card["history"][0]["top1"]
-    training = card["training"]
-    assert training["epochs"] == 3 and len(training["stages"]) == 2
-    assert training["recipe"] == base_card["training"]["recipe"]
-    assert training["stages"][1]["recipe"]["learning_rate"] == 5e-4
-    assert training["wall_time_s"] == pytest.approx(
-        base_card["training"]["wall_time_s"] + training["stages"][1]["wall_time_s"], abs=0.11)
-    assert training["steps"] == base_card["training"]["steps"] + 2 * 3
-    assert card["base"] == {"name": "tiny-spt_lsa", "source": str(tiny_checkpoints["spt_lsa"]),
-                            "continued": True, "epochs": 1}
-    assert card["dataset"]["validation_images"] == base_card["dataset"]["validation_images"]
-    np.testing.assert_allclose(card["history"][-1]["tau"], tau_values(model), rtol=1e-6)
+    assert card.name == "tiny-spt_lsa-3ep"
+    assert [e.epoch for e in card.history] == [1, 2, 3]
+    assert [e.stage for e in card.history] == [1, 2, 2]
+    assert card.history[0].top1 == base_card.history[0].top1
+    training = card.training
+    assert training.epochs == 3 and len(training.stages) == 2
+    assert training.recipe == base_card.training.recipe
+    assert training.stages[1].recipe["learning_rate"] == 5e-4
+    assert training.wall_time_s == pytest.approx(
+        base_card.training.wall_time_s + training.stages[1].wall_time_s, abs=0.11)
+    assert training.steps == base_card.training.steps + 2 * 3
+    assert card.base.to_json() == {"name": "tiny-spt_lsa", "source": str(tiny_checkpoints["spt_lsa"]),
+                                   "continued": True, "epochs": 1}
+    assert card.dataset.validation_images == base_card.dataset.validation_images
+    np.testing.assert_allclose(card.history[-1].tau, tau_values(model), rtol=1e-6)
     assert not np.allclose(model.get_layer("head").kernel.numpy(), base_model.get_layer("head").kernel.numpy())
-    readme = (tmp_path / card["name"] / "README.md").read_text()
+    readme = (tmp_path / card.name / "README.md").read_text()
     assert "## Training stages" in readme and "- stage 2: 2 epochs, peak learning rate 0.0005" in readme
     assert "augmentation crop + flip, seed 0" in readme  # stage 1
     assert "augmentation crop + flip, CutMix 1 on 50 % of batches, seed 0" in readme  # stage 2
-    assert training["stages"][1]["recipe"]["cutmix_alpha"] == 1.0
+    assert training.stages[1].recipe["cutmix_alpha"] == 1.0
     # CutMix touched the training batches only: validation scored the clean held-out images
     _, (x_val, y_val) = split_validation(same.x_train, same.y_train, 0.25, 0)
     assert accuracy_metrics(predict_logits(model, x_val), y_val)["top1"] == pytest.approx(
-        card["history"][-1]["val_top1"], abs=1e-6)
+        card.history[-1].val_top1, abs=1e-6)
     assert sum(line.startswith("| ") and line[2:3].isdigit() for line in readme.splitlines()) == 3
 
 
@@ -272,11 +273,11 @@ def test_train_cli_paper_recipe_one_epoch_on_1000_images_records_the_recipe(tmp_
     assert out.returncode == 0, out.stderr[-2000:]
     [folder] = list_checkpoints(tmp_path)
     card = read_card(folder)
-    recipe = card["training"]["recipe"]
+    recipe = card.training.recipe
     assert recipe["name"] == "paper" and recipe["epochs"] == 1  # the flag given wins over the recipe
     assert {k: recipe[k] for k in RECIPES["paper"] if k != "epochs"} == \
         {k: v for k, v in RECIPES["paper"].items() if k != "epochs"}
-    assert card["dataset"]["train_images"] == 900 and card["training"]["steps"] == math.ceil(3 * 900 / 128)
+    assert card.dataset.train_images == 900 and card.training.steps == math.ceil(3 * 900 / 128)
     assert "| training recipe | `paper`: augmentation crop + flip, CutMix 1" in (folder / "README.md").read_text()
 
 
@@ -298,8 +299,9 @@ def test_continued_record_accumulates_stages():
                                   "training": {"epochs": n, "planned_epochs": n, "steps": 10 * n,
                                                "wall_time_s": wall, "images_per_second": ips,
                                                "device": "GPU", "recipe": recipe(5e-4)}}
-    two = continued_record(base, stage(1, 300.0, 30.0))
-    three = continued_record({"history": two["history"], "training": two["training"]}, stage(2, 100.0, 10.0))
+    two = continued_record(Card.from_json(base), stage(1, 300.0, 30.0))
+    three = continued_record(Card.from_json({"history": two["history"], "training": two["training"]}),
+                             stage(2, 100.0, 10.0))
     assert [e["epoch"] for e in three["history"]] == [1, 2, 3, 4, 5]
     assert [e["stage"] for e in three["history"]] == [1, 1, 2, 3, 3]
     t = three["training"]

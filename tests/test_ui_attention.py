@@ -13,14 +13,14 @@ from explorer.workbench import HEAD_ALL, HEAD_MEAN
 
 @pytest.fixture(scope="module")
 def tab(tmp_path_factory, tiny_checkpoints):
-    from explorer.checkpoints import write_checkpoint
+    from explorer.checkpoints import Card, write_checkpoint
     from explorer.config import get_preset
     from explorer.models import build_vit
     root = tmp_path_factory.mktemp("ui-paper") / "checkpoints"
     root.mkdir()
     shutil.copytree(tiny_checkpoints["vanilla"], root / "tiny")
     config = get_preset("paper").replace(num_layers=3, projection_dim=48, mlp_units=(96, 48))
-    card = {"config": config.to_dict(), "variant": config.variant, "class_names": [str(i) for i in range(10)]}
+    card = Card(config=config.to_dict(), variant=config.variant, class_names=[str(i) for i in range(10)])
     write_checkpoint(build_vit(config, 10), root / "paper-small", card)
     return AttentionTab(AppState(root=root, data_dir=None))
 

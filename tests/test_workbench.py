@@ -93,12 +93,12 @@ def test_views_compute_only_the_parts_asked_for(store, images):
 @pytest.fixture(scope="module")
 def paper_shaped(tmp_path_factory):
     """A model of the paper's shape (12 heads of 16, per-head tau, stochastic depth), narrower and shallower."""
-    from explorer.checkpoints import write_checkpoint
+    from explorer.checkpoints import Card, write_checkpoint
     from explorer.config import get_preset
     from explorer.models import build_vit
     config = get_preset("paper").replace(num_layers=3, projection_dim=48, mlp_units=(96, 48))
     root = tmp_path_factory.mktemp("paper")
-    card = {"config": config.to_dict(), "variant": config.variant, "class_names": [str(i) for i in range(10)]}
+    card = Card(config=config.to_dict(), variant=config.variant, class_names=[str(i) for i in range(10)])
     write_checkpoint(build_vit(config, 10), root / "paper-small", card)
     return ModelStore(root).get("paper-small")
 

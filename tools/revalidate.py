@@ -42,9 +42,9 @@ def main(argv=None) -> int:
     datasets = {}
     for ref in args.checkpoints:
         model, card = load_checkpoint(ref)
-        recipe = card["training"]["recipe"]
+        recipe = card.training.recipe
         tc = TrainConfig(**{k: v for k, v in recipe.items() if k in names})
-        name = card["dataset"]["name"]
+        name = card.dataset.name
         if name not in datasets:
             datasets[name] = load_dataset(name, args.data_dir)
         _, val = training_split(datasets[name], tc)
@@ -55,9 +55,10 @@ def main(argv=None) -> int:
         exact = accuracy_metrics(logits, val[1])
         new = {"val_top1": exact["top1"], "val_top5": exact["top5"],
                "val_loss": smoothed_loss(logits, val[1], tc.label_smoothing)}
-        old = card["metrics"]
+        old = {k: getattr(card.metrics, k) for k in new}
         print(f"{ref}: {len(val[1])} validation images; "
-              + ", ".join(f"{k} {old.get(k, float('nan')):.4f} -> {v:.4f}" for k, v in new.items()), flush=True)
+              + ", ".join(f"{k} {float('nan') if old[k] is None else old[k]:.4f} -> {v:.4f}" for k, v in new.items()),
+              flush=True)
         if args.write:
             update_card(ref, metrics=new)
     return 0

@@ -301,7 +301,7 @@ class AppState:
     def dataset_of(self, ref_b: str | None, request=None) -> str:
         """The dataset whose test images go with slot B's model (CIFAR-10 unless it is CIFAR-100's)."""
         try:
-            name = self.model(ref_b, request).card.get("dataset", {}).get("name") if ref_b else None
+            name = self.model(ref_b, request).card.dataset.name if ref_b else None
         except (CheckpointError, ValueError, OSError):
             name = None
         return name if name in ("cifar10", "cifar100") else "cifar10"

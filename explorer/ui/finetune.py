@@ -95,7 +95,7 @@ class FinetuneTab:
         try:
             owner = app.owner(request)
             members = app.store.members([(tag, app.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
-            size = members[0][3]["config"]["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
+            size = members[0][3].config["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
 
             def load(name):
                 return app.tests.training_data(name, progress=reporter(progress) if progress else None)
@@ -187,7 +187,7 @@ class FinetuneTab:
         labels = []
         for m in plan.members:
             try:
-                variant = m.variant or read_card(m.base).get("variant")
+                variant = m.variant or read_card(m.base).variant
             except (CheckpointError, OSError, ValueError):
                 continue
             if variant in ("lsa", "spt_lsa"):

@@ -27,7 +27,7 @@ class TauTab:
         for ref in self.app.choices(request):
             card = None if ref.startswith((f"{FINETUNED}/", f"{STUDY}/")) else self.app.store.local_card(ref)
             try:
-                if card is not None and ViTConfig.from_dict(card["config"]).use_lsa:
+                if card is not None and ViTConfig.from_dict(card.config).use_lsa:
                     refs.append(ref)
             except (KeyError, TypeError, ValueError):
                 continue  # a broken card: its slot says why when it is chosen
@@ -67,7 +67,7 @@ class TauTab:
         models = self.models(ref_a, ref_b, request)
         per_model = {model.label: model.probe.tau() for model in models}
         initial_tau = {model.label: model.config.initial_tau for model in models}
-        history = {model.label: model.card.get("history", []) for model in models}
+        history = {model.label: [e.to_json() for e in model.card.history] for model in models}
         rows = [[model.label, row["layer"], ", ".join(f"{v:.3f}" for v in row["tau"]), f"{row['initial']:.3f}",
                  f"{row['mean_tau'] / row['initial']:.2f}"]
                 for model in models for row in tau_table(model.model, model.config)]

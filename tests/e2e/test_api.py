@@ -62,7 +62,7 @@ def test_predict_equals_the_model_run_locally(client, upload, app_checkpoints):
     model, card = load_checkpoint(app_checkpoints / A)
     logits = predict_logits(model, load_image(upload)[0][None])[0]
     probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
-    expected = card["class_names"][int(probs.argmax())]
+    expected = card.class_names[int(probs.argmax())]
     assert label_a["label"] == expected
     assert label_a["confidences"][0]["confidence"] == pytest.approx(float(probs.max()), abs=1e-5)
 
@@ -183,8 +183,8 @@ def test_a_pair_fine_tune_on_a_zip_loads_both_results_into_the_slots(client, app
     new = set(list_checkpoints(app_checkpoints)) - before
     assert sorted(p.name for p in new) == ["e2e-pair-A", "e2e-pair-B"]
     cards = [load_checkpoint(p)[1] for p in sorted(new)]
-    assert [c["variant"] for c in cards] == ["vanilla", "spt_lsa"]
-    assert cards[0]["dataset"] == cards[1]["dataset"] and cards[0]["class_names"] == ["cat", "dog", "ship"]
+    assert [c.variant for c in cards] == ["vanilla", "spt_lsa"]
+    assert cards[0].dataset == cards[1].dataset and cards[0].class_names == ["cat", "dog", "ship"]
     assert [row[0] for row in results["data"]] == ["A: tiny-vanilla", "B: tiny-spt_lsa"]
     assert [row[0] for row in per_class["data"]] == ["cat", "dog", "ship"]
     # both results load into the slots, and every tab compares them

@@ -74,7 +74,7 @@ def converted(root, repo_id):
 
 
 def top5(label) -> dict[str, float]:
-    return {c["label"]: c["confidence"] for c in label["confidences"]}
+    return {c.label: c.confidence for c in label["confidences"]}
 
 
 def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
@@ -95,8 +95,8 @@ def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
     assert not fetched & {"README.md", "history.json"}
     assert {name for repo, name in hub.fetched if repo == KERAS3} == {"vit_small_ds.keras"}
     [folder_b], [folder_a] = converted(root, KERAS2), converted(root, KERAS3)
-    assert is_checkpoint(folder_b) and read_card(folder_b)["source"]["revision"] == COMMITS[KERAS2]
-    assert read_card(folder_a)["source"]["format"] == "keras3-archive"
+    assert is_checkpoint(folder_b) and read_card(folder_b).source.revision == COMMITS[KERAS2]
+    assert read_card(folder_a).source.format == "keras3-archive"
 
     # The probabilities are the source models' own, on the same pictures (uploaded as PNG files).
     reference3 = np.load(FIXTURES / "example_small.npz")
@@ -153,8 +153,8 @@ def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
     runs = {p.name: read_card(p) for p in list_checkpoints(root) if p.name.startswith("conv-ft")}
     assert sorted(runs) == ["conv-ft-A", "conv-ft-B"]
     # Each started from its converted model: its geometry, its name as the base.
-    assert [runs[n]["config"]["input_size"] for n in sorted(runs)] == [24, 24]
-    assert runs["conv-ft-B"]["base"]["name"] == "keras-io-vit-small-ds-test"
+    assert [runs[n].config["input_size"] for n in sorted(runs)] == [24, 24]
+    assert runs["conv-ft-B"].base.name == "keras-io-vit-small-ds-test"
 
     # A second visitor gets the same conversion from the cache: no new download, no new conversion.
     before, stamp = len(hub.fetched), (folder_b / "model.weights.h5").stat().st_mtime_ns

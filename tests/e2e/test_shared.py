@@ -105,7 +105,7 @@ def test_visitors_own_their_runs_queue_and_cancel(shared_app, tmp_path):
         assert sorted(n.split("/", 1)[1] for n in z.namelist()) == [
             "README.md", "config.json", "explorer.json", "metadata.json", "model.weights.h5"]
     model, card = load_checkpoint(tmp_path / "mine-b")
-    assert card["name"] == "mine-b" and model.output_shape[-1] == 10
+    assert card.name == "mine-b" and model.output_shape[-1] == 10
     out = subprocess.run([sys.executable, "-c", "import explorer, keras, sys; "
                           "m = keras.saving.load_model(sys.argv[1]); print(m.output_shape)", str(tmp_path / "mine-b")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300,

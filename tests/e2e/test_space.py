@@ -144,7 +144,7 @@ def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
         assert len(table["data"]) == 2
     tau_table = client.predict(A, B, api_name="/tau")[2]
     shipped = [c for c in list_checkpoints(ROOT / "checkpoints") if c.parent == ROOT / "checkpoints"]
-    shipped_lsa = [c for c in shipped if ViTConfig.from_dict(read_card(c)["config"]).use_lsa]
+    shipped_lsa = [c for c in shipped if ViTConfig.from_dict(read_card(c).config).use_lsa]
     assert len(tau_table["data"]) == 6 * len(shipped_lsa) >= 6  # six layers per shipped LSA model
     # Fine-tune: the tab answers (a run needs the full data or a zip; see test_ui and test_load).
     assert "No run" in client.predict(api_name="/cancel")
