@@ -83,9 +83,9 @@ def build_zips(folder: Path, data: Path) -> dict[str, Path]:
 def probe_accuracy(model, ds) -> float:
     """Logistic regression on the frozen pooled features of all training images; its L2 chosen on a 10 %
     validation split of them, then refitted on all of them."""
+    from explorer.finetune import pooled_features
     from explorer.fitting import split_validation
     from explorer.linear import fit_logistic, fit_probe
-    from explorer.transfer import pooled_features
     features, test = pooled_features(model, ds.x_train), pooled_features(model, ds.x_test)
     (fx, fy), (vx, vy) = split_validation(features, ds.y_train, 0.1, 0)
     l2 = fit_probe(fx, fy, ds.num_classes, vx, vy).l2
@@ -97,9 +97,9 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
     """The rows asked for of one shipped model on one zip, each printed and kept in `results`."""
     from explorer.checkpoints import load_checkpoint
     from explorer.config import ViTConfig
+    from explorer.finetune import base_rows, fine_tune, fine_tune_recipe
     from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
     from explorer.train import train_new
-    from explorer.transfer import base_rows, fine_tune, fine_tune_recipe
     base = ROOT / "checkpoints" / ref
     model, card = load_checkpoint(base)
     config = ViTConfig.from_dict(card.config)
@@ -161,12 +161,12 @@ def main():
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    import explorer.transfer
+    import explorer.finetune
     from explorer.folders import read_image_zip
     if args.steps:
-        explorer.transfer.FT_TARGET_STEPS = args.steps
+        explorer.finetune.FT_TARGET_STEPS = args.steps
     if args.budget:
-        explorer.transfer.FT_IMAGE_BUDGET = args.budget
+        explorer.finetune.FT_IMAGE_BUDGET = args.budget
 
     results: dict[tuple[str, str, str], tuple[float, float]] = {}
     ratios = []

@@ -6,7 +6,7 @@ again (warm: the worker, its models and their compiled steps reused), then the d
 800-image zip of five CIFAR-10 classes (the issue's job), then that again. For JAX, a second runner (the app
 restarted) then runs the tiny job and the 800-image job once each with the compilation cache the first one
 left on disk. The reference is the worker as it was before it lived across runs: one process per job
-(`python -m explorer.finetune JOB_DIR`, TensorFlow), the tiny job and the 800-image job once each.
+(`python -m explorer.jobs JOB_DIR`, TensorFlow), the tiny job and the 800-image job once each.
 
 Each run prints its wall time (Start to the checkpoints in place) and its phases: `start` (the worker process
 and its imports, when a run starts one), per model `prepare` (load, head, linear probe), `first step` (with
@@ -52,7 +52,7 @@ def build_zips(folder: Path, data: Path) -> dict[str, Path]:
 
 def plan_for(zip_path: Path, tiny: bool):
     from explorer.checkpoints import read_card
-    from explorer.finetune import ZIP, Limits, job_data, plan_job
+    from explorer.jobs import ZIP, Limits, job_data, plan_job
     members = [(tag, f"{tag}: {ref}", str(ROOT / "checkpoints" / ref), read_card(ROOT / "checkpoints" / ref))
                for tag, ref in zip("AB", PAIR, strict=True)]
     dataset = job_data(ZIP, str(zip_path), None, Limits(), 32, train_on_all=tiny)
@@ -101,12 +101,12 @@ def run_once(runner, plan, label: str) -> float:
 
 def reference(plan, label: str, env: dict) -> float:
     """The worker as it was: a process per job, on TensorFlow."""
-    from explorer.finetune import write_job
+    from explorer.jobs import write_job
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp) / "job"
         write_job(plan, job)
         began = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "explorer.finetune", str(job)], cwd=ROOT, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "explorer.jobs", str(job)], cwd=ROOT, capture_output=True,
                               env={**env, "KERAS_BACKEND": "tensorflow"}, text=True)
         wall = time.perf_counter() - began
         events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from explorer.ablation import NAMES, ORDER
 from explorer.card import Card
-from explorer.shared import FINETUNED
+from explorer.visitors import FINETUNED
 
 STUDY = "study"  # checkpoints/study/: the small-data study's kept pairs and its results.csv
 PAIR_VARIANTS = ("vanilla", "spt_lsa")

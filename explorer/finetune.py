@@ -1,587 +1,309 @@
-"""A fine-tuning job, without the app: a request validated into a plan (data split once, one recipe, one or
-two models), the plan run in a worker process, and the side-by-side report of its results.
-
-The worker (`python -m explorer.finetune JOB_DIR`, started by runner.FineTuneRunner) has a Keras
-backend of its own: JAX on a CUDA GPU when the GPU requirements are installed, else the app's. It reads
-the plan and the split images from JOB_DIR, writes its checkpoints under JOB_DIR/staging, and reports
-progress as JSON lines on its standard output; the runner moves the checkpoints into place only once the
-whole job has succeeded, so a cancelled or crashed job leaves nothing behind.
+"""Starting from a trained model: the short fine-tune recipe, the classifier head (the base's own rows, a
+linear probe on frozen features, or a new one), a continued stage of the base's own training, and
+`fine_tune` itself.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import re
-import sys
-import time
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import math
 from pathlib import Path
 
 import numpy as np
 
-from explorer.config import PRESETS, VARIANTS
-from explorer.data import Dataset
-from explorer.settings import Settings
-
-BACKENDS = ("tensorflow", "jax", "torch")
-ZIP = "zip of class folders"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-class JobError(ValueError):
-    """A fine-tuning request that cannot run; the message says which field and why."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What a run may ask for (a public Space caps these: EXPLORER_MAX_EPOCHS, _IMAGES, _ZIP_MB)."""
-
-    max_epochs: int = Settings.max_epochs
-    max_images: int = Settings.max_images
-    max_zip_mb: int = Settings.max_zip_mb
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Limits:
-        return cls(settings.max_epochs, settings.max_images, settings.max_zip_mb)
-
-
-@dataclass
-class Member:
-    """One model of a job: the slot it came from ("A", "B" or ""), its base checkpoint folder (None: a
-    new model of `preset`/`variant`), and the name of the checkpoint it will be saved as."""
-
-    tag: str
-    base: str | None
-    name: str
-    label: str
-    preset: str | None = None
-    variant: str | None = None
-    classes: list = field(default_factory=list)  # the base's class names
-
-
-@dataclass
-class Plan:
-    """A validated job: every member trains on `dataset` (split once) with the same recipe."""
-
-    members: list[Member]
-    dataset: Dataset
-    recipe: dict  # fine_tune_recipe / TrainConfig overrides: epochs, batch_size, learning_rate, freeze
-    description: str
-    scratch: bool = False
-
-    def to_json(self) -> dict:
-        return {"members": [m.__dict__ for m in self.members], "recipe": self.recipe, "scratch": self.scratch,
-                "dataset": {"name": self.dataset.name, "class_names": list(self.dataset.class_names),
-                            "source": self.dataset.source, "note": self.dataset.note},
-                "description": self.description}
-
-
-def check_number(name: str, value, low, high, integer: bool = True, auto: bool = False):
-    """`value` as an int (or float) within [low, high]; with `auto`, None or 0 means "the recipe decides"."""
-    if auto and (value is None or value == 0):
-        return None
-    if value is None:
-        raise JobError(f"{name} is missing")
-    if integer and float(value) != int(value):
-        raise JobError(f"{name} must be a whole number, got {value}")
-    if not low <= value <= high:
-        raise JobError(f"{name} must be between {low} and {high}" + (" (0 = auto)" if auto else "")
-                       + f", got {value}")
-    return int(value) if integer else float(value)
-
-
-def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs=None, learning_rate=None,
-             batch_size=None, images=None, freeze: bool = False, name: str | None = None,
-             limits: Limits = Limits(), scratch: tuple[str, str] | None = None, train_on_all: bool = False) -> Plan:
-    """Validates a request into a plan.
-
-    `members`: (tag, label, checkpoint folder, card) of each base model, one or two; empty with `scratch`
-    = (preset, variant) for a new model. `dataset` is the whole data (train and test). `images` caps the
-    training images (and the test images at a fifth of it); epochs, learning rate and batch size of None
-    or 0 leave them to the default recipe. A held-out test part too small to judge the models by is
-    refused before anything trains, unless `train_on_all` (the dataset then has no test images, and the
-    run no test score).
-    """
-    epochs = check_number("epochs", epochs, 1, limits.max_epochs, auto=True)
-    learning_rate = check_number("learning rate", learning_rate, 1e-6, 1.0, integer=False, auto=True)
-    batch_size = check_number("batch size", batch_size, 1, 1024, auto=True)
-    images = check_number("images", images, 2, limits.max_images, auto=True)
-    if name and not _NAME.match(name):
-        raise JobError("the run name may hold letters, digits, '.', '_' and '-' only (at most 64)")
-    if scratch is not None:
-        preset, variant = scratch
-        if preset not in PRESETS or variant not in VARIANTS:
-            raise JobError(f"choose a preset from {sorted(PRESETS)} and a variant from {list(VARIANTS)}")
-        size = PRESETS[preset].image_size
-        planned = [Member("", None, name or f"{dataset.name}-{variant}", f"{variant} {preset} (new)", preset,
-                          variant)]
-    else:
-        if not 1 <= len(members) <= 2:
-            raise JobError("a fine-tune takes one or two base models")
-        sizes = {int(card.config["image_size"]) for _, _, _, card in members}
-        if len(sizes) != 1:
-            raise JobError(f"the two models take different image sizes {sorted(sizes)}; they cannot share "
-                           f"one split")
-        size = sizes.pop()
-        planned = []
-        for tag, label, folder, card in members:
-            base_name = card.name or Path(folder).name
-            suffix = f"-{tag}" if len(members) == 2 and name else ""
-            planned.append(Member(tag, str(folder), (name + suffix) if name else f"{base_name}-ft-{dataset.name}",
-                                  label, classes=list(card.class_names or [])))
-        if len(planned) == 2 and planned[0].name == planned[1].name:
-            planned[0].name, planned[1].name = f"{planned[0].name}-A", f"{planned[1].name}-B"
-    if dataset.x_train.shape[1:3] != (size, size):
-        raise JobError(f"the images are {dataset.x_train.shape[1]}x{dataset.x_train.shape[2]} but the "
-                       f"model takes {size}x{size}")
-    if images is not None:
-        dataset = dataset.subset(train=images, test=max(1, min(len(dataset.x_test), images // 5)), seed=0)
-    if len(dataset.x_train) < 2 or len(set(dataset.y_train.tolist())) < 2:
-        raise JobError(f"{dataset.name} has too few training images ({len(dataset.x_train)}) or classes "
-                       f"to learn from")
-    if not train_on_all:
-        from explorer.folders import held_out_problem
-        problem = held_out_problem(dataset)
-        if problem:
-            raise JobError(f"{problem} (tick “Train on all images”)")
-    recipe = {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size,
-              "freeze_backbone": bool(freeze)}
-    what = " and ".join(m.label for m in planned)
-    test = (f"{len(dataset.x_test)} test" if len(dataset.x_test) else "no test: all trained on, no test score")
-    description = (f"{what} on {dataset.name} ({len(dataset.x_train)} train / {test} images, "
-                   f"{dataset.num_classes} classes)")
-    return Plan(planned, dataset, recipe, description, scratch=scratch is not None)
-
-
-def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int,
-             train_on_all: bool = False) -> Dataset:
-    """The data a job asks for: an uploaded zip of class folders (read within the limits, each class split
-    80/20, or all for training with `train_on_all`) or a CIFAR dataset through `load_cifar(name)`."""
-    if source == ZIP:
-        if zip_file is None:
-            raise JobError("upload a zip of class folders (one sub-folder of images per class)")
-        from explorer.folders import read_image_zip
-        return read_image_zip(zip_file, image_size=image_size, max_bytes=limits.max_zip_mb * 2**20,
-                              max_files=limits.max_images * 2, test_fraction=0.0 if train_on_all else 0.2)
-    if source in ("cifar10", "cifar100"):
-        return load_cifar(source)
-    raise JobError(f"unknown data source {source!r}; choose a zip of class folders, cifar10 or cifar100")
-
-
-def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: bool = False):
-    """The TrainConfig of a job's member: the default fine-tune recipe (or, for a new model, the keras.io
-    recipe with as many steps) with the request's values on top. `known_classes`: the job's classes are all
-    classes of the member's base."""
-    import dataclasses
-
-    from explorer.fitting import TrainConfig
-    from explorer.transfer import fine_tune_recipe
-    given = {k: v for k, v in plan_recipe.items() if v is not None}
-    if scratch:
-        given.pop("freeze_backbone", None)
-        steps = fine_tune_recipe(n_images, **given)  # the same number of steps and batch size
-        return dataclasses.replace(steps, learning_rate=given.get("learning_rate", TrainConfig.learning_rate),
-                                   weight_decay=TrainConfig.weight_decay, keep_best=False)
-    return fine_tune_recipe(n_images, known_classes=known_classes, **given)
-
-
-# --- the job directory -----------------------------------------------------------------------------
-
-
-def write_job(plan: Plan, job_dir: Path) -> None:
-    job_dir.mkdir(parents=True)
-    ds = plan.dataset
-    np.savez(job_dir / "data.npz", x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test)
-    (job_dir / "job.json").write_text(json.dumps(plan.to_json(), indent=1))
-
-
-def read_job(job_dir: Path) -> tuple[dict, Dataset]:
-    job = json.loads((job_dir / "job.json").read_text())
-    with np.load(job_dir / "data.npz") as data:
-        d = job["dataset"]
-        ds = Dataset(d["name"], data["x_train"], data["y_train"], data["x_test"], data["y_test"],
-                     d["class_names"], d.get("source", ""), d.get("note", ""))
-    return job, ds
-
-
-# --- choosing the worker's backend -----------------------------------------------------------------
-
-
-def cuda_gpu_present(root: str | os.PathLike = "/") -> bool:
-    """Whether an NVIDIA driver shows a GPU (without importing any framework): its files under `root`."""
-    gpus = Path(root) / "proc" / "driver" / "nvidia" / "gpus"
-    return (gpus.is_dir() and any(gpus.iterdir())) or (Path(root) / "dev" / "nvidia0").exists()
-
-
-def _gpu_probe(settings: Settings) -> Callable[[], bool]:
-    # EXPLORER_DRIVER_ROOT: where the driver's /proc and /dev are seen (a container may mount them elsewhere).
-    return lambda: cuda_gpu_present(settings.driver_root)
-
-
-def jax_cuda_installed(find_spec=importlib.util.find_spec) -> bool:
-    return find_spec("jax") is not None and any(
-        find_spec(name) is not None for name in ("jax_cuda12_plugin", "jax_cuda13_plugin"))
-
-
-def jax_installed(find_spec=importlib.util.find_spec) -> bool:
-    return find_spec("jax") is not None
-
-
-def choose_backend(settings: Settings, gpu_present=None, jax_cuda=jax_cuda_installed,
-                   jax_cpu=jax_installed) -> tuple[str, str]:
-    """(Keras backend for the training worker, why). EXPLORER_TRAIN_BACKEND wins; else JAX when a CUDA GPU
-    and JAX with CUDA are both there (the proven GPU route: TensorFlow's wheels here are CPU-only); else JAX
-    on the CPU when it is installed (requirements.txt has its CPU wheel): its compiled steps persist on disk
-    (JAX's compilation cache), so a new worker, after an app restart say, loads them instead of compiling
-    (bench/finetune_speed.py); else the app's own backend (KERAS_BACKEND)."""
-    gpu_present = gpu_present or _gpu_probe(settings)
-    wanted = settings.train_backend
-    if wanted:
-        if wanted not in BACKENDS:
-            raise JobError(f"EXPLORER_TRAIN_BACKEND={wanted!r} is not one of {BACKENDS}")
-        return wanted, "EXPLORER_TRAIN_BACKEND"
-    app_backend = settings.keras_backend
-    if gpu_present():
-        if jax_cuda():
-            return "jax", "CUDA GPU with JAX"
-        return app_backend, "a CUDA GPU is there, but JAX with CUDA is not installed (requirements-gpu.txt)"
-    if jax_cpu():
-        return "jax", "no GPU; JAX on the CPU, with its compilation cache"
-    return app_backend, "no GPU"
-
-
-# --- the worker ------------------------------------------------------------------------------------
-
-
-
-def hardware_note(settings: Settings, gpu_present=None, jax_cuda=jax_cuda_installed) -> str:
-    """Where fine-tuning runs will train, as the Fine-tune tab says it: on a GPU or not, and when a GPU would
-    sit idle, exactly what to change; on a Space without one, what duplicating it buys."""
-    gpu_present = gpu_present or _gpu_probe(settings)
-    try:
-        backend, reason = choose_backend(settings, gpu_present, jax_cuda)
-    except JobError as e:
-        return f"⚠ {e}"
-    space = bool(settings.space_id)
-    gpu = gpu_present()
-    switch = ("replace this Space's `requirements.txt` with the repository's `requirements-gpu.txt` (the same "
-              "packages plus JAX with CUDA 12) and let the Space rebuild" if space else
-              "`pip install -r requirements-gpu.txt` (JAX with CUDA 12) and restart the app")
-    if gpu and backend == "jax" and jax_cuda():
-        return "Runs train on this machine's **GPU** (a worker process on Keras' JAX backend with CUDA)."
-    if gpu and reason == "EXPLORER_TRAIN_BACKEND":
-        return (f"This machine has an NVIDIA GPU; `EXPLORER_TRAIN_BACKEND={backend}` sends runs to Keras' {backend} "
-                f"backend{', which trains on the GPU when it has CUDA' if backend != 'tensorflow' else ' on the CPU'}.")
-    if gpu:
-        return (f"⚠ **This machine has an NVIDIA GPU, but runs will train on its CPU**: JAX with CUDA is not "
-                f"installed. To train on the GPU, {switch}.")
-    if space:
-        return ("Runs train on this Space's **CPU**, shared by its visitors. **Duplicate the Space** for a copy of "
-                "your own: no queue and no shared limits; on GPU hardware (Settings → Space hardware, an NVIDIA "
-                "T4 or L4) with `requirements-gpu.txt` as its `requirements.txt`, runs train on the GPU. ZeroGPU "
-                "hardware does not help: it serves PyTorch only, and runs here train with Keras on JAX.")
-    return (f"Runs train on this machine's **CPU** (Keras on {backend}); with an NVIDIA GPU, "
-            "`pip install -r requirements-gpu.txt` and they train on it.")
-
-
-def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
-    """Trains every member of the job in `job_dir` in turn, writing checkpoints to job_dir/staging and
-    reporting each step through `emit(event)`. `warm` (transfer.WarmModels): a long-lived worker's models,
-    reused with their compiled steps; `cancel` (a threading.Event) stops the job at the next step."""
-    import keras
-
-    from explorer.config import get_preset
-    from explorer.fitting import Cancelled, device_name
-    from explorer.train import train_new
-    from explorer.transfer import base_rows, fine_tune
-    job, ds = read_job(job_dir)
-    emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend()})
-    staging = job_dir / "staging"
-    for i, m in enumerate(job["members"]):
-        def progress(event, i=i):
-            emit({**event, "member": i})
-
-        if cancel is not None and cancel.is_set():
-            raise Cancelled("training was cancelled; no checkpoint was written")
-        began = time.perf_counter()
-        known = base_rows(m.get("classes") or [], ds.class_names) is not None
-        tc = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)
-        emit({"kind": "member", "member": i, "recipe": dict(tc.__dict__)})
-        if m["base"] is None:
-            config = get_preset(m["preset"], variant=m["variant"])
-            result = train_new(config, m["preset"], ds, tc, staging, m["name"], verbose=0, progress=progress,
-                               cancel=cancel)
-        else:
-            result = fine_tune(m["base"], ds, tc, staging, m["name"], verbose=0, progress=progress, cancel=cancel,
-                               warm=warm)
-        emit({"kind": "member_done", "member": i, "folder": Path(result["checkpoint"]).name,
-              "metrics": result["metrics"], "training": result["training"],
-              "predictions": result["test_predictions"], "seconds": round(time.perf_counter() - began, 3)})
-    emit({"kind": "done"})
-
-
-def _exit_with_parent() -> None:
-    """Ends this worker when the app that started it is gone (killed, or stopped without cancelling), so no
-    orphan keeps training; its half-done job folder is then removed by the next run (checkpoints.clean_stale)."""
-    import threading
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(3)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _event_stream():
-    """(emit, lock): events go to the original standard output as JSON lines; anything else that prints goes
-    to the log (stderr)."""
-    import threading
-    events = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    lock = threading.Lock()
-
-    def emit(event: dict) -> None:
-        line = json.dumps(event, default=float) + "\n"
-        with lock:
-            events.write(line)
-            events.flush()
-
-    return emit
-
-
-def use_compile_cache(folder: str | None, max_mb: float) -> str | None:
-    """Switches on JAX's persistent compilation cache in `folder` (every compiled step kept on disk, so the
-    same step in a later process loads instead of compiling), bounded to `max_mb` by JAX's own LRU eviction.
-    Returns the folder, or None when this is not JAX or no folder is given."""
-    import keras
-    if not folder or keras.backend.backend() != "jax":
-        return None
-    import jax
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    jax.config.update("jax_compilation_cache_max_size", int(max_mb * 2**20))
-    return str(folder)
-
-
-class CompileCounter:
-    """What the process compiled: on JAX, every XLA compilation (JAX's own monitoring events: a compile
-    request the persistent cache answered is counted as a cache hit, not a compilation); elsewhere nothing
-    is counted (None)."""
-
-    def __init__(self):
+from explorer.card import Card, Lineage
+from explorer.config import ViTConfig
+from explorer.data import Dataset, DatasetError
+from explorer.fitting import (
+    Cancelled,
+    TrainConfig,
+    accuracy_metrics,
+    drop_backup,
+    finish_run,
+    fit,
+    predict_logits,
+    training_split,
+)
+
+# The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
+# than FT_IMAGE_BUDGET images, at a peak learning rate that depends on whether the new classes are classes the
+# base already knows. Since the run starts from the better of the base's rows and the linear probe (LP-FT),
+# 4,000 images keep it at or above the probe on both zips of bench/finetune_quality.py (8,000 did not: 0.987
+# of the probe's accuracy on the known classes), in half the time (bench/finetune_speed.py).
+FT_TARGET_STEPS = 500
+FT_IMAGE_BUDGET = 4000
+FT_LEARNING_RATE = 5e-4        # a task the base never saw: its features have to move
+FT_LEARNING_RATE_KNOWN = 1e-4  # the base's own classes: its features are already tuned for them
+FT_WEIGHT_DECAY = 0.05
+
+
+def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int | None = None,
+                     learning_rate: float | None = None, freeze_backbone: bool = False,
+                     known_classes: bool = False, **overrides) -> TrainConfig:
+    """The default recipe for fine-tuning a checkpoint on `n_images` training images (before the 10 %
+    validation split): a head that starts where it can already score (the base's rows, or a linear probe on
+    the frozen features; see prepare_head), then the whole model with AdamW, warmup + cosine, crop + flip,
+    with a batch size scaled to the data so that even a few hundred images give up to FT_TARGET_STEPS steps
+    (FT_IMAGE_BUDGET images at most, which keeps about a thousand images near a minute on 2 CPU cores),
+    keeping the epoch (step 0 included) that does best on the validation split. `known_classes`: the new
+    classes are all base classes (a gentler learning rate). Given values win."""
+    validation_fraction = overrides.pop("validation_fraction", 0.1 if n_images >= 20 else 0.0)
+    n_fit = max(1, n_images - int(round(n_images * validation_fraction)))
+    if batch_size is None:
+        batch_size = int(np.clip(2 ** round(math.log2(max(n_fit / 24, 1))), 16, 128))
+    batch_size = max(1, min(batch_size, n_fit))
+    if epochs is None:
+        steps = min(FT_TARGET_STEPS, FT_IMAGE_BUDGET / batch_size)
+        epochs = int(np.clip(round(steps / math.ceil(n_fit / batch_size)), 1, 30))
+    if learning_rate is None:
+        learning_rate = FT_LEARNING_RATE_KNOWN if known_classes else FT_LEARNING_RATE
+    return TrainConfig(**{"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
+                          "weight_decay": FT_WEIGHT_DECAY, "validation_fraction": validation_fraction,
+                          "freeze_backbone": freeze_backbone, "head_init": "auto", "keep_best": True,
+                          **overrides})
+
+
+class WarmModel:
+    """One base checkpoint, loaded and shaped for a number of classes (its own head, or a new one of that
+    size) and frozen or not, as a long-lived worker keeps it: `model` keeps its compiled steps from run to
+    run, `restore()` puts the base's weights back before each run, so nothing of an earlier run (its data,
+    its trained weights, its optimizer state) reaches the next."""
+
+    def __init__(self, base: str | Path, num_classes: int, frozen: bool):
         import keras
-        self.compiles = self.cache_hits = None
-        if keras.backend.backend() == "jax":
-            from jax import monitoring
-            self.compiles = self.cache_hits = 0
-            monitoring.register_event_duration_secs_listener(self._duration)
-            monitoring.register_event_listener(self._event)
 
-    def _duration(self, event, duration, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            self.compiles += 1
+        from explorer.checkpoints import load_checkpoint
+        from explorer.models import HEAD, freeze_backbone, replace_head
+        model, self.card = load_checkpoint(base)
+        head = model.get_layer(HEAD)
+        self.base_head = tuple(np.asarray(w) for w in head.get_weights())
+        if model.output_shape[-1] != num_classes:
+            model = replace_head(model, num_classes)
+        self.model = freeze_backbone(model, frozen)
+        self.features = keras.Model(model.inputs, model.get_layer(HEAD).input)
+        head_weights = {id(v) for v in self.model.get_layer(HEAD).weights}
+        self._backbone = [v for v in self.model.weights if id(v) not in head_weights]
+        self._saved = [np.asarray(v.numpy()) for v in self._backbone]
 
-    def _event(self, event, **kwargs):
-        if event == "/jax/compilation_cache/cache_hits":
-            self.cache_hits += 1
-
-    def counts(self) -> tuple:
-        """(compilations, cache hits) so far."""
-        if self.compiles is None:
-            return None, None
-        return self.compiles - self.cache_hits, self.cache_hits
+    def restore(self) -> None:
+        for variable, value in zip(self._backbone, self._saved, strict=True):
+            variable.assign(value)
 
 
-def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb: float = 512.0,
-          models: int = 4) -> int:
-    """The long-lived worker: takes commands from `commands` (a queue of dicts; None when its input closed)
-    and answers through `emit`, keeping Keras imported and the models it trained from (with their compiled
-    steps) between jobs. Commands: {"kind": "job", "id", "dir"}, {"kind": "warm", "bases", "shapes"},
-    {"kind": "ping", "id"}. Ends after `idle_s` without a command (its memory goes back) or when its input
-    closes. It keeps up to `models` models; `cache_dir` holds at most `cache_mb` of compiled steps."""
-    import queue
+class WarmModels:
+    """The models a long-lived fine-tuning worker keeps between runs (explorer.jobs's `serve`): one
+    WarmModel per (base checkpoint as it is on disk, number of classes, frozen backbone), the least recently
+    used dropped beyond `size`. A repeat run of the same shape then loads nothing and compiles nothing."""
 
+    def __init__(self, size: int = 4):
+        from collections import OrderedDict
+        self.size = size
+        self._models: OrderedDict = OrderedDict()
+        self.loads = 0
+
+    @staticmethod
+    def _key(base: str | Path, num_classes: int, frozen: bool) -> tuple:
+        folder = Path(base).resolve()
+        stamps = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.iterdir())
+                       if p.is_file()) if folder.is_dir() else ()
+        return str(folder), stamps, int(num_classes), bool(frozen)
+
+    def get(self, base: str | Path, num_classes: int, frozen: bool) -> WarmModel:
+        key = self._key(base, num_classes, frozen)
+        warm = self._models.pop(key, None)
+        if warm is None:
+            warm = WarmModel(base, num_classes, frozen)
+            self.loads += 1
+        else:
+            warm.restore()
+        self._models[key] = warm
+        while len(self._models) > self.size:
+            self._models.popitem(last=False)
+        return warm
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
+def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
+              name: str | None = None, verbose: int = 1, progress=None, cancel=None,
+              backup: str | None = None, extend: bool = False, warm: WarmModels | None = None) -> dict:
+    """Continues training a checkpoint on `dataset`; its head is prepared by `prepare_head` first.
+
+    With `extend`, this is a second stage of the base's own training rather than a fine-tune: the
+    dataset, its held-out split and the class list must be the base's, and the new checkpoint's history,
+    epoch count, wall time and throughput cover both stages (see `continued_record`).
+    With `warm`, the model comes from (and stays in) that cache, with its compiled steps.
+    """
+    import time
+
+    from explorer.checkpoints import load_checkpoint
     began = time.perf_counter()
+    if warm is not None:
+        kept = warm.get(base, dataset.num_classes, tc.freeze_backbone)
+        model, card, base_head, features = kept.model, kept.card, kept.base_head, kept.features
+    else:
+        (model, card), base_head, features = load_checkpoint(base), None, None
+    config = ViTConfig.from_dict(card.config)
+    if dataset.x_train.shape[1:3] != (config.image_size, config.image_size):
+        raise DatasetError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
+                         f"{config.image_size}x{config.image_size}")
+    if extend:
+        check_continuation(card, dataset, tc)
+    model, start = prepare_head(model, card.class_names or [], dataset, tc, base_head, features)
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("training was cancelled; no checkpoint was written")
+    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
+                 start=start, base={"name": card.name, "created": card.created,
+                                    "epochs": len(card.history or []), "continued": extend},
+                 reuse=warm is not None)
+    record["training"]["timing"]["prepare_s"] = round(time.perf_counter() - began - record["training"]["wall_time_s"],
+                                                      3)
+    lineage = Lineage(name=card.name, source=str(base))
+    if extend:
+        record = continued_record(card, record)
+        lineage.continued, lineage.epochs = True, len(card.history)
+    suffix = f"{record['training']['epochs']}ep" if extend else f"ft-{dataset.name}"
+    result = finish_run(model, record, config, card.preset, dataset, out_dir,
+                     name or f"{'model' if card.name is None else card.name}-{suffix}", base=lineage)
+    drop_backup(backup, record)
+    return result
+
+
+def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
+    """Where each of `classes` sits in the base's class list (matched case-insensitively), or None when
+    any of them is not a base class."""
+    index = {str(c).strip().lower(): i for i, c in enumerate(base_classes)}
+    rows = [index.get(str(c).strip().lower()) for c in classes]
+    return None if not rows or None in rows else rows
+
+
+def pooled_features(model, x: np.ndarray, batch_size: int | None = None, features=None) -> np.ndarray:
+    """What the classifier head sees (the pooled, normalised tokens) for uint8 images `x`; `features`: the
+    model up to its head, when one is at hand (its compiled predict step is reused)."""
     import keras
 
-    from explorer.fitting import Cancelled, device_name
-    from explorer.transfer import WarmModels
-    use_compile_cache(cache_dir, cache_mb)
-    counter = CompileCounter()
-    warm = WarmModels(size=models)
-    emit({"kind": "ready", "device": device_name(), "backend": keras.backend.backend(), "pid": os.getpid(),
-          "imports_s": round(time.perf_counter() - began, 3)})
-    while True:
-        try:
-            command = commands.get(timeout=idle_s)
-        except queue.Empty:
-            emit({"kind": "exit", "why": f"idle for {idle_s:g} s"})
-            return 0
-        if command is None:
-            return 0
-        kind = command.get("kind")
-        if kind == "ping":
-            emit({"kind": "pong", "id": command.get("id")})
-        elif kind == "warm":
-            began = time.perf_counter()
-            try:
-                warm_up(warm, command.get("bases") or [], command.get("shapes") or [])
-                emit({"kind": "warmed", "seconds": round(time.perf_counter() - began, 3)})
-            except Exception as e:  # noqa: BLE001  (a failed warm-up costs speed, never a run)
-                emit({"kind": "warmed", "error": f"{type(e).__name__}: {e}"})
-        elif kind == "job":
-            job_id, cancel = command["id"], command["cancel"]
-            compiles, hits = counter.counts()
-
-            def tagged(event, job_id=job_id):
-                emit({**event, "job": job_id})
-
-            try:
-                run_job(Path(command["dir"]), tagged, warm, cancel)
-                outcome = "done"
-            except Cancelled:
-                outcome = "cancelled"
-            except BaseException as e:  # whatever it is, the app hears it and the worker serves on
-                tagged({"kind": "error", "error": f"{type(e).__name__}: {e}"})
-                traceback.print_exc()
-                outcome = "error"
-            now = counter.counts()
-            tagged({"kind": "job_end", "outcome": outcome, "loads": warm.loads,
-                    "compiles": None if compiles is None else now[0] - compiles,
-                    "cache_hits": None if hits is None else now[1] - hits})
+    from explorer.fitting import PREDICT_BATCH
+    from explorer.models import HEAD
+    features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
+    return predict_logits(features, x, batch_size or PREDICT_BATCH)
 
 
-def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
-    """Compiles, before anyone asks, what a fine-tune of each of `bases` at each of `shapes` (number of
-    classes, images) will run: a one-epoch run on random images, whose result is thrown away. On JAX with the
-    compilation cache this loads from disk what an earlier process compiled."""
-    import tempfile
+def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConfig, base_head=None,
+                 features=None):
+    """(model, start metrics): the model with the head the fine-tune starts from, and how it scores.
 
-    from explorer.checkpoints import read_card
-    from explorer.data import Dataset
-    from explorer.transfer import fine_tune
-    for base in bases:
-        card = read_card(base)
-        size = int((card.config or {}).get("image_size", 32))
-        for shape in shapes:
-            n, classes = int(shape["images"]), int(shape["classes"])
-            y = np.arange(n) % classes
-            x = np.random.default_rng(0).integers(0, 255, (n, size, size, 3), dtype=np.uint8)
-            ds = Dataset("warm-up", x, y, x[:max(1, n // 5)], y[:max(1, n // 5)], [f"c{i}" for i in range(classes)])
-            tc = recipe_for({"epochs": 1}, n, False)
-            with tempfile.TemporaryDirectory() as out:
-                fine_tune(base, ds, tc, out, "warm-up", verbose=0, warm=warm)
+    With `tc.head_init` "auto": the base's own classes keep the base's head; classes that are all among
+    the base's take the base's rows for them (so step 0 scores what the base scores on them); any other
+    class list gets a linear probe (logistic regression on the frozen pooled features of the training
+    split and its mirror images, its L2 chosen on the validation split). Where there is a validation split,
+    the probe (warm-started from the base's head or rows) also competes with them and replaces them when it
+    does better there: linear probing, then fine-tuning, so the run starts from the better head. "probe"
+    always fits the probe; "new" is a freshly initialised head. The backbone is frozen when the recipe says
+    so. `base_head` (the base's kernel and bias) is given when `model` already has a head of the dataset's
+    size (a WarmModel), whose weights are then all set here; `features`: the model up to its head.
+    """
+    import keras
 
-
-def _read_commands(stream, commands, cancels: dict) -> None:
-    """The worker's input: a "cancel" sets that job's event at once (the job stops at its next step); every
-    other command waits in `commands` for the main loop. None when the input closes (the app is gone)."""
-    for line in stream:
-        try:
-            command = json.loads(line)
-        except ValueError:
-            continue
-        if command.get("kind") == "cancel":
-            event = cancels.get(command.get("id"))
-            if event is not None:
-                event.set()
-            continue
-        if command.get("kind") == "job":
-            import threading
-            command["cancel"] = cancels.setdefault(command["id"], threading.Event())
-        commands.put(command)
-    commands.put(None)
-
-
-def main(argv=None, settings: Settings | None = None) -> int:
-    """The worker process; with --serve, its settings (default: its environment, which the runner sets)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--serve"]:
-        settings = Settings.from_env() if settings is None else settings
-        import queue
-        import threading
-        emit = _event_stream()
-        _exit_with_parent()
-        commands: queue.Queue = queue.Queue()
-        threading.Thread(target=_read_commands, args=(sys.stdin, commands, {}), name="commands",
-                         daemon=True).start()
-        return serve(commands, emit, settings.worker_idle_s, settings.compile_cache, settings.compile_cache_mb,
-                     settings.worker_models)
-    if len(argv) != 1:
-        print("usage: python -m explorer.finetune JOB_DIR   (one job, then exit)\n"
-              "       python -m explorer.finetune --serve   (jobs as JSON lines on standard input)", file=sys.stderr)
-        return 2
-    emit = _event_stream()
-    _exit_with_parent()
-    try:
-        run_job(Path(argv[0]), emit)
-    except BaseException as e:  # whatever it is, the app hears it and keeps serving
-        emit({"kind": "error", "error": f"{type(e).__name__}: {e}"})
-        traceback.print_exc()
-        return 1
-    return 0
+    from explorer.linear import LinearHead, fit_probe
+    from explorer.models import HEAD, freeze_backbone, replace_head
+    n = dataset.num_classes
+    (x_fit, y_fit), val = training_split(dataset, tc)
+    if base_head is None:
+        base_head = tuple(np.asarray(w) for w in model.get_layer(HEAD).get_weights())
+        if model.output_shape[-1] != n:
+            model = replace_head(model, n)
+            features = None
+        fresh = True
+    else:
+        fresh = False
+    kernel, bias = base_head
+    same = kernel.shape[-1] == n and [str(c) for c in base_classes] == list(dataset.class_names)
+    rows = base_rows(base_classes, dataset.class_names) if len(base_classes) == kernel.shape[-1] else None
+    head = model.get_layer(HEAD)
+    how = "kept" if same else "new"
+    if same:
+        head.set_weights([kernel, bias])
+    elif rows is not None and tc.head_init == "auto":
+        head.set_weights([kernel[:, rows], bias[rows]])
+        how = "base rows"
+    elif not fresh:  # a warm model's head holds the last run's weights: a new head, as replace_head makes
+        head.set_weights([np.asarray(keras.initializers.GlorotUniform(seed=tc.seed)(head.kernel.shape)),
+                          np.zeros(head.bias.shape, "float32")])
+    if tc.head_init == "probe" or (tc.head_init == "auto" and (how == "new" or val is not None
+                                                               or tc.freeze_backbone)):
+        features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
+        train_features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]), features=features)
+        labels = np.concatenate([y_fit, y_fit])
+        val_features = pooled_features(model, val[0], features=features) if val is not None else None
+        current = LinearHead(*(np.asarray(w, np.float64) for w in head.get_weights()), l2=0.0)
+        probe = fit_probe(train_features, labels, n, val_features, val[1] if val is not None else None,
+                          init=current if how != "new" else None)
+        # The base's head or rows stay unless the probe does better on the validation split.
+        keep_rows = (how in ("kept", "base rows") and tc.head_init == "auto" and val is not None
+                     and current.accuracy(val_features, val[1]) >= probe.accuracy(val_features, val[1]))
+        if not keep_rows:
+            head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
+            how = f"linear probe (L2 {probe.l2:g})"
+    freeze_backbone(model, tc.freeze_backbone)
+    start = {"head": how}
+    if val is not None:
+        metrics = accuracy_metrics(predict_logits(model, val[0]), val[1])
+        start.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
+    return model, start
 
 
-# --- the report ------------------------------------------------------------------------------------
+def check_continuation(card: Card, dataset: Dataset, tc: TrainConfig) -> None:
+    """Refuses a continuation that would not be the same training: other data, classes or held-out split.
+
+    The split is a function of the number of images, the validation fraction and the seed, so those must
+    match the base's; otherwise images the base validated on would now be trained on.
+    """
+    recipe, data = card.training.recipe or {}, card.dataset
+    if not card.history or not recipe:
+        raise DatasetError(f"{card.name} has no training history or recipe to continue")
+    problems = []
+    if data.name != dataset.name:
+        problems.append(f"it was trained on {data.name!r}, not {dataset.name!r}")
+    if list(card.class_names or []) != list(dataset.class_names):
+        problems.append("its class list differs from the dataset's")
+    for key in ("validation_fraction", "seed", "train_subset", "split_seed", "balanced_subset"):
+        if recipe.get(key) != getattr(tc, key):
+            problems.append(f"its {key} was {recipe.get(key)!r}, this run's is {getattr(tc, key)!r}")
+    n = len(dataset.x_train) if not tc.train_subset else min(tc.train_subset, len(dataset.x_train))
+    if tc.balanced_subset:
+        n = tc.balanced_subset + int(data.validation_images or 0)
+    seen = (data.train_images or 0) + (data.validation_images or 0)
+    if seen != n:
+        problems.append(f"it saw {seen} train+validation images, this dataset has {n}")
+    if tc.freeze_backbone:
+        problems.append("a continuation trains the whole model (drop --freeze-backbone)")
+    if problems:
+        raise DatasetError(f"cannot continue {card.name}: " + "; ".join(problems)
+                         + " (use a plain fine-tune for a different setup)")
 
 
-@dataclass
-class Report:
-    """The side-by-side result of a finished job."""
-
-    rows: list[list]                 # one per member: model, top-1, top-5, device, images/s, train time
-    per_class: list[list]            # class, each member's top-1 (and B − A for a pair)
-    disagree: list[int]              # test indices where the two members' predictions differ
-    summary: str = ""
-    columns: list[str] = field(default_factory=list)
-    per_class_columns: list[str] = field(default_factory=list)
+def _stage(training: dict) -> dict:
+    return {k: training.get(k) for k in ("epochs", "steps", "wall_time_s", "images_per_second", "device",
+                                         "recipe")}
 
 
-def _pct(value) -> str:
-    return "–" if value is None else f"{100 * value:.1f} %"
-
-
-def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> Report:
-    """`members`: dicts with tag, label, metrics, training, predictions (a finished MemberState)."""
-    rows = []
-    for m in members:
-        t, met = m.get("training") or {}, m.get("metrics") or {}
-        rows.append([m["label"], _pct(met.get("test_top1")), _pct(met.get("test_top5")), t.get("device") or "–",
-                     t.get("images_per_second") or "–", f"{t.get('wall_time_s', 0):.0f} s"])
-    per_model = [(m.get("metrics") or {}).get("test_per_class") or [None] * len(class_names) for m in members]
-    per_class = []
-    for i, c in enumerate(class_names):
-        row = [c] + [_pct(p[i]) for p in per_model]
-        if len(members) == 2:
-            a, b = per_model[0][i], per_model[1][i]
-            row.append("–" if a is None or b is None else f"{100 * (b - a):+.1f}")
-        per_class.append(row)
-    tags = [m.get("tag") or m["label"] for m in members]
-    per_class_columns = ["class"] + [f"{t} top-1" for t in tags] + (["B − A (points)"] if len(members) == 2 else [])
-    disagree: list[int] = []
-    summary = ""
-    if len(members) == 2 and all(m.get("predictions") is not None for m in members):
-        pa, pb = (np.asarray(m["predictions"]) for m in members)
-        y = np.asarray(y_test)
-        diff = np.flatnonzero(pa != pb)
-        disagree = diff.tolist()
-        a, b = (m["label"] for m in members)
-        summary = (f"On {len(y)} test images they disagree on **{len(diff)}**: {a} right on "
-                   f"{int((pa[diff] == y[diff]).sum())}, {b} right on {int((pb[diff] == y[diff]).sum())}.")
-    if len(y_test) == 0:
-        summary = ("**No test score**: every image was used for training, as asked, so nothing is left to "
-                   "judge the models on.")
-    columns = ["model", "test top-1", "test top-5", "device", "images/s", "train time"]
-    return Report(rows, per_class, disagree, summary, columns, per_class_columns)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def continued_record(base_card: Card, record: dict) -> dict:
+    """`record` (a run that continued `base_card`'s training) as one run: the base's history then this
+    run's, epochs numbered from the start and tagged with their stage; epochs, steps and wall time
+    summed; images/s over the whole; `recipe` stays the first stage's, `stages` lists every stage."""
+    before = [dict(e.to_json(), stage=1 if e.stage is None else e.stage) for e in base_card.history or []]
+    first = base_card.training
+    stages = [s.to_json() for s in first.stages] or [_stage(first.to_json())]
+    new = record["training"]
+    stages.append(_stage(new))
+    history = before + [dict(e, epoch=e["epoch"] + len(before), stage=len(stages)) for e in record["history"]]
+    wall = sum(s.get("wall_time_s") or 0 for s in stages)
+    images = sum((s.get("images_per_second") or 0) * (s.get("wall_time_s") or 0) for s in stages)
+    devices = list(dict.fromkeys(s.get("device") for s in stages if s.get("device")))
+    training = {**new, "epochs": len(history),
+                "planned_epochs": sum(s.get("epochs") or 0 for s in stages[:-1]) + new.get("planned_epochs", 0),
+                "steps": sum(s.get("steps") or 0 for s in stages),
+                "wall_time_s": round(wall, 1),
+                "images_per_second": round(images / wall, 1) if wall > 0 else None,
+                "device": "; ".join(devices), "recipe": stages[0]["recipe"], "stages": stages}
+    return {**record, "history": history, "training": training}

@@ -1,7 +1,7 @@
 """The training loop: the recipe (TrainConfig), batches that are a pure function of (seed, epoch, index),
 the warmup-cosine AdamW, callbacks (best epoch, cancel, time limit, backups), devices and data parallelism,
 predictions and accuracy, and writing a finished run's checkpoint. explorer.train starts new models with it,
-explorer.transfer continues or fine-tunes trained ones.
+explorer.finetune continues or fine-tunes trained ones.
 """
 
 from __future__ import annotations

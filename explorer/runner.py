@@ -1,4 +1,4 @@
-"""The fine-tune runner: one job at a time in a worker process (`python -m explorer.finetune --serve`, handled
+"""The fine-tune runner: one job at a time in a worker process (`python -m explorer.jobs --serve`, handled
 through explorer.worker), owned by the visitor who started it, with a first-come queue on a shared instance;
 and the run's state as the Fine-tune tab says it."""
 
@@ -78,7 +78,7 @@ class RunState:
 
 
 class FineTuneRunner:
-    """One fine-tuning job at a time, in a long-lived worker process (`python -m explorer.finetune --serve`)
+    """One fine-tuning job at a time, in a long-lived worker process (`python -m explorer.jobs --serve`)
     with a Keras backend of its own; its progress is read with `snapshot()`.
 
     The worker keeps Keras imported and the models it fine-tuned (with their compiled steps) between jobs,
@@ -218,7 +218,7 @@ class FineTuneRunner:
             w.kill()
         root = Path(__file__).resolve().parents[1]
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        command = priority_prefix(self.priority, shutil.which) + [sys.executable, "-m", "explorer.finetune", "--serve"]
+        command = priority_prefix(self.priority, shutil.which) + [sys.executable, "-m", "explorer.jobs", "--serve"]
         if self._log_dir is None:
             import tempfile
             self._log_dir = Path(tempfile.mkdtemp(prefix="explorer-worker-"))
@@ -233,7 +233,7 @@ class FineTuneRunner:
         """Starts the worker before anyone asks (imports, the compilation cache) and, given `bases` and
         `shapes` ({"classes", "images"}), has it compile their fine-tuning steps; without delaying anything:
         a Start meanwhile queues behind it in the worker."""
-        from explorer.finetune import choose_backend
+        from explorer.jobs import choose_backend
         backend, _ = choose_backend(self.settings)
         with self._lock:
             w = self._ensure_worker(backend)
@@ -250,13 +250,13 @@ class FineTuneRunner:
 
     def start(self, plan, owner: str | None = None, out_dir: str | os.PathLike | None = None,
               ticket: Ticket | None = None) -> int:
-        """Starts the job `plan` (a finetune.Plan) unless one is going on (or, with a `ticket`, unless it
+        """Starts the job `plan` (a jobs.Plan) unless one is going on (or, with a `ticket`, unless it
         is not first in the queue); its checkpoints go to `out_dir` (default: the runner's). Returns
         the run id."""
         import uuid
 
         from explorer.checkpoints import clean_stale
-        from explorer.finetune import choose_backend, write_job
+        from explorer.jobs import choose_backend, write_job
         backend, reason = choose_backend(self.settings)
         with self._lock:
             self._purge()

@@ -1,5 +1,5 @@
 """`python -m explorer.train`: a new model trained with the keras.io recipe (its schedule really driving
-AdamW; the loop is explorer.fitting), or a checkpoint fine-tuned or continued (explorer.transfer).
+AdamW; the loop is explorer.fitting), or a checkpoint fine-tuned or continued (explorer.finetune).
 
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
     KERAS_BACKEND=jax python -m explorer.train --preset paper --recipe paper --variant vanilla   # on a GPU
@@ -17,6 +17,16 @@ from pathlib import Path
 
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
 from explorer.data import DATASETS, Dataset, DatasetError
+from explorer.finetune import (
+    FT_IMAGE_BUDGET,
+    FT_LEARNING_RATE,
+    FT_LEARNING_RATE_KNOWN,
+    FT_TARGET_STEPS,
+    FT_WEIGHT_DECAY,
+    base_rows,
+    fine_tune,
+    fine_tune_recipe,
+)
 from explorer.fitting import (
     RECIPES,
     DistributionError,
@@ -30,16 +40,6 @@ from explorer.fitting import (
 )
 from explorer.folders import held_out_problem, load_dataset
 from explorer.settings import Settings
-from explorer.transfer import (
-    FT_IMAGE_BUDGET,
-    FT_LEARNING_RATE,
-    FT_LEARNING_RATE_KNOWN,
-    FT_TARGET_STEPS,
-    FT_WEIGHT_DECAY,
-    base_rows,
-    fine_tune,
-    fine_tune_recipe,
-)
 
 
 def train_new(config: ViTConfig, preset: str, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,

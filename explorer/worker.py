@@ -1,4 +1,4 @@
-"""The fine-tuning worker process as the app sees it (its other side is `python -m explorer.finetune --serve`):
+"""The fine-tuning worker process as the app sees it (its other side is `python -m explorer.jobs --serve`):
 started at a CPU priority, sent commands and read back as JSON lines, its end reported; the runner
 (explorer.runner) decides what it runs."""
 
@@ -20,7 +20,7 @@ def priority_prefix(priority: str, which) -> list[str]:
 
 
 class Worker:
-    """The long-lived training process (`python -m explorer.finetune --serve`): one at a time per runner. Its
+    """The long-lived training process (`python -m explorer.jobs --serve`): one at a time per runner. Its
     events (JSON lines) go to `on_event(worker, event)`, its end to `on_exit(worker, code)`."""
 
     def __init__(self, command: list[str], env: dict, cwd: str, log_path: Path, on_event, on_exit):

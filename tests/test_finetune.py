@@ -16,12 +16,12 @@ from PIL import Image
 
 from explorer.checkpoints import list_checkpoints, load_checkpoint
 from explorer.data import Dataset
-from explorer.finetune import JobError, Limits, choose_backend, plan_job, recipe_for, report
+from explorer.finetune import fine_tune, fine_tune_recipe, prepare_head
 from explorer.fitting import TrainConfig, accuracy_metrics, make_batches, predict_logits, training_split
 from explorer.folders import read_image_zip
+from explorer.jobs import JobError, Limits, choose_backend, plan_job, recipe_for, report
 from explorer.runner import Busy, FineTuneRunner
 from explorer.settings import Settings
-from explorer.transfer import fine_tune, fine_tune_recipe, prepare_head
 from tests.conftest import ROOT
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
@@ -60,7 +60,7 @@ def _card(folder):
 def test_short_recipe_scales_the_batch_to_the_data():
     small, large = fine_tune_recipe(200), fine_tune_recipe(50_000)
     assert small.batch_size == 16 and large.batch_size == 128
-    from explorer.transfer import FT_IMAGE_BUDGET, FT_TARGET_STEPS
+    from explorer.finetune import FT_IMAGE_BUDGET, FT_TARGET_STEPS
     for n in (60, 200, 800, 5000):
         tc = fine_tune_recipe(n)
         per_epoch = -(-round(n * 0.9) // tc.batch_size)
@@ -109,8 +109,8 @@ def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10
 def test_the_probe_replaces_the_base_rows_only_where_it_does_better_on_validation(tiny_checkpoints, cifar10):
     """Linear probing, then fine-tuning: known classes start from the base's rows or from the probe
     (warm-started from them), whichever scores higher on the validation split; rows win ties."""
+    from explorer.finetune import pooled_features
     from explorer.linear import LinearHead
-    from explorer.transfer import pooled_features
     model, card = load_checkpoint(tiny_checkpoints["vanilla"])
     classes = ["cat", "dog", "horse", "deer"]
     x, y = pick(cifar10, classes, 60)
@@ -209,7 +209,7 @@ def test_backend_choice():
 
 
 def test_jax_cuda_detection_looks_for_the_plugin():
-    from explorer.finetune import jax_cuda_installed
+    from explorer.jobs import jax_cuda_installed
 
     def present(names):
         return lambda name: object() if name in names else None
@@ -340,11 +340,11 @@ def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp
     import subprocess
     import sys
 
-    from explorer.finetune import write_job
+    from explorer.jobs import write_job
     plan = plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=2000, test=40, seed=2), epochs=30)
     job = tmp_path / "job"
     write_job(plan, job)
-    app = subprocess.Popen(["bash", "-c", f"{sys.executable} -m explorer.finetune {job} >{tmp_path}/events 2>/dev/null "
+    app = subprocess.Popen(["bash", "-c", f"{sys.executable} -m explorer.jobs {job} >{tmp_path}/events 2>/dev/null "
                                           f"& echo $!; wait"], stdout=subprocess.PIPE, env=_env(), cwd=ROOT)
     worker = int(app.stdout.readline())
     events = tmp_path / "events"  # created by the shell once the worker starts
@@ -392,7 +392,7 @@ def test_a_zip_too_small_to_judge_is_refused_before_training(tiny_checkpoints, c
 
 
 def test_training_on_all_images_says_there_is_no_test_score(tiny_checkpoints, cifar10, tmp_path):
-    from explorer.finetune import ZIP, job_data
+    from explorer.jobs import ZIP, job_data
     x, y = pick(cifar10, ["cat", "dog", "ship"], 2)
     data = class_zip(tmp_path / "two.zip", x, y, ["cat", "dog", "ship"])
     ds = job_data(ZIP, str(data), None, Limits(), 32, train_on_all=True)
@@ -417,13 +417,13 @@ def fake_driver(root: Path) -> Path:
 
 
 def test_the_driver_files_say_whether_a_gpu_is_there(tmp_path):
-    from explorer.finetune import cuda_gpu_present
+    from explorer.jobs import cuda_gpu_present
     assert not cuda_gpu_present(tmp_path)
     assert cuda_gpu_present(fake_driver(tmp_path))
 
 
 def test_the_hardware_note_tells_an_idle_gpu_and_the_fix(tmp_path):
-    from explorer.finetune import hardware_note, jax_cuda_installed
+    from explorer.jobs import hardware_note, jax_cuda_installed
     root = str(fake_driver(tmp_path / "gpu"))
     # JAX is there but not its CUDA plugin: what a Space on GPU hardware has with the CPU requirements.
     no_plugin = lambda: jax_cuda_installed(find_spec=lambda name: object() if name == "jax" else None)  # noqa: E731

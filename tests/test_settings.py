@@ -72,9 +72,9 @@ def test_the_defaults():
 
 
 def test_the_objects_built_from_settings_take_the_same_defaults():
-    from explorer.finetune import Limits
     from explorer.inputs import MAX_PIXELS, MAX_UPLOAD_BYTES
-    from explorer.shared import SharedLimits
+    from explorer.jobs import Limits
+    from explorer.visitors import SharedLimits
     s = Settings()
     assert SharedLimits() == SharedLimits.from_settings(s) and Limits() == Limits.from_settings(s)
     assert (MAX_PIXELS, MAX_UPLOAD_BYTES) == (s.max_pixels, s.max_upload_mb * 2**20)

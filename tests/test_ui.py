@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from explorer.data import DatasetError
-from explorer.finetune import ZIP
+from explorer.jobs import ZIP
 from explorer.ui import AppState, build_demo
 from explorer.ui.attention import AttentionTab
 from explorer.ui.compare import CompareTab

@@ -14,7 +14,7 @@ import pytest
 
 from explorer.checkpoints import list_checkpoints, read_card
 from explorer.data import Dataset
-from explorer.finetune import plan_job
+from explorer.jobs import plan_job
 from explorer.runner import FineTuneRunner
 
 ROOT = Path(__file__).resolve().parents[1]

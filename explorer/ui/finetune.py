@@ -15,12 +15,12 @@ from explorer import plots
 from explorer.checkpoints import CheckpointError, read_card
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import DatasetError
-from explorer.finetune import ZIP, JobError, choose_backend, hardware_note, job_data, plan_job, report
+from explorer.jobs import ZIP, JobError, choose_backend, hardware_note, job_data, plan_job, report
 from explorer.reports import small_splits, without_top5
 from explorer.runner import CANCEL_ANSWERS, Busy, QueueFull, queue_status, run_status
-from explorer.shared import REFUSED
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import AppState, Page, reporter
+from explorer.visitors import REFUSED
 from explorer.workbench import square
 
 SCRATCH = "(a new model from scratch)"
@@ -83,7 +83,7 @@ class FinetuneTab:
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
                       request=None, train_on_all: bool = False):
-        """The form as a validated finetune.Plan; every refusal is a gr.Error that says why. CIFAR comes
+        """The form as a validated jobs.Plan; every refusal is a gr.Error that says why. CIFAR comes
         whole (downloaded once if need be, `progress` following it)."""
         app = self.app
         if what == PAIR:

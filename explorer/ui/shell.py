@@ -8,13 +8,13 @@ import gradio as gr
 from explorer.checkpoints import CheckpointError
 from explorer.samples import examples
 from explorer.settings import Settings
-from explorer.shared import REFUSED
 from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import UNLISTED, AppState, Page
 from explorer.ui.finetune import FinetuneTab, base_choices
 from explorer.ui.pictures import install_image_cache
 from explorer.ui.tools import install_mcp_outputs, install_mcp_schemas, install_tool_list
+from explorer.visitors import REFUSED
 
 CSS = """
 .slot-card {min-height: 3.2em}

@@ -9,9 +9,9 @@ from explorer import plots
 from explorer.catalog import STUDY
 from explorer.config import ViTConfig
 from explorer.probe import tau_table
-from explorer.shared import FINETUNED
 from explorer.ui.context import AppState, Page, initial
 from explorer.ui.pictures import as_pictures, drawn, picture
+from explorer.visitors import FINETUNED
 
 COLUMNS = ["model", "layer", "tau", "initial √d_k", "ratio"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from explorer.shared import REFUSED
+from explorer.visitors import REFUSED
 from tests.conftest import ROOT
 from tests.e2e.conftest import start_app
 

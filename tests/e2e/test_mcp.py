@@ -13,7 +13,7 @@ from gradio_client import Client, handle_file
 from PIL import Image
 
 from explorer.samples import examples
-from explorer.shared import REFUSED, owner_key
+from explorer.visitors import REFUSED, owner_key
 from tests.e2e.conftest import start_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -13,7 +13,7 @@ import pytest
 from gradio_client import Client
 
 from explorer.checkpoints import load_checkpoint
-from explorer.shared import REFUSED, owner_key
+from explorer.visitors import REFUSED, owner_key
 from tests.conftest import ROOT
 from tests.e2e.conftest import start_app
 from tests.e2e.test_api import PAIR, _wait_status

@@ -10,7 +10,7 @@ import pytest
 
 from explorer.checkpoints import CheckpointError
 from explorer.settings import Settings
-from explorer.shared import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
+from explorer.visitors import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
 
 
 @pytest.fixture
