@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from explorer.config import ViTConfig
+from explorer.formatting import pct
 
 ORDER = ("vanilla", "lsa", "spt", "spt_lsa")
 NAMES = {"vanilla": "ViT", "lsa": "LSA alone", "spt": "SPT alone", "spt_lsa": "SPT + LSA"}
@@ -45,10 +46,6 @@ def by_variant(results: list[dict], check_sets: bool = True) -> dict[str, dict]:
     return out
 
 
-def _pct(v) -> str:
-    return "–" if v is None else f"{100 * v:.2f} %"
-
-
 def _gain(v, base, digits: int = 2) -> str:
     return "–" if v is None or base is None else f"{100 * (v - base):+.{digits}f}"
 
@@ -63,7 +60,8 @@ def grid(res: dict[str, dict]) -> list[str]:
     top1 = {v: res[v]["metrics"]["top1"] for v in ORDER}
 
     def cell(v):
-        return f"{NAMES[v]}: **{_pct(top1[v])}**" + ("" if v == "vanilla" else f" ({_gain(top1[v], top1['vanilla'])})")
+        gain = "" if v == "vanilla" else f" ({_gain(top1[v], top1['vanilla'])})"
+        return f"{NAMES[v]}: **{pct(top1[v], 2)}**{gain}"
 
     return ["| tokens \\ attention | standard (√d_k, self included) | LSA (learned τ, diagonal masked) |",
             "|---|---|---|",
@@ -82,9 +80,9 @@ def main_table(res: dict[str, dict]) -> list[str]:
         m, card = r["metrics"], r["card"].metrics
         flip = r.get("flip", {}).get("top1", card.test_top1_flip)
         c100, tin = (_paper(v, top1, vanilla) for top1, vanilla in zip(PAPER[v], PAPER["vanilla"], strict=True))
-        rows.append(f"| `{r['card'].name or r['ref']}` | {NAMES[v]} | **{_pct(m['top1'])}** | "
-                    f"{'–' if v == 'vanilla' else _gain(m['top1'], base)} | {_pct(m['top5'])} | {_pct(flip)} | "
-                    f"{_pct(card.val_top1)} | {_pct(card.top1)} | {c100} | {tin} |")
+        rows.append(f"| `{r['card'].name or r['ref']}` | {NAMES[v]} | **{pct(m['top1'], 2)}** | "
+                    f"{'–' if v == 'vanilla' else _gain(m['top1'], base)} | {pct(m['top5'], 2)} | {pct(flip, 2)} | "
+                    f"{pct(card.val_top1, 2)} | {pct(card.top1, 2)} | {c100} | {tin} |")
     return rows
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import Dataset
+from explorer.formatting import pct
 from explorer.settings import Settings
 
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -545,21 +546,17 @@ class Report:
     per_class_columns: list[str] = field(default_factory=list)
 
 
-def _pct(value) -> str:
-    return "–" if value is None else f"{100 * value:.1f} %"
-
-
 def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> Report:
     """`members`: dicts with tag, label, metrics, training, predictions (a finished MemberState)."""
     rows = []
     for m in members:
         t, met = m.get("training") or {}, m.get("metrics") or {}
-        rows.append([m["label"], _pct(met.get("test_top1")), _pct(met.get("test_top5")), t.get("device") or "–",
+        rows.append([m["label"], pct(met.get("test_top1")), pct(met.get("test_top5")), t.get("device") or "–",
                      t.get("images_per_second") or "–", f"{t.get('wall_time_s', 0):.0f} s"])
     per_model = [(m.get("metrics") or {}).get("test_per_class") or [None] * len(class_names) for m in members]
     per_class = []
     for i, c in enumerate(class_names):
-        row = [c] + [_pct(p[i]) for p in per_model]
+        row = [c] + [pct(p[i]) for p in per_model]
         if len(members) == 2:
             a, b = per_model[0][i], per_model[1][i]
             row.append("–" if a is None or b is None else f"{100 * (b - a):+.1f}")

@@ -9,14 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from explorer.formatting import pct
 from explorer.probe import attention_entropy, mean_attention_distance
 
 TOP5_FROM = 6      # with five classes or fewer the top-5 always holds the true class: it says nothing
 SMALL_SPLIT = 50   # a held-out split smaller than this moves its accuracy in steps too coarse to read as a %
-
-
-def pct(value) -> str:
-    return "–" if value is None else f"{100 * value:.1f} %"
 
 
 def without_top5(columns: list[str], rows: list[list], classes: int) -> tuple[list[str], list[list]]:

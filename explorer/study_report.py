@@ -13,6 +13,7 @@ import numpy as np
 
 from explorer.ablation import NAMES, ORDER
 from explorer.card import Card
+from explorer.formatting import pct
 
 # The app's colours: the ViT as slot A (blue), SPT + LSA as slot B (orange), the two halves after them.
 VARIANT_COLOR = {"vanilla": 0, "spt_lsa": 1, "spt": 2, "lsa": 3, "lsa_head": 4, "spt_lsa_head": 5}
@@ -88,8 +89,9 @@ def interval(gaps) -> tuple[float, float] | None:
     return float(gaps.mean() - half), float(gaps.mean() + half)
 
 
-def _pct(v: float | None, digits: int = 2) -> str:
-    return "–" if v is None else f"{100 * v:.{digits}f}"
+def points(v: float | None) -> str:
+    """A fraction in percentage points, two decimals, without the unit (the tables' headers say it)."""
+    return pct(v, 2, unit="")
 
 
 def curve_table(rows: list[dict]) -> str:
@@ -105,9 +107,9 @@ def curve_table(rows: list[dict]) -> str:
             if e is None:
                 cells.append("")
             elif e["n"] > 1:
-                cells.append(f"{_pct(e['mean'])} ± {_pct(e['std'])} ({e['n']})")
+                cells.append(f"{points(e['mean'])} ± {points(e['std'])} ({e['n']})")
             else:
-                cells.append(f"{_pct(e['mean'])} (1)")
+                cells.append(f"{points(e['mean'])} (1)")
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -118,7 +120,7 @@ def gap_table(rows: list[dict]) -> str:
     s = summary(rows)
     for n, g in paired_gaps(rows).items():
         per_seed = ", ".join(f"{100 * x:+.2f}" for x in g["gaps"])
-        noise = ", ".join(_pct(s[(n, v)]["std"]) if (n, v) in s and s[(n, v)]["n"] > 1 else "–"
+        noise = ", ".join(points(s[(n, v)]["std"]) if (n, v) in s and s[(n, v)]["n"] > 1 else "–"
                           for v in ("vanilla", "spt_lsa"))
         spread = f"{100 * g['mean']:+.2f}" + (f" ± {100 * g['std']:.2f}" if g["std"] is not None else "")
         ci = interval(g["gaps"])
@@ -136,7 +138,7 @@ def corners_table(rows: list[dict]) -> str:
     lines = ["| train images | " + " | ".join(NAMES[v] for v in ORDER) + " |", "|---:|" + "---:|" * len(ORDER)]
     for n in sizes:
         base = s[(n, "vanilla")]["mean"]
-        cells = [f"{_pct(s[(n, v)]['mean'])} ({s[(n, v)]['n']})" + ("" if v == "vanilla" else
+        cells = [f"{points(s[(n, v)]['mean'])} ({s[(n, v)]['n']})" + ("" if v == "vanilla" else
                  f", {100 * (s[(n, v)]['mean'] - base):+.2f}") for v in ORDER]
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

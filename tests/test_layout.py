@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 # Lower layers first: a module may import only modules of its own layer or below.
 LAYERS = [
     {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled",
-     "study_report", "settings", "card"},
+     "study_report", "settings", "card", "formatting"},
     {"layers", "data"},
     {"models", "augment", "step_augment", "folders", "checkpoints", "visitors", "catalog"},
     {"probe", "fitting", "backup", "convert"},

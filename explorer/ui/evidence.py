@@ -10,8 +10,8 @@ import gradio as gr
 import pandas as pd
 
 from explorer import evidence, robustness
+from explorer.formatting import pct
 from explorer.render_evidence import plot_shift_robustness
-from explorer.reports import pct
 from explorer.ui.context import AppState, Page, initial
 from explorer.ui.pictures import as_pictures, picture
 from explorer.workbench import picture_title

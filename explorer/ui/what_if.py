@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer import render
-from explorer.reports import pct
+from explorer.formatting import pct
 from explorer.ui.context import AppState, Page
 from explorer.ui.pictures import picture
 from explorer.workbench import picture_title, what_if, what_if_plot

@@ -1,0 +1,8 @@
+"""Numbers as the app, the reports and the tables write them for people."""
+
+from __future__ import annotations
+
+
+def pct(value: float | None, digits: int = 1, unit: str = " %") -> str:
+    """A fraction as a percentage: `pct(0.8123)` is "81.2 %"; "–" for a value that is missing."""
+    return "–" if value is None else f"{100 * value:.{digits}f}{unit}"
