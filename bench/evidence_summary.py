@@ -25,27 +25,28 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def summarise(lm, x, y, occlusion_count: int, target: str, max_shift: int, padding: str, batch_size: int) -> dict:
+def summarise(loaded, x, y, occlusion_count: int, target: str, max_shift: int, padding: str, batch_size: int) -> dict:
     from explorer import evidence, robustness
     started = time.perf_counter()
     results = []
-    chunk = max(1, batch_size // (lm.config.num_patches + 1)) * 16
+    chunk = max(1, batch_size // (loaded.config.num_patches + 1)) * 16
     for start in range(0, occlusion_count, chunk):
         stop = min(start + chunk, occlusion_count)
-        results += evidence.occlusion_batch(lm, x[start:stop], target=target, labels=y[start:stop],
+        results += evidence.occlusion_batch(loaded, x[start:stop], target=target, labels=y[start:stop],
                                             window=1, fill="mean", max_batch=batch_size)
-        log(f"  {lm.name}: occlusion {stop}/{occlusion_count} ({time.perf_counter() - started:.0f} s)")
+        log(f"  {loaded.name}: occlusion {stop}/{occlusion_count} ({time.perf_counter() - started:.0f} s)")
     occluded = time.perf_counter()
     logged = [0]
 
     def progress(done, total):
         if done - logged[0] >= 1000 or done == total:
             logged[0] = done
-            log(f"  {lm.name}: shifts {done}/{total} ({time.perf_counter() - occluded:.0f} s)")
+            log(f"  {loaded.name}: shifts {done}/{total} ({time.perf_counter() - occluded:.0f} s)")
 
-    robustness = robustness.shift_robustness(lm, x, y, max_shift=max_shift, padding=padding,
+    robustness = robustness.shift_robustness(loaded, x, y, max_shift=max_shift, padding=padding,
                                            batch_size=batch_size, progress=progress)
-    return {"name": lm.name, "variant": lm.config.variant, "concentration": evidence.mean_concentration(results),
+    return {"name": loaded.name, "variant": loaded.config.variant,
+            "concentration": evidence.mean_concentration(results),
             "robustness": robustness, "occlusion_s": occluded - started,
             "shift_s": time.perf_counter() - occluded}
 
@@ -106,11 +107,12 @@ def main():
     store = ModelStore(ROOT)
     rows = []
     for ref in args.refs:
-        lm = store.get(ref)
-        log(f"{lm.label}: {len(x):,} images")
-        rows.append(summarise(lm, x, y, occlusion_count, args.target, args.max_shift, args.padding, args.batch_size))
+        loaded = store.get(ref)
+        log(f"{loaded.label}: {len(x):,} images")
+        rows.append(summarise(loaded, x, y, occlusion_count, args.target, args.max_shift, args.padding,
+                              args.batch_size))
         r = rows[-1]
-        log(f"  {lm.name}: occlusion {r['occlusion_s']:.0f} s, shifts {r['shift_s']:.0f} s")
+        log(f"  {loaded.name}: occlusion {r['occlusion_s']:.0f} s, shifts {r['shift_s']:.0f} s")
     print(tables(rows, len(x), occlusion_count, args.target, args.padding))
     print()
     print("seconds: " + "; ".join(f"{r['name']} occlusion {r['occlusion_s']:.0f} s, shifts {r['shift_s']:.0f} s"

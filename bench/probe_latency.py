@@ -34,17 +34,17 @@ def main():
     images = load_cifar("cifar10", data_dir()).x_test[:args.repeats + 5]
 
     def naive(i):
-        for lm in models:
-            lm.model.predict(images[i][None].astype("float32"), verbose=0)
+        for loaded in models:
+            loaded.model.predict(images[i][None].astype("float32"), verbose=0)
 
     def probe(i):
-        for lm in models:
-            lm.probe(images[i][None])
+        for loaded in models:
+            loaded.probe(images[i][None])
 
     def what_if(i):
-        for lm in models:
-            with lm.lock:
-                lm.what_if_probe()(images[i][None], (0.25, 0.5, 2.0, 4.0)[i % 4], i % 2 == 0)
+        for loaded in models:
+            with loaded.lock:
+                loaded.what_if_probe()(images[i][None], (0.25, 0.5, 2.0, 4.0)[i % 4], i % 2 == 0)
 
     def full(i):
         cache = ResultCache()  # a fresh cache: every model runs, nothing is reused between images

@@ -65,13 +65,13 @@ def main():
         ds = job_data(ZIP, str(zips["800"]), None, Limits(), 32)
         from explorer.checkpoints import read_card
         known = base_rows(read_card(base).class_names or [], ds.class_names) is not None
-        tc = recipe_for({}, len(ds.x_train), False, known_classes=known)
-        steps = -(-int(len(ds.x_train) * (1 - tc.validation_fraction)) // tc.batch_size)
-        print(f"{base.name} on the 800-image zip: {len(ds.x_train)} training images, {tc.epochs} epochs of "
-              f"batch {tc.batch_size} (about {steps} steps an epoch), backend {args.backend}", flush=True)
+        recipe = recipe_for({}, len(ds.x_train), False, known_classes=known)
+        steps = -(-int(len(ds.x_train) * (1 - recipe.validation_fraction)) // recipe.batch_size)
+        print(f"{base.name} on the 800-image zip: {len(ds.x_train)} training images, {recipe.epochs} epochs of "
+              f"batch {recipe.batch_size} (about {steps} steps an epoch), backend {args.backend}", flush=True)
         chosen["k"] = 1  # the process's own first-time costs (imports, the probe's and predict's compiles)
         began = time.perf_counter()
-        fine_tune(base, ds, tc, tmp / "out-warm-up", verbose=0, warm=WarmModels())
+        fine_tune(base, ds, recipe, tmp / "out-warm-up", verbose=0, warm=WarmModels())
         print(f"process warm-up, k=1, not compared: {time.perf_counter() - began:.1f} s", flush=True)
         warm = {k: WarmModels() for k in ks}
         for round_ in range(1 + args.repeats):
@@ -79,7 +79,7 @@ def main():
             for k in order:
                 chosen["k"] = k
                 began = time.perf_counter()
-                result = fine_tune(base, ds, tc, tmp / f"out-{k}-{round_}", verbose=0, warm=warm[k])
+                result = fine_tune(base, ds, recipe, tmp / f"out-{k}-{round_}", verbose=0, warm=warm[k])
                 wall = time.perf_counter() - began
                 times[k].append(wall)
                 timing = result["training"]["timing"]

@@ -39,17 +39,17 @@ class BackupError(ValueError):
     """A backup folder that belongs to another run, or cannot be read; the message says why."""
 
 
-def run_identity(model, dataset, tc, base: dict | None = None) -> dict:
+def run_identity(model, dataset, recipe, base: dict | None = None) -> dict:
     """What makes two runs the same run: the architecture, the data and its split, the recipe, the base."""
     architecture = json.dumps(model.get_config(), sort_keys=True, default=str)
     classes = json.dumps(list(dataset.class_names))
-    recipe = {k: v for k, v in asdict(tc).items()
+    settings = {k: v for k, v in asdict(recipe).items()
               if k not in _NOT_IDENTITY and not (k in _LATER_DEFAULTS and v == _LATER_DEFAULTS[k])}
     return {"architecture": hashlib.sha256(architecture.encode()).hexdigest()[:16],
             "parameters": int(model.count_params()),
             "dataset": dataset.name, "train_images": int(len(dataset.x_train)),
             "classes": hashlib.sha256(classes.encode()).hexdigest()[:16],
-            "recipe": recipe, "base": base, "backend": keras.backend.backend()}
+            "recipe": settings, "base": base, "backend": keras.backend.backend()}
 
 
 def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:

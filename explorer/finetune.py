@@ -124,7 +124,7 @@ class WarmModels:
         return len(self._models)
 
 
-def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
+def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
               backup: str | None = None, extend: bool = False, warm: WarmModels | None = None) -> dict:
     """Continues training a checkpoint on `dataset`; its head is prepared by `prepare_head` first.
@@ -139,7 +139,7 @@ def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str 
     from explorer.checkpoints import load_checkpoint
     began = time.perf_counter()
     if warm is not None:
-        kept = warm.get(base, dataset.num_classes, tc.freeze_backbone)
+        kept = warm.get(base, dataset.num_classes, recipe.freeze_backbone)
         model, card, base_head, features = kept.model, kept.card, kept.base_head, kept.features
     else:
         (model, card), base_head, features = load_checkpoint(base), None, None
@@ -148,11 +148,11 @@ def fine_tune(base: str | Path, dataset: Dataset, tc: TrainConfig, out_dir: str 
         raise DatasetError(f"dataset images are {dataset.x_train.shape[1:3]} but the model takes "
                          f"{config.image_size}x{config.image_size}")
     if extend:
-        check_continuation(card, dataset, tc)
-    model, start = prepare_head(model, card.class_names or [], dataset, tc, base_head, features)
+        check_continuation(card, dataset, recipe)
+    model, start = prepare_head(model, card.class_names or [], dataset, recipe, base_head, features)
     if cancel is not None and cancel.is_set():
         raise Cancelled("training was cancelled; no checkpoint was written")
-    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
+    record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
                  start=start, base={"name": card.name, "created": card.created,
                                     "epochs": len(card.history or []), "continued": extend},
                  reuse=warm is not None)
@@ -188,7 +188,7 @@ def pooled_features(model, x: np.ndarray, batch_size: int | None = None, feature
     return predict_logits(features, x, batch_size or PREDICT_BATCH)
 
 
-def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConfig, base_head=None,
+def prepare_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainConfig, base_head=None,
                  features=None):
     """(model, start metrics): the model with the head the fine-tune starts from, and how it scores.
 
@@ -207,7 +207,7 @@ def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConf
     from explorer.linear import LinearHead, fit_probe
     from explorer.models import HEAD, freeze_backbone, replace_head
     n = dataset.num_classes
-    (x_fit, y_fit), val = training_split(dataset, tc)
+    (x_fit, y_fit), val = training_split(dataset, recipe)
     if base_head is None:
         base_head = tuple(np.asarray(w) for w in model.get_layer(HEAD).get_weights())
         if model.output_shape[-1] != n:
@@ -223,14 +223,14 @@ def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConf
     how = "kept" if same else "new"
     if same:
         head.set_weights([kernel, bias])
-    elif rows is not None and tc.head_init == "auto":
+    elif rows is not None and recipe.head_init == "auto":
         head.set_weights([kernel[:, rows], bias[rows]])
         how = "base rows"
     elif not fresh:  # a warm model's head holds the last run's weights: a new head, as replace_head makes
-        head.set_weights([np.asarray(keras.initializers.GlorotUniform(seed=tc.seed)(head.kernel.shape)),
+        head.set_weights([np.asarray(keras.initializers.GlorotUniform(seed=recipe.seed)(head.kernel.shape)),
                           np.zeros(head.bias.shape, "float32")])
-    if tc.head_init == "probe" or (tc.head_init == "auto" and (how == "new" or val is not None
-                                                               or tc.freeze_backbone)):
+    if recipe.head_init == "probe" or (recipe.head_init == "auto" and (how == "new" or val is not None
+                                                               or recipe.freeze_backbone)):
         features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
         train_features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]), features=features)
         labels = np.concatenate([y_fit, y_fit])
@@ -239,12 +239,12 @@ def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConf
         probe = fit_probe(train_features, labels, n, val_features, val[1] if val is not None else None,
                           init=current if how != "new" else None)
         # The base's head or rows stay unless the probe does better on the validation split.
-        keep_rows = (how in ("kept", "base rows") and tc.head_init == "auto" and val is not None
+        keep_rows = (how in ("kept", "base rows") and recipe.head_init == "auto" and val is not None
                      and current.accuracy(val_features, val[1]) >= probe.accuracy(val_features, val[1]))
         if not keep_rows:
             head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
             how = f"linear probe (L2 {probe.l2:g})"
-    freeze_backbone(model, tc.freeze_backbone)
+    freeze_backbone(model, recipe.freeze_backbone)
     start = {"head": how}
     if val is not None:
         metrics = accuracy_metrics(predict_logits(model, val[0]), val[1])
@@ -252,30 +252,30 @@ def prepare_head(model, base_classes: list[str], dataset: Dataset, tc: TrainConf
     return model, start
 
 
-def check_continuation(card: Card, dataset: Dataset, tc: TrainConfig) -> None:
+def check_continuation(card: Card, dataset: Dataset, recipe: TrainConfig) -> None:
     """Refuses a continuation that would not be the same training: other data, classes or held-out split.
 
     The split is a function of the number of images, the validation fraction and the seed, so those must
     match the base's; otherwise images the base validated on would now be trained on.
     """
-    recipe, data = card.training.recipe or {}, card.dataset
-    if not card.history or not recipe:
-        raise DatasetError(f"{card.name} has no training history or recipe to continue")
+    base_recipe, data = card.training.recipe or {}, card.dataset
+    if not card.history or not base_recipe:
+        raise DatasetError(f"{card.name} has no training history or base_recipe to continue")
     problems = []
     if data.name != dataset.name:
         problems.append(f"it was trained on {data.name!r}, not {dataset.name!r}")
     if list(card.class_names or []) != list(dataset.class_names):
         problems.append("its class list differs from the dataset's")
     for key in ("validation_fraction", "seed", "train_subset", "split_seed", "balanced_subset"):
-        if recipe.get(key) != getattr(tc, key):
-            problems.append(f"its {key} was {recipe.get(key)!r}, this run's is {getattr(tc, key)!r}")
-    n = len(dataset.x_train) if not tc.train_subset else min(tc.train_subset, len(dataset.x_train))
-    if tc.balanced_subset:
-        n = tc.balanced_subset + int(data.validation_images or 0)
+        if base_recipe.get(key) != getattr(recipe, key):
+            problems.append(f"its {key} was {base_recipe.get(key)!r}, this run's is {getattr(recipe, key)!r}")
+    n = len(dataset.x_train) if not recipe.train_subset else min(recipe.train_subset, len(dataset.x_train))
+    if recipe.balanced_subset:
+        n = recipe.balanced_subset + int(data.validation_images or 0)
     seen = (data.train_images or 0) + (data.validation_images or 0)
     if seen != n:
         problems.append(f"it saw {seen} train+validation images, this dataset has {n}")
-    if tc.freeze_backbone:
+    if recipe.freeze_backbone:
         problems.append("a continuation trains the whole model (drop --freeze-backbone)")
     if problems:
         raise DatasetError(f"cannot continue {card.name}: " + "; ".join(problems)

@@ -270,7 +270,7 @@ def _better(record: dict, best: dict | None) -> bool:
     return (record.get("val_loss") or 0.0) <= (best.get("val_loss") or float("inf"))
 
 
-def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
+def make_callbacks(model, history: list, recipe: TrainConfig, steps_per_epoch: int,
                    progress: Callable[[dict], None] | None, cancel: threading.Event | None,
                    state: dict, batches=None, validation=None):
     keras = _keras()
@@ -297,10 +297,10 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
             if cancel is not None and cancel.is_set():
                 state["cancelled"] = True
                 self.model.stop_training = True
-            if tc.max_steps and state["steps"] >= tc.max_steps:
+            if recipe.max_steps and state["steps"] >= recipe.max_steps:
                 state["stopped_by"] = "max_steps"
                 self.model.stop_training = True
-            if tc.max_seconds and elapsed >= tc.max_seconds:
+            if recipe.max_seconds and elapsed >= recipe.max_seconds:
                 state["stopped_by"] = "max_seconds"
                 self.model.stop_training = True
             # Reading the loss waits for the device to finish the step: at most every PROGRESS_EVERY_S, and
@@ -309,14 +309,14 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
                                          or batch + 1 == steps_per_epoch or self.model.stop_training):
                 state["reported"] = elapsed
                 progress({"kind": "batch", "step": state["steps"],
-                          "total_steps": steps_per_epoch * tc.epochs, "epoch": state.get("epoch", 0),
+                          "total_steps": steps_per_epoch * recipe.epochs, "epoch": state.get("epoch", 0),
                           "loss": float((logs or {}).get("loss", float("nan"))), "elapsed": elapsed})
 
         def on_epoch_end(self, epoch, logs=None):
             state["steps_s"] = state.get("steps_s", 0.0) + state.get("last_batch_end", state["epoch_start"]) \
                 - state["epoch_start"]
             logs = dict(logs or {})
-            last = epoch + 1 == tc.epochs or self.model.stop_training
+            last = epoch + 1 == recipe.epochs or self.model.stop_training
             if validation is not None and last and "val_top1" not in logs and not state["cancelled"]:
                 # The last epoch fell between validations (or a step or time limit ends the run here): the
                 # weights a run ends with are always validated.
@@ -332,7 +332,7 @@ def make_callbacks(model, history: list, tc: TrainConfig, steps_per_epoch: int,
             history.append(record)
             state["validation_s"] = state.get("validation_s", 0.0) + time.perf_counter() - state.get(
                 "last_batch_end", state["epoch_start"])
-            if tc.keep_best and "val_top1" in record and _better(record, state.get("best")):
+            if recipe.keep_best and "val_top1" in record and _better(record, state.get("best")):
                 state["best"] = {"epoch": epoch + 1, "val_top1": record["val_top1"],
                                  "val_loss": record.get("val_loss"), "weights": model.get_weights()}
             if progress is not None:
@@ -360,44 +360,44 @@ def balanced_subset(y, n: int, num_classes: int, seed: int) -> np.ndarray:
     return np.sort(np.concatenate(keep))
 
 
-def training_split(dataset: Dataset, tc: TrainConfig):
+def training_split(dataset: Dataset, recipe: TrainConfig):
     """((x_train, y_train), (x_val, y_val) or None): the recipe's subset and held-out split of the training
     images, the same for the same recipe (fit and prepare_head both use it)."""
     x, y = dataset.x_train, dataset.y_train
-    split_seed = tc.seed if tc.split_seed is None else tc.split_seed
-    if tc.train_subset and tc.train_subset < len(x):
-        keep = np.sort(np.random.default_rng(split_seed).permutation(len(x))[:tc.train_subset])
+    split_seed = recipe.seed if recipe.split_seed is None else recipe.split_seed
+    if recipe.train_subset and recipe.train_subset < len(x):
+        keep = np.sort(np.random.default_rng(split_seed).permutation(len(x))[:recipe.train_subset])
         x, y = x[keep], y[keep]
-    (x, y), val = split_validation(x, y, tc.validation_fraction, split_seed)
-    if tc.balanced_subset:
-        keep = balanced_subset(y, tc.balanced_subset, dataset.num_classes, split_seed)
+    (x, y), val = split_validation(x, y, recipe.validation_fraction, split_seed)
+    if recipe.balanced_subset:
+        keep = balanced_subset(y, recipe.balanced_subset, dataset.num_classes, split_seed)
         x, y = x[keep], y[keep]
     return (x, y), val
 
 
-def compile_for_run(model, tc: TrainConfig, num_classes: int, total_steps: int, reuse: bool = False) -> bool:
+def compile_for_run(model, recipe: TrainConfig, num_classes: int, total_steps: int, reuse: bool = False) -> bool:
     """Compiles `model` for a run of `total_steps` steps of the recipe; returns whether it compiled anew.
 
     With `reuse`, a model compiled before for the same loss, metrics, weight decay and trainable weights keeps
     its compiled steps: its optimizer (ScheduledAdamW, whose schedule lives in variables) only restarts, so a
     repeat run traces and compiles nothing."""
     keras = _keras()
-    warmup = int(tc.warmup_fraction * total_steps)
+    warmup = int(recipe.warmup_fraction * total_steps)
     top5 = min(5, num_classes)
-    key = (tc.label_smoothing, tc.weight_decay, top5, tuple(v.path for v in model.trainable_variables))
+    key = (recipe.label_smoothing, recipe.weight_decay, top5, tuple(v.path for v in model.trainable_variables))
     if reuse and getattr(model, "_explorer_compiled", None) == key:
-        model.optimizer.restart(tc.learning_rate, total_steps, warmup)
+        model.optimizer.restart(recipe.learning_rate, total_steps, warmup)
         return False
     if reuse:
-        optimizer = ScheduledAdamW(tc.learning_rate, total_steps, warmup, weight_decay=tc.weight_decay)
+        optimizer = ScheduledAdamW(recipe.learning_rate, total_steps, warmup, weight_decay=recipe.weight_decay)
     else:
-        optimizer = keras.optimizers.AdamW(learning_rate=WarmUpCosine(tc.learning_rate, total_steps, warmup),
-                                           weight_decay=tc.weight_decay)
+        optimizer = keras.optimizers.AdamW(learning_rate=WarmUpCosine(recipe.learning_rate, total_steps, warmup),
+                                           weight_decay=recipe.weight_decay)
     # Temperatures, norms, biases and position embeddings are not decayed towards zero.
     optimizer.exclude_from_weight_decay(var_names=["tau", "bias", "gamma", "beta", "position_embedding"])
     model.compile(optimizer=optimizer,
                   loss=keras.losses.CategoricalCrossentropy(from_logits=True,
-                                                            label_smoothing=tc.label_smoothing),
+                                                            label_smoothing=recipe.label_smoothing),
                   # weighted_metrics, not metrics: Keras 3 gives sample weights to these only, and the
                   # validation batches' padding has weight 0 (see make_batches).
                   weighted_metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
@@ -406,7 +406,7 @@ def compile_for_run(model, tc: TrainConfig, num_classes: int, total_steps: int, 
     return True
 
 
-def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
+def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
         progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
         backup: str | os.PathLike | None = None, start: dict | None = None, base: dict | None = None,
         reuse: bool = False) -> dict:
@@ -421,42 +421,42 @@ def fit(model, dataset: Dataset, tc: TrainConfig, verbose: int = 1,
     moment and started again with the same arguments resumes from its last completed epoch and ends
     as if it had never stopped; a backup of another run (`base`, the recipe, data or model differ) is
     refused with the reason."""
-    _seed_run(tc.seed, reuse)
-    (x_train, y_train), val = training_split(dataset, tc)
+    _seed_run(recipe.seed, reuse)
+    (x_train, y_train), val = training_split(dataset, recipe)
     num_classes = dataset.num_classes
-    batch_size = min(tc.batch_size, len(x_train))
+    batch_size = min(recipe.batch_size, len(x_train))
     devices = data_parallel_devices()
     check_batch_split(batch_size, devices)
-    train_batches = make_batches(x_train, y_train, num_classes, batch_size, tc.augment, tc.seed, True,
-                                 tc.mixup_alpha, tc.cutmix_alpha, tc.mix_prob, tc.repeats)
-    val_batches = _validation_batches(val, num_classes, tc.seed, devices, reuse)
+    train_batches = make_batches(x_train, y_train, num_classes, batch_size, recipe.augment, recipe.seed, True,
+                                 recipe.mixup_alpha, recipe.cutmix_alpha, recipe.mix_prob, recipe.repeats)
+    val_batches = _validation_batches(val, num_classes, recipe.seed, devices, reuse)
     steps_per_epoch = len(train_batches)
-    total_steps = steps_per_epoch * tc.epochs
-    if tc.max_steps:
-        total_steps = min(total_steps, tc.max_steps)
-    trainee, block = _with_step_augmentation(model, tc)
-    compiled = compile_for_run(trainee, tc, num_classes, total_steps, reuse)
+    total_steps = steps_per_epoch * recipe.epochs
+    if recipe.max_steps:
+        total_steps = min(total_steps, recipe.max_steps)
+    trainee, block = _with_step_augmentation(model, recipe)
+    compiled = compile_for_run(trainee, recipe, num_classes, total_steps, reuse)
     history: list[dict] = []
     state: dict = {"cancelled": False, "stopped_by": None, "wall_before": 0.0}
     if backup:
-        _check_backup(backup, model, dataset, tc, base)
-    if tc.keep_best and start is not None and "val_top1" in start:
+        _check_backup(backup, model, dataset, recipe, base)
+    if recipe.keep_best and start is not None and "val_top1" in start:
         # Step 0 competes too: a run that never beats the head it started from keeps that head.
         state["best"] = {"epoch": 0, "val_top1": start["val_top1"], "val_loss": start.get("val_loss"),
                          "weights": model.get_weights()}
-    callbacks = _run_callbacks(model, trainee, block, tc, history, state, train_batches, val_batches,
+    callbacks = _run_callbacks(model, trainee, block, recipe, history, state, train_batches, val_batches,
                                progress, cancel, backup)
     if start is not None and progress is not None:
         progress({"kind": "epoch", "epoch": 0, **start})
     began = time.perf_counter()
     # shuffle=False: the batches shuffle themselves, by (seed, epoch), not by Python's global random state.
-    trainee.fit(train_batches, validation_data=val_batches, epochs=tc.epochs, verbose=verbose, shuffle=False,
-                callbacks=callbacks, validation_freq=tc.validation_every)
+    trainee.fit(train_batches, validation_data=val_batches, epochs=recipe.epochs, verbose=verbose, shuffle=False,
+                callbacks=callbacks, validation_freq=recipe.validation_every)
     wall = time.perf_counter() - began + state["wall_before"]
     if state["cancelled"] or (cancel is not None and cancel.is_set()):
         raise Cancelled("training was cancelled; no checkpoint was written")
     kept, metrics = _keep_best(model, history, state, start)
-    training = _training_summary(tc, history, state, start, kept, wall, compiled, batch_size=batch_size,
+    training = _training_summary(recipe, history, state, start, kept, wall, compiled, batch_size=batch_size,
                                  train_images=len(x_train), validation_images=len(val[0]) if val is not None else 0,
                                  devices=devices)
     return {"history": history, "metrics": metrics, "steps": state["steps"],
@@ -491,34 +491,34 @@ def _validation_batches(val, num_classes: int, seed: int, devices: int, reuse: b
     return make_batches(val[0], val[1], num_classes, size, False, seed, False)
 
 
-def _with_step_augmentation(model, tc: TrainConfig):
+def _with_step_augmentation(model, recipe: TrainConfig):
     """(what is fitted, the in-step augmentation block or None): the model itself, or the model behind the
     recipe's RandAugment / random erasing block, which trains the model's own weights."""
-    if not (tc.randaugment or tc.random_erasing):
+    if not (recipe.randaugment or recipe.random_erasing):
         return model, None
     from explorer.step_augment import augmentation_block, with_augmentation
-    block = augmentation_block(tc.randaugment, tc.random_erasing)
+    block = augmentation_block(recipe.randaugment, recipe.random_erasing)
     return with_augmentation(model, block), block
 
 
-def _check_backup(backup, model, dataset: Dataset, tc: TrainConfig, base: dict | None) -> None:
+def _check_backup(backup, model, dataset: Dataset, recipe: TrainConfig, base: dict | None) -> None:
     """Refuses another run's backup; says how far a backup of this run got."""
     from explorer import backup as backups
-    done = backups.check(backup, backups.run_identity(model, dataset, tc, base))
+    done = backups.check(backup, backups.run_identity(model, dataset, recipe, base))
     if done:
-        print(f"resuming from backup {backup}: {done} of {tc.epochs} epochs done", flush=True)
+        print(f"resuming from backup {backup}: {done} of {recipe.epochs} epochs done", flush=True)
 
 
-def _run_callbacks(model, trainee, block, tc: TrainConfig, history: list, state: dict, train_batches,
+def _run_callbacks(model, trainee, block, recipe: TrainConfig, history: list, state: dict, train_batches,
                    val_batches, progress: Callable[[dict], None] | None, cancel: threading.Event | None,
                    backup) -> list:
     """The run's callbacks in their order: the reseeding of in-step draws, the recorder, the backup."""
-    callbacks = make_callbacks(model, history, tc, len(train_batches), progress, cancel, state, train_batches,
+    callbacks = make_callbacks(model, history, recipe, len(train_batches), progress, cancel, state, train_batches,
                                val_batches)
     from explorer.layers import DropPath
     if block is not None or any(isinstance(layer, DropPath) for layer in model.layers):
         from explorer.step_augment import Reseed
-        callbacks.insert(0, Reseed(trainee, tc.seed))  # the step's draws a function of (seed, epoch, step)
+        callbacks.insert(0, Reseed(trainee, recipe.seed))  # the step's draws a function of (seed, epoch, step)
     if backup:
         from explorer import backup as backups
         # After the recorder: an epoch is saved once its record is in the history.
@@ -541,19 +541,19 @@ def _keep_best(model, history: list, state: dict, start: dict | None) -> tuple[i
     return kept, metrics
 
 
-def _training_summary(tc: TrainConfig, history: list, state: dict, start: dict | None, kept: int, wall: float,
+def _training_summary(recipe: TrainConfig, history: list, state: dict, start: dict | None, kept: int, wall: float,
                       compiled: bool, *, batch_size: int, train_images: int, validation_images: int,
                       devices: int) -> dict:
     """The record's "training": what ran, on what, and where the time went."""
     images_seen = state["steps"] * batch_size
-    return {"epochs": len(history), "planned_epochs": tc.epochs, "steps": state["steps"],
+    return {"epochs": len(history), "planned_epochs": recipe.epochs, "steps": state["steps"],
             "wall_time_s": round(wall, 1),
             "images_per_second": round(images_seen / wall, 1) if wall > 0 else None,
             "train_images": int(train_images), "batch_size": batch_size,
             "start": start, "kept_epoch": kept,
             "validation_images": int(validation_images),
             "device": device_name() if devices == 1 else f"{devices} × {device_name()}",
-            "devices": devices, "recipe": asdict(tc),
+            "devices": devices, "recipe": asdict(recipe),
             # where the time went: the first step (with tracing and compiling when it is new),
             # all steps, validation and what the callbacks do at each epoch's end
             "timing": {"first_step_s": round(state.get("first_step_s", 0.0), 3),

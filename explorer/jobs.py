@@ -310,14 +310,14 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
             raise Cancelled("training was cancelled; no checkpoint was written")
         began = time.perf_counter()
         known = base_rows(m.get("classes") or [], ds.class_names) is not None
-        tc = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)
-        emit({"kind": "member", "member": i, "recipe": dict(tc.__dict__)})
+        recipe = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)
+        emit({"kind": "member", "member": i, "recipe": dict(recipe.__dict__)})
         if m["base"] is None:
             config = get_preset(m["preset"], variant=m["variant"])
-            result = train_new(config, m["preset"], ds, tc, staging, m["name"], verbose=0, progress=progress,
+            result = train_new(config, m["preset"], ds, recipe, staging, m["name"], verbose=0, progress=progress,
                                cancel=cancel)
         else:
-            result = fine_tune(m["base"], ds, tc, staging, m["name"], verbose=0, progress=progress, cancel=cancel,
+            result = fine_tune(m["base"], ds, recipe, staging, m["name"], verbose=0, progress=progress, cancel=cancel,
                                warm=warm)
         emit({"kind": "member_done", "member": i, "folder": Path(result["checkpoint"]).name,
               "metrics": result["metrics"], "training": result["training"],
@@ -477,9 +477,9 @@ def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
             y = np.arange(n) % classes
             x = np.random.default_rng(0).integers(0, 255, (n, size, size, 3), dtype=np.uint8)
             ds = Dataset("warm-up", x, y, x[:max(1, n // 5)], y[:max(1, n // 5)], [f"c{i}" for i in range(classes)])
-            tc = recipe_for({"epochs": 1}, n, False)
+            recipe = recipe_for({"epochs": 1}, n, False)
             with tempfile.TemporaryDirectory() as out:
-                fine_tune(base, ds, tc, out, "warm-up", verbose=0, warm=warm)
+                fine_tune(base, ds, recipe, out, "warm-up", verbose=0, warm=warm)
 
 
 def _read_commands(stream, commands, cancels: dict) -> None:

@@ -91,9 +91,9 @@ def disagreements(a, b, dataset, count: int) -> Disagreements:
     count = min(count, len(dataset.x_test))
     x, y = dataset.x_test[:count], dataset.y_test[:count]
     logits = []
-    for lm in (a, b):
-        with lm.lock:
-            logits.append(predict_logits(lm.model, x))
+    for loaded in (a, b):
+        with loaded.lock:
+            logits.append(predict_logits(loaded.model, x))
     return Disagreements(dataset.name, count, bool(dataset.sample),
                          (accuracy_metrics(logits[0], y), accuracy_metrics(logits[1], y)),
                          np.stack([logits[0].argmax(-1), logits[1].argmax(-1)]), np.asarray(y),
@@ -117,12 +117,12 @@ def locality(named_models, images: np.ndarray, cache=None) -> Locality:
     """Attention locality of each (label, LoadedModel) over `images` (N, H, W, 3). One image comes from
     `cache` (workbench.ResultCache) when given: the Compare and Attention tabs already ran it."""
     distance, entropy = {}, {}
-    for label, lm in named_models:
+    for label, loaded in named_models:
         if len(images) == 1 and cache is not None:
-            attention = cache.get(lm, images[0])[0].attention
+            attention = cache.get(loaded, images[0])[0].attention
         else:
-            with lm.lock:
-                attention = lm.probe(images).attention
-        distance[label] = mean_attention_distance(attention, lm.config.grid_size, lm.config.pixels_per_patch)
+            with loaded.lock:
+                attention = loaded.probe(images).attention
+        distance[label] = mean_attention_distance(attention, loaded.config.grid_size, loaded.config.pixels_per_patch)
         entropy[label] = attention_entropy(attention)
     return Locality(distance, entropy)

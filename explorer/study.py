@@ -290,8 +290,8 @@ def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
     from explorer.folders import load_dataset
     model, card = load_checkpoint(folder)
     names = {f.name for f in fields(TrainConfig)}
-    tc = TrainConfig(**{k: v for k, v in card.training.recipe.items() if k in names})
-    (x, y), _ = training_split(load_dataset(grid.dataset, data_dir), tc)
+    recipe = TrainConfig(**{k: v for k, v in card.training.recipe.items() if k in names})
+    (x, y), _ = training_split(load_dataset(grid.dataset, data_dir), recipe)
     return accuracy_metrics(predict_logits(model, x), y)["top1"]
 
 

@@ -42,16 +42,16 @@ from explorer.folders import held_out_problem, load_dataset
 from explorer.settings import Settings
 
 
-def train_new(config: ViTConfig, preset: str, dataset: Dataset, tc: TrainConfig, out_dir: str | Path,
+def train_new(config: ViTConfig, preset: str, dataset: Dataset, recipe: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
               backup: str | None = None) -> dict:
     """Builds a fresh model, trains it, evaluates on the test split and writes a checkpoint."""
     import keras
 
     from explorer.models import build_vit
-    keras.utils.set_random_seed(tc.seed)
+    keras.utils.set_random_seed(recipe.seed)
     model = build_vit(config, dataset.num_classes)
-    record = fit(model, dataset, tc, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
+    record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
                  base={"preset": preset})
     result = finish_run(model, record, config, preset, dataset, out_dir,
                      name or f"{dataset.name}-{config.variant}", base=None)
@@ -177,7 +177,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
         given = {**RECIPES[args.recipe], "name": args.recipe, **given}
     try:
         settings = Settings.from_env() if settings is None else settings
-        tc = TrainConfig(**given)  # refuses a bad recipe before anything is loaded
+        recipe = TrainConfig(**given)  # refuses a bad recipe before anything is loaded
         architecture = {k: v for k, v in dict(variant=args.variant, tau_mode=args.tau_mode,
                                               drop_path=args.drop_path).items() if v is not None}
         config = None if args.base else get_preset(args.preset, **architecture)
@@ -197,7 +197,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
     try:
         devices = distribute_over_devices() if args.distribute else 1  # before any model is built
         if not args.base or args.batch_size:  # else the recipe picks the batch size once the data is read
-            check_batch_split(tc.batch_size, devices)
+            check_batch_split(recipe.batch_size, devices)
         dataset = load_dataset(args.dataset, args.data_dir, test_fraction=0.0 if args.train_on_all else 0.2,
                                settings=settings)
         if not args.train_on_all and args.dataset not in DATASETS and held_out_problem(dataset):
@@ -211,15 +211,15 @@ def main(argv=None, settings: Settings | None = None) -> int:
             from explorer.checkpoints import read_card, resolve
             n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
             base_classes = read_card(resolve(args.base)).class_names or []  # the card; the model once
-            tc = fine_tune_recipe(n, known_classes=base_rows(base_classes, dataset.class_names) is not None,
+            recipe = fine_tune_recipe(n, known_classes=base_rows(base_classes, dataset.class_names) is not None,
                                   **given)
-            print(f"recipe: {tc.epochs} epochs of batch {tc.batch_size}, learning rate {tc.learning_rate}, "
-                  f"head {tc.head_init}{', backbone frozen' if tc.freeze_backbone else ''}", flush=True)
+            print(f"recipe: {recipe.epochs} epochs of batch {recipe.batch_size}, learning rate {recipe.learning_rate}, "
+                  f"head {recipe.head_init}{', backbone frozen' if recipe.freeze_backbone else ''}", flush=True)
         if args.base:
-            result = fine_tune(args.base, dataset, tc, args.out, args.name, verbose=args.verbose,
+            result = fine_tune(args.base, dataset, recipe, args.out, args.name, verbose=args.verbose,
                                backup=args.backup, extend=args.extend)
         else:
-            result = train_new(config, args.preset, dataset, tc, args.out, args.name, verbose=args.verbose,
+            result = train_new(config, args.preset, dataset, recipe, args.out, args.name, verbose=args.verbose,
                                backup=args.backup)
     except (BackupError, CheckpointError, DatasetError, DistributionError) as e:
         print(f"error: {e}", file=sys.stderr)

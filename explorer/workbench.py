@@ -172,10 +172,11 @@ class ModelStore:
         for tag, ref in slots:
             if not ref:
                 raise CheckpointError(f"slot {tag} holds no model to fine-tune")
-            lm = self.get(ref)
+            loaded = self.get(ref)
             # The folder it was loaded from: a Hub model's is in this store's cache (a converted one is a
             # checkpoint only there), which the worker process would not know to look in.
-            out.append((tag, f"{tag}: {lm.name}" if tag else lm.name, str(lm.folder or self.key(ref)), lm.card))
+            label = f"{tag}: {loaded.name}" if tag else loaded.name
+            out.append((tag, label, str(loaded.folder or self.key(ref)), loaded.card))
         return out
 
     def loaded(self) -> list[LoadedModel]:
@@ -183,7 +184,7 @@ class ModelStore:
             return list(self._models.values())
 
 
-def what_if_setting(lm: LoadedModel, factor: float = 1.0, diagonal_mask: bool | None = None) -> tuple | None:
+def what_if_setting(loaded: LoadedModel, factor: float = 1.0, diagonal_mask: bool | None = None) -> tuple | None:
     """(factor, mask) when they change the model, None when they are its own (tau as learned, its mask).
 
     Raises ValueError for a factor outside TAU_FACTORS.
@@ -195,8 +196,8 @@ def what_if_setting(lm: LoadedModel, factor: float = 1.0, diagonal_mask: bool | 
     low, high = TAU_FACTORS
     if not (np.isfinite(factor) and low <= factor <= high):
         raise ValueError(f"the tau factor must be between {low} and {high}, got {factor}")
-    mask = lm.probe.diagonal_mask if diagonal_mask is None else bool(diagonal_mask)
-    return None if factor == 1.0 and mask == lm.probe.diagonal_mask else (factor, mask)
+    mask = loaded.probe.diagonal_mask if diagonal_mask is None else bool(diagonal_mask)
+    return None if factor == 1.0 and mask == loaded.probe.diagonal_mask else (factor, mask)
 
 
 class ResultCache:
@@ -208,22 +209,22 @@ class ResultCache:
         self._items: OrderedDict[tuple, tuple[ProbeResult, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, lm: LoadedModel, image: np.ndarray, factor: float = 1.0,
+    def get(self, loaded: LoadedModel, image: np.ndarray, factor: float = 1.0,
             diagonal_mask: bool | None = None) -> tuple[ProbeResult, float, bool]:
         """(result, seconds the model took (when it ran, for a cached result), whether it came from the cache).
 
         With the default factor and mask it is the learned model's probe; otherwise every layer's tau is
         multiplied by `factor` and the diagonal masked or not (None: as the model does), see WhatIfProbe.
         """
-        setting = what_if_setting(lm, factor, diagonal_mask)
-        key = (id(lm), hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest(), setting)
+        setting = what_if_setting(loaded, factor, diagonal_mask)
+        key = (id(loaded), hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest(), setting)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return (*self._items[key], True)
         start = time.perf_counter()
-        with lm.lock:  # one call at a time per model; rendering happens outside
-            result = lm.probe(image[None]) if setting is None else lm.what_if_probe()(image[None], *setting)
+        with loaded.lock:  # one call at a time per model; rendering happens outside
+            result = loaded.probe(image[None]) if setting is None else loaded.what_if_probe()(image[None], *setting)
         elapsed = time.perf_counter() - start
         with self._lock:
             self._items[key] = (result, elapsed)
@@ -232,10 +233,10 @@ class ResultCache:
         return result, elapsed, False
 
 
-def top_k(lm: LoadedModel, result: ProbeResult, k: int = 5) -> dict[str, float]:
+def top_k(loaded: LoadedModel, result: ProbeResult, k: int = 5) -> dict[str, float]:
     probs = result.probabilities[0]
     order = np.argsort(-probs)[:k]
-    names = lm.class_names
+    names = loaded.class_names
     return {names[i]: float(probs[i]) for i in order}
 
 
@@ -292,10 +293,10 @@ class AttentionView:
     entropy: np.ndarray | None = None    # (layers, heads) nats
 
 
-def focus_picture(lm: LoadedModel, attention: np.ndarray, shown: np.ndarray, layer: int, head: str,
+def focus_picture(loaded: LoadedModel, attention: np.ndarray, shown: np.ndarray, layer: int, head: str,
                   query: tuple[int, int], size: int = 224) -> np.ndarray:
     """One layer's attention from the query patch: every head as a tile, their mean, or one head."""
-    grid = lm.config.grid_size
+    grid = loaded.config.grid_size
     maps = query_attention(attention, layer, query[0] * grid + query[1], grid)
     if head == HEAD_ALL:
         # Tiles in a near square keep each head legible in its box.
@@ -309,25 +310,25 @@ def focus_picture(lm: LoadedModel, attention: np.ndarray, shown: np.ndarray, lay
     except (ValueError, IndexError):
         raise ValueError(f"head must be {HEAD_ALL!r}, {HEAD_MEAN!r} or 'head <n>', got {head!r}") from None
     if not 0 <= index < maps.shape[0]:
-        raise ValueError(f"{lm.name} has {maps.shape[0]} heads; there is no head {index}")
+        raise ValueError(f"{loaded.name} has {maps.shape[0]} heads; there is no head {index}")
     return render.attention_overlay(shown, maps[index], query=query, size=size)
 
 
-def attention_view(lm: LoadedModel, result: ProbeResult, display: np.ndarray, layer: int, head: str,
+def attention_view(loaded: LoadedModel, result: ProbeResult, display: np.ndarray, layer: int, head: str,
                    query_yx: tuple[float, float], size: int = 224, parts=PARTS) -> AttentionView:
     """Attention pictures and locality numbers of one model for one image (index 0 of `result`).
 
     `parts` picks what to compute: a query click needs only "focus" and "sheet", a layer or head change
     only "focus"; "rollout" and "locality" do not depend on the query.
     """
-    config = lm.config
+    config = loaded.config
     grid = config.grid_size
     attention = result.attention[0]
     layer = int(np.clip(layer, 0, attention.shape[0] - 1))
     query = query_patch(query_yx, config)
     view = AttentionView(layer, query)
     if "focus" in parts:
-        view.focus = focus_picture(lm, attention, display, layer, head, query, size)
+        view.focus = focus_picture(loaded, attention, display, layer, head, query, size)
     if "sheet" in parts:
         q = query[0] * grid + query[1]
         all_layers = attention[:, :, q, :].reshape(attention.shape[0], attention.shape[1], grid, grid)
@@ -346,10 +347,10 @@ def analyze_pair(models: list[LoadedModel], cache: ResultCache, image: np.ndarra
     """The per-image analysis for each model: top-5, timings, attention pictures (`parts`), locality."""
     shown = square(display, 224)
     out = []
-    for lm in models:
-        result, seconds, cached = cache.get(lm, image)
-        out.append({"model": lm, "result": result, "top5": top_k(lm, result), "seconds": seconds,
-                    "cached": cached, "view": attention_view(lm, result, shown, layer, head, query_yx,
+    for loaded in models:
+        result, seconds, cached = cache.get(loaded, image)
+        out.append({"model": loaded, "result": result, "top5": top_k(loaded, result), "seconds": seconds,
+                    "cached": cached, "view": attention_view(loaded, result, shown, layer, head, query_yx,
                                                              parts=parts)})
     return out
 
@@ -357,10 +358,10 @@ def analyze_pair(models: list[LoadedModel], cache: ResultCache, image: np.ndarra
 PICTURES = ("focus", "sheet", "rollout")
 
 
-def picture_title(tag: str, lm: LoadedModel) -> str:
+def picture_title(tag: str, loaded: LoadedModel) -> str:
     """The title drawn above a model's half of a side-by-side picture. Two spaces after the colon: the
     pictures' small font sets a colon right against a single space."""
-    return f"model {tag}:  {lm.label}"
+    return f"model {tag}:  {loaded.label}"
 
 
 def side_by_side_pictures(analysis: list[dict], parts=PICTURES, tags: str = "AB") -> dict[str, np.ndarray]:
@@ -390,17 +391,17 @@ class WhatIf:
     cached: bool = False
 
 
-def what_if(lm: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.ndarray, factor: float = 1.0,
+def what_if(loaded: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.ndarray, factor: float = 1.0,
             diagonal_mask: bool | None = None, layer: int = 0, query_yx=(16.0, 16.0)) -> WhatIf:
     """The learned model against the same weights with every tau times `factor` and the diagonal mask on
     or off (None: as learned), on one image: top-5, maps from the query patch, entropy and distance.
 
     The shared model is never changed; a new setting costs one forward pass, then comes from `cache`.
     """
-    setting = what_if_setting(lm, factor, diagonal_mask) or (float(factor), lm.probe.diagonal_mask)
-    learned = cache.get(lm, image)[0]
-    changed, seconds, cached = cache.get(lm, image, *setting)
-    config = lm.config
+    setting = what_if_setting(loaded, factor, diagonal_mask) or (float(factor), loaded.probe.diagonal_mask)
+    learned = cache.get(loaded, image)[0]
+    changed, seconds, cached = cache.get(loaded, image, *setting)
+    config = loaded.config
     grid = config.grid_size
     layer = int(np.clip(layer, 0, config.num_layers - 1))
     row, col = query_patch(query_yx, config)
@@ -413,7 +414,7 @@ def what_if(lm: LoadedModel, cache: ResultCache, image: np.ndarray, display: np.
                                                                                 f"L{layer} what if"],
                                 col_labels=[f"L{layer} head {j}" if wide else f"head {j}"
                                             for j in range(maps.shape[1])])
-    return WhatIf(lm, setting[0], setting[1], layer, (row, col), top_k(lm, learned), top_k(lm, changed),
+    return WhatIf(loaded, setting[0], setting[1], layer, (row, col), top_k(loaded, learned), top_k(loaded, changed),
                   picture, np.stack([attention_entropy(a) for a in both]),
                   np.stack([mean_attention_distance(a, grid, config.pixels_per_patch) for a in both]), seconds,
                   cached)

@@ -93,15 +93,15 @@ def test_a_backup_of_another_run_is_refused_with_the_reason(data_dir, tmp_path):
 
 def test_fit_resumes_in_process_and_refuses_a_different_model(cifar10, tmp_path):
     data = cifar10.subset(train=256, test=0)
-    tc = TrainConfig(epochs=2, batch_size=64, validation_fraction=0.25, keep_best=True)
+    recipe = TrainConfig(epochs=2, batch_size=64, validation_fraction=0.25, keep_best=True)
     backup = tmp_path / "b"
-    first = fit(build_vit(tiny_config(variant="lsa"), 10), data, tc, verbose=0, backup=backup)
-    again = fit(build_vit(tiny_config(variant="lsa"), 10), data, tc, verbose=0, backup=backup)
+    first = fit(build_vit(tiny_config(variant="lsa"), 10), data, recipe, verbose=0, backup=backup)
+    again = fit(build_vit(tiny_config(variant="lsa"), 10), data, recipe, verbose=0, backup=backup)
     # Two epochs done: the second call restores them, trains none, and reports the same run.
     assert again["steps"] == first["steps"] and again["history"] == first["history"]
     assert again["metrics"] == first["metrics"] and again["training"]["kept_epoch"] == first["training"]["kept_epoch"]
     with pytest.raises(BackupError, match=r"different run: architecture was"):
-        fit(build_vit(tiny_config(variant="vanilla"), 10), data, tc, verbose=0, backup=backup)
+        fit(build_vit(tiny_config(variant="vanilla"), 10), data, recipe, verbose=0, backup=backup)
 
 
 def test_a_folder_of_other_weights_is_not_taken_for_a_backup(tmp_path):
@@ -128,7 +128,7 @@ def test_a_run_with_stochastic_depth_and_in_step_augmentation_resumes_as_if_neve
     """What the training step draws (drop path, RandAugment, random erasing) is a function of the seed, the
     epoch and the step, like the numpy batches: a run stopped mid-epoch and resumed ends with the same weights."""
     data = cifar10.subset(train=192, test=0)
-    tc = TrainConfig(epochs=2, batch_size=32, validation_fraction=0.0, randaugment=0.5, random_erasing=0.5,
+    recipe = TrainConfig(epochs=2, batch_size=32, validation_fraction=0.0, randaugment=0.5, random_erasing=0.5,
                      mixup_alpha=1.0, cutmix_alpha=1.0, mix_prob=0.5)
     config = tiny_config(num_layers=3, drop_path=0.3)
 
@@ -137,7 +137,7 @@ def test_a_run_with_stochastic_depth_and_in_step_augmentation_resumes_as_if_neve
         return build_vit(config, 10)
 
     straight = build()
-    fit(straight, data, tc, verbose=0)
+    fit(straight, data, recipe, verbose=0)
 
     backup, cancel = tmp_path / "b", threading.Event()
 
@@ -148,9 +148,9 @@ def test_a_run_with_stochastic_depth_and_in_step_augmentation_resumes_as_if_neve
             cancel.set()
 
     with pytest.raises(Cancelled):
-        fit(build(), data, tc, verbose=0, backup=backup, progress=stop_in_the_second_epoch, cancel=cancel)
+        fit(build(), data, recipe, verbose=0, backup=backup, progress=stop_in_the_second_epoch, cancel=cancel)
     assert json.loads((backup / METADATA).read_text())["epoch"] == 1
     resumed = build()
-    fit(resumed, data, tc, verbose=0, backup=backup)
+    fit(resumed, data, recipe, verbose=0, backup=backup)
     for a, b in zip(straight.get_weights(), resumed.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)

@@ -341,9 +341,9 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
     # Offline now (this process), a model slot converts it from what the CLI left in the cache, whose file
     # list names files never fetched.
     from explorer.workbench import ModelStore
-    lm = ModelStore(tmp_path / "root", cache_dir=str(tmp_path / "hf" / "hub")).get("keras-io/vit-small-ds-test")
-    assert lm.converted_from["revision"] == COMMIT and lm.class_names == [f"label {i}" for i in range(10)]
-    np.testing.assert_allclose(probabilities(lm.model, np.load(keras2 / "images.npy")),
+    loaded = ModelStore(tmp_path / "root", cache_dir=str(tmp_path / "hf" / "hub")).get("keras-io/vit-small-ds-test")
+    assert loaded.converted_from["revision"] == COMMIT and loaded.class_names == [f"label {i}" for i in range(10)]
+    np.testing.assert_allclose(probabilities(loaded.model, np.load(keras2 / "images.npy")),
                                np.load(keras2 / "spt_lsa.probs.npy"), atol=1e-5, rtol=0)
 
     assert keras3.returncode == 0, keras3.stderr[-3000:]
@@ -391,16 +391,16 @@ def test_a_slot_converts_a_cached_hub_repo_once_and_the_cache_owns_the_result(ke
     cache = tmp_path / "cache"
     snapshot = populate_hf_cache(cache, "keras-io/vit-small", keras2 / "vanilla", COMMIT)
     before = scan_cache_dir(cache).size_on_disk
-    lm = ModelStore(tmp_path / "root", cache_dir=str(cache)).get("keras-io/vit-small")
-    assert lm.folder == snapshot / CONVERTED / "keras-io-vit-small"
-    assert lm.converted_from["source"] == "keras-io/vit-small" and lm.converted_from["revision"] == COMMIT
-    np.testing.assert_allclose(probabilities(lm.model, np.load(keras2 / "images.npy")),
+    loaded = ModelStore(tmp_path / "root", cache_dir=str(cache)).get("keras-io/vit-small")
+    assert loaded.folder == snapshot / CONVERTED / "keras-io-vit-small"
+    assert loaded.converted_from["source"] == "keras-io/vit-small" and loaded.converted_from["revision"] == COMMIT
+    np.testing.assert_allclose(probabilities(loaded.model, np.load(keras2 / "images.npy")),
                                np.load(keras2 / "vanilla.probs.npy"), atol=1e-5, rtol=0)
-    written = (lm.folder / "model.weights.h5").stat().st_mtime_ns
+    written = (loaded.folder / "model.weights.h5").stat().st_mtime_ns
     again = ModelStore(tmp_path / "root", cache_dir=str(cache)).get("keras-io/vit-small@main")
-    assert again.folder == lm.folder and (lm.folder / "model.weights.h5").stat().st_mtime_ns == written
+    assert again.folder == loaded.folder and (loaded.folder / "model.weights.h5").stat().st_mtime_ns == written
     # The conversion counts in the cache's size, and goes with its repo.
-    converted_bytes = sum(p.stat().st_size for p in lm.folder.rglob("*") if p.is_file())
+    converted_bytes = sum(p.stat().st_size for p in loaded.folder.rglob("*") if p.is_file())
     assert scan_cache_dir(cache).size_on_disk == before + converted_bytes
     assert prune_cache(cache, 0) == ["keras-io/vit-small"] and not snapshot.exists()
 

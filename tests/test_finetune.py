@@ -62,13 +62,13 @@ def test_short_recipe_scales_the_batch_to_the_data():
     assert small.batch_size == 16 and large.batch_size == 128
     from explorer.finetune import FT_IMAGE_BUDGET, FT_TARGET_STEPS
     for n in (60, 200, 800, 5000):
-        tc = fine_tune_recipe(n)
-        per_epoch = -(-round(n * 0.9) // tc.batch_size)
-        steps = tc.epochs * per_epoch
-        target = min(FT_TARGET_STEPS, FT_IMAGE_BUDGET / tc.batch_size)
-        assert abs(steps - target) <= per_epoch or tc.epochs in (1, 30), (n, tc)  # the target, to an epoch
-        assert steps * tc.batch_size <= FT_IMAGE_BUDGET * 1.25 or tc.epochs == 1, (n, tc)  # the budget
-        assert tc.learning_rate == 5e-4 and tc.keep_best and tc.head_init == "auto"
+        recipe = fine_tune_recipe(n)
+        per_epoch = -(-round(n * 0.9) // recipe.batch_size)
+        steps = recipe.epochs * per_epoch
+        target = min(FT_TARGET_STEPS, FT_IMAGE_BUDGET / recipe.batch_size)
+        assert abs(steps - target) <= per_epoch or recipe.epochs in (1, 30), (n, recipe)  # the target, to an epoch
+        assert steps * recipe.batch_size <= FT_IMAGE_BUDGET * 1.25 or recipe.epochs == 1, (n, recipe)  # the budget
+        assert recipe.learning_rate == 5e-4 and recipe.keep_best and recipe.head_init == "auto"
     assert fine_tune_recipe(800, known_classes=True).learning_rate == 1e-4
     given = fine_tune_recipe(800, epochs=2, batch_size=8, learning_rate=3e-3, freeze_backbone=True)
     assert (given.epochs, given.batch_size, given.learning_rate, given.freeze_backbone) == (2, 8, 3e-3, True)
@@ -115,12 +115,12 @@ def test_the_probe_replaces_the_base_rows_only_where_it_does_better_on_validatio
     classes = ["cat", "dog", "horse", "deer"]
     x, y = pick(cifar10, classes, 60)
     ds = Dataset("four", x, y, x[:20], y[:20], classes)
-    tc = fine_tune_recipe(len(x), known_classes=True)
+    recipe = fine_tune_recipe(len(x), known_classes=True)
     rows = [card.class_names.index(c) for c in classes]
-    (_, _), (vx, vy) = training_split(ds, tc)
+    (_, _), (vx, vy) = training_split(ds, recipe)
     rows_val = LinearHead(*(np.asarray(w, np.float64)[..., rows] for w in model.get_layer("head").get_weights()),
                           l2=0.0).accuracy(pooled_features(model, vx), vy)
-    prepared, start = prepare_head(model, card.class_names, ds, tc)
+    prepared, start = prepare_head(model, card.class_names, ds, recipe)
     if start["head"] == "base rows":
         assert start["val_top1"] == pytest.approx(rows_val)
     else:
@@ -144,8 +144,8 @@ def test_the_default_recipe_learns_a_tiny_zip_far_above_chance(tmp_path, cifar10
     chance (1/3) after the default recipe, and no worse than the probe it started from."""
     x, y = pick(cifar10, ["airplane", "frog", "truck"], 40)
     ds = read_image_zip(class_zip(tmp_path / "tiny.zip", x, y, ["one", "two", "three"]))
-    tc = fine_tune_recipe(len(ds.x_train))
-    result = fine_tune(SHIPPED, ds, tc, tmp_path / "out", "tiny-run", verbose=0)
+    recipe = fine_tune_recipe(len(ds.x_train))
+    result = fine_tune(SHIPPED, ds, recipe, tmp_path / "out", "tiny-run", verbose=0)
     assert result["metrics"]["test_top1"] >= 0.75, result["metrics"]
     assert result["training"]["start"]["head"].startswith("linear probe")
     assert result["training"]["steps"] >= 150

@@ -20,7 +20,7 @@ def test_disagreements_count_what_each_model_gets_right(pair, cifar10):
     a, b = pair
     report = reports.disagreements(a, b, cifar10, 200)
     x, y = cifar10.x_test[:200], cifar10.y_test[:200]
-    pa, pb = (np.asarray(lm.model.predict(x.astype("float32"), verbose=0)).argmax(-1) for lm in pair)
+    pa, pb = (np.asarray(loaded.model.predict(x.astype("float32"), verbose=0)).argmax(-1) for loaded in pair)
     np.testing.assert_array_equal(report.predictions, np.stack([pa, pb]))
     np.testing.assert_array_equal(report.differ, np.flatnonzero(pa != pb))
     assert f"A **{100 * (pa == y).mean():.1f} %** top-1" in report.summary()

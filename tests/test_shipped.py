@@ -84,7 +84,7 @@ def test_check_set_accuracy_matches_the_card_on_a_fresh_machine(shipped, no_data
 
 
 def test_tau_in_the_card_is_the_models_tau(shipped):
-    lsa = {name: lm for name, lm in shipped.items() if ViTConfig.from_dict(lm[1].config).use_lsa}
+    lsa = {name: loaded for name, loaded in shipped.items() if ViTConfig.from_dict(loaded[1].config).use_lsa}
     assert "cifar10-spt_lsa" in lsa
     for name, (model, card) in lsa.items():
         np.testing.assert_allclose(card.history[-1].tau, tau_values(model), rtol=1e-6, err_msg=name)

@@ -112,24 +112,24 @@ def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, 
     store = ModelStore(tiny_checkpoints["vanilla"].parent)
     image = cifar10.x_test[:1]
     for variant in ("vanilla", "spt_lsa"):
-        lm = store.get(tiny_checkpoints[variant].name)
-        rows = mechanisms.measure(lm.model, lm.config, image)
-        app = locality([("m", lm)], image)
+        loaded = store.get(tiny_checkpoints[variant].name)
+        rows = mechanisms.measure(loaded.model, loaded.config, image)
+        app = locality([("m", loaded)], image)
         np.testing.assert_allclose([r["entropy"] for r in rows], app.entropy["m"].mean(-1), rtol=1e-6)
         np.testing.assert_allclose([r["distance_px"] for r in rows], app.distance["m"].mean(-1), rtol=1e-6)
-        attention = Probe(lm.model, lm.config)(image).attention[0]
+        attention = Probe(loaded.model, loaded.config)(image).attention[0]
         diagonal = np.diagonal(attention, axis1=-2, axis2=-1).mean(-1).mean(-1)
         np.testing.assert_allclose([r["self_attention"] for r in rows], diagonal, rtol=1e-6)
         if variant == "spt_lsa":
-            assert all(r["self_attention"] == 0 and r["tau"] and r["tau_start"] == lm.config.initial_tau
+            assert all(r["self_attention"] == 0 and r["tau"] and r["tau_start"] == loaded.config.initial_tau
                        for r in rows)
         else:
             assert all(r["self_attention"] > 0 and r["tau"] is None for r in rows)
     # several images in batches: the mean over images, the same as all of them at once
     many = cifar10.x_test[:7]
-    lm = store.get(tiny_checkpoints["vanilla"].name)
-    batched = mechanisms.measure(lm.model, lm.config, many, batch=3)
-    whole = mechanisms.measure(lm.model, lm.config, many, batch=100)
+    loaded = store.get(tiny_checkpoints["vanilla"].name)
+    batched = mechanisms.measure(loaded.model, loaded.config, many, batch=3)
+    whole = mechanisms.measure(loaded.model, loaded.config, many, batch=100)
     np.testing.assert_allclose([r["entropy"] for r in batched], [r["entropy"] for r in whole], rtol=1e-5)
     # the table and the figure from a CSV round trip
     rows = mechanisms.run([tiny_checkpoints["vanilla"], tiny_checkpoints["spt_lsa"]], many)

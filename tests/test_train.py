@@ -204,9 +204,9 @@ def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tm
 def test_continue_refuses_other_data_or_split(tiny_checkpoints, cifar10, tmp_path, change, message):
     from explorer.data import DatasetError
     ds = cifar10.subset(train=change.pop("subset", 256), test=64, seed=1)
-    tc = TrainConfig(epochs=1, batch_size=64, **{"validation_fraction": 0.25, **change})
+    recipe = TrainConfig(epochs=1, batch_size=64, **{"validation_fraction": 0.25, **change})
     with pytest.raises(DatasetError, match=re.escape(message)):
-        fine_tune(tiny_checkpoints["vanilla"], ds, tc, tmp_path, verbose=0, extend=True)
+        fine_tune(tiny_checkpoints["vanilla"], ds, recipe, tmp_path, verbose=0, extend=True)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -334,10 +334,10 @@ def test_validation_counts_each_real_image_once(cifar10):
     import dataclasses
     data = dataclasses.replace(cifar10, x_train=np.concatenate([cifar10.x_train, cifar10.x_test]),
                                y_train=np.concatenate([cifar10.y_train, cifar10.y_test]))
-    tc = TrainConfig(epochs=1, batch_size=64, validation_fraction=0.85, augment=False, learning_rate=3e-3)
+    recipe = TrainConfig(epochs=1, batch_size=64, validation_fraction=0.85, augment=False, learning_rate=3e-3)
     model = build_vit(tiny_config(), 10)
-    record = fit(model, data, tc, verbose=0)
-    _, (x_val, y_val) = split_validation(data.x_train, data.y_train, tc.validation_fraction, tc.seed)
+    record = fit(model, data, recipe, verbose=0)
+    _, (x_val, y_val) = split_validation(data.x_train, data.y_train, recipe.validation_fraction, recipe.seed)
     assert len(x_val) == 2550 and len(x_val) % 512
     logits = predict_logits(model, x_val)
     exact = accuracy_metrics(logits, y_val)
@@ -345,8 +345,8 @@ def test_validation_counts_each_real_image_once(cifar10):
     assert 0.15 < exact["top1"] < 0.9  # trained a little: a repeat's right or wrong answer would show
     assert last["val_top1"] == pytest.approx(exact["top1"], abs=1e-6)
     assert last["val_top5"] == pytest.approx(exact["top5"], abs=1e-6)
-    smoothed = np.full((len(y_val), 10), tc.label_smoothing / 10, "float32")
-    smoothed[np.arange(len(y_val)), y_val] += 1 - tc.label_smoothing
+    smoothed = np.full((len(y_val), 10), recipe.label_smoothing / 10, "float32")
+    smoothed[np.arange(len(y_val)), y_val] += 1 - recipe.label_smoothing
     loss = -(smoothed * (logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
                          - logits.max(-1, keepdims=True))).sum(-1).mean()
     assert last["val_loss"] == pytest.approx(loss, rel=1e-4)

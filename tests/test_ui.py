@@ -266,8 +266,8 @@ def test_locality_and_tau(ex, image_file):
     assert len(dist.axes[0].get_lines()) >= 2
     tau_plot, history_plot, tau_table = ui(ex).tau.tau(A, B)
     assert set(tau_table["layer"]) == {0, 1} and all("spt_lsa" in m for m in tau_table["model"])
-    lm = ex.store.get(B)
-    assert tau_table["tau"][0] == f"{lm.probe.tau()[0][0]:.3f}"
+    loaded = ex.store.get(B)
+    assert tau_table["tau"][0] == f"{loaded.probe.tau()[0][0]:.3f}"
 
 
 @pytest.fixture(scope="module")
@@ -296,9 +296,9 @@ def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(ablat
     labels = [here.store.get(r).label for r in ("cifar10-lsa", "cifar10-spt_lsa")]
     assert list(dict.fromkeys(table["model"])) == labels and "(lsa)" in labels[0] and "(spt_lsa)" in labels[1]
     for ref in ("cifar10-lsa", "cifar10-spt_lsa"):
-        lm = here.store.get(ref)
-        rows = table[table["model"] == lm.label]
-        assert list(rows["tau"]) == [", ".join(f"{v:.3f}" for v in t) for t in lm.probe.tau()]
+        loaded = here.store.get(ref)
+        rows = table[table["model"] == loaded.label]
+        assert list(rows["tau"]) == [", ".join(f"{v:.3f}" for v in t) for t in loaded.probe.tau()]
     plot, history, _ = tab.tau(B, A)
     assert [t.get_text() for t in plot.axes[0].get_legend().get_texts()][:2] == labels
 

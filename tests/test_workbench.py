@@ -32,41 +32,41 @@ def test_the_models_own_setting_is_no_what_if(store):
 
 
 def test_what_if_results_are_cached_per_setting(store, images):
-    lm, cache = store.get("spt_lsa"), ResultCache()
-    learned, _, cached = cache.get(lm, images[0])
-    assert not cached and cache.get(lm, images[0], 1.0, True)[0] is learned  # the own setting is the probe
-    changed, seconds, cached = cache.get(lm, images[0], 0.25, False)
+    loaded, cache = store.get("spt_lsa"), ResultCache()
+    learned, _, cached = cache.get(loaded, images[0])
+    assert not cached and cache.get(loaded, images[0], 1.0, True)[0] is learned  # the own setting is the probe
+    changed, seconds, cached = cache.get(loaded, images[0], 0.25, False)
     assert not cached and seconds > 0 and changed is not learned
-    again, seconds_again, cached = cache.get(lm, images[0], 0.25, False)
+    again, seconds_again, cached = cache.get(loaded, images[0], 0.25, False)
     assert cached and seconds_again == seconds and again is changed  # the time it took when it ran
     assert not np.array_equal(changed.attention, learned.attention)
 
 
 def test_what_if_view(store, images):
-    lm, cache = store.get("spt_lsa"), ResultCache()
-    w = what_if(lm, cache, images[1], images[1], factor=0.25, diagonal_mask=False, layer=9, query_yx=(31, 0))
+    loaded, cache = store.get("spt_lsa"), ResultCache()
+    w = what_if(loaded, cache, images[1], images[1], factor=0.25, diagonal_mask=False, layer=9, query_yx=(31, 0))
     assert (w.factor, w.diagonal_mask, w.layer, w.query) == (0.25, False, 1, (3, 0))  # layer clipped
     assert len(w.top5) == 5 and len(w.top5_what_if) == 5
     assert w.entropy.shape == w.distance.shape == (2, 2, 2)
     assert w.entropy[1].mean() < w.entropy[0].mean()  # a smaller tau sharpens
     assert w.maps.ndim == 3 and w.maps.shape[0] > 2 * 96  # a learned row over a what-if row
-    learned = analyze_pair([lm], cache, images[1], images[1])[0]
+    learned = analyze_pair([loaded], cache, images[1], images[1])[0]
     assert w.top5 == learned["top5"]
     np.testing.assert_array_equal(w.entropy[0], learned["view"].entropy)
 
 
 def test_concurrent_what_ifs_with_different_settings_each_get_their_own(store, images):
-    settings = [(lm, f, m) for lm in (store.get("vanilla"), store.get("spt_lsa"))
+    settings = [(loaded, f, m) for loaded in (store.get("vanilla"), store.get("spt_lsa"))
                 for f, m in [(0.25, None), (1.0, None), (4.0, True), (0.5, False), (2.0, True)]]
     solo = {}
-    for i, (lm, f, m) in enumerate(settings):
-        solo[i] = ResultCache().get(lm, images[i % 4], f, m)[0]
+    for i, (loaded, f, m) in enumerate(settings):
+        solo[i] = ResultCache().get(loaded, images[i % 4], f, m)[0]
     shared = ResultCache()
     jobs = [i for i in range(len(settings)) for _ in range(4)]
 
     def run(i):
-        lm, f, m = settings[i]
-        return i, (ResultCache() if i % 2 else shared).get(lm, images[i % 4], f, m)[0]
+        loaded, f, m = settings[i]
+        return i, (ResultCache() if i % 2 else shared).get(loaded, images[i % 4], f, m)[0]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(run, jobs))
@@ -74,20 +74,20 @@ def test_concurrent_what_ifs_with_different_settings_each_get_their_own(store, i
         np.testing.assert_array_equal(result.logits, solo[i].logits)
         np.testing.assert_array_equal(result.attention, solo[i].attention)
     # and the learned model gives exactly what it gave before
-    for lm in (store.get("vanilla"), store.get("spt_lsa")):
-        np.testing.assert_array_equal(ResultCache().get(lm, images[0])[0].logits, lm.probe(images[:1]).logits)
+    for loaded in (store.get("vanilla"), store.get("spt_lsa")):
+        np.testing.assert_array_equal(ResultCache().get(loaded, images[0])[0].logits, loaded.probe(images[:1]).logits)
 
 
 def test_views_compute_only_the_parts_asked_for(store, images):
-    lm = store.get("spt_lsa")
-    full = analyze_pair([lm], ResultCache(), images[2], images[2], 1, "all heads", (5, 9))[0]["view"]
-    click = analyze_pair([lm], ResultCache(), images[2], images[2], 1, "all heads", (5, 9),
+    loaded = store.get("spt_lsa")
+    full = analyze_pair([loaded], ResultCache(), images[2], images[2], 1, "all heads", (5, 9))[0]["view"]
+    click = analyze_pair([loaded], ResultCache(), images[2], images[2], 1, "all heads", (5, 9),
                          parts=("focus", "sheet"))[0]["view"]
     assert click.rollout is None and click.entropy is None
     np.testing.assert_array_equal(click.focus, full.focus)
     np.testing.assert_array_equal(click.sheet, full.sheet)
     with pytest.raises(ValueError, match="head must be"):
-        analyze_pair([lm], ResultCache(), images[2], images[2], 1, "every head", (5, 9))
+        analyze_pair([loaded], ResultCache(), images[2], images[2], 1, "every head", (5, 9))
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +106,9 @@ def paper_shaped(tmp_path_factory):
 def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, images):
     from explorer import plots, render
     from explorer.workbench import side_by_side_pictures, tile_layout
-    lm, cache = paper_shaped, ResultCache()
+    loaded, cache = paper_shaped, ResultCache()
     layers, heads, grid = 3, 12, 8
-    [analysis] = analyze_pair([lm], cache, images[0], images[0], layer=2, query_yx=(9, 20))
+    [analysis] = analyze_pair([loaded], cache, images[0], images[0], layer=2, query_yx=(9, 20))
     view = analysis["view"]
     assert analysis["result"].attention.shape == (1, layers, heads, grid * grid, grid * grid)
     assert view.distance.shape == view.entropy.shape == (layers, heads) and np.isfinite(view.entropy).all()
@@ -119,13 +119,13 @@ def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, 
     assert view.focus.shape[0] < 4 * tile < view.focus.shape[1]
     assert view.sheet.shape[0] > layers * 40 and view.sheet.shape[1] > heads * 40
     for head in ("mean of heads", "head 11"):
-        one = analyze_pair([lm], cache, images[0], images[0], 2, head, (9, 20), parts=("focus",))[0]["view"]
+        one = analyze_pair([loaded], cache, images[0], images[0], 2, head, (9, 20), parts=("focus",))[0]["view"]
         assert one.focus.shape[:2] == (224, 224 + render.BAR_GAP + render.BAR_WIDTH)
     with pytest.raises(ValueError, match="has 12 heads; there is no head 12"):
-        analyze_pair([lm], cache, images[0], images[0], 2, "head 12", (9, 20), parts=("focus",))
+        analyze_pair([loaded], cache, images[0], images[0], 2, "head 12", (9, 20), parts=("focus",))
     assert set(side_by_side_pictures([analysis, analysis])) == {"focus", "sheet", "rollout"}
-    w = what_if(lm, cache, images[0], images[0], factor=2.0, diagonal_mask=False, layer=2)
+    w = what_if(loaded, cache, images[0], images[0], factor=2.0, diagonal_mask=False, layer=2)
     assert w.entropy.shape == w.distance.shape == (2, layers, heads)
-    tau = lm.probe.tau()
+    tau = loaded.probe.tau()
     assert [len(t) for t in tau] == [heads] * layers  # one temperature per head
-    plots.figure_to_array(plots.plot_tau({lm.label: tau}, {lm.label: lm.config.initial_tau}))
+    plots.figure_to_array(plots.plot_tau({loaded.label: tau}, {loaded.label: loaded.config.initial_tau}))
