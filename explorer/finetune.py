@@ -192,7 +192,7 @@ def prepare_head(model, base_classes: list[str], dataset: Dataset, recipe: Train
                  features=None):
     """(model, start metrics): the model with the head the fine-tune starts from, and how it scores.
 
-    With `tc.head_init` "auto": the base's own classes keep the base's head; classes that are all among
+    With `recipe.head_init` "auto": the base's own classes keep the base's head; classes that are all among
     the base's take the base's rows for them (so step 0 scores what the base scores on them); any other
     class list gets a linear probe (logistic regression on the frozen pooled features of the training
     split and its mirror images, its L2 chosen on the validation split). Where there is a validation split,
