@@ -83,8 +83,8 @@ def build_zips(folder: Path, data: Path) -> dict[str, Path]:
 def probe_accuracy(model, ds) -> float:
     """Logistic regression on the frozen pooled features of all training images; its L2 chosen on a 10 %
     validation split of them, then refitted on all of them."""
+    from explorer.batches import split_validation
     from explorer.finetune import pooled_features
-    from explorer.fitting import split_validation
     from explorer.linear import fit_logistic, fit_probe
     features, test = pooled_features(model, ds.x_train), pooled_features(model, ds.x_test)
     (fx, fy), (vx, vy) = split_validation(features, ds.y_train, 0.1, 0)

@@ -117,7 +117,7 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
 
     Args:
         backup_dir: the run's backup folder (checked with `check` first).
-        batches: the training PyDataset (see fitting.make_batches), whose batches are a function of (seed,
+        batches: the training PyDataset (see batches.make_batches), whose batches are a function of (seed,
             epoch, index): told the epoch it resumes at, it draws the same order, crops, flips and mixes.
         history: the run's list of epoch records, extended in place on restore.
         state: the run's mutable state (steps, wall time, best epoch), updated in place on restore.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.batches import training_split
 from explorer.card import Card, Lineage
 from explorer.config import ViTConfig
 from explorer.data import Dataset, DatasetError
@@ -21,7 +22,6 @@ from explorer.fitting import (
     finish_run,
     fit,
     predict_logits,
-    training_split,
 )
 
 # The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more

@@ -1,12 +1,11 @@
-"""The training loop: the recipe (TrainConfig), batches that are a pure function of (seed, epoch, index),
-the warmup-cosine AdamW, callbacks (best epoch, cancel, time limit, backups), devices and data parallelism,
-predictions and accuracy, and writing a finished run's checkpoint. explorer.train starts new models with it,
-explorer.finetune continues or fine-tunes trained ones.
+"""The training loop: the recipe (TrainConfig), its batches (explorer.batches), the warmup-cosine AdamW,
+callbacks (best epoch, cancel, time limit, backups), devices and data parallelism, predictions and accuracy,
+and writing a finished run's checkpoint. explorer.train starts new models with it, explorer.finetune
+continues or fine-tunes trained ones.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -16,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.augment import augment_batch, mix_batch
+from explorer.batches import make_batches, training_split
 from explorer.card import Card, Data, Epoch, Lineage, Metrics, Training
-from explorer.data import Dataset, DatasetError
+from explorer.data import Dataset
 from explorer.schedules import ScheduledAdamW, WarmUpCosine
 
 # How a fine-tune's classifier starts (see prepare_head): "auto" keeps the base's head for the base's own
@@ -190,77 +189,6 @@ def check_batch_split(batch_size: int, devices: int) -> None:
                                 f"devices; give --batch-size a multiple of {devices}")
 
 
-def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_alpha=0.0, cutmix_alpha=0.0,
-                 mix_prob=1.0, repeats=1):
-    """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch.
-
-    Every batch has `batch_size` images, so a compiled step never meets a new shape (JAX compiles again for
-    each): a shuffled epoch's last batch is topped up from the start of its order; an unshuffled one
-    (validation) repeats images with sample weight 0, so they count for nothing (the real images' weight
-    makes the validation loss and the weighted metrics their exact means over the real images).
-    With a mixup or cutmix alpha, batches are also mixed (see augment.mix_batch) and labels become soft.
-    With `repeats` (shuffled batches only), an epoch is that many passes over the images, each in its own order."""
-    keras = _keras()
-
-    class Batches(keras.utils.PyDataset):
-        # Batch i of epoch e depends on (seed, e, i) alone, never on when it is asked for: tf.data prefetches
-        # the next epoch's first batches before the epoch ends, and a resumed run must draw what the
-        # uninterrupted one drew. Calls are counted from `begin` on (Keras' peek at the shapes comes first).
-        def __init__(self):
-            super().__init__()
-            self.first_epoch, self.calls, self.counting = 0, 0, False
-            self.cached = (0, self._order(0))
-
-        def begin(self, epochs_done: int = 0) -> None:
-            """Training starts, or resumes after `epochs_done` epochs: the next call is that epoch's first."""
-            self.first_epoch, self.calls, self.counting = epochs_done, 0, True
-
-        def _order(self, epoch):
-            if not shuffle:
-                return np.arange(len(x))
-            rng = np.random.default_rng([seed, epoch])
-            return np.concatenate([rng.permutation(len(x)) for _ in range(repeats)])
-
-        def __len__(self):
-            return math.ceil(len(x) * (repeats if shuffle else 1) / batch_size)
-
-        def __getitem__(self, i):
-            epoch = 0
-            if self.counting and shuffle:
-                epoch = self.first_epoch + self.calls // len(self)
-                self.calls += 1
-            if self.cached[0] != epoch:
-                self.cached = (epoch, self._order(epoch))
-            order = self.cached[1]
-            rng = np.random.default_rng([seed, epoch, i])
-            index = np.sort(order[i * batch_size:(i + 1) * batch_size])
-            real = len(index)
-            if real < batch_size:
-                index = np.concatenate([index, np.resize(order if shuffle else index, batch_size - real)])
-            images = x[index]
-            if augment:
-                images = augment_batch(images, rng)
-            images, labels = images.astype("float32"), np.eye(num_classes, dtype="float32")[y[index]]
-            if not shuffle:
-                # Repeats weigh 0 and real images all the same: the weighted metrics (compile's
-                # weighted_metrics) then count each real image once, and so does the loss, which Keras
-                # averages over every row of every batch (padding included): hence the factor.
-                weights = (np.arange(batch_size) < real) * np.float32(len(self) * batch_size / len(x))
-                return images, labels, weights.astype("float32")
-            return mix_batch(images, labels, rng, mixup_alpha, cutmix_alpha, mix_prob)
-
-    return Batches()
-
-
-def split_validation(x, y, fraction, seed):
-    if not fraction:
-        return (x, y), None
-    order = np.random.default_rng(seed + 1).permutation(len(x))
-    n_val = max(1, int(round(len(x) * fraction)))
-    val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
-    return (x[train], y[train]), (x[val], y[val])
-
-
 def _better(record: dict, best: dict | None) -> bool:
     """Whether an epoch's validation beats the best so far: higher top-1, then lower loss."""
     if best is None:
@@ -339,40 +267,6 @@ def make_callbacks(model, history: list, recipe: TrainConfig, steps_per_epoch: i
                 progress({"kind": "epoch", **record})
 
     return [Recorder()]
-
-
-def balanced_subset(y, n: int, num_classes: int, seed: int) -> np.ndarray:
-    """Sorted indices of n images, n // num_classes of each class (one more for the first n % num_classes
-    classes): each class's first images in one fixed order per class drawn from `seed`, so the subset of
-    a smaller n is part of the subset of a larger one."""
-    y = np.asarray(y)
-    if n > len(y):
-        raise DatasetError(f"a subset of {n} images was asked for, the training split has {len(y)}")
-    rng = np.random.default_rng([seed, 7])
-    keep = []
-    for c in range(num_classes):
-        members = np.flatnonzero(y == c)
-        quota = n // num_classes + (1 if c < n % num_classes else 0)
-        if quota > len(members):
-            raise DatasetError(f"a class-balanced subset of {n} images needs {quota} of class {c}, "
-                               f"the training split has {len(members)}")
-        keep.append(members[rng.permutation(len(members))[:quota]])
-    return np.sort(np.concatenate(keep))
-
-
-def training_split(dataset: Dataset, recipe: TrainConfig):
-    """((x_train, y_train), (x_val, y_val) or None): the recipe's subset and held-out split of the training
-    images, the same for the same recipe (fit and prepare_head both use it)."""
-    x, y = dataset.x_train, dataset.y_train
-    split_seed = recipe.seed if recipe.split_seed is None else recipe.split_seed
-    if recipe.train_subset and recipe.train_subset < len(x):
-        keep = np.sort(np.random.default_rng(split_seed).permutation(len(x))[:recipe.train_subset])
-        x, y = x[keep], y[keep]
-    (x, y), val = split_validation(x, y, recipe.validation_fraction, split_seed)
-    if recipe.balanced_subset:
-        keep = balanced_subset(y, recipe.balanced_subset, dataset.num_classes, split_seed)
-        x, y = x[keep], y[keep]
-    return (x, y), val
 
 
 def compile_for_run(model, recipe: TrainConfig, num_classes: int, total_steps: int, reuse: bool = False) -> bool:

@@ -285,8 +285,9 @@ def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
     """Top-1 of the checkpoint on the very images it was trained on (no augmentation): how far it fit them."""
     from dataclasses import fields
 
+    from explorer.batches import training_split
     from explorer.checkpoints import load_checkpoint
-    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits, training_split
+    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
     from explorer.folders import load_dataset
     model, card = load_checkpoint(folder)
     names = {f.name for f in fields(TrainConfig)}

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explorer.batches import make_batches, training_split
 from explorer.checkpoints import list_checkpoints, load_checkpoint
 from explorer.data import Dataset
 from explorer.finetune import fine_tune, fine_tune_recipe, prepare_head
-from explorer.fitting import TrainConfig, accuracy_metrics, make_batches, predict_logits, training_split
+from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
 from explorer.folders import read_image_zip
 from explorer.jobs import JobError, Limits, choose_backend, plan_job, recipe_for, report
 from explorer.runner import Busy, FineTuneRunner

@@ -14,7 +14,7 @@ LAYERS = [
     {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled",
      "study_report", "settings", "card", "formatting"},
     {"layers", "data"},
-    {"models", "augment", "step_augment", "folders", "checkpoints", "visitors", "catalog"},
+    {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "catalog"},
     {"probe", "fitting", "backup", "convert"},
     {"finetune", "evaluate", "evidence"},
     {"train", "robustness", "workbench", "reports", "samples", "study", "mechanisms"},

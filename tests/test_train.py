@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explorer.batches import make_batches, split_validation
 from explorer.card import Card, describe_augmentation
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.finetune import continued_record, fine_tune
@@ -19,9 +20,7 @@ from explorer.fitting import (
     TrainConfig,
     accuracy_metrics,
     fit,
-    make_batches,
     predict_logits,
-    split_validation,
 )
 from explorer.models import build_vit, tau_values
 from explorer.schedules import WarmUpCosine
@@ -365,7 +364,7 @@ def test_validation_every_n_epochs_and_after_the_last(cifar10):
 
 
 def test_balanced_subsets_are_nested_balanced_and_leave_validation_alone(cifar10):
-    from explorer.fitting import training_split
+    from explorer.batches import training_split
     splits = {n: training_split(cifar10, TrainConfig(balanced_subset=n, split_seed=0, seed=s))
               for n, s in ((100, 3), (250, 0), (1000, 1))}
     val = [v for _, v in splits.values()]

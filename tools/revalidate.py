@@ -35,8 +35,9 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir")
     p.add_argument("--write", action="store_true", help="put the exact numbers in each card")
     args = p.parse_args(argv)
+    from explorer.batches import training_split
     from explorer.checkpoints import load_checkpoint, update_card
-    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits, training_split
+    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
     from explorer.folders import load_dataset
     names = {f.name for f in fields(TrainConfig)}
     datasets = {}
