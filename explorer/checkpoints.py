@@ -91,9 +91,9 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(f.fileno())
 
 
-def write_checkpoint(model, folder: str | os.PathLike, card: Card | dict) -> Path:
+def write_checkpoint(model, folder: str | os.PathLike, card: Card) -> Path:
     """Saves `model` and its card as a new checkpoint folder, atomically; returns the final path. The card's
-    format, name, parameters, versions and creation time are filled in here (a dict is a card's JSON).
+    format, name, parameters, versions and creation time are filled in here.
 
     The folder must not exist yet. Everything is written to a hidden sibling first and renamed into
     place at the end, so an interrupted or failing write (full disk, killed process) leaves no
@@ -108,7 +108,6 @@ def write_checkpoint(model, folder: str | os.PathLike, card: Card | dict) -> Pat
     folder.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(folder.parent)
     tmp = folder.parent / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-{folder.name}"
-    card = Card.from_json(card) if isinstance(card, dict) else card
     card = dataclasses.replace(card, format=FORMAT, format_version=FORMAT_VERSION, name=folder.name,
                                parameters=int(model.count_params()), versions=versions(),
                                created=card.created or _now())

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from explorer import hub
+from explorer.card import Card, Data, Source
 from explorer.config import ViTConfig
 from explorer.convert.files import APP_SELECTION, _model_path, locate, read_source
 from explorer.convert.labels import class_names_for
@@ -67,13 +68,12 @@ def _write(model_path: Path, origin: dict, labels_dir: Path | None, out_dir: str
     dataset_name = {100: "cifar100", 10: "cifar10"}.get(mapping.num_classes) if assumed else None
     note = (f"converted from the keras.io example's model {origin['source']}; class names "
             f"{'assumed: ' if assumed else 'from '}{names_from}")
-    card = {"variant": mapping.config.variant, "preset": _preset(mapping.config),
-            "config": mapping.config.to_dict(),
-            "dataset": {"name": dataset_name or "unknown", "num_classes": mapping.num_classes, "note": note},
-            "class_names": class_names, "metrics": {}, "history": [], "training": {}, "base": None,
-            "source": {"kind": KIND, **origin, "format": mapping.format, "mapped": mapping.mapped,
-                       "dropped": mapping.dropped, "tau": mapping.taus, "class_names_assumed": assumed,
-                       "class_names_from": names_from}}
+    card = Card(variant=mapping.config.variant, preset=_preset(mapping.config), config=mapping.config.to_dict(),
+                dataset=Data(name=dataset_name or "unknown", num_classes=mapping.num_classes, note=note),
+                class_names=class_names,
+                source=Source(kind=KIND, **origin, format=mapping.format, mapped=mapping.mapped,
+                              dropped=mapping.dropped, tau=mapping.taus, class_names_assumed=assumed,
+                              class_names_from=names_from))
     try:
         return write_checkpoint(model, Path(out_dir) / name if exact else unique_dir(out_dir, name), card)
     except CheckpointError as e:
