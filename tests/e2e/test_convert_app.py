@@ -74,7 +74,7 @@ def converted(root, repo_id):
 
 
 def top5(label) -> dict[str, float]:
-    return {c.label: c.confidence for c in label["confidences"]}
+    return {c["label"]: c["confidence"] for c in label["confidences"]}
 
 
 def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
