@@ -84,7 +84,7 @@ def main() -> int:
             box = picker.bounding_box()
             side = min(box["width"], box["height"])
             page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
-            last = ViTConfig.from_dict(read_card(ROOT / "checkpoints" / "cifar10-spt_lsa")["config"]).grid_size - 1
+            last = ViTConfig.from_dict(read_card(ROOT / "checkpoints" / "cifar10-spt_lsa").config).grid_size - 1
             page.wait_for_function(
                 f"() => /row {last}, col {last}/.test("
                 "(document.querySelector('#attn-caption') || {}).innerText || '')",
