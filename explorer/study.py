@@ -388,7 +388,6 @@ def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, th
         def on_trial_complete(self, iteration, trials, trial, **info):
             write_results(grid)
 
-
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
            "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "tensorflow"),
@@ -418,14 +417,14 @@ def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, th
         tuner = tune.Tuner(tune.with_resources(_tune_trial, {"cpu": threads}), param_space=space,
                            tune_config=tune.TuneConfig(reuse_actors=False),
                            run_config=tune.RunConfig(name=experiment, storage_path=str(grid.folder / ".ray"),
-                                                     callbacks=[Results()], stop=_stop_on_signal(tune), verbose=1,
+                                                     callbacks=[Results()], verbose=1,
                                                      failure_config=tune.FailureConfig(max_failures=0)))
         results = tuner.fit()
     except KeyboardInterrupt:
-        _say_stopped()
+        signal_name = _STOPPED_BY[-1] if _STOPPED_BY else "SIGINT"
+        print(f"stopped ({'Ctrl-C' if signal_name == 'SIGINT' else signal_name}); running trials resume from "
+              "their backups", file=sys.stderr, flush=True)
     else:
-        if _STOPPED_BY:
-            _say_stopped()
         for r in results:
             if r.error is not None:
                 print(f"trial {r.config.get('trial')} failed: {r.error}", file=sys.stderr, flush=True)
@@ -446,27 +445,6 @@ def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, th
 
 
 _STOPPED_BY: list[str] = []  # the signals _interrupt received (Tune may re-raise KeyboardInterrupt bare)
-
-
-def _stop_on_signal(tune):
-    """A Tune stopper that ends the experiment once a stop signal came: should Tune swallow the
-    KeyboardInterrupt that _interrupt raises (one raised inside its own bookkeeping), the signal still ends
-    the experiment at Tune's next step."""
-
-    class StopOnSignal(tune.stopper.Stopper):
-        def __call__(self, trial_id, result):
-            return bool(_STOPPED_BY)
-
-        def stop_all(self):
-            return bool(_STOPPED_BY)
-
-    return StopOnSignal()
-
-
-def _say_stopped() -> None:
-    signal_name = _STOPPED_BY[-1] if _STOPPED_BY else "SIGINT"
-    print(f"stopped ({'Ctrl-C' if signal_name == 'SIGINT' else signal_name}); running trials resume from "
-          "their backups", file=sys.stderr, flush=True)
 
 
 def _interrupt(signum, frame):
