@@ -4,6 +4,7 @@ and the run's state as the Fine-tune tab says it."""
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -14,6 +15,8 @@ import numpy as np
 
 from explorer.settings import Settings
 from explorer.worker import Worker, priority_prefix
+
+ENDED_KEPT = 16  # the ended runs whose final state snapshot(run_id) still gives
 
 
 class Busy(RuntimeError):
@@ -130,6 +133,9 @@ class FineTuneRunner:
         self._job_log_at = 0
         self._done = threading.Event()
         self._done.set()
+        # The last runs' final states, by run id: the next Start in the queue can replace the state the
+        # moment a run ends, and the visitor whose run it was must still see how it ended.
+        self._ended: dict[int, RunState] = {}
         self._watchdog: threading.Thread | None = None
         self._runs = 0
         self._queue: list[Ticket] = []
@@ -372,6 +378,9 @@ class FineTuneRunner:
         if self._job_dir is not None:
             shutil.rmtree(self._job_dir, ignore_errors=True)
             self._job_dir = None
+        self._ended[s.run_id] = copy.deepcopy(s)
+        while len(self._ended) > ENDED_KEPT:
+            del self._ended[min(self._ended)]
         self._done.set()
 
     def shutdown(self) -> None:
@@ -483,9 +492,12 @@ class FineTuneRunner:
         """Until the run going on has ended (or `timeout`)."""
         self._done.wait(timeout)
 
-    def snapshot(self) -> RunState:
-        import copy
+    def snapshot(self, run_id: int | None = None) -> RunState:
+        """The run going on (or the last one); with `run_id`, that run's state, also once it has ended and
+        another has started (for the last ENDED_KEPT runs)."""
         with self._lock:
+            if run_id is not None and run_id != self._state.run_id and run_id in self._ended:
+                return copy.deepcopy(self._ended[run_id])
             return copy.deepcopy(self._state)
 
 

@@ -448,3 +448,20 @@ def test_the_gpu_requirements_are_the_apps_plus_jax_cuda_and_stand_alone():
     gpu, app = pins("requirements-gpu.txt"), pins("requirements.txt")
     assert not any(line.startswith("-r") for line in gpu)
     assert gpu == app + ["jax[cuda12]==0.10.2"]
+
+
+def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_path):
+    """A queued Start can replace the runner's state the moment a run ends: the visitor whose run it was
+    still reads how it ended (cancelled, done), by its run id, not the next visitor's run."""
+    from explorer.runner import ENDED_KEPT, RunState
+    runner = FineTuneRunner(tmp_path, environ=_env())
+    runner._state = RunState(running=True, status="training", run_id=1, owner="x")
+    runner._finish("cancelled")
+    runner._state = RunState(running=True, status="starting", run_id=2, owner="y")
+    ended, going = runner.snapshot(1), runner.snapshot(2)
+    assert (ended.run_id, ended.status, ended.running, ended.owner) == (1, "cancelled", False, "x")
+    assert (going.run_id, going.status, runner.snapshot().run_id) == (2, "starting", 2)
+    for run_id in range(2, 3 + ENDED_KEPT):
+        runner._state = RunState(running=True, status="training", run_id=run_id)
+        runner._finish("done")
+    assert runner.snapshot(1).run_id != 1 and runner.snapshot(2 + ENDED_KEPT).status == "done"  # bounded

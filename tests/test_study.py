@@ -127,8 +127,10 @@ def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, da
     command = [sys.executable, "-m", "explorer.study", "run", str(grid_path), "--data-dir", str(data_dir),
                "--cpus", "2"]
     log1 = open(tmp_path / "first.log", "w")
+    # A grid started in a terminal, where Ctrl-C is heard: whoever ran pytest may have left SIGINT ignored (a
+    # background job of a shell), and a child inherits that; the grid in the background is the next test.
     first = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log1, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # Ctrl-C once a trial is recorded and another has completed a few epochs in its backup.
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

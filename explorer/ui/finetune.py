@@ -165,8 +165,8 @@ class FinetuneTab:
         # land on other visitors' requests at every epoch of a fast run.
         shown, drawn = None, 0.0
         while True:
-            state = self.app.runner.snapshot()
-            if state.run_id != run_id:  # a later run replaced this one's state; nothing more to show
+            state = self.app.runner.snapshot(run_id)
+            if state.run_id != run_id:  # too long gone for the runner to keep; nothing more to show
                 return
             m = state.members[state.current]
             if m.total_steps:
