@@ -1,5 +1,5 @@
 """Image folders and zips of class folders as datasets (split into training and test images), and
-`load_dataset`: any dataset by name ("cifar10", "cifar100") or path.
+`load_dataset`: any dataset by name ("cifar10", "cifar100") or path (a packed .npz is explorer.packed's).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.data import DATASETS, IMAGE_EXTENSIONS, Dataset, DatasetError, load_cifar
+from explorer.packed import load_packed
 from explorer.settings import Settings
 
 
@@ -142,7 +143,7 @@ def read_image_zip(path: str | os.PathLike, image_size: int = 32, test_fraction:
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, image_size: int = 32,
                  test_fraction: float = 0.2, settings: Settings | None = None) -> Dataset:
     """"cifar10", "cifar100", a folder of class folders, or a zip of them (`test_fraction` of each class
-    held out for the test; 0 trains on all of them)."""
+    held out for the test; 0 trains on all of them), or a packed CIFAR .npz (its own splits)."""
     if name in DATASETS:
         return load_cifar(name, data_dir, settings=settings)
     path = Path(name)
@@ -150,5 +151,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, image_siz
         return read_image_folder(path, image_size, test_fraction=test_fraction)
     if path.suffix.lower() == ".zip" and path.is_file():
         return read_image_zip(path, image_size, test_fraction=test_fraction)
+    if path.suffix.lower() == ".npz":  # missing or not, so that its error names the file
+        return load_packed(path)
     raise DatasetError(f"unknown dataset {name!r}: expected one of {DATASETS}, a folder of class "
-                       f"folders, or a .zip of them")
+                       f"folders, a .zip of them, or a packed .npz (python -m explorer.packed)")

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 LAYERS = [
     {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled",
      "study_report", "settings", "card", "formatting"},
-    {"layers", "data"},
+    {"layers", "data", "packed"},
     {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "catalog"},
     {"probe", "fitting", "backup", "convert"},
     {"finetune", "evaluate", "evidence"},
