@@ -27,12 +27,13 @@ import numpy as np
 
 RUN = "run.json"
 METADATA = "training_metadata.json"
-# Recipe fields that do not change what is computed: a resumed run may stop at another time, and the name
-# of a recipe is only where its values came from.
-_NOT_IDENTITY = ("max_seconds", "name")
+# Recipe fields that do not change what is computed: a resumed run may stop at another time, the name of a
+# recipe is only where its values came from, and how many steps go into one call changes no step.
+_NOT_IDENTITY = ("max_seconds", "name", "time_limit", "steps_per_call")
 # Recipe fields added after backups were first written, at their defaults: left out of the identity, so
 # that a backup written before they existed still resumes.
-_LATER_DEFAULTS = {"randaugment": 0.0, "random_erasing": 0.0, "repeats": 1}
+_LATER_DEFAULTS = {"randaugment": 0.0, "random_erasing": 0.0, "repeats": 1, "precision": "float32",
+                   "device_data": False}
 
 
 class BackupError(ValueError):

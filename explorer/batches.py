@@ -12,53 +12,77 @@ from explorer.augment import augment_batch, mix_batch
 from explorer.data import Dataset, DatasetError
 
 
+class BatchPlan:
+    """Which images each step of each epoch takes, and the step's own random generator: a pure function of
+    (seed, epoch, index), whatever asks for them and whenever (a resumed run draws what the uninterrupted
+    one drew). Every step has `batch_size` images: a shuffled epoch's last step is topped up from the start
+    of its order, an unshuffled one repeats its own images (`real` says how many are not repeats).
+
+    With `repeats` (shuffled only), an epoch is that many passes over the images, each in its own order."""
+
+    def __init__(self, count: int, batch_size: int, seed: int, shuffle: bool, repeats: int = 1):
+        self.count, self.batch_size, self.seed, self.shuffle = count, batch_size, seed, shuffle
+        self.repeats = repeats if shuffle else 1
+        # tf.data prefetches the next epoch's first batches before the epoch ends: an epoch is known by
+        # counting calls from `begin` on (Keras' peek at the shapes comes first).
+        self.first_epoch, self.calls, self.counting = 0, 0, False
+        self.cached = (0, self._order(0))
+
+    def begin(self, epochs_done: int = 0) -> None:
+        """Training starts, or resumes after `epochs_done` epochs: the next call is that epoch's first."""
+        self.first_epoch, self.calls, self.counting = epochs_done, 0, True
+
+    def _order(self, epoch):
+        if not self.shuffle:
+            return np.arange(self.count)
+        rng = np.random.default_rng([self.seed, epoch])
+        return np.concatenate([rng.permutation(self.count) for _ in range(self.repeats)])
+
+    def __len__(self):
+        return math.ceil(self.count * self.repeats / self.batch_size)
+
+    def take(self, i: int) -> tuple[np.ndarray, int, np.random.Generator]:
+        """(the step's image indices, how many are real, its generator) for step `i` of the current epoch."""
+        epoch = 0
+        if self.counting and self.shuffle:
+            epoch = self.first_epoch + self.calls // len(self)
+            self.calls += 1
+        if self.cached[0] != epoch:
+            self.cached = (epoch, self._order(epoch))
+        order = self.cached[1]
+        index = np.sort(order[i * self.batch_size:(i + 1) * self.batch_size])
+        real = len(index)
+        if real < self.batch_size:
+            index = np.concatenate([index, np.resize(order if self.shuffle else index, self.batch_size - real)])
+        return index, real, np.random.default_rng([self.seed, epoch, i])
+
+
 def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_alpha=0.0, cutmix_alpha=0.0,
                  mix_prob=1.0, repeats=1):
-    """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch.
-
-    Every batch has `batch_size` images, so a compiled step never meets a new shape (JAX compiles again for
-    each): a shuffled epoch's last batch is topped up from the start of its order; an unshuffled one
-    (validation) repeats images with sample weight 0, so they count for nothing (the real images' weight
-    makes the validation loss and the weighted metrics their exact means over the real images).
-    With a mixup or cutmix alpha, batches are also mixed (see augment.mix_batch) and labels become soft.
-    With `repeats` (shuffled batches only), an epoch is that many passes over the images, each in its own order."""
+    """A keras PyDataset of (float images 0-255, one-hot labels), augmented in numpy per batch, in the steps
+    of a BatchPlan (every batch has `batch_size` images, so a compiled step never meets a new shape: JAX
+    compiles again for each). Unshuffled (validation) batches' repeated images have sample weight 0, so
+    they count for nothing (the real images' weight makes the validation loss and the weighted metrics
+    their exact means over the real images). With a mixup or cutmix alpha, batches are also mixed (see
+    augment.mix_batch) and labels become soft."""
     import keras
 
+    plan = BatchPlan(len(x), batch_size, seed, shuffle, repeats)
+
     class Batches(keras.utils.PyDataset):
-        # Batch i of epoch e depends on (seed, e, i) alone, never on when it is asked for: tf.data prefetches
-        # the next epoch's first batches before the epoch ends, and a resumed run must draw what the
-        # uninterrupted one drew. Calls are counted from `begin` on (Keras' peek at the shapes comes first).
-        def __init__(self):
-            super().__init__()
-            self.first_epoch, self.calls, self.counting = 0, 0, False
-            self.cached = (0, self._order(0))
+        steps = len(plan)  # optimizer steps per epoch: one per item
 
         def begin(self, epochs_done: int = 0) -> None:
-            """Training starts, or resumes after `epochs_done` epochs: the next call is that epoch's first."""
-            self.first_epoch, self.calls, self.counting = epochs_done, 0, True
-
-        def _order(self, epoch):
-            if not shuffle:
-                return np.arange(len(x))
-            rng = np.random.default_rng([seed, epoch])
-            return np.concatenate([rng.permutation(len(x)) for _ in range(repeats)])
+            plan.begin(epochs_done)
 
         def __len__(self):
-            return math.ceil(len(x) * (repeats if shuffle else 1) / batch_size)
+            return len(plan)
+
+        def steps_in(self, item: int) -> int:
+            return 1
 
         def __getitem__(self, i):
-            epoch = 0
-            if self.counting and shuffle:
-                epoch = self.first_epoch + self.calls // len(self)
-                self.calls += 1
-            if self.cached[0] != epoch:
-                self.cached = (epoch, self._order(epoch))
-            order = self.cached[1]
-            rng = np.random.default_rng([seed, epoch, i])
-            index = np.sort(order[i * batch_size:(i + 1) * batch_size])
-            real = len(index)
-            if real < batch_size:
-                index = np.concatenate([index, np.resize(order if shuffle else index, batch_size - real)])
+            index, real, rng = plan.take(i)
             images = x[index]
             if augment:
                 images = augment_batch(images, rng)

@@ -77,6 +77,15 @@ class TrainConfig:
     repeats: int = 1
     # The named recipe (RECIPES) these values started from, for the card; None: TrainConfig's defaults.
     name: str | None = None
+    # The fast path (explorer.device_batches; for a new model): the compute precision (models.PRECISIONS),
+    # the training images on the device with crop, flip and mix inside the compiled step, and on JAX this
+    # many steps per call into it.
+    precision: str = "float32"
+    device_data: bool = False
+    steps_per_call: int = 1
+    # A window's budget: training stops at the end of the last epoch that fits in this many seconds (or at
+    # the step that passes it), keeping its backup, from which the same command resumes.
+    time_limit: float | None = None
 
     def __post_init__(self):
         for name in ("epochs", "batch_size"):
@@ -117,6 +126,16 @@ class TrainConfig:
                 raise ValueError(f"{name} must be in [0, 1] (0 = off), got {value!r}")
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise ValueError(f"repeats must be a positive integer, got {self.repeats!r}")
+        from explorer.models import PRECISIONS
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not isinstance(self.steps_per_call, int) or isinstance(self.steps_per_call, bool) \
+                or self.steps_per_call < 1:
+            raise ValueError(f"steps_per_call must be a positive integer, got {self.steps_per_call!r}")
+        if self.steps_per_call > 1 and not self.device_data:
+            raise ValueError("steps_per_call > 1 needs device_data (several steps' draws per call)")
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ValueError(f"time_limit must be positive when given, got {self.time_limit!r}")
         if self.name is not None and self.name not in RECIPES:
             raise ValueError(f"name must be None or one of the recipes {sorted(RECIPES)}, got {self.name!r}")
 
@@ -203,6 +222,7 @@ def make_callbacks(model, history: list, recipe: TrainConfig, steps_per_epoch: i
                    state: dict, batches=None, validation=None):
     keras = _keras()
     from explorer.models import tau_values
+    items = len(batches) if batches is not None else steps_per_epoch  # calls per epoch
 
     class Recorder(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):
@@ -216,7 +236,7 @@ def make_callbacks(model, history: list, recipe: TrainConfig, steps_per_epoch: i
             state["epoch_start"] = time.perf_counter()
 
         def on_train_batch_end(self, batch, logs=None):
-            state["steps"] += 1
+            state["steps"] += batches.steps_in(batch) if batches is not None else 1
             now = time.perf_counter()
             elapsed = now - state["start"]
             if state["steps"] == 1:  # includes tracing and compiling the step when it is new
@@ -231,10 +251,13 @@ def make_callbacks(model, history: list, recipe: TrainConfig, steps_per_epoch: i
             if recipe.max_seconds and elapsed >= recipe.max_seconds:
                 state["stopped_by"] = "max_seconds"
                 self.model.stop_training = True
+            if recipe.time_limit and elapsed >= recipe.time_limit:
+                state["stopped_by"] = "time_limit"
+                self.model.stop_training = True
             # Reading the loss waits for the device to finish the step: at most every PROGRESS_EVERY_S, and
             # at an epoch's last step, so the steps between run without a sync.
             if progress is not None and (elapsed - state.get("reported", -1.0) >= PROGRESS_EVERY_S
-                                         or batch + 1 == steps_per_epoch or self.model.stop_training):
+                                         or batch + 1 == items or self.model.stop_training):
                 state["reported"] = elapsed
                 progress({"kind": "batch", "step": state["steps"],
                           "total_steps": steps_per_epoch * recipe.epochs, "epoch": state.get("epoch", 0),
@@ -244,6 +267,12 @@ def make_callbacks(model, history: list, recipe: TrainConfig, steps_per_epoch: i
             state["steps_s"] = state.get("steps_s", 0.0) + state.get("last_batch_end", state["epoch_start"]) \
                 - state["epoch_start"]
             logs = dict(logs or {})
+            now = time.perf_counter()
+            if recipe.time_limit and epoch + 1 < recipe.epochs and not self.model.stop_training and \
+                    now - state["start"] + (now - state["epoch_start"]) > recipe.time_limit:
+                # Another epoch would not fit: stop at this one's end, which the backup keeps.
+                state["stopped_by"] = "time_limit"
+                self.model.stop_training = True
             last = epoch + 1 == recipe.epochs or self.model.stop_training
             if validation is not None and last and "val_top1" not in logs and not state["cancelled"]:
                 # The last epoch fell between validations (or a step or time limit ends the run here): the
@@ -321,14 +350,21 @@ def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
     batch_size = min(recipe.batch_size, len(x_train))
     devices = data_parallel_devices()
     check_batch_split(batch_size, devices)
-    train_batches = make_batches(x_train, y_train, num_classes, batch_size, recipe.augment, recipe.seed, True,
-                                 recipe.mixup_alpha, recipe.cutmix_alpha, recipe.mix_prob, recipe.repeats)
-    val_batches = _validation_batches(val, num_classes, recipe.seed, devices, reuse)
-    steps_per_epoch = len(train_batches)
+    if recipe.device_data:
+        from explorer.device_batches import on_device
+        trainee, block, train_batches, val_batches = on_device(
+            model, _step_augmentation(recipe), (x_train, y_train), val, num_classes, batch_size, recipe,
+            _validation_size(len(val[0]), devices, reuse) if val is not None else 0)
+    else:
+        train_batches = make_batches(x_train, y_train, num_classes, batch_size, recipe.augment, recipe.seed,
+                                     True, recipe.mixup_alpha, recipe.cutmix_alpha, recipe.mix_prob,
+                                     recipe.repeats)
+        val_batches = _validation_batches(val, num_classes, recipe.seed, devices, reuse)
+        trainee, block = _with_step_augmentation(model, recipe)
+    steps_per_epoch = train_batches.steps
     total_steps = steps_per_epoch * recipe.epochs
     if recipe.max_steps:
         total_steps = min(total_steps, recipe.max_steps)
-    trainee, block = _with_step_augmentation(model, recipe)
     compiled = compile_for_run(trainee, recipe, num_classes, total_steps, reuse)
     history: list[dict] = []
     state: dict = {"cancelled": False, "stopped_by": None, "wall_before": 0.0}
@@ -378,21 +414,31 @@ def _validation_batches(val, num_classes: int, seed: int, devices: int, reuse: b
     to a size every device gets an equal share of."""
     if val is None:
         return None
-    n = len(val[0])
+    return make_batches(val[0], val[1], num_classes, _validation_size(len(val[0]), devices, reuse), False, seed,
+                        False)
+
+
+def _validation_size(n: int, devices: int, reuse: bool) -> int:
     step = 64 if reuse else 1
     size = -(-n // step) * step if n <= 2048 else 512
-    size = -(-size // devices) * devices
-    return make_batches(val[0], val[1], num_classes, size, False, seed, False)
+    return -(-size // devices) * devices
 
 
 def _with_step_augmentation(model, recipe: TrainConfig):
     """(what is fitted, the in-step augmentation block or None): the model itself, or the model behind the
     recipe's RandAugment / random erasing block, which trains the model's own weights."""
-    if not (recipe.randaugment or recipe.random_erasing):
+    block = _step_augmentation(recipe)
+    if block is None:
         return model, None
-    from explorer.step_augment import augmentation_block, with_augmentation
-    block = augmentation_block(recipe.randaugment, recipe.random_erasing)
+    from explorer.step_augment import with_augmentation
     return with_augmentation(model, block), block
+
+
+def _step_augmentation(recipe: TrainConfig):
+    if not (recipe.randaugment or recipe.random_erasing):
+        return None
+    from explorer.step_augment import augmentation_block
+    return augmentation_block(recipe.randaugment, recipe.random_erasing)
 
 
 def _check_backup(backup, model, dataset: Dataset, recipe: TrainConfig, base: dict | None) -> None:
@@ -407,7 +453,7 @@ def _run_callbacks(model, trainee, block, recipe: TrainConfig, history: list, st
                    val_batches, progress: Callable[[dict], None] | None, cancel: threading.Event | None,
                    backup) -> list:
     """The run's callbacks in their order: the reseeding of in-step draws, the recorder, the backup."""
-    callbacks = make_callbacks(model, history, recipe, len(train_batches), progress, cancel, state, train_batches,
+    callbacks = make_callbacks(model, history, recipe, train_batches.steps, progress, cancel, state, train_batches,
                                val_batches)
     from explorer.layers import DropPath
     if block is not None or any(isinstance(layer, DropPath) for layer in model.layers):
@@ -485,7 +531,7 @@ def accuracy_metrics(logits: np.ndarray, y: np.ndarray) -> dict:
 def drop_backup(backup, record: dict) -> None:
     """A finished run's backup goes once its checkpoint is written: the same command then starts anew.
     A run stopped by --max-seconds keeps it, so the same command with more time goes on from there."""
-    if backup and record.get("stopped_by") != "max_seconds":
+    if backup and record.get("stopped_by") not in ("max_seconds", "time_limit"):
         from explorer.backup import remove
         remove(backup)
 

@@ -271,9 +271,13 @@ class LocalitySelfAttention(keras.layers.MultiHeadAttention):
         super().build(query_shape, value_shape, key_shape)
         if self.tau_mode is not None:
             shape = () if self.tau_mode == "layer" else (self.num_heads,)
+            # autocast=False: under a mixed policy the temperature and its reciprocal stay float32.
             self.tau = self.add_weight(
-                name="tau", shape=shape, trainable=True,
+                name="tau", shape=shape, trainable=True, autocast=False,
                 initializer=keras.initializers.Constant(math.sqrt(float(self.key_dim))))
+        if self.compute_dtype != "float32":
+            # Under a mixed policy the attention probabilities are computed in float32.
+            self._float32_softmax = keras.layers.Softmax(axis=-1, dtype="float32")
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
@@ -294,6 +298,14 @@ class LocalitySelfAttention(keras.layers.MultiHeadAttention):
             # query is (batch, queries, heads, key_dim): one temperature per head.
             scale = ops.reshape(ops.cast(1.0 / self.tau, query.dtype), (self.num_heads, 1))
         scores = ops.einsum(self._dot_product_equation, key, ops.multiply(query, scale))
+        if self.compute_dtype != "float32":
+            if attention_mask is not None:  # as _masked_softmax expands it, up to the heads' axis
+                for _ in range(len(scores.shape) - len(attention_mask.shape)):
+                    attention_mask = ops.expand_dims(attention_mask, axis=-3)
+            scores = self._float32_softmax(ops.cast(scores, "float32"), mask=attention_mask)
+            dropped = self._dropout_layer(scores, training=training) if self.dropout > 0 else scores
+            output = ops.einsum(self._combine_equation, ops.cast(dropped, value.dtype), value)
+            return output, scores
         scores = self._masked_softmax(scores, attention_mask)
         dropped = self._dropout_layer(scores, training=training) if self.dropout > 0 else scores
         output = ops.einsum(self._combine_equation, dropped, value)

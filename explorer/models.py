@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 
 from explorer.config import ViTConfig
@@ -15,6 +17,9 @@ from explorer.layers import (
 
 TOKENIZER = "tokenizer"
 HEAD = "head"
+# Training precisions: "mixed_bfloat16" computes in bfloat16 with float32 variables; LSA's temperatures, every
+# softmax, the norms and the logits (hence the loss) stay float32. Checkpoints are always float32 models.
+PRECISIONS = ("float32", "mixed_bfloat16")
 
 
 def attention_layer_name(block: int) -> str:
@@ -35,7 +40,20 @@ def _mlp(x, units, dropout, prefix):
     return x
 
 
-def build_vit(config: ViTConfig, num_classes: int, name: str | None = None) -> keras.Model:
+@contextlib.contextmanager
+def _dtype_policy(precision: str):
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def build_vit(config: ViTConfig, num_classes: int, name: str | None = None,
+              precision: str = "float32") -> keras.Model:
     """A Keras functional ViT that takes raw (batch, image_size, image_size, 3) pixels, returns logits.
 
     Every attention layer is called with `return_attention_scores=True`, so the per-head attention
@@ -43,9 +61,28 @@ def build_vit(config: ViTConfig, num_classes: int, name: str | None = None) -> k
     without changing the weights or running anything twice. With `config.drop_path` > 0 each block's two
     residual branches pass a `DropPath` (`block{i}_drop_path1`, `_drop_path2`) before their addition; a
     block whose rate is 0 gets none, so a model without stochastic depth has exactly the layers it always had.
+
+    With `precision="mixed_bfloat16"` (training on an accelerator) the layers compute in bfloat16; the
+    vanilla model's attention is then a LocalitySelfAttention without temperature or mask (the same weights
+    and function as MultiHeadAttention, with its softmax in float32), and the head computes in float32.
+    `float32_copy` turns such a model into the float32 model a checkpoint holds.
     """
     if not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    with _dtype_policy(precision):
+        return _build(config, num_classes, name, mixed=precision != "float32")
+
+
+def float32_copy(model: keras.Model, config: ViTConfig, num_classes: int) -> keras.Model:
+    """The float32 model with `model`'s weights (the same values: the variables are float32 at any precision)."""
+    if model.dtype_policy.name == "float32":
+        return model
+    copy = build_vit(config, num_classes, name=model.name)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def _build(config: ViTConfig, num_classes: int, name: str | None, mixed: bool) -> keras.Model:
     inputs = keras.Input((config.image_size, config.image_size, 3), name="image")
     x = ImagePreprocessing(config.input_size, config.mean, config.std, name="preprocess")(inputs)
     tokens, _ = ShiftedPatchTokenization(config.patch_size, config.projection_dim,
@@ -60,6 +97,8 @@ def build_vit(config: ViTConfig, num_classes: int, name: str | None = None) -> k
         if config.use_lsa:
             attention = LocalitySelfAttention(tau_mode=config.tau_mode, diagonal_mask=True,
                                               **attention_args)
+        elif mixed:
+            attention = LocalitySelfAttention(tau_mode=None, diagonal_mask=False, **attention_args)
         else:
             attention = keras.layers.MultiHeadAttention(**attention_args)
         attended, _ = attention(x1, x1, return_attention_scores=True)
@@ -78,7 +117,7 @@ def build_vit(config: ViTConfig, num_classes: int, name: str | None = None) -> k
         x = keras.layers.GlobalAveragePooling1D(name="pool")(x)
     x = keras.layers.Dropout(config.head_dropout, name="head_dropout")(x)
     x = _mlp(x, config.head_units, config.head_dropout, "head_mlp")
-    logits = keras.layers.Dense(num_classes, name=HEAD)(x)
+    logits = keras.layers.Dense(num_classes, name=HEAD, dtype="float32" if mixed else None)(x)
     return keras.Model(inputs, logits, name=name or f"vit_{config.variant}")
 
 

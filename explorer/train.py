@@ -45,18 +45,28 @@ from explorer.settings import Settings
 def train_new(config: ViTConfig, preset: str, dataset: Dataset, recipe: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
               backup: str | None = None) -> dict:
-    """Builds a fresh model, trains it, evaluates on the test split and writes a checkpoint."""
+    """Builds a fresh model, trains it, evaluates on the test split and writes a checkpoint (a float32 model,
+    whatever precision it trained at). A run stopped by the recipe's time limit writes none: its backup holds
+    where it got to, and the same call resumes from it."""
     import keras
 
-    from explorer.models import build_vit
+    from explorer.models import build_vit, float32_copy
     keras.utils.set_random_seed(recipe.seed)
-    model = build_vit(config, dataset.num_classes)
+    model = build_vit(config, dataset.num_classes, precision=recipe.precision)
     record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
                  base={"preset": preset})
+    if record["stopped_by"] == "time_limit":
+        return {"checkpoint": None, "backup": str(backup) if backup else None, "metrics": record["metrics"],
+                "history": record["history"], "training": record["training"], "stopped_by": "time_limit"}
+    model = float32_copy(model, config, dataset.num_classes)
     result = finish_run(model, record, config, preset, dataset, out_dir,
                      name or f"{dataset.name}-{config.variant}", base=None)
     drop_backup(backup, record)
     return result
+
+
+# --fast's steps per call into the compiled step: the host's Python between calls is paid once per 16 steps.
+FAST_STEPS_PER_CALL = 16
 
 
 def _default_help(name: str) -> str:
@@ -140,6 +150,20 @@ def parse_args(argv=None):
     p.add_argument("--test-subset", type=int, help="evaluate on this many test images only")
     p.add_argument("--max-seconds", type=float, help="stop after this much training time")
     p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    p.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="a window's budget for training (needs --backup): stop at the end of the last epoch that "
+                        "fits, keep the backup and write no checkpoint; the same command resumes from it")
+    p.add_argument("--precision", choices=("float32", "mixed_bfloat16"),
+                   help="compute precision of a new model's training (default float32; mixed_bfloat16: bfloat16 "
+                        "compute with float32 variables, temperatures, softmax, norms and loss; the checkpoint is "
+                        "float32)")
+    p.add_argument("--device-data", action="store_true",
+                   help="a new model's training images on the device as uint8, with crop, flip and mix inside the "
+                        "compiled step (the same draws as without it)")
+    p.add_argument("--steps-per-call", type=int, metavar="K",
+                   help="with --device-data on JAX: K training steps per call into the compiled step (default 1)")
+    p.add_argument("--fast", action="store_true",
+                   help="the GPU path: --precision mixed_bfloat16 --device-data --steps-per-call 16, unless given")
     p.add_argument("--freeze-backbone", action="store_true")
     p.add_argument("--threads", type=int, help="CPU threads for TensorFlow (default: all)")
     p.add_argument("--distribute", action="store_true",
@@ -154,33 +178,54 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.extend and not args.base:
         p.error("--continue needs --base: the checkpoint whose training it continues")
+    if args.time_limit and not args.backup:
+        p.error("--time-limit needs --backup: the folder the next window resumes from")
+    if args.base and (args.fast or args.device_data or args.precision or args.steps_per_call):
+        p.error("--fast, --device-data, --precision and --steps-per-call train a new model; a fine-tune "
+                "(--base) runs in float32 from host batches")
     return args
 
 
-def main(argv=None, settings: Settings | None = None) -> int:
-    """The command line; `settings`: default, this process's environment (where CIFAR is found)."""
-    args = parse_args(argv)
-    # Only what was given on the command line; the rest comes from the recipe (TrainConfig's defaults, or
-    # for a fine-tune the short recipe, which needs the dataset's size first).
+def given_recipe(args) -> dict:
+    """The recipe values the command line gives (a named recipe's under those given explicitly); the rest
+    come from TrainConfig's defaults, or for a fine-tune the short recipe, which needs the dataset's size."""
     given = {k: v for k, v in dict(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
                                    weight_decay=args.weight_decay, warmup_fraction=args.warmup,
                                    label_smoothing=args.label_smoothing, validation_fraction=args.val_fraction,
                                    mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, mix_prob=args.mix_prob,
                                    randaugment=args.randaugment, random_erasing=args.random_erasing,
-                                   repeats=args.repeats).items() if v is not None}
+                                   repeats=args.repeats, precision=args.precision,
+                                   steps_per_call=args.steps_per_call).items() if v is not None}
+    if args.device_data:
+        given["device_data"] = True
+    if args.fast:
+        given = {"precision": "mixed_bfloat16", "device_data": True, "steps_per_call": FAST_STEPS_PER_CALL,
+                 **given}
     if args.no_augment:
         given["augment"] = False
-    given.update(seed=args.seed, max_seconds=args.max_seconds, max_steps=args.max_steps,
+    given.update(seed=args.seed, max_seconds=args.max_seconds, max_steps=args.max_steps, time_limit=args.time_limit,
                  train_subset=args.subset, freeze_backbone=args.freeze_backbone, split_seed=args.split_seed,
                  balanced_subset=args.balanced_subset, validation_every=args.val_every)
-    if args.recipe:  # the named recipe's values, under those given explicitly
+    if args.recipe:
         given = {**RECIPES[args.recipe], "name": args.recipe, **given}
+    return given
+
+
+def new_model_plan(args) -> tuple[ViTConfig | None, TrainConfig]:
+    """(the architecture, or None with --base; the recipe); a ValueError says what is wrong."""
+    recipe = TrainConfig(**given_recipe(args))
+    architecture = {k: v for k, v in dict(variant=args.variant, tau_mode=args.tau_mode,
+                                          drop_path=args.drop_path).items() if v is not None}
+    return (None if args.base else get_preset(args.preset, **architecture)), recipe
+
+
+def main(argv=None, settings: Settings | None = None) -> int:
+    """The command line; `settings`: default, this process's environment (where CIFAR is found)."""
+    args = parse_args(argv)
+    given = given_recipe(args)
     try:
         settings = Settings.from_env() if settings is None else settings
-        recipe = TrainConfig(**given)  # refuses a bad recipe before anything is loaded
-        architecture = {k: v for k, v in dict(variant=args.variant, tau_mode=args.tau_mode,
-                                              drop_path=args.drop_path).items() if v is not None}
-        config = None if args.base else get_preset(args.preset, **architecture)
+        config, recipe = new_model_plan(args)  # refuses a bad recipe before anything is loaded
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -200,7 +245,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
             check_batch_split(recipe.batch_size, devices)
         dataset = load_dataset(args.dataset, args.data_dir, test_fraction=0.0 if args.train_on_all else 0.2,
                                settings=settings)
-        if not args.train_on_all and args.dataset not in DATASETS and held_out_problem(dataset):
+        if not args.train_on_all and dataset.name not in DATASETS and held_out_problem(dataset):
             raise DatasetError(f"{held_out_problem(dataset)} (--train-on-all)")
         if args.test_subset:
             dataset = dataset.subset(test=args.test_subset, seed=args.seed)
@@ -225,6 +270,10 @@ def main(argv=None, settings: Settings | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     m = result["metrics"]
+    if result.get("stopped_by") == "time_limit":
+        print(f"time limit: {result['training']['epochs']} of {recipe.epochs} epochs done; backup kept in "
+              f"{result['backup']} (the same command resumes)", flush=True)
+        return 0
     print(f"wrote {result['checkpoint']}: test top-1 {m.get('test_top1', float('nan')):.4f}, "
           f"top-5 {m.get('test_top5', float('nan')):.4f}", flush=True)
     return 0

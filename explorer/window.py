@@ -1,0 +1,225 @@
+"""`python -m explorer.window`: one GPU window's work on a new model's training: train, or resume from the
+committed state, within a time budget; write what comes back within the device's return limits.
+
+A lent GPU machine comes for minutes, receives the project and sends back at most RETURN_FILES files of at
+most RETURN_FILE_BYTES each. A window therefore:
+
+1. rebuilds the run's backup from the state folder (committed in the project: `<state>/backup/`, its large
+   files in parts of at most PART_BYTES), or starts anew when there is none;
+2. trains with explorer.train's options (`--preset paper --recipe paper --fast ...`) until the end of the
+   last epoch that fits in `--budget` seconds from the command's start, less `--reserve` for writing;
+3. writes to `--out` the state folder as it now is: the backup in parts (the run goes on next window) or the
+   finished float32 checkpoint (`checkpoint/`), and `windows.jsonl`, one line per window (where, how fast,
+   how far), and checks that it fits the return limits.
+
+Between windows, `python -m explorer.window collect RETURNED STATE` puts what came back into the state folder,
+to be committed. A rehearsal on the CPU with tiny settings:
+
+    python -m explorer.packed pack --data-dir ../shared/data --out runs/cifar10-q90-train.npz --splits train
+    python -m explorer.window --state runs/rehearsal --out runs/rehearsal-out --budget 60 --reserve 10 \\
+        --preset tiny --variant spt_lsa --dataset runs/cifar10-q90-train.npz --train-on-all --subset 2000 \\
+        --epochs 6 --recipe paper --fast
+    python -m explorer.window collect runs/rehearsal-out runs/rehearsal     # then again, until it says done
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+# What a lent device machine sends back (the device tool's limits), and the parts a large file is cut into.
+RETURN_FILES = 8
+RETURN_FILE_BYTES = 16 * 2 ** 20
+RETURN_TOTAL_BYTES = 64 * 2 ** 20
+PART_BYTES = 15 * 2 ** 20
+PARTS = "parts.json"
+WINDOWS = "windows.jsonl"
+
+
+class WindowError(ValueError):
+    """A window that cannot run or whose output would not come back; the message says why."""
+
+
+def split_files(folder: Path, out: Path, part_bytes: int = PART_BYTES) -> None:
+    """Copies `folder`'s files to `out`, each file over `part_bytes` cut into `<name>.part-NN` pieces listed
+    with their sizes and hashes in `out/parts.json`."""
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {}
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".tmp-")):
+        data = path.read_bytes()
+        if len(data) <= part_bytes:
+            shutil.copyfile(path, out / path.name)
+            continue
+        pieces = [data[i:i + part_bytes] for i in range(0, len(data), part_bytes)]
+        for k, piece in enumerate(pieces):
+            (out / f"{path.name}.part-{k:02d}").write_bytes(piece)
+        manifest[path.name] = {"bytes": len(data), "parts": len(pieces),
+                               "sha256": hashlib.sha256(data).hexdigest()}
+    if manifest:
+        (out / PARTS).write_text(json.dumps(manifest, indent=1))
+
+
+def join_files(folder: Path, out: Path) -> None:
+    """The inverse of split_files: `out` gets `folder`'s files whole, each joined file's hash checked."""
+    manifest = json.loads((folder / PARTS).read_text()) if (folder / PARTS).is_file() else {}
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name != PARTS and ".part-" not in path.name:
+            shutil.copyfile(path, out / path.name)
+    for name, entry in manifest.items():
+        pieces = [folder / f"{name}.part-{k:02d}" for k in range(entry["parts"])]
+        missing = [p.name for p in pieces if not p.is_file()]
+        if missing:
+            raise WindowError(f"{folder}: {name} lacks its parts {', '.join(missing)}")
+        data = b"".join(p.read_bytes() for p in pieces)
+        if len(data) != entry["bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise WindowError(f"{folder}: {name} joined from its parts is not the file that was cut (size or "
+                              f"sha256 differs); the state is damaged")
+        (out / name).write_bytes(data)
+
+
+def check_return(out: Path) -> dict:
+    """{files, bytes, largest} of what `out` sends back; a WindowError when it exceeds the return limits."""
+    files = [p for p in out.rglob("*") if p.is_file()]
+    sizes = {str(p.relative_to(out)): p.stat().st_size for p in files}
+    total, largest = sum(sizes.values()), max(sizes.values(), default=0)
+    problems = []
+    if len(files) > RETURN_FILES:
+        problems.append(f"{len(files)} files (at most {RETURN_FILES})")
+    if largest > RETURN_FILE_BYTES:
+        problems.append(f"{max(sizes, key=sizes.get)} is {largest / 2 ** 20:.1f} MiB (at most "
+                        f"{RETURN_FILE_BYTES / 2 ** 20:.0f})")
+    if total > RETURN_TOTAL_BYTES:
+        problems.append(f"{total / 2 ** 20:.1f} MiB in all (at most {RETURN_TOTAL_BYTES / 2 ** 20:.0f})")
+    if problems:
+        raise WindowError(f"{out} would not come back from the device: " + "; ".join(problems))
+    return {"files": len(files), "bytes": total, "largest": largest}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m explorer.window", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--state", required=True, help="the run's state folder (committed between windows)")
+    p.add_argument("--out", required=True, help="where what comes back is written ($OUT on the device)")
+    p.add_argument("--budget", type=float, required=True, metavar="SECONDS",
+                   help="the window's time, counted from this command's start")
+    p.add_argument("--reserve", type=float, default=30.0, metavar="SECONDS",
+                   help="of the budget, kept for saving and writing what comes back (default 30)")
+    p.add_argument("--work", help="where the backup is rebuilt and the checkpoint written (default: "
+                                  "runs/window/<state's name>)")
+    return p.parse_known_args(argv)
+
+
+def run_window(args, train_argv: list[str], started: float) -> dict:
+    """Trains within the window and writes `args.out`; returns the window's record."""
+    from explorer import train
+    state, out = Path(args.state), Path(args.out)
+    if (state / "checkpoint").is_dir():
+        raise WindowError(f"{state} holds a finished checkpoint: this run is done")
+    work = Path(args.work or Path("runs") / "window" / state.name)
+    backup = work / "backup"
+    shutil.rmtree(work, ignore_errors=True)
+    if (state / "backup").is_dir():
+        join_files(state / "backup", backup)
+    targs = train.parse_args(train_argv + ["--backup", str(backup), "--out", str(work), "--name", state.name,
+                                           "--verbose", "0"])
+    if targs.base:
+        raise WindowError("a window trains a new model: --base is not for it")
+    from explorer.folders import load_dataset
+    from explorer.settings import Settings
+    config, recipe = train.new_model_plan(targs)
+    dataset = load_dataset(targs.dataset, targs.data_dir, test_fraction=0.0 if targs.train_on_all else 0.2,
+                           settings=Settings.from_env())
+    before = _epochs_done(backup)
+    limit = args.budget - args.reserve - (time.perf_counter() - started)
+    if limit <= 0:
+        raise WindowError(f"the budget of {args.budget:g} s leaves no time to train after the reserve of "
+                          f"{args.reserve:g} s and {time.perf_counter() - started:.0f} s of starting")
+    import dataclasses
+    recipe = dataclasses.replace(recipe, time_limit=limit)
+    result = train.train_new(config, targs.preset, dataset, recipe, work, state.name, verbose=0, backup=backup)
+    training = result["training"]
+    record = {"window": len(_windows(state)) + 1, "started": _dt.datetime.fromtimestamp(
+                  time.time() - (time.perf_counter() - started), _dt.UTC).replace(microsecond=0).isoformat(),
+              "ended": _now(), "device": training["device"], "budget_s": args.budget,
+              "epochs_before": before, "epochs_after": training["epochs"], "planned_epochs": recipe.epochs,
+              "finished": result.get("checkpoint") is not None,
+              "images_per_second": training["images_per_second"], "wall_s": round(time.perf_counter() - started, 1),
+              "command": train_argv}
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    if record["finished"]:
+        split_files(Path(result["checkpoint"]), out / "checkpoint")
+    else:
+        split_files(backup, out / "backup")
+    lines = _windows(state) + [json.dumps(record)]
+    (out / WINDOWS).write_text("\n".join(lines) + "\n")
+    record["returned"] = check_return(out)
+    return record
+
+
+def _epochs_done(backup: Path) -> int:
+    from explorer.backup import METADATA
+    path = backup / METADATA
+    return int(json.loads(path.read_text())["epoch"]) if path.is_file() else 0
+
+
+def _windows(state: Path) -> list[str]:
+    path = state / WINDOWS
+    return [line for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def collect(returned: Path, state: Path) -> str:
+    """Makes `state` what a window sent back (`returned`): its backup parts or its checkpoint, and the log."""
+    if not (returned / WINDOWS).is_file():
+        raise WindowError(f"{returned} is not what a window writes (it has no {WINDOWS})")
+    tmp = state.with_name(f".tmp-{state.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(returned, tmp)
+    shutil.rmtree(state, ignore_errors=True)
+    os.replace(tmp, state)
+    last = json.loads(_windows(state)[-1])
+    if last["finished"]:
+        return f"{state}: done after {last['window']} windows; the checkpoint is in {state / 'checkpoint'}"
+    return (f"{state}: {last['epochs_after']} of {last['planned_epochs']} epochs after window {last['window']}; "
+            f"the next window resumes")
+
+
+def main(argv=None) -> int:
+    started = time.perf_counter()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from explorer.backup import BackupError
+    from explorer.checkpoints import CheckpointError
+    from explorer.data import DatasetError
+    try:
+        if argv[:1] == ["collect"]:
+            if len(argv) != 3:
+                raise WindowError("usage: python -m explorer.window collect RETURNED STATE")
+            print(collect(Path(argv[1]), Path(argv[2])), flush=True)
+            return 0
+        args, train_argv = _parse(argv)
+        record = run_window(args, train_argv, started)
+    except (WindowError, BackupError, CheckpointError, DatasetError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    state = "finished: the checkpoint" if record["finished"] else "stopped in time: the backup"
+    print(f"window {record['window']}: epochs {record['epochs_before']} -> {record['epochs_after']} of "
+          f"{record['planned_epochs']} at {record['images_per_second']} images/s on {record['device']}; {state} "
+          f"and the log are in {args.out} ({record['returned']['files']} files, "
+          f"{record['returned']['bytes'] / 2 ** 20:.1f} MiB); {record['wall_s']} s of {args.budget:g}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

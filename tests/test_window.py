@@ -1,0 +1,137 @@
+"""A GPU window's command, rehearsed on the CPU with tiny settings: a run cut into windows by its time budget,
+each window's output within the device's return limits and collected into the state, ends with the model the
+uninterrupted run trains."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import keras
+import numpy as np
+import pytest
+
+from explorer import window
+from explorer.packed import pack
+
+TRAIN = ["--preset", "tiny", "--variant", "spt_lsa", "--train-on-all", "--epochs", "3", "--batch-size", "32",
+         "--val-fraction", "0.1", "--mixup", "1", "--cutmix", "1", "--mix-prob", "0.5", "--randaugment", "0.5",
+         "--device-data"]
+
+
+class _Clock:
+    """One second per reading, in every module that reads it: a window's length is a function of the code."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += 1.0
+        return self.now
+
+    def time(self):
+        return 1.8e9 + self.now
+
+
+@pytest.fixture(scope="module")
+def packed(data_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("packed") / "cifar10-q90-train.npz"
+    pack(data_dir, path, splits=("train",))
+    return path
+
+
+def _window(monkeypatch, tmp_path, packed, budget, state, n):
+    import explorer.fitting as fitting
+    clock = _Clock()
+    fake = types.SimpleNamespace(perf_counter=clock.perf_counter, time=clock.time)
+    monkeypatch.setattr(fitting, "time", fake)
+    monkeypatch.setattr(window, "time", fake)
+    out = tmp_path / f"out-{n}"
+    code = window.main(["--state", str(state), "--out", str(out), "--budget", str(budget), "--reserve", "1",
+                        "--work", str(tmp_path / "work"), "--dataset", str(packed), "--subset", "320", *TRAIN])
+    assert code == 0
+    return out
+
+
+@pytest.mark.slow
+def test_windows_resume_into_the_uninterrupted_run_and_come_back_within_the_limits(monkeypatch, tmp_path, packed,
+                                                                                    capsys):
+    # The uninterrupted run, in one window with room to spare.
+    whole_state = tmp_path / "whole"
+    out = _window(monkeypatch, tmp_path, packed, 10_000, whole_state, 0)
+    print(window.collect(out, whole_state))
+    whole = [json.loads(line) for line in (whole_state / window.WINDOWS).read_text().splitlines()]
+    assert len(whole) == 1 and whole[0]["finished"] and (whole_state / "checkpoint" / "model.weights.h5").is_file()
+    # About one epoch's time per window: three windows, the first two ending with a backup.
+    per_epoch = json.loads((whole_state / "checkpoint" / "explorer.json").read_text())["history"][0]["time_s"]
+    state = tmp_path / "state"
+    records = []
+    for n in range(1, 6):
+        out = _window(monkeypatch, tmp_path, packed, 1.5 * per_epoch + 4, state, n)
+        assert window.check_return(out)["files"] <= window.RETURN_FILES
+        print(window.collect(out, state))
+        records = [json.loads(line) for line in (state / window.WINDOWS).read_text().splitlines()]
+        if records[-1]["finished"]:
+            break
+        assert (state / "backup" / "run.json").is_file() and not (state / "checkpoint").exists()
+    assert [(r["epochs_before"], r["epochs_after"]) for r in records] == [(0, 1), (1, 2), (2, 3)]
+    assert not (state / "backup").exists()
+    from explorer.checkpoints import load_folder
+    a, _ = load_folder(whole_state / "checkpoint")
+    b, card = load_folder(state / "checkpoint")
+    for x, y in zip(a.get_weights(), b.get_weights(), strict=False):
+        np.testing.assert_array_equal(x, y)
+    assert card.training.epochs == 3 and card.dataset.name == "cifar10"
+    # A finished state takes no further window.
+    monkeypatch.setattr(window, "time", _Clock())
+    assert window.main(["--state", str(state), "--out", str(tmp_path / "again"), "--budget", "100",
+                        "--dataset", str(packed), *TRAIN]) == 2
+    assert "this run is done" in capsys.readouterr().err
+
+
+def test_large_files_travel_in_parts_and_a_damaged_part_is_refused(tmp_path):
+    folder = tmp_path / "backup"
+    folder.mkdir()
+    big = np.random.default_rng(0).bytes(2_500_000)
+    (folder / "epoch-0003.weights.h5").write_bytes(big)
+    (folder / "run.json").write_text("{}")
+    window.split_files(folder, tmp_path / "out", part_bytes=1_000_000)
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == ["epoch-0003.weights.h5.part-00", "epoch-0003.weights.h5.part-01",
+                     "epoch-0003.weights.h5.part-02", "parts.json", "run.json"]
+    window.join_files(tmp_path / "out", tmp_path / "joined")
+    assert (tmp_path / "joined" / "epoch-0003.weights.h5").read_bytes() == big
+    part = tmp_path / "out" / "epoch-0003.weights.h5.part-01"
+    part.write_bytes(part.read_bytes()[:-1] + b"\0")
+    with pytest.raises(window.WindowError, match="not the file that was cut"):
+        window.join_files(tmp_path / "out", tmp_path / "joined-again")
+    part.unlink()
+    with pytest.raises(window.WindowError, match="lacks its parts"):
+        window.join_files(tmp_path / "out", tmp_path / "joined-again")
+
+
+def test_what_would_not_come_back_is_refused(tmp_path):
+    for i in range(window.RETURN_FILES + 1):
+        (tmp_path / f"f{i}").write_text("x")
+    with pytest.raises(window.WindowError, match="9 files"):
+        window.check_return(tmp_path)
+
+
+def test_a_paper_scale_backup_fits_the_return_limits(tmp_path):
+    """The paper preset's backup (weights, AdamW's two moments) is 32 MB: in parts it comes back."""
+    from explorer.config import get_preset
+    from explorer.fitting import TrainConfig, compile_for_run
+    from explorer.models import build_vit
+    model = build_vit(get_preset("paper"), 10)
+    compile_for_run(model, TrainConfig(), 10, total_steps=10)
+    model.optimizer.build(model.trainable_variables)
+    folder = tmp_path / "backup"
+    folder.mkdir()
+    model.save_weights(folder / "epoch-0001.weights.h5")
+    (folder / "run.json").write_text("{}")
+    (folder / "training_metadata.json").write_text("{}")
+    assert (folder / "epoch-0001.weights.h5").stat().st_size > window.RETURN_FILE_BYTES
+    window.split_files(folder, tmp_path / "out" / "backup")
+    (tmp_path / "out" / window.WINDOWS).write_text("{}\n")
+    assert window.check_return(tmp_path / "out")["files"] <= 7
+    keras.backend.clear_session()
