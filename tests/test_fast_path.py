@@ -134,7 +134,7 @@ def test_training_on_the_device_trains_what_the_numpy_batches_train():
     host, host_record = _fit(TrainConfig(**recipe), data)
     device, device_record = _fit(TrainConfig(device_data=True, **recipe), data)
     assert device_record["steps"] == host_record["steps"] == 12
-    for a, b in zip(host.get_weights(), device.get_weights(), strict=False):
+    for a, b in zip(host.get_weights(), device.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     assert device_record["history"][-1]["val_top1"] == host_record["history"][-1]["val_top1"]
 
@@ -180,7 +180,7 @@ def test_a_time_limit_stops_at_an_epoch_end_and_the_resumed_run_is_exact(tmp_pat
     monkeypatch.setattr(fitting, "time", types.SimpleNamespace(perf_counter=_Clock().perf_counter))
     resumed, record = _fit(TrainConfig(**recipe), data, backup=tmp_path / "b")
     assert record["epochs_done"] == 3 and record["stopped_by"] is None
-    for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=False):
+    for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
     assert [e["loss"] for e in record["history"]] == [e["loss"] for e in whole_record["history"]]
 
@@ -213,9 +213,11 @@ def steps_per_call_report() -> dict:
         model, record = _fit(recipe, data)
         weights[name] = model.get_weights()
         out[name] = {"steps": record["steps"], "loss": record["history"][-1]["loss"]}
-    for name in ("one", "four"):
-        out[f"{name}_vs_numpy"] = max(float(np.abs(a - b).max()) for a, b in zip(weights["numpy"], weights[name], strict=False))
-    out["four_vs_one"] = max(float(np.abs(a - b).max()) for a, b in zip(weights["one"], weights["four"], strict=False))
+    def apart(a, b):
+        return max(float(np.abs(x - y).max()) for x, y in zip(weights[a], weights[b], strict=True))
+
+    out.update(one_vs_numpy=apart("numpy", "one"), four_vs_numpy=apart("numpy", "four"),
+               four_vs_one=apart("one", "four"))
     return out
 
 

@@ -79,7 +79,7 @@ def test_windows_resume_into_the_uninterrupted_run_and_come_back_within_the_limi
     from explorer.checkpoints import load_folder
     a, _ = load_folder(whole_state / "checkpoint")
     b, card = load_folder(state / "checkpoint")
-    for x, y in zip(a.get_weights(), b.get_weights(), strict=False):
+    for x, y in zip(a.get_weights(), b.get_weights(), strict=True):
         np.testing.assert_array_equal(x, y)
     assert card.training.epochs == 3 and card.dataset.name == "cifar10"
     # A finished state takes no further window.
