@@ -234,13 +234,15 @@ def make_callbacks(model, history: list, recipe: TrainConfig, steps_per_epoch: i
 
         def on_epoch_begin(self, epoch, logs=None):
             state["epoch_start"] = time.perf_counter()
+            state["current_epoch"] = epoch
 
         def on_train_batch_end(self, batch, logs=None):
             state["steps"] += batches.steps_in(batch) if batches is not None else 1
             now = time.perf_counter()
             elapsed = now - state["start"]
-            if state["steps"] == 1:  # includes tracing and compiling the step when it is new
+            if "first_step_s" not in state:  # includes tracing and compiling the step when it is new
                 state["first_step_s"] = now - state["epoch_start"]
+                state["first_step_epoch"] = state.get("current_epoch", 0)
             state["last_batch_end"] = now
             if cancel is not None and cancel.is_set():
                 state["cancelled"] = True
@@ -268,8 +270,11 @@ def make_callbacks(model, history: list, recipe: TrainConfig, steps_per_epoch: i
                 - state["epoch_start"]
             logs = dict(logs or {})
             now = time.perf_counter()
+            # The next epoch's length, as this one's without the compiling of a first step.
+            spent = now - state["epoch_start"] - (state["first_step_s"] if state.get("first_step_epoch") == epoch
+                                                  else 0.0)
             if recipe.time_limit and epoch + 1 < recipe.epochs and not self.model.stop_training and \
-                    now - state["start"] + (now - state["epoch_start"]) > recipe.time_limit:
+                    now - state["start"] + spent > recipe.time_limit:
                 # Another epoch would not fit: stop at this one's end, which the backup keeps.
                 state["stopped_by"] = "time_limit"
                 self.model.stop_training = True

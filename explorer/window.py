@@ -38,7 +38,7 @@ from pathlib import Path
 RETURN_FILES = 8
 RETURN_FILE_BYTES = 16 * 2 ** 20
 RETURN_TOTAL_BYTES = 64 * 2 ** 20
-PART_BYTES = 15 * 2 ** 20
+PART_BYTES = RETURN_FILE_BYTES - 2 ** 16
 PARTS = "parts.json"
 WINDOWS = "windows.jsonl"
 

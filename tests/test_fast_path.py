@@ -174,7 +174,7 @@ def test_a_time_limit_stops_at_an_epoch_end_and_the_resumed_run_is_exact(tmp_pat
     first_epoch = whole_record["history"][0]["time_s"]
     # Room for one epoch but not two: the run stops at the end of the first and keeps it.
     monkeypatch.setattr(fitting, "time", types.SimpleNamespace(perf_counter=_Clock().perf_counter))
-    _, stopped = _fit(TrainConfig(time_limit=1.5 * first_epoch + 3, **recipe), data, backup=tmp_path / "b")
+    _, stopped = _fit(TrainConfig(time_limit=1.25 * first_epoch + 1, **recipe), data, backup=tmp_path / "b")
     assert stopped["stopped_by"] == "time_limit" and stopped["epochs_done"] == 1
     assert json.loads((tmp_path / "b" / METADATA).read_text())["epoch"] == 1
     monkeypatch.setattr(fitting, "time", types.SimpleNamespace(perf_counter=_Clock().perf_counter))

@@ -67,7 +67,7 @@ def test_windows_resume_into_the_uninterrupted_run_and_come_back_within_the_limi
     state = tmp_path / "state"
     records = []
     for n in range(1, 6):
-        out = _window(monkeypatch, tmp_path, packed, 1.5 * per_epoch + 4, state, n)
+        out = _window(monkeypatch, tmp_path, packed, 1.25 * per_epoch + 3, state, n)
         assert window.check_return(out)["files"] <= window.RETURN_FILES
         print(window.collect(out, state))
         records = [json.loads(line) for line in (state / window.WINDOWS).read_text().splitlines()]
