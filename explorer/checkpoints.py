@@ -1,7 +1,8 @@
 """The checkpoint format: a folder with the Keras unzipped save, a card and a model card.
 
     <name>/
-      config.json, metadata.json, model.weights.h5   Keras 3 unzipped save (keras.saving, zipped=False)
+      config.json, metadata.json, model.weights.h5   Keras 3 unzipped save (keras.saving, zipped=False) of
+                                                     the model alone: its weights, no optimizer state
       explorer.json                                  the card (explorer.card.Card): variant, config, data,
                                                      metrics, history, training
       README.md                                      Hugging Face model card with front matter
@@ -9,9 +10,12 @@
 The same layout is used locally and on the Hub, so a snapshot of a Hub repo is loaded like a folder
 (`resolve` is the one place a reference becomes a folder; explorer.hub only moves folders).
 Folders are written under a temporary name and renamed into place: a reader never sees half of one.
+Training backups (explorer.backup) keep the optimizer's state; a checkpoint does not, as serving never reads
+it and fine-tuning compiles the model afresh. `lean` rewrites a folder saved with its optimizer to this form.
 
     python -m explorer.checkpoints push checkpoints/cifar10-spt_lsa owner/vit-spt-lsa-cifar10
     python -m explorer.checkpoints pull owner/vit-spt-lsa-cifar10@main
+    python -m explorer.checkpoints lean checkpoints ablation
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from explorer import hub
 from explorer.card import CARD, Card, model_card
 
 MODEL_FILES = ("config.json", "metadata.json", "model.weights.h5")
+# The top-level group of model.weights.h5 that Keras fills with a compiled model's optimizer variables.
+OPTIMIZER_GROUP = "optimizer"
 FORMAT = "explorer-vit-checkpoint"
 FORMAT_VERSION = 1
 _TMP_PREFIX = ".tmp-"
@@ -84,11 +90,22 @@ def unique_dir(parent: str | os.PathLike, name: str) -> Path:
     return candidate
 
 
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
 def _fsync_tree(folder: Path) -> None:
     for path in folder.iterdir():
         if path.is_file():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
+            _fsync(path)
+
+
+def _model_alone(model):
+    """`model` without its optimizer and compile config: a new Functional over the same layers (so the same
+    weights), which saves as the model alone while the caller's model stays compiled."""
+    import keras
+    return keras.Model(model.input, model.output, name=model.name)
 
 
 def write_checkpoint(model, folder: str | os.PathLike, card: Card) -> Path:
@@ -97,7 +114,7 @@ def write_checkpoint(model, folder: str | os.PathLike, card: Card) -> Path:
 
     The folder must not exist yet. Everything is written to a hidden sibling first and renamed into
     place at the end, so an interrupted or failing write (full disk, killed process) leaves no
-    checkpoint, and never a partial one.
+    checkpoint, and never a partial one. Only the model is saved, never its optimizer's state.
     """
     import keras
 
@@ -112,7 +129,7 @@ def write_checkpoint(model, folder: str | os.PathLike, card: Card) -> Path:
                                parameters=int(model.count_params()), versions=versions(),
                                created=card.created or _now())
     try:
-        keras.saving.save_model(model, str(tmp), zipped=False)
+        keras.saving.save_model(_model_alone(model), str(tmp), zipped=False)
         (tmp / CARD).write_text(json.dumps(card.to_json(), indent=2, sort_keys=False))
         (tmp / "README.md").write_text(model_card(card))
         _fsync_tree(tmp)
@@ -210,12 +227,29 @@ def list_checkpoints(root: str | os.PathLike) -> list[Path]:
     return sorted(found)
 
 
-def _check_architecture(folder: Path) -> None:
+def _read_config(folder: Path) -> dict:
     path = folder / "config.json"
     try:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} is not a Keras model config (not a JSON object)")
+    return config
+
+
+def _check_files(folder: Path) -> Card:
+    """The folder's card, once it is known to hold a card and every Keras file."""
+    card = read_card(folder)
+    missing = [f for f in MODEL_FILES if not (folder / f).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} is missing {', '.join(missing)}")
+    return card
+
+
+def _check_architecture(folder: Path) -> None:
+    path = folder / "config.json"
+    config = _read_config(folder)
     if config.get("class_name") != "Functional":
         raise CheckpointError(f"{path}: the model is a {config.get('class_name')!r}, not one of ours "
                               f"(a Functional ViT)")
@@ -236,10 +270,7 @@ def load_folder(folder: str | os.PathLike):
     import explorer.layers  # noqa: F401  (registers the custom layers)
 
     folder = Path(folder)
-    card = read_card(folder)
-    missing = [f for f in MODEL_FILES if not (folder / f).is_file()]
-    if missing:
-        raise CheckpointError(f"{folder} is missing {', '.join(missing)}")
+    card = _check_files(folder)
     _check_architecture(folder)
     try:
         model = keras.saving.load_model(str(folder), compile=False, safe_mode=True)
@@ -247,6 +278,77 @@ def load_folder(folder: str | os.PathLike):
         raise CheckpointError(f"cannot load the model in {folder}: {type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
     return model, card
+
+
+def _has_optimizer(weights: Path) -> bool:
+    import h5py
+    try:
+        with h5py.File(weights, "r") as f:
+            return OPTIMIZER_GROUP in f
+    except OSError as e:
+        raise CheckpointError(f"{weights} is not a readable HDF5 file ({e})") from None
+
+
+def _copy_without_optimizer(source: Path, target: Path) -> None:
+    """Copies every group and attribute of a Keras weights file but the optimizer's; h5py copies each
+    dataset's stored bytes, so every weight stays what it was, to the bit."""
+    import h5py
+    with h5py.File(source, "r") as old, h5py.File(target, "w") as new:
+        for key, value in old.attrs.items():
+            new.attrs[key] = value
+        for name in old:
+            if name != OPTIMIZER_GROUP:
+                old.copy(old[name], new, name=name)
+
+
+def make_lean(folder: str | os.PathLike) -> bool:
+    """Rewrites a checkpoint saved with its optimizer in place as write_checkpoint writes one: config.json
+    with an empty compile config (as Keras saves an uncompiled model), model.weights.h5 without the
+    optimizer's group. Every weight is kept byte for byte; the card and README.md are not touched. Returns
+    False, changing nothing, when the folder is lean already.
+
+    Each file is replaced atomically, config.json first, so the folder is a complete checkpoint with the
+    same weights at every moment (with an empty compile config Keras never reads the optimizer's group),
+    and running again finishes a run that was interrupted between the two files.
+    """
+    folder = Path(folder)
+    _check_files(folder)
+    config, weights = _read_config(folder), folder / "model.weights.h5"
+    compiled, fat = bool(config.get("compile_config")), _has_optimizer(weights)
+    if not compiled and not fat:
+        return False
+    if compiled:
+        # Keras writes config.json with json.dumps' defaults, so only the compile config's text changes.
+        tmp = folder / f"{_TMP_PREFIX}config.json"
+        tmp.write_text(json.dumps({**config, "compile_config": {}}))
+        _fsync(tmp)
+        os.replace(tmp, folder / "config.json")
+    if fat:
+        tmp = folder / f"{_TMP_PREFIX}{weights.name}"
+        try:
+            _copy_without_optimizer(weights, tmp)
+            _fsync(tmp)
+            os.replace(tmp, weights)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return True
+
+
+def _checkpoints_in(paths) -> list[Path]:
+    """The checkpoint folders that `paths` name: each one a checkpoint, or a folder holding some."""
+    found = []
+    for path in map(Path, paths):
+        inside = [path] if is_checkpoint(path) else list_checkpoints(path)
+        if not inside:
+            raise CheckpointError(f"{path} is not a folder" if not path.is_dir() else
+                                  f"{path} is not an explorer checkpoint (a folder with {CARD} and "
+                                  f"{', '.join(MODEL_FILES)}) and holds none")
+        found += [p for p in inside if p not in found]
+    return found
+
+
+def _mb(folder: Path) -> str:
+    return f"{sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) / 1e6:.2f} MB"
 
 
 def resolve(ref: str | os.PathLike, cache_dir: str | None = None, max_hub_bytes: int | None = None) -> Path:
@@ -290,7 +392,8 @@ def push(folder: str | os.PathLike, repo_id: str, private: bool = False, token: 
 
 
 def main(argv=None) -> int:
-    """`python -m explorer.checkpoints push|pull`: checkpoints to and from the Hub."""
+    """`python -m explorer.checkpoints push|pull|lean`: checkpoints to and from the Hub; older folders
+    rewritten without their optimizer state."""
     p = argparse.ArgumentParser(prog="python -m explorer.checkpoints", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -300,13 +403,25 @@ def main(argv=None) -> int:
     push_p.add_argument("--private", action="store_true")
     pull_p = sub.add_parser("pull", help="download a checkpoint into the HF cache and print its folder")
     pull_p.add_argument("ref", help="owner/name[@revision]")
+    lean_p = sub.add_parser("lean", help="rewrite checkpoint folders in place without their optimizer state "
+                                         "(weights unchanged to the bit)")
+    lean_p.add_argument("folders", nargs="+", metavar="folder",
+                        help="a checkpoint folder, or a folder holding checkpoints at any depth")
     args = p.parse_args(argv)
     try:
         if args.command == "push":
             print(push(args.checkpoint, args.repo_id, private=args.private))
+        elif args.command == "lean":
+            for folder in _checkpoints_in(args.folders):  # every name checked before any folder changes
+                before = _mb(folder)
+                print(f"{folder}: {before} -> {_mb(folder)}" if make_lean(folder) else f"{folder}: lean already")
         else:
             print(resolve("hf://" + args.ref.removeprefix("hf://")))  # always the Hub, never a local path
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
