@@ -214,14 +214,14 @@ import sys
 import numpy as np
 import explorer, keras
 model = keras.saving.load_model(sys.argv[1])
-assert model.optimizer is not None and type(model.optimizer.learning_rate).__name__ != "NoneType"
+assert not model.compiled and getattr(model, "optimizer", None) is None
 np.save(sys.argv[2], np.asarray(model(np.load(sys.argv[3]).astype("float32"))))
 """
 
 
 @pytest.mark.slow
 def test_plain_keras_loads_a_shipped_checkpoint_after_import_explorer(tmp_path, images):
-    # As a Keras user does, in a fresh process: the optimizer (with its WarmUpCosine schedule) too.
+    # As a Keras user does, in a fresh process: the model alone, as a checkpoint holds no optimizer.
     folder = ROOT / "checkpoints" / "cifar10-spt_lsa"
     np.save(tmp_path / "x.npy", images)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

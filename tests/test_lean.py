@@ -1,5 +1,6 @@
 """Checkpoints hold the model alone: no optimizer state in model.weights.h5, no compile config. New ones are
-written that way, and `python -m explorer.checkpoints lean` rewrites old ones, to the bit."""
+written that way, `python -m explorer.checkpoints lean` rewrites old ones, to the bit, and the shipped ones
+are lean."""
 
 import hashlib
 import json
@@ -16,6 +17,7 @@ from explorer.checkpoints import (
     OPTIMIZER_GROUP,
     Card,
     CheckpointError,
+    list_checkpoints,
     load_folder,
     main,
     make_lean,
@@ -96,6 +98,13 @@ def fat(tmp_path_factory):
     """The shipped SPT/LSA model after one more training step, saved the old way, with its card."""
     model, _ = load_folder(SHIPPED)
     return save_fat(trained_one_step(model), tmp_path_factory.mktemp("fat") / "cifar10-spt_lsa", SHIPPED)
+
+
+@pytest.mark.parametrize("folder", list_checkpoints(ROOT / "checkpoints") + list_checkpoints(ROOT / "ablation"),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_shipped_checkpoint_is_lean(folder):
+    assert not has_optimizer(folder), f"{folder} holds optimizer state: python -m explorer.checkpoints lean"
+    assert not compile_config(folder)
 
 
 def test_lean_keeps_every_weight_and_logit_to_the_bit(fat, tmp_path):
