@@ -165,6 +165,8 @@ class Start(Section):
     head: str | None = None
     val_top1: float | None = None
     val_top5: float | None = None
+    # Why "auto" chose this head (a fine-tune's cross-validated decision).
+    why: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -203,6 +205,9 @@ class Training(Section):
     batch_size: int | None = None
     start: Start | None = _optional(Start)
     kept_epoch: int | None = None
+    # A fine-tune's end: which model it kept (a fine-tuned epoch, the probe, the base's head or rows), and why.
+    kept_model: str | None = None
+    decision: str | None = None
     validation_images: int | None = None
     device: str | None = None
     devices: int | None = None
@@ -343,6 +348,8 @@ def _fine_tuning(card: Card) -> list[str]:
     batch = training.batch_size if training.batch_size is not None else r.get("batch_size")
     kept_text = (f"; the epoch kept, by validation top-1, was {kept}" + (" (the starting head)" if kept == 0 else "")
                  if r.get("keep_best") and kept is not None else "")
+    if training.kept_model:
+        kept_text = f". Kept: {training.kept_model} ({training.decision})"
     return ["", "## Fine-tuning", "",
             f"Fine-tuned from `{base.name}`. The classifier head started from "
             f"{'the base' if start.head is None else start.head}{at_start}; then "

@@ -6,6 +6,7 @@ linear probe on frozen features, or a new one), a continued stage of the base's 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from explorer.fitting import (
     fit,
     predict_logits,
 )
+from explorer.linear import clearly_better, paired_gain
 
 # The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
 # than FT_IMAGE_BUDGET images, at a peak learning rate that depends on whether the new classes are classes the
@@ -34,6 +36,10 @@ FT_IMAGE_BUDGET = 4000
 FT_LEARNING_RATE = 5e-4        # a task the base never saw: its features have to move
 FT_LEARNING_RATE_KNOWN = 1e-4  # the base's own classes: its features are already tuned for them
 FT_WEIGHT_DECAY = 0.05
+# A fine-tuned epoch replaces the head it started from only when, on the same validation images, the images
+# it gains outnumber those it loses by this many standard errors (settle): a few hundred images judge a
+# choice between epochs to within several points, which is as large as the gains being chosen between.
+FT_MARGIN_Z = 1.0
 
 
 def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int | None = None,
@@ -149,13 +155,16 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
                          f"{config.image_size}x{config.image_size}")
     if extend:
         check_continuation(card, dataset, recipe)
-    model, start = prepare_head(model, card.class_names or [], dataset, recipe, base_head, features)
+    model, start, choice = choose_head(model, card.class_names or [], dataset, recipe, base_head, features)
     if cancel is not None and cancel.is_set():
         raise Cancelled("training was cancelled; no checkpoint was written")
+    start_weights = model.get_weights() if choice is not None else None
     record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
                  start=start, base={"name": card.name, "created": card.created,
                                     "epochs": len(card.history or []), "continued": extend},
                  reuse=warm is not None)
+    if not extend:
+        settle(model, record, start_weights, choice, training_split(dataset, recipe)[1])
     record["training"]["timing"]["prepare_s"] = round(time.perf_counter() - began - record["training"]["wall_time_s"],
                                                       3)
     lineage = Lineage(name=card.name, source=str(base))
@@ -188,34 +197,57 @@ def pooled_features(model, x: np.ndarray, batch_size: int | None = None, feature
     return predict_logits(features, x, batch_size or PREDICT_BATCH)
 
 
+@dataclass
+class HeadChoice:
+    """What a fine-tune's "auto" head decided before any step, and what the run falls back to.
+
+    `fallback` (kernel, bias) is the head the run returns, on the base's own backbone, when no fine-tuned
+    epoch beats its start clearly on the validation split: the base's head or rows, or the probe refitted
+    on every labelled image. `start_correct`: which validation images the start gets right."""
+
+    how: str
+    why: str
+    fallback: tuple[np.ndarray, np.ndarray]
+    fallback_name: str
+    start_correct: np.ndarray
+
+
 def prepare_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainConfig, base_head=None,
                  features=None):
-    """(model, start metrics): the model with the head the fine-tune starts from, and how it scores.
+    """(model, start metrics): see choose_head."""
+    model, start, _ = choose_head(model, base_classes, dataset, recipe, base_head, features)
+    return model, start
+
+
+def choose_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainConfig, base_head=None,
+                features=None):
+    """(model, start metrics, HeadChoice or None): the model with the head the fine-tune starts from, how it
+    scores, and what "auto" decided.
 
     With `recipe.head_init` "auto": the base's own classes keep the base's head; classes that are all among
     the base's take the base's rows for them (so step 0 scores what the base scores on them); any other
-    class list gets a linear probe (logistic regression on the frozen pooled features of the training
-    split and its mirror images, its L2 chosen on the validation split). Where there is a validation split,
-    the probe (warm-started from the base's head or rows) also competes with them and replaces them when it
-    does better there: linear probing, then fine-tuning, so the run starts from the better head. "probe"
-    always fits the probe; "new" is a freshly initialised head. The backbone is frozen when the recipe says
-    so. `base_head` (the base's kernel and bias) is given when `model` already has a head of the dataset's
-    size (a WarmModel), whose weights are then all set here; `features`: the model up to its head.
+    class list gets a linear probe (logistic regression on the frozen pooled features and their mirror
+    images). Where there is a validation split, the probe's L2 and the choice between it and the base's
+    head or rows are made by 5-fold cross-validation over every labelled image (the base's head judged on
+    all of them, the probe out of fold), not on the validation split alone, whose few hundred images move
+    a verdict by several points; the start head is then fitted on the training split only, so the
+    validation split stays a fair judge of what fine-tuning adds (see settle). "probe" always fits the
+    probe (L2 chosen on the validation split); "new" is a freshly initialised head. The backbone is frozen
+    when the recipe says so. `base_head` (the base's kernel and bias) is given when `model` already has a
+    head of the dataset's size (a WarmModel), whose weights are then all set here; `features`: the model up
+    to its head.
     """
     import keras
 
-    from explorer.linear import LinearHead, fit_probe
     from explorer.models import HEAD, freeze_backbone, replace_head
     n = dataset.num_classes
     (x_fit, y_fit), val = training_split(dataset, recipe)
-    if base_head is None:
+    fresh = base_head is None
+    if fresh:
         base_head = tuple(np.asarray(w) for w in model.get_layer(HEAD).get_weights())
         if model.output_shape[-1] != n:
             model = replace_head(model, n)
             features = None
-        fresh = True
-    else:
-        fresh = False
     kernel, bias = base_head
     same = kernel.shape[-1] == n and [str(c) for c in base_classes] == list(dataset.class_names)
     rows = base_rows(base_classes, dataset.class_names) if len(base_classes) == kernel.shape[-1] else None
@@ -229,27 +261,96 @@ def prepare_head(model, base_classes: list[str], dataset: Dataset, recipe: Train
     elif not fresh:  # a warm model's head holds the last run's weights: a new head, as replace_head makes
         head.set_weights([np.asarray(keras.initializers.GlorotUniform(seed=recipe.seed)(head.kernel.shape)),
                           np.zeros(head.bias.shape, "float32")])
-    if recipe.head_init == "probe" or (recipe.head_init == "auto" and (how == "new" or val is not None
-                                                               or recipe.freeze_backbone)):
-        features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
+    features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
+    choice = None
+    if recipe.head_init == "auto" and val is not None:
+        choice = _cross_validated_head(model, features, how, (x_fit, y_fit), val, n, recipe.seed)
+        how = choice.how
+    elif recipe.head_init == "probe" or (recipe.head_init == "auto" and (how == "new" or recipe.freeze_backbone)):
         train_features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]), features=features)
-        labels = np.concatenate([y_fit, y_fit])
         val_features = pooled_features(model, val[0], features=features) if val is not None else None
-        current = LinearHead(*(np.asarray(w, np.float64) for w in head.get_weights()), l2=0.0)
-        probe = fit_probe(train_features, labels, n, val_features, val[1] if val is not None else None,
-                          init=current if how != "new" else None)
-        # The base's head or rows stay unless the probe does better on the validation split.
-        keep_rows = (how in ("kept", "base rows") and recipe.head_init == "auto" and val is not None
-                     and current.accuracy(val_features, val[1]) >= probe.accuracy(val_features, val[1]))
-        if not keep_rows:
-            head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
-            how = f"linear probe (L2 {probe.l2:g})"
+        from explorer.linear import fit_probe
+        probe = fit_probe(train_features, np.concatenate([y_fit, y_fit]), n, val_features,
+                          val[1] if val is not None else None)
+        head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
+        how = f"linear probe (L2 {probe.l2:g})"
     freeze_backbone(model, recipe.freeze_backbone)
     start = {"head": how}
+    if choice is not None:
+        start["why"] = choice.why
     if val is not None:
-        metrics = accuracy_metrics(predict_logits(model, val[0]), val[1])
+        logits = predict_logits(model, val[0])
+        metrics = accuracy_metrics(logits, val[1])
         start.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
-    return model, start
+        if choice is not None:
+            choice.start_correct = logits.argmax(-1) == val[1]
+    return model, start, choice
+
+
+def _cross_validated_head(model, features, how: str, fit, val, n: int, seed: int) -> HeadChoice:
+    """The "auto" decision on every labelled image (see choose_head); sets the start head on `model`."""
+    from explorer.linear import LinearHead, cross_validated_probe, fit_logistic
+    from explorer.models import HEAD
+    head = model.get_layer(HEAD)
+    x_all, y_all = np.concatenate([fit[0], val[0]]), np.concatenate([fit[1], val[1]])
+    both = pooled_features(model, np.concatenate([x_all, x_all[:, :, ::-1]]), features=features)
+    plain, mirrored = both[:len(x_all)], both[len(x_all):]
+    probe = cross_validated_probe(plain, y_all, n, extra=mirrored, seed=seed)
+    base = LinearHead(*(np.asarray(w, np.float64) for w in head.get_weights()), l2=0.0)
+    labelled = f"{len(y_all)} labelled images"
+    probe_name = f"linear probe (L2 {probe.l2:g})"
+    if how in ("kept", "base rows"):
+        name = "the base's head" if how == "kept" else "the base's rows"
+        base_top1 = base.accuracy(plain, y_all)
+        scores = (f"{name} scored {100 * base_top1:.1f} % on the {labelled}, the probe {100 * probe.accuracy:.1f} % "
+                  f"out of fold (5-fold cross-validation)")
+        if base_top1 >= probe.accuracy:
+            return HeadChoice(how, scores, (base.kernel.astype("float32"), base.bias.astype("float32")), name,
+                              None)
+        why = scores
+    else:
+        why = (f"new classes: the probe scored {100 * probe.accuracy:.1f} % out of fold (5-fold cross-validation) "
+               f"on the {labelled}")
+    k = len(fit[1])
+    start = fit_logistic(np.concatenate([plain[:k], mirrored[:k]]), np.concatenate([fit[1], fit[1]]), n,
+                         probe.l2)
+    head.set_weights([start.kernel.astype("float32"), start.bias.astype("float32")])
+    return HeadChoice(probe_name, why, (probe.head.kernel.astype("float32"), probe.head.bias.astype("float32")),
+                      f"the linear probe on all {labelled} (L2 {probe.l2:g})", None)
+
+
+def settle(model, record: dict, start_weights: list, choice: HeadChoice | None, val) -> None:
+    """Keeps the fine-tuned epoch that validation chose only when it beats its start clearly on the same
+    validation images (a paired comparison: a net gain of over FT_MARGIN_Z standard errors); else the
+    model becomes the start's backbone with the fallback head (the probe refitted on every labelled image,
+    or the base's head or rows). Either way the record says which model was kept and why."""
+    training = record["training"]
+    kept = training["kept_epoch"]
+    if choice is None:
+        training["kept_model"] = f"fine-tuned epoch {kept}" if kept else "the start head"
+        training["decision"] = "kept by validation top-1" if val is not None else "the last epoch (no validation split)"
+        return
+    if kept:
+        correct = predict_logits(model, val[0]).argmax(-1) == val[1]
+        gained, lost = paired_gain(correct, choice.start_correct)
+        verdict = (f"on the {len(val[1])} validation images epoch {kept} got {gained} right that the start got "
+                   f"wrong and {lost} wrong that it got right")
+        if clearly_better(gained, lost, FT_MARGIN_Z):
+            training["kept_model"] = f"fine-tuned epoch {kept}"
+            training["decision"] = f"{verdict}: a clear gain (over {FT_MARGIN_Z:g} standard errors); {choice.why}"
+            return
+        verdict += f": not clearly better (a net gain over {FT_MARGIN_Z:g} standard errors is needed)"
+    else:
+        verdict = "no fine-tuned epoch beat the start on validation"
+    from explorer.models import HEAD
+    model.set_weights(start_weights)
+    model.get_layer(HEAD).set_weights(list(choice.fallback))
+    start = training.get("start") or {}
+    record["metrics"] = {k: v for k, v in record["metrics"].items() if not k.startswith("val_")}
+    record["metrics"].update({k: start[k] for k in ("val_top1", "val_top5") if k in start})
+    training["kept_epoch"] = 0
+    training["kept_model"] = choice.fallback_name
+    training["decision"] = f"{verdict}; so {choice.fallback_name} ({choice.why})"
 
 
 def check_continuation(card: Card, dataset: Dataset, recipe: TrainConfig) -> None:

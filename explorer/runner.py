@@ -522,8 +522,11 @@ def run_status(s, root: str | os.PathLike) -> str:
                 f"{t.get('images_per_second')} images/s" if m.metrics and "test_top1" in m.metrics else "")
         start = next((e for e in m.history if e.get("epoch") == 0), None)
         head = f" · head: {start['head']}" if start and start.get("head") else ""
+        kept = f" · kept: {t['kept_model']}" if done and t.get("kept_model") else ""
         lines.append(f"{m.label}: step {m.step}/{m.total_steps} ({pct:.0f} %)"
-                     + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done)
+                     + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done + kept)
+        if kept and t.get("decision"):
+            lines.append(f"{m.label} kept {t['kept_model']}: {t['decision']}")
     if s.status == "done":
         saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
         lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")

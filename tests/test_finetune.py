@@ -99,33 +99,41 @@ def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10
     ds = Dataset("three", x, y, x[:20], y[:20], classes)
     base_logits = predict_logits(model, x)
     rows = [card.class_names.index(c.lower()) for c in classes]
-    prepared, start = prepare_head(model, card.class_names, ds, fine_tune_recipe(len(x)))
+    # Without a validation split there is nothing to weigh the rows against: they are the start.
+    prepared, start = prepare_head(model, card.class_names, ds, fine_tune_recipe(len(x), validation_fraction=0.0))
     assert start["head"] == "base rows" and prepared.output_shape == (None, 3)
     np.testing.assert_allclose(predict_logits(prepared, x), base_logits[:, rows], rtol=1e-5, atol=1e-5)
-    # ... and the run's epoch 0 reports what the base scores on the validation split
-    (_, _), (vx, vy) = training_split(ds, fine_tune_recipe(len(x)))
-    assert start["val_top1"] == pytest.approx(accuracy_metrics(predict_logits(model, vx)[:, rows], vy)["top1"])
 
 
-def test_the_probe_replaces_the_base_rows_only_where_it_does_better_on_validation(tiny_checkpoints, cifar10):
-    """Linear probing, then fine-tuning: known classes start from the base's rows or from the probe
-    (warm-started from them), whichever scores higher on the validation split; rows win ties."""
-    from explorer.finetune import pooled_features
-    from explorer.linear import LinearHead
-    model, card = load_checkpoint(tiny_checkpoints["vanilla"])
+@pytest.mark.parametrize("variant", ["vanilla", "spt_lsa"])
+def test_the_probe_replaces_the_base_rows_only_where_it_does_better_out_of_fold(tiny_checkpoints, cifar10,
+                                                                                 variant):
+    """Linear probing, then fine-tuning: known classes start from the base's rows or from the probe, whichever
+    scores higher on every labelled image (the probe out of fold, 5-fold cross-validation); rows win ties.
+    The start's validation top-1 is reported as epoch 0 either way."""
+    from explorer.finetune import choose_head, pooled_features
+    from explorer.linear import LinearHead, cross_validated_probe
+    model, card = load_checkpoint(tiny_checkpoints[variant])
     classes = ["cat", "dog", "horse", "deer"]
     x, y = pick(cifar10, classes, 60)
     ds = Dataset("four", x, y, x[:20], y[:20], classes)
     recipe = fine_tune_recipe(len(x), known_classes=True)
     rows = [card.class_names.index(c) for c in classes]
-    (_, _), (vx, vy) = training_split(ds, recipe)
-    rows_val = LinearHead(*(np.asarray(w, np.float64)[..., rows] for w in model.get_layer("head").get_weights()),
-                          l2=0.0).accuracy(pooled_features(model, vx), vy)
-    prepared, start = prepare_head(model, card.class_names, ds, recipe)
-    if start["head"] == "base rows":
-        assert start["val_top1"] == pytest.approx(rows_val)
+    (fx, fy), (vx, vy) = training_split(ds, recipe)
+    x_all, y_all = np.concatenate([fx, vx]), np.concatenate([fy, vy])
+    plain = pooled_features(model, x_all)
+    rows_all = LinearHead(*(np.asarray(w, np.float64)[..., rows] for w in model.get_layer("head").get_weights()),
+                          l2=0.0).accuracy(plain, y_all)
+    probe = cross_validated_probe(plain, y_all, 4, extra=pooled_features(model, x_all[:, :, ::-1]),
+                                  seed=recipe.seed)
+    prepared, start, choice = choose_head(model, card.class_names, ds, recipe)
+    assert f"{100 * rows_all:.1f} %" in start["why"] and f"{100 * probe.accuracy:.1f} %" in start["why"]
+    if rows_all >= probe.accuracy:
+        assert start["head"] == "base rows" and choice.fallback_name == "the base's rows"
     else:
-        assert start["head"].startswith("linear probe") and start["val_top1"] > rows_val
+        assert start["head"].startswith("linear probe") and choice.fallback_name.startswith("the linear probe on all")
+    assert start["val_top1"] == pytest.approx(accuracy_metrics(predict_logits(prepared, vx), vy)["top1"])
+    assert choice.start_correct.sum() == round(start["val_top1"] * len(vy))
 
 
 def test_other_classes_start_from_a_linear_probe(tiny_checkpoints, cifar10):
@@ -465,3 +473,75 @@ def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_pa
         runner._state = RunState(running=True, status="training", run_id=run_id)
         runner._finish("done")
     assert runner.snapshot(1).run_id != 1 and runner.snapshot(2 + ENDED_KEPT).status == "done"  # bounded
+
+
+# --- the fine-tune's end: kept only when clearly better ---------------------------------------------
+
+
+def test_paired_gain_and_a_clear_gain():
+    from explorer.linear import clearly_better, paired_gain
+    new = np.array([1, 1, 1, 0, 0, 1], bool)
+    old = np.array([1, 0, 0, 1, 0, 1], bool)
+    assert paired_gain(new, old) == (2, 1)
+    assert not clearly_better(2, 1, 1.0)        # +1 of 3 discordant: noise
+    assert clearly_better(12, 2, 1.0)           # +10 > sqrt(14)
+    assert not clearly_better(1, 0, 1.5) and clearly_better(1, 0, 0.5)
+    assert not clearly_better(0, 0, 0.0)        # no gain is never a gain
+
+
+def test_cross_validation_judges_every_image_out_of_fold():
+    from explorer.linear import cross_validated_probe
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 3, (3, 8))
+    y = np.repeat(np.arange(3), 40)
+    x = centres[y] + rng.normal(0, 1, (120, 8))
+    choice = cross_validated_probe(x, y, 3, extra=x + rng.normal(0, 0.1, x.shape))
+    assert choice.correct.shape == (120,) and choice.accuracy > 0.9
+    # Labels that carry nothing are found out: out of fold the probe is near chance, never 100 %.
+    noise = cross_validated_probe(x, rng.permutation(y), 3)
+    assert noise.accuracy < 0.6 and noise.head.accuracy(x, y) < 1.0
+
+
+def _choice(start_correct, fallback):
+    from explorer.finetune import HeadChoice
+    return HeadChoice("linear probe (L2 0.01)", "why", fallback, "the linear probe on all 40 labelled images",
+                      np.asarray(start_correct, bool))
+
+
+def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(tiny_checkpoints, cifar10):
+    from explorer.finetune import settle
+    from explorer.models import HEAD
+    model, _ = load_checkpoint(tiny_checkpoints["vanilla"])
+    x, y = cifar10.x_test[:40], cifar10.y_test[:40]
+    start_weights = [w.copy() for w in model.get_weights()]
+    predicted = predict_logits(model, x).argmax(-1)
+    correct = predicted == y
+    fallback = tuple(np.full_like(w, 0.5) for w in model.get_layer(HEAD).get_weights())
+
+    def record(kept):
+        return {"training": {"kept_epoch": kept, "start": {"val_top1": 0.25, "val_top5": 0.5}},
+                "metrics": {"val_top1": 0.9, "loss": 1.0}}
+
+    # The "fine-tuned" model is the base itself: judged against a start that was wrong everywhere it is right,
+    # it is clearly better and stays.
+    won = record(3)
+    settle(model, won, start_weights, _choice(np.zeros(40, bool), fallback), (x, y))
+    assert won["training"]["kept_model"] == "fine-tuned epoch 3" and "a clear gain" in won["training"]["decision"]
+    # Against a start that got the same images right, it gains nothing: the start's backbone and the
+    # fallback head come back, and the record says so.
+    model.get_layer(HEAD).set_weights([w * 2 for w in model.get_layer(HEAD).get_weights()])
+    level = record(2)
+    settle(model, level, start_weights, _choice(correct, fallback), (x, y))
+    assert level["training"]["kept_model"] == "the linear probe on all 40 labelled images"
+    assert level["training"]["kept_epoch"] == 0 and "not clearly better" in level["training"]["decision"]
+    assert level["metrics"] == {"loss": 1.0, "val_top1": 0.25, "val_top5": 0.5}
+    for got, want in zip(model.get_layer(HEAD).get_weights(), fallback, strict=True):
+        np.testing.assert_array_equal(got, want)
+    n_head = len(model.get_layer(HEAD).get_weights())
+    for got, want in zip(model.get_weights()[:-n_head], start_weights[:-n_head], strict=True):
+        np.testing.assert_array_equal(got, want)
+    # When the start itself was kept (no epoch beat it), the fallback is what the run returns.
+    none = record(0)
+    settle(model, none, start_weights, _choice(correct, fallback), (x, y))
+    assert none["training"]["kept_model"].startswith("the linear probe") and "no fine-tuned epoch" in \
+        none["training"]["decision"]
