@@ -34,36 +34,48 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+class _Problem:
+    """One logistic regression's data, standardised once (and its smoothness measured once), for fits at
+    several L2 strengths, each warm-started where the last ended."""
+
+    def __init__(self, features: np.ndarray, labels: np.ndarray, num_classes: int):
+        x = np.asarray(features, np.float64)
+        y = np.asarray(labels, np.int64)
+        if x.ndim != 2 or len(x) != len(y) or len(x) == 0:
+            raise ValueError(f"features {x.shape} and labels {y.shape} do not match")
+        self.mean, self.std = x.mean(0), x.std(0) + 1e-6
+        self.z = (x - self.mean) / self.std
+        self.onehot = np.eye(num_classes)[y]
+        # The loss is (1/2 + l2)-smooth at most on unit-variance features; 1/L keeps plain steps stable.
+        self.smooth = 0.5 * max(1.0, float(np.linalg.norm(self.z, 2) ** 2 / len(x)))
+
+    def fit(self, l2: float, steps: int, init: LinearHead | None = None) -> LinearHead:
+        z, onehot = self.z, self.onehot
+        n, d = z.shape
+        if init is not None:  # the same head expressed on standardised features
+            w = init.kernel * self.std[:, None]
+            b = init.bias + self.mean @ init.kernel
+        else:
+            w, b = np.zeros((d, onehot.shape[1])), np.zeros(onehot.shape[1])
+        lr = 1.0 / (self.smooth + l2)
+        vw, vb = np.zeros_like(w), np.zeros_like(b)
+        for _ in range(steps):
+            lw, lb = w + 0.9 * vw, b + 0.9 * vb
+            g = (_softmax(z @ lw + lb) - onehot) / n
+            gw, gb = z.T @ g + l2 * lw, g.sum(0)
+            vw, vb = 0.9 * vw - lr * gw, 0.9 * vb - lr * gb
+            w, b = w + vw, b + vb
+        kernel = w / self.std[:, None]
+        return LinearHead(kernel, b - self.mean @ kernel, l2)
+
+
 def fit_logistic(features: np.ndarray, labels: np.ndarray, num_classes: int, l2: float = DEFAULT_L2,
                  steps: int = 500, init: LinearHead | None = None) -> LinearHead:
     """Minimises mean cross-entropy + l2/2 * |W|^2 over standardised features by full-batch gradient
     descent with Nesterov momentum (the problem is convex and small: a few hundred steps converge).
 
     `init` warm-starts from an existing head (its rows are kept where the data agrees with them)."""
-    x = np.asarray(features, np.float64)
-    y = np.asarray(labels, np.int64)
-    if x.ndim != 2 or len(x) != len(y) or len(x) == 0:
-        raise ValueError(f"features {x.shape} and labels {y.shape} do not match")
-    mean, std = x.mean(0), x.std(0) + 1e-6
-    z = (x - mean) / std
-    onehot = np.eye(num_classes)[y]
-    n, d = z.shape
-    if init is not None:  # the same head expressed on standardised features
-        w = init.kernel * std[:, None]
-        b = init.bias + mean @ init.kernel
-    else:
-        w, b = np.zeros((d, num_classes)), np.zeros(num_classes)
-    # The loss is (1/2 + l2)-smooth at most on unit-variance features; 1/L keeps plain steps stable.
-    lr = 1.0 / (0.5 * max(1.0, float(np.linalg.norm(z, 2) ** 2 / n)) + l2)
-    vw, vb = np.zeros_like(w), np.zeros_like(b)
-    for _ in range(steps):
-        lw, lb = w + 0.9 * vw, b + 0.9 * vb
-        g = (_softmax(z @ lw + lb) - onehot) / n
-        gw, gb = z.T @ g + l2 * lw, g.sum(0)
-        vw, vb = 0.9 * vw - lr * gw, 0.9 * vb - lr * gb
-        w, b = w + vw, b + vb
-    kernel = w / std[:, None]
-    return LinearHead(kernel, b - mean @ kernel, l2)
+    return _Problem(features, labels, num_classes).fit(l2, steps, init)
 
 
 def fit_probe(train_x: np.ndarray, train_y: np.ndarray, num_classes: int, val_x: np.ndarray | None = None,
@@ -109,21 +121,22 @@ def cross_validated_probe(features: np.ndarray, labels: np.ndarray, num_classes:
     folds = max(2, min(folds, int(np.bincount(y, minlength=num_classes).max()), n))
     fold = np.empty(n, int)
     fold[np.random.default_rng([seed, 11]).permutation(n)] = np.arange(n) % folds
-    best = None
-    for l2 in L2_GRID:
-        correct, loss = np.zeros(n, bool), 0.0
-        for k in range(folds):
-            train, held = fold != k, fold == k
-            tx, ty = x[train], y[train]
-            if extra is not None:
-                tx, ty = np.concatenate([tx, extra[train]]), np.concatenate([ty, y[train]])
-            head = fit_logistic(tx, ty, num_classes, l2, steps=steps)
+    # Per fold, the L2 path from the strongest to the weakest, each fit warm-started from the one before:
+    # neighbouring solutions are close, so the later fits need a fraction of the steps.
+    correct = {l2: np.zeros(n, bool) for l2 in L2_GRID}
+    loss = dict.fromkeys(L2_GRID, 0.0)
+    for k in range(folds):
+        train, held = fold != k, fold == k
+        tx, ty = x[train], y[train]
+        if extra is not None:
+            tx, ty = np.concatenate([tx, extra[train]]), np.concatenate([ty, y[train]])
+        problem, head = _Problem(tx, ty, num_classes), None
+        for l2 in sorted(L2_GRID, reverse=True):
+            head = problem.fit(l2, steps if head is None else steps // 3, init=head)
             p = _softmax(head.logits(x[held]))
-            correct[held] = p.argmax(-1) == y[held]
-            loss += float(-np.log(p[np.arange(len(p)), y[held]] + 1e-12).sum())
-        key = (float(correct.mean()), -loss)
-        if best is None or key > best[0]:
-            best = (key, l2, correct)
+            correct[l2][held] = p.argmax(-1) == y[held]
+            loss[l2] += float(-np.log(p[np.arange(len(p)), y[held]] + 1e-12).sum())
+    best = max(((float(correct[l2].mean()), -loss[l2]), l2, correct[l2]) for l2 in L2_GRID)
     _, l2, correct = best
     all_x, all_y = (x, y) if extra is None else (np.concatenate([x, extra]), np.concatenate([y, y]))
     return ProbeChoice(fit_logistic(all_x, all_y, num_classes, l2), l2, correct)
