@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from explorer.batches import make_batches, training_split
-from explorer.checkpoints import list_checkpoints, load_checkpoint
+from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.data import Dataset
 from explorer.finetune import fine_tune, fine_tune_recipe, prepare_head
 from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
@@ -158,6 +158,11 @@ def test_the_default_recipe_learns_a_tiny_zip_far_above_chance(tmp_path, cifar10
     assert result["metrics"]["test_top1"] >= 0.75, result["metrics"]
     assert result["training"]["start"]["head"].startswith("linear probe")
     assert result["training"]["steps"] >= 150
+    # Which model the run kept, and why, is in the card and its model card.
+    card = read_card(result["checkpoint"])
+    assert card.training.kept_model and card.training.decision and card.training.start.why
+    assert card.training.kept_model.startswith(("fine-tuned epoch", "the linear probe on all"))
+    assert f"Kept: {card.training.kept_model}" in (Path(result["checkpoint"]) / "README.md").read_text()
 
 
 # --- plans -----------------------------------------------------------------------------------------
@@ -476,6 +481,17 @@ def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_pa
 
 
 # --- the fine-tune's end: kept only when clearly better ---------------------------------------------
+
+
+def test_the_run_status_says_which_model_was_kept_and_why():
+    from explorer.runner import MemberState, RunState, run_status
+    member = MemberState("A", "A: cifar10-vanilla", step=90, total_steps=90, checkpoint="/runs/a",
+                         metrics={"test_top1": 0.8}, history=[{"epoch": 0, "head": "base rows"}],
+                         training={"images_per_second": 100.0, "kept_model": "the base's rows",
+                                   "decision": "no fine-tuned epoch beat the start on validation"})
+    text = run_status(RunState(status="done", members=[member], description="fine-tune"), "/runs")
+    assert "kept: the base's rows" in text
+    assert "A: cifar10-vanilla kept the base's rows: no fine-tuned epoch beat the start on validation" in text
 
 
 def test_paired_gain_and_a_clear_gain():
