@@ -25,12 +25,18 @@ def _images(card: Card | None) -> int | None:
         return None
 
 
+def _per_head(card: Card | None) -> bool:
+    """Whether a model's LSA learns one temperature per head (the study's per-head variants)."""
+    return card is not None and "lsa" in (card.variant or "") and (card.config or {}).get("tau_mode") == "head"
+
+
 def label(ref: str, card: Card | None) -> str:
     """What a slot shows for `ref`: shipped names as they are, a study model by its training-set size and
-    variant, a fine-tuned run by its name."""
+    variant (and "tau per head" for the per-head ones), a fine-tuned run by its name."""
     parts = ref.split("/")
     if parts[0] == STUDY and card is not None and _images(card) is not None:
-        return f"small data · {_images(card):,} images · {NAMES.get(card.variant, card.variant)}"
+        per_head = " · tau per head" if _per_head(card) else ""
+        return f"small data · {_images(card):,} images · {NAMES.get(card.variant, card.variant)}{per_head}"
     if parts[0] == FINETUNED:
         return f"fine-tuned · {parts[-1]}"
     return ref
@@ -52,13 +58,14 @@ def grouped(refs: list[str], cards: dict[str, Card | None]) -> list[tuple[str, s
 
 def study_pairs(refs: list[str], cards: dict[str, Card | None]) -> dict[int, tuple[str, str]]:
     """Training-set size -> (ViT, SPT + LSA) references, for every size where the study kept both, and the
-    shipped full-data pair (named <dataset>-vanilla and <dataset>-spt_lsa) at its size."""
+    shipped full-data pair (named <dataset>-vanilla and <dataset>-spt_lsa) at its size. The pairs are the
+    study's per-layer models: its per-head variants are listed in the slots, never paired here."""
     found: dict[int, dict[str, str]] = {}
     for ref in refs:
         card = cards.get(ref) or Card()
         variant, n = card.variant, _images(card)
         head = ref.split("/")[0]
-        if variant not in PAIR_VARIANTS or n is None or head == FINETUNED:
+        if variant not in PAIR_VARIANTS or n is None or head == FINETUNED or _per_head(card):
             continue
         shipped = "/" not in ref and ref == f"{card.dataset.name}-{variant}"
         if head == STUDY or shipped:

@@ -32,6 +32,30 @@ def test_the_lists_are_grouped_and_labelled():
     assert label("study/broken", None) == "study/broken"  # an unreadable card: its name, as the slot says why
 
 
+def test_per_head_variants_have_labels_of_their_own_and_stay_out_of_the_pairs():
+    per_head = {f"study/cifar10-1000-{v}_head": Card(variant=v, config={"tau_mode": "head"},
+                                                     dataset=Data(name="cifar10", train_images=1000))
+                for v in ("lsa", "spt_lsa")}
+    refs, cards = REFS + sorted(per_head), {**CARDS, **per_head}
+    labels = dict((r, lab) for lab, r in grouped(refs, cards))
+    assert labels["study/cifar10-1000-spt_lsa_head"] == "small data · 1,000 images · SPT + LSA · tau per head"
+    assert labels["study/cifar10-1000-lsa_head"] == "small data · 1,000 images · LSA alone · tau per head"
+    assert study_pairs(refs, cards)[1000] == ("study/cifar10-1000-vanilla", "study/cifar10-1000-spt_lsa")
+
+
+def test_every_shipped_model_is_listed_under_a_label_of_its_own():
+    """The slots' lists over the real checkpoints folder: one label per model, so each can be chosen."""
+    from pathlib import Path
+
+    from explorer.checkpoints import list_checkpoints, read_card
+    root = Path(__file__).resolve().parents[1] / "checkpoints"
+    refs = [str(p.relative_to(root)) for p in list_checkpoints(root)]
+    out = grouped(refs, {r: read_card(root / r) for r in refs})
+    labels = [lab for lab, _ in out]
+    assert len(out) == len(refs) >= 18
+    assert len(set(labels)) == len(labels), sorted(lab for lab in labels if labels.count(lab) > 1)
+
+
 def test_pairs_by_size_need_both_models():
     assert study_pairs(REFS, CARDS) == {
         1000: ("study/cifar10-1000-vanilla", "study/cifar10-1000-spt_lsa"),
