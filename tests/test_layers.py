@@ -124,8 +124,11 @@ def test_lsa_combines_a_caller_mask_with_the_diagonal():
 
 
 def test_tau_per_head_scales_each_head():
-    x = RNG.normal(size=(1, 8, 16)).astype("float32")
-    lsa = LocalitySelfAttention(tau_mode="head", num_heads=2, key_dim=8)
+    # Its own generator and weights: with the module's generator, what this test draws depended on which tests ran before it in
+    # the same process (xdist's split), and a near-tie of two keys could blunt head 0's one-hot.
+    x = np.random.default_rng(126).normal(size=(1, 8, 16)).astype("float32")
+    lsa = LocalitySelfAttention(tau_mode="head", num_heads=2, key_dim=8,
+                                kernel_initializer=keras.initializers.GlorotUniform(seed=126))
     lsa(x, x)
     assert lsa.tau.shape == (2,)
     lsa.tau.assign([1e-3, 1e3])  # head 0 nearly one-hot, head 1 nearly uniform
