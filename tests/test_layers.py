@@ -124,8 +124,8 @@ def test_lsa_combines_a_caller_mask_with_the_diagonal():
 
 
 def test_tau_per_head_scales_each_head():
-    # Its own generator and weights: with the module's generator, what this test draws depended on which tests ran before it in
-    # the same process (xdist's split), and a near-tie of two keys could blunt head 0's one-hot.
+    # Its own generator and weights: with the module's generator, what it drew depended on which tests ran
+    # before it in the same process (xdist's split), and a near-tie of two keys could blunt head 0's one-hot.
     x = np.random.default_rng(126).normal(size=(1, 8, 16)).astype("float32")
     lsa = LocalitySelfAttention(tau_mode="head", num_heads=2, key_dim=8,
                                 kernel_initializer=keras.initializers.GlorotUniform(seed=126))
