@@ -143,10 +143,6 @@ def make_device_batches(y, num_classes: int, batch_size: int, image_size: tuple[
     class DeviceBatches(keras.utils.PyDataset):
         steps = len(plan)  # optimizer steps per epoch
 
-        def __init__(self):
-            super().__init__()
-            self.steps_per_call = steps_per_call
-
         def begin(self, epochs_done: int = 0) -> None:
             plan.begin(epochs_done)
 

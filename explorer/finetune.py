@@ -47,7 +47,7 @@ def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int |
                      known_classes: bool = False, **overrides) -> TrainConfig:
     """The default recipe for fine-tuning a checkpoint on `n_images` training images (before the 10 %
     validation split): a head that starts where it can already score (the base's rows, or a linear probe on
-    the frozen features; see prepare_head), then the whole model with AdamW, warmup + cosine, crop + flip,
+    the frozen features; see choose_head), then the whole model with AdamW, warmup + cosine, crop + flip,
     with a batch size scaled to the data so that even a few hundred images give up to FT_TARGET_STEPS steps
     (FT_IMAGE_BUDGET images at most, which keeps about a thousand images near a minute on 2 CPU cores),
     keeping the epoch (step 0 included) that does best on the validation split. `known_classes`: the new
@@ -133,7 +133,7 @@ class WarmModels:
 def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
               backup: str | None = None, extend: bool = False, warm: WarmModels | None = None) -> dict:
-    """Continues training a checkpoint on `dataset`; its head is prepared by `prepare_head` first.
+    """Continues training a checkpoint on `dataset`; its head is chosen by `choose_head` first.
 
     With `extend`, this is a second stage of the base's own training rather than a fine-tune: the
     dataset, its held-out split and the class list must be the base's, and the new checkpoint's history,
@@ -210,13 +210,6 @@ class HeadChoice:
     fallback: tuple[np.ndarray, np.ndarray]
     fallback_name: str
     start_correct: np.ndarray
-
-
-def prepare_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainConfig, base_head=None,
-                 features=None):
-    """(model, start metrics): see choose_head."""
-    model, start, _ = choose_head(model, base_classes, dataset, recipe, base_head, features)
-    return model, start
 
 
 def choose_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainConfig, base_head=None,

@@ -20,7 +20,7 @@ from explorer.card import Card, Data, Epoch, Lineage, Metrics, Training
 from explorer.data import Dataset
 from explorer.schedules import ScheduledAdamW, WarmUpCosine
 
-# How a fine-tune's classifier starts (see prepare_head): "auto" keeps the base's head for the base's own
+# How a fine-tune's classifier starts (see choose_head): "auto" keeps the base's head for the base's own
 # classes, takes the base's rows when the new classes are some of the base's, else fits a linear probe.
 HEAD_INITS = ("auto", "probe", "new")
 # Progress (a batch event) at most this often: each report waits for the device to finish its step.
@@ -344,7 +344,7 @@ def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
     the same shape are used again (see compile_for_run), and the validation batch is padded to a multiple of
     64 images, so that zips of similar size share it too.
 
-    `start` (metrics of the model before any step, see prepare_head) is reported as epoch 0. With a
+    `start` (metrics of the model before any step, see choose_head) is reported as epoch 0. With a
     `backup` folder, the state after every epoch is kept there (explorer.backup): a run killed at any
     moment and started again with the same arguments resumes from its last completed epoch and ends
     as if it had never stopped; a backup of another run (`base`, the recipe, data or model differ) is

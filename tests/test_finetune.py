@@ -17,7 +17,7 @@ from PIL import Image
 from explorer.batches import make_batches, training_split
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.data import Dataset
-from explorer.finetune import fine_tune, fine_tune_recipe, prepare_head
+from explorer.finetune import choose_head, fine_tune, fine_tune_recipe
 from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
 from explorer.folders import read_image_zip
 from explorer.jobs import JobError, Limits, choose_backend, plan_job, recipe_for, report
@@ -100,7 +100,7 @@ def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10
     base_logits = predict_logits(model, x)
     rows = [card.class_names.index(c.lower()) for c in classes]
     # Without a validation split there is nothing to weigh the rows against: they are the start.
-    prepared, start = prepare_head(model, card.class_names, ds, fine_tune_recipe(len(x), validation_fraction=0.0))
+    prepared, start, _ = choose_head(model, card.class_names, ds, fine_tune_recipe(len(x), validation_fraction=0.0))
     assert start["head"] == "base rows" and prepared.output_shape == (None, 3)
     np.testing.assert_allclose(predict_logits(prepared, x), base_logits[:, rows], rtol=1e-5, atol=1e-5)
 
@@ -111,7 +111,7 @@ def test_the_probe_replaces_the_base_rows_only_where_it_does_better_out_of_fold(
     """Linear probing, then fine-tuning: known classes start from the base's rows or from the probe, whichever
     scores higher on every labelled image (the probe out of fold, 5-fold cross-validation); rows win ties.
     The start's validation top-1 is reported as epoch 0 either way."""
-    from explorer.finetune import choose_head, pooled_features
+    from explorer.finetune import pooled_features
     from explorer.linear import LinearHead, cross_validated_probe
     model, card = load_checkpoint(tiny_checkpoints[variant])
     classes = ["cat", "dog", "horse", "deer"]
@@ -140,9 +140,9 @@ def test_other_classes_start_from_a_linear_probe(tiny_checkpoints, cifar10):
     model, card = load_checkpoint(tiny_checkpoints["vanilla"])
     x, y = pick(cifar10, ["airplane", "frog"], 40)
     ds = Dataset("two", x, y, x[:10], y[:10], ["sky things", "green things"])
-    prepared, start = prepare_head(model, card.class_names, ds, fine_tune_recipe(len(x)))
+    prepared, start, _ = choose_head(model, card.class_names, ds, fine_tune_recipe(len(x)))
     assert start["head"].startswith("linear probe") and start["val_top1"] > 0.5
-    frozen, _ = prepare_head(load_checkpoint(tiny_checkpoints["vanilla"])[0], card.class_names, ds,
+    frozen, _, _ = choose_head(load_checkpoint(tiny_checkpoints["vanilla"])[0], card.class_names, ds,
                              TrainConfig(head_init="new", freeze_backbone=True))
     assert [layer.name for layer in frozen.layers if layer.trainable and layer.weights] == ["head"]
 
