@@ -20,7 +20,12 @@ def model_color(index: int) -> str:
     return MODEL_COLORS[index % len(MODEL_COLORS)]
 
 
-def _figure(figsize: tuple[float, float] = (6.0, 3.6)) -> Figure:
+# 520 px wide at 100 dpi: two side by side in a wide window, one per row in a narrow one (the UI's rows of
+# plots wrap below 380 px each), and either way shown at 80 % of their size or more.
+WIDTH = 5.2
+
+
+def _figure(figsize: tuple[float, float] = (WIDTH, 3.6)) -> Figure:
     return Figure(figsize=figsize, layout="constrained")
 
 
@@ -55,6 +60,17 @@ def _legend_outside(ax, **kwargs) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
 
 
+def _legend_below(fig: Figure, ax, **kwargs) -> None:
+    """The axes' legend under the figure, where it covers no curve and leaves the axes the figure's width."""
+    handles, labels = kwargs.pop("handles", None), None
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        kwargs.setdefault("ncols", min(len(handles), 3))
+        fig.legend(handles, labels if labels is not None else [h.get_label() for h in handles],
+                   loc="outside lower center", fontsize="small", **kwargs)
+
+
 def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -> Figure:
     """Each model's per-layer mean over heads as a line, its heads as small dots of the same colour."""
     fig = _figure()
@@ -69,7 +85,7 @@ def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -
         ax.scatter(np.repeat(layers, v.shape[1]), v.ravel(), color=color, s=12, alpha=0.45, linewidths=0)
     _label_axes(ax, "layer", ylabel, title)
     if per_model:
-        ax.legend()
+        _legend_below(fig, ax, ncols=min(len(per_model), 2))
     return fig
 
 
@@ -89,8 +105,8 @@ def plot_what_if(entropy: dict[str, tuple[np.ndarray, np.ndarray]],
 
     Each dict maps a model's name to its (learned, what-if) pair of (L, H) arrays.
     """
-    fig = _figure((8.0, 3.4))
-    axes = fig.subplots(1, 2)
+    fig = _figure((WIDTH, 5.6))
+    axes = fig.subplots(2, 1)
     panels = ((axes[0], entropy, "attention entropy (nats)", "Entropy"),
               (axes[1], distance, "mean attention distance (pixels)", "Attention distance"))
     for ax, per_model, ylabel, title in panels:
@@ -131,7 +147,7 @@ def plot_tau(per_model: dict[str, list[list[float]]], initial: dict[str, float])
         ax.axhline(value, color=model_color(owners[0]) if len(owners) == 1 else "0.45", linestyle="--",
                    linewidth=1, label=f"initial √d_k = {value:.3g}")
     _label_axes(ax, "layer", "temperature τ", "Learned LSA temperature")
-    ax.legend()
+    _legend_below(fig, ax, ncols=2)
     return fig
 
 
@@ -160,7 +176,7 @@ def plot_tau_history(per_model: dict[str, list[dict]], empty: str = NO_LSA_TEXT)
     handles = [Line2D([], [], color="0.2", linestyle=_LINESTYLES[k % len(_LINESTYLES)], label=name)
                for k, name in enumerate(series)]
     handles += [Line2D([], [], color=colors[layer], label=f"L{layer}") for layer in range(layers)]
-    _legend_outside(ax, handles=handles, fontsize="small", ncols=2 if len(handles) > 10 else 1)
+    _legend_below(fig, ax, handles=handles, ncols=min(len(handles), 4))
     _label_axes(ax, "epoch", "mean temperature τ", "LSA temperature during training")
     _epoch_axis(ax, [x for per_layer in series.values() for xs, _ in per_layer for x in xs])
     return fig
@@ -172,8 +188,8 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
     Several runs (a dict of label -> history) share the axes, one colour per run, so a pair fine-tune's
     two models can be compared epoch by epoch; epoch 0 (before any step) is drawn where it is given."""
     runs = history if isinstance(history, dict) else {"": history}
-    fig = _figure((8.0, 3.4))
-    axes = fig.subplots(1, 2)
+    fig = _figure((WIDTH, 5.6))
+    axes = fig.subplots(2, 1)
     panels = ((axes[0], "loss", ("loss", "val_loss")), (axes[1], "top-1 accuracy", ("top1", "val_top1")))
     epochs = [e.get("epoch", i) for run in runs.values() for i, e in enumerate(run)]
     for ax, ylabel, keys in panels:
@@ -184,13 +200,16 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
                     continue
                 xs, ys = zip(*points, strict=True)
                 color = MODEL_COLORS[k if label else j]
-                ax.plot(xs, ys, color=color, marker="o", markersize=3 if len(xs) > 12 else 5,
-                        linestyle="--" if key.startswith("val_") else "-",
-                        label=f"{label} {key}".strip())
+                # Validation: dashed, hollow squares, under the training curve, whose points (a one-epoch
+                # run's only one) stay visible where the two meet.
+                val = key.startswith("val_")
+                ax.plot(xs, ys, color=color, marker="s" if val else "o", markersize=3 if len(xs) > 12 else 5,
+                        linestyle="--" if val else "-", markerfacecolor="none" if val else color,
+                        zorder=2 if val else 3, label=f"{label} {key}".strip())
         _label_axes(ax, "epoch", ylabel)
         _epoch_axis(ax, epochs)
         if ax.get_lines():
-            ax.legend(fontsize="small")
+            _legend_outside(ax, fontsize="small")
         else:
             ax.text(0.5, 0.5, "no epochs yet", ha="center", va="center", transform=ax.transAxes, color="0.35")
     return fig

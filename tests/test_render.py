@@ -222,8 +222,13 @@ def test_side_by_side_keeps_every_picture_whole_under_its_title():
         render.side_by_side([])
 
 
+def _legend(ax):
+    """The axes' legend: its own, or the figure's (drawn below the axes)."""
+    return ax.get_legend() or ax.figure.legends[0]
+
+
 def _legend_texts(ax) -> list[str]:
-    return [t.get_text() for t in ax.get_legend().get_texts()]
+    return [t.get_text() for t in _legend(ax).get_texts()]
 
 
 def test_per_layer_plots():
@@ -324,9 +329,42 @@ def _assert_outside(fig, legend, *axes):
 def test_the_tau_history_legend_sits_beside_the_curves_and_an_empty_plot_says_why():
     history = [{"epoch": e, "tau": [[8.0 - e], [8.0 - 2 * e]]} for e in range(1, 4)]
     fig = plots.plot_tau_history({"lsa": history})
-    _assert_outside(fig, fig.axes[0].get_legend(), fig.axes[0])
+    _assert_outside(fig, _legend(fig.axes[0]), fig.axes[0])
     waiting = plots.plot_tau_history({"B": []}, empty="τ of B shows here after its first epoch")
     assert [t.get_text() for t in waiting.axes[0].texts] == ["τ of B shows here after its first epoch"]
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: plots.plot_tau({"cifar10-spt_lsa (spt_lsa)": [[4.5], [4.2], [3.9]], "e2e40-B (spt_lsa)": [[4.1], [4.0]]},
+                           {"cifar10-spt_lsa (spt_lsa)": 4.0, "e2e40-B (spt_lsa)": 4.0}),
+    lambda: plots.plot_entropy({"A: vanilla": RNG.random((6, 4)), "B: spt_lsa": RNG.random((6, 4))}),
+    lambda: plots.plot_training({m: [{"epoch": e, "loss": 1.0 / (e + 1), "val_loss": 1.1 / (e + 1),
+                                      "top1": 0.2 * e, "val_top1": 0.19 * e} for e in range(4)] for m in "AB"}),
+], ids=["tau", "per-layer", "training"])
+def test_no_legend_covers_a_curve_or_the_initial_tau_line(draw):
+    fig = draw()
+    for ax in fig.axes:
+        _assert_outside(fig, _legend(ax), *fig.axes)
+
+
+def test_a_one_epoch_run_shows_its_training_point_over_the_validation_one():
+    fig = plots.plot_training({"A": [{"epoch": 0, "val_loss": 1.2, "val_top1": 0.3},
+                                     {"epoch": 1, "loss": 1.0, "val_loss": 1.0, "top1": 0.5, "val_top1": 0.5}]})
+    for ax in fig.axes:
+        train, val = ax.get_lines()
+        assert train.get_zorder() > val.get_zorder() and train.get_marker() != val.get_marker()
+        assert val.get_markerfacecolor() == "none"
+
+
+def test_plots_are_drawn_to_sit_two_abreast_or_one_per_row_at_80_percent():
+    """Every plot of the Attention, Tau and Fine-tune tabs is 520 px wide: the UI's rows put two side by side
+    in a wide window and one per row in a narrow one, each shown at 80 % of its size or more."""
+    history = [{"epoch": 1, "loss": 1.0, "tau": [[7.0]]}]
+    data = {"A": RNG.random((6, 4))}
+    for fig in (plots.plot_tau({"lsa": [[5.0]]}, {"lsa": 8.0}), plots.plot_tau_history({"lsa": history}),
+                plots.plot_training({"A": history}), plots.plot_entropy(data), plots.plot_attention_distance(data),
+                plots.plot_what_if({"A": (data["A"], data["A"])}, {"A": (data["A"], data["A"])})):
+        assert plots.figure_to_array(fig).shape[1] == 520
 
 
 def test_a_one_epoch_run_has_an_integer_epoch_axis_around_its_epoch():

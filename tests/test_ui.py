@@ -247,7 +247,7 @@ def test_what_if_handler(ex, image_file):
     assert top_a == ui(ex).compare.compare(image_file, A, B)[0] and len(top_a2) == 5 and len(top_b2) == 5
     assert "τ × 0.25, diagonal mask off (learned: off)" in summary
     assert "τ × 1, diagonal mask off (learned: on)" in summary
-    assert maps.ndim == 3 and plot.ndim == 3 and plot.shape[1] > plot.shape[0]
+    assert maps.ndim == 3 and plot.ndim == 3 and plot.shape[1] == 520 < plot.shape[0]  # its panels stacked
     assert maps.shape[1] > 2 * maps.shape[0]  # A's learned/what-if sheet beside B's, two rows each
     again = ui(ex).what_if.what_if(image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")[5]
     assert again is plot  # drawn once: the same content comes from the plot cache
@@ -300,7 +300,7 @@ def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(ablat
         rows = table[table["model"] == loaded.label]
         assert list(rows["tau"]) == [", ".join(f"{v:.3f}" for v in t) for t in loaded.probe.tau()]
     plot, history, _ = tab.tau(B, A)
-    assert [t.get_text() for t in plot.axes[0].get_legend().get_texts()][:2] == labels
+    assert [t.get_text() for t in plot.legends[0].get_texts()][:2] == labels  # the legend under the plot
 
 
 def test_ablation_pairs_put_two_corners_of_the_2x2_in_the_slots_in_one_click(ablation_root, data_dir, ex):

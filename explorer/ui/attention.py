@@ -14,8 +14,8 @@ import pandas as pd
 from explorer import plots, render, reports
 from explorer.checkpoints import CheckpointError
 from explorer.ui import what_if
-from explorer.ui.context import UNLISTED, AppState, Page, initial
-from explorer.ui.pictures import as_pictures, drawn, picture
+from explorer.ui.context import UNLISTED, AppState, Page, initial, quiet
+from explorer.ui.pictures import PLOT_MIN, as_pictures, drawn, picture
 from explorer.workbench import HEAD_ALL, HEAD_MEAN, PARTS, analyze_pair, query_patch, side_by_side_pictures, square
 
 QUERY_PICKER = 224
@@ -209,9 +209,11 @@ def build(app: AppState, page: Page) -> AttentionTab:
         with gr.Accordion("Locality: mean attention distance and entropy", open=True):
             scope = gr.Radio(SCOPES, value=SCOPES[0], label="over")
             loc_btn = gr.Button("Measure locality")
-            with gr.Row():
-                dist_plot = picture("mean attention distance", show_label=False, value=drawn(locality0[0]))
-                ent_plot = picture("attention entropy", show_label=False, value=drawn(locality0[1]))
+            with gr.Row(elem_id="locality-plots"):  # side by side, or one per row in a narrow window
+                dist_plot = picture("mean attention distance", show_label=False, value=drawn(locality0[0]),
+                                    min_width=PLOT_MIN)
+                ent_plot = picture("attention entropy", show_label=False, value=drawn(locality0[1]),
+                                   min_width=PLOT_MIN)
             loc_table = gr.Dataframe(locality0[2], interactive=False, wrap=True, elem_id="locality-table")
         what_if.build(app, page, layer, qy, qx)
 
@@ -221,7 +223,8 @@ def build(app: AppState, page: Page) -> AttentionTab:
     # A new image or the button draws everything; a query click (one request), a layer or a head change
     # only what depends on them.
     attn_btn.click(tab.attention, inputs, [maps, rollout, caption, cell], api_name="attention", **attn)
-    gr.on(page.new_input(), tab.attention, inputs, [maps, rollout, caption, cell], api_name=False, **attn)
+    gr.on(page.new_input(), quiet(tab.attention, (None, None, "", None)), inputs, [maps, rollout, caption, cell],
+          api_name=False, **attn)
     gr.on([layer.change, head.change], tab.attention_query, inputs, query_outputs, api_name="attention_layer",
           **attn, **UNLISTED)
     gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn,
@@ -234,6 +237,6 @@ def build(app: AppState, page: Page) -> AttentionTab:
     page.from_tabs.query_cell, page.from_tabs.outline_js = cell, OUTLINE_JS  # drawn once the page has loaded
     loc_inputs, loc_outputs = [page.upload, page.slot_a, page.slot_b, scope], [dist_plot, ent_plot, loc_table]
     loc_btn.click(as_pictures(tab.locality), loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)
-    gr.on(page.new_input(), as_pictures(tab.locality), loc_inputs, loc_outputs, api_name=False,
-          concurrency_limit=2)
+    gr.on(page.new_input(), quiet(as_pictures(tab.locality), (None, None, None)), loc_inputs, loc_outputs,
+          api_name=False, concurrency_limit=2)
     return tab

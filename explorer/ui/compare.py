@@ -7,7 +7,7 @@ import pandas as pd
 
 from explorer import reports
 from explorer.inputs import original_size, resize_note
-from explorer.ui.context import AppState, Page, initial
+from explorer.ui.context import AppState, Page, initial, quiet
 from explorer.workbench import square, top_k
 
 OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this pair._"
@@ -52,6 +52,11 @@ class CompareTab:
                      "image: logits and all attention maps, shared by every tab)")
         return top_a, top_b, "\n\n".join(lines)
 
+    def headings(self, ref_a: str | None, ref_b: str | None, request: gr.Request = None):
+        """Each top-k's heading for the models in the slots: top-5, or top-3 for a model of three classes."""
+        return tuple(gr.update(label=f"Model {tag} top-{self.app.top_count(ref, request)}")
+                     for tag, ref in (("A", ref_a), ("B", ref_b)))
+
     def disagreements(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None,
                       progress=gr.Progress()):
         """Runs both models over the first N test images of model B's dataset: their accuracies, top-1 per
@@ -84,8 +89,9 @@ def build(app: AppState, page: Page) -> CompareTab:
     with gr.Tab("Compare", id="compare"):
         compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
         with gr.Row():
-            label_a = gr.Label(top_a, num_top_classes=5, label="Model A top-5", elem_id="label-a")
-            label_b = gr.Label(top_b, num_top_classes=5, label="Model B top-5", elem_id="label-b")
+            label_a, label_b = (gr.Label(top, num_top_classes=5, label=f"Model {tag} top-{app.top_count(ref)}",
+                                         elem_id=f"label-{tag.lower()}")
+                                for tag, top, ref in (("A", top_a, page.refs[0]), ("B", top_b, page.refs[1])))
         verdict = gr.Markdown(verdict_text, elem_id="verdict")
         with gr.Accordion("Find disagreements on the test set", open=False):
             n_test = gr.Slider(50, 10000, value=1000, step=50, label="test images (the first N; 10,000 = all of them)",
@@ -101,7 +107,8 @@ def build(app: AppState, page: Page) -> CompareTab:
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [label_a, label_b, verdict]
     compare_btn.click(tab.compare, inputs, outputs, api_name="compare", concurrency_limit=4)
-    gr.on(page.new_input(), tab.compare, inputs, outputs, api_name=False, concurrency_limit=4)
+    gr.on(page.new_input(), quiet(tab.compare, (None, None, "")), inputs, outputs, api_name=False, concurrency_limit=4)
+    gr.on(page.new_models(), tab.headings, list(page.loaded), [label_a, label_b], api_name=False, queue=False)
     dis_btn.click(tab.disagreements, [page.slot_a, page.slot_b, n_test], [dis_summary, dis_table, dis_gallery],
                   api_name="disagreements")
     gr.on(page.new_models(), lambda: (OTHER_MODELS, None, None), None, [dis_summary, dis_table, dis_gallery],

@@ -4,6 +4,7 @@ makes for another part of the page in `TabComponents`."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -85,6 +86,24 @@ class Page:
     def new_models(self) -> list:
         """The events after which a report over the test set (made for the previous pair) is out of date."""
         return [state.change for state in self.loaded]
+
+
+class ImageError(gr.Error):
+    """The page's image cannot be used (none yet, or a file that is not an image)."""
+
+
+def quiet(handler, blank):
+    """`handler` for an event the page fires by itself (a new image, another model, a tab opened): an image
+    that cannot be used clears the outputs (`blank`) instead of saying so once more, so that no answer about
+    the previous image stays and the image column's note is the one message. Name, docstring and signature
+    stay the handler's."""
+    @functools.wraps(handler)
+    def run(*args, **kwargs):
+        try:
+            return handler(*args, **kwargs)
+        except ImageError:
+            return blank
+    return run
 
 
 def initial(handler, *args, default=None):
@@ -298,6 +317,13 @@ class AppState:
         except (CheckpointError, ValueError, OSError) as e:
             raise gr.Error(f"model not available: {self.safe(e)}") from None
 
+    def top_count(self, ref: str | None, request=None) -> int:
+        """How many classes a top-k of `ref`'s model lists: five, or all of a model with fewer."""
+        try:
+            return min(5, len(self.model(ref, request).class_names)) if ref else 5
+        except (CheckpointError, ValueError, OSError):
+            return 5
+
     def dataset_of(self, ref_b: str | None, request=None) -> str:
         """The dataset whose test images go with slot B's model (CIFAR-10 unless it is CIFAR-100's)."""
         try:
@@ -319,11 +345,11 @@ class AppState:
     def image(self, file) -> tuple[np.ndarray, np.ndarray]:
         """(model input, preview) of the image in the page, or a gr.Error saying what is wrong with it."""
         if file is None:
-            raise gr.Error("No image yet: upload one, click an example or take a sample from the test set.")
+            raise ImageError("No image yet: upload one, click an example or take a sample from the test set.")
         try:
             return self.images.get(file)
         except ImageInputError as e:
-            raise gr.Error(str(e)) from None
+            raise ImageError(str(e)) from None
 
     def safe(self, error) -> str:
         """An error's text for the page; in shared mode without the server's paths."""

@@ -12,7 +12,7 @@ import pandas as pd
 from explorer import evidence, robustness
 from explorer.formatting import pct
 from explorer.render_evidence import plot_shift_robustness
-from explorer.ui.context import AppState, Page, initial
+from explorer.ui.context import AppState, Page, initial, quiet
 from explorer.ui.pictures import as_pictures, picture
 from explorer.workbench import picture_title
 
@@ -200,11 +200,15 @@ def build(app: AppState, page: Page) -> EvidenceTab:
     strip_inputs = [page.upload, page.slot_a, page.slot_b, max_shift, padding]
     # A new image (or model) is analysed here only while the tab is open, or when it is opened: an upload
     # made on another tab costs no occlusion pass.
-    gr.on(page.new_input(), tab.upload, [page.tab] + occ_inputs + [max_shift, padding], [occ_map, occ_text, strip],
+    gr.on(page.new_input(), quiet(tab.upload, (None, "", None)), [page.tab] + occ_inputs + [max_shift, padding],
+          [occ_map, occ_text, strip],
           api_name=False, concurrency_limit=4)
-    evidence_tab.select(tab.evidence, occ_inputs, [occ_map, occ_text], api_name=False, concurrency_limit=4)
-    gr.on([evidence_tab.select, max_shift.release, padding.change], tab.shift_strip, strip_inputs, [strip],
-          api_name="shift_strip", concurrency_limit=4)
+    # Opening the tab draws what the image column has; an image it cannot use clears the tab quietly.
+    evidence_tab.select(quiet(tab.evidence, (None, "")), occ_inputs, [occ_map, occ_text], api_name=False,
+                        concurrency_limit=4)
+    evidence_tab.select(quiet(tab.shift_strip, None), strip_inputs, [strip], api_name=False, concurrency_limit=4)
+    gr.on([max_shift.release, padding.change], tab.shift_strip, strip_inputs, [strip], api_name="shift_strip",
+          concurrency_limit=4)
     rob_btn.click(as_pictures(tab.robustness), [page.slot_a, page.slot_b, count, max_shift, padding],
                   [rob_plot, rob_table, rob_text], api_name="robustness", concurrency_limit=2)
     gr.on(page.new_models(), lambda: (None, None, OTHER_MODELS), None, [rob_plot, rob_table, rob_text],

@@ -20,6 +20,7 @@ from explorer.reports import small_splits, without_top5
 from explorer.runner import CANCEL_ANSWERS, Busy, QueueFull, queue_status, run_status
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import AppState, Page, reporter
+from explorer.ui.pictures import PLOT_MIN
 from explorer.visitors import REFUSED
 from explorer.workbench import square
 
@@ -246,6 +247,17 @@ class FinetuneTab:
             f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(state.members, preds, strict=True)))
             for i in indices]
 
+    @staticmethod
+    def hide_report():
+        """A Start: the report of an earlier run leaves the page (this run's comes when it is done)."""
+        return (gr.update(value=None, visible=False),) * 3
+
+    @staticmethod
+    def show_report(results, gallery):
+        """A run has ended: its report shows where it has one (a run that failed or was cancelled has none)."""
+        done = results is not None and len(results) > 0
+        return gr.update(visible=done), gr.update(visible=done), gr.update(visible=done and bool(gallery))
+
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
         return CANCEL_ANSWERS[self.app.runner.cancel_as(self.app.owner(request))]
@@ -305,15 +317,19 @@ def build(app: AppState, page: Page) -> FinetuneTab:
         # line, so that both stay readable.
         progress_box = gr.HTML("", elem_id="ft-progress")
         status = gr.Markdown("No run yet.", elem_id="ft-status")
-        curves = gr.Plot(label="loss and accuracy", show_label=False)
+        # The report comes when a run is done, right under the status line that ends with what qualifies it
+        # (splits too small to trust a point); the curves follow the run as it goes.
         results = gr.Dataframe(label="result on the held-out test images", interactive=False, wrap=True,
-                               headers=["model", "test top-1", "test top-5", "device", "images/s", "train time"])
+                               headers=["model", "test top-1", "device", "images/s", "train time"], visible=False,
+                               elem_id="ft-results")
         # One above the other: side by side at 1280 px the table's last column and the captions were cut.
         per_class = gr.Dataframe(label="per-class test top-1", interactive=False, wrap=True, elem_id="ft-per-class",
-                                 headers=["class", "A top-1", "B top-1", "B − A (points)"])
+                                 headers=["class", "A top-1", "B top-1", "B − A (points)"], visible=False)
         gallery = gr.Gallery(format="png", label="test images where they disagree (true class: A's guess · B's guess)",
-                             columns=6, height="auto", elem_id="ft-gallery")
-        tau = gr.Plot(label="tau per layer", show_label=False)
+                             columns=6, height="auto", elem_id="ft-gallery", visible=False, object_fit="scale-down")
+        with gr.Row(elem_id="ft-plots"):  # side by side, or one per row in a narrow window
+            curves = gr.Plot(label="loss and accuracy", show_label=False, min_width=PLOT_MIN, elem_id="ft-curves")
+            tau = gr.Plot(label="tau per layer", show_label=False, min_width=PLOT_MIN, elem_id="ft-tau")
         with gr.Row():
             mine = gr.Dropdown(app.my_runs() if not app.shared else [], value=None, scale=3,
                                label="your fine-tuned checkpoints" if app.shared else "fine-tuned checkpoints",
@@ -334,7 +350,9 @@ def build(app: AppState, page: Page) -> FinetuneTab:
                 # every waiting Start holds a worker: the queue, the run followed, one to refuse
                 concurrency_limit=app.shared_limits.max_queue + 2 if app.shared else 4,
                 # progress shows in its own box only: not over the status line, the slots or the plots
-                show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False)
+                show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False).then(
+        tab.show_report, [results, gallery], [results, per_class, gallery], api_name=False, queue=False)
+    start.click(tab.hide_report, None, [results, per_class, gallery], api_name=False, queue=False)
     cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None)
     download.click(tab.download, [mine], [archive], api_name="download_checkpoint")
     return tab

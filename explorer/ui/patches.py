@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer import render
-from explorer.ui.context import AppState, Page, initial
+from explorer.ui.context import AppState, Page, initial, quiet
 from explorer.ui.pictures import picture
 from explorer.workbench import square
 
@@ -53,5 +53,5 @@ def build(app: AppState, page: Page) -> PatchesTab:
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [grid_plain, grids, patch_note]
     patches_btn.click(tab.patches, inputs, outputs, api_name="patches", concurrency_limit=4)
-    gr.on(page.new_input(), tab.patches, inputs, outputs, api_name=False, concurrency_limit=4)
+    gr.on(page.new_input(), quiet(tab.patches, (None, None, "")), inputs, outputs, api_name=False, concurrency_limit=4)
     return tab

@@ -15,6 +15,10 @@ from matplotlib.figure import Figure
 
 from explorer import plots, render
 
+# A row of plots (each drawn plots.WIDTH inches wide) keeps two side by side down to this width each, and
+# puts one per row below it: a plot is never shown at less than about three quarters of its size.
+PLOT_MIN = 380
+
 
 def picture(label: str, captioned: bool = True, **kwargs) -> gr.Image:
     """An output image; PNG because it encodes ~9x faster than Gradio's default WebP and keeps patch edges.

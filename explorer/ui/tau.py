@@ -10,10 +10,12 @@ from explorer.catalog import STUDY
 from explorer.config import ViTConfig
 from explorer.probe import tau_table
 from explorer.ui.context import AppState, Page, initial
-from explorer.ui.pictures import as_pictures, drawn, picture
+from explorer.ui.pictures import PLOT_MIN, as_pictures, drawn, picture
 from explorer.visitors import FINETUNED
 
-COLUMNS = ["model", "layer", "tau", "initial √d_k", "ratio"]
+COLUMNS = ["model", "layer", "tau", "√d_k", "tau / √d_k"]
+# Shares of the table's width: a narrow window wraps a long model name, never a header or a number.
+WIDTHS = ["31%", "15%", "20%", "14%", "20%"]
 
 
 class TauTab:
@@ -92,9 +94,11 @@ def build(app: AppState, page: Page) -> TauTab:
                     "√d_k; a tau below √d_k sharpens attention.")
         tau_btn = gr.Button("Show tau")
         with gr.Row(elem_id="tau-plots"):
-            tau_plot = picture("tau per layer", show_label=False, value=drawn(plot))
-            tau_hist = picture("tau over training", show_label=False, value=drawn(history))
-        tau_frame = gr.Dataframe(table, interactive=False, wrap=True, elem_id="tau-table")
+            tau_plot = picture("tau per layer", show_label=False, value=drawn(plot), min_width=PLOT_MIN)
+            tau_hist = picture("tau over training", show_label=False, value=drawn(history), min_width=PLOT_MIN)
+        gr.Markdown("The table: each layer's tau (one per head when the model learns one per head), the "
+                    "initial √d_k it started from, and their ratio (mean over heads).")
+        tau_frame = gr.Dataframe(table, interactive=False, wrap=True, elem_id="tau-table", column_widths=WIDTHS)
 
     inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame]
     tau_btn.click(as_pictures(tab.tau), inputs, outputs, api_name="tau")
