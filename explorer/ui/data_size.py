@@ -64,6 +64,18 @@ class DataSizeTab:
         return f"{mechanisms.answer(rows)}\n\n{mechanisms.markdown(rows)}" if rows else ""
 
 
+    def models(self, request=None) -> list[tuple[str, str]]:
+        """(label, reference) of each model the table above reports (per-head ones included), as the slots
+        list them: one pick puts it in slot B."""
+        from explorer import mechanisms
+        try:
+            names = {row["model"] for row in mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")}
+        except (OSError, ValueError, KeyError):
+            return []
+        return [(label, ref) for label, ref in self.app.slot_choices(request)
+                if ref.startswith(f"{STUDY}/") and ref.split("/", 1)[1] in names]
+
+
 def build(app: AppState, page: Page) -> DataSizeTab:
     tab = DataSizeTab(app)
     figure, gaps, text = tab.curve()
@@ -85,6 +97,9 @@ def build(app: AppState, page: Page) -> DataSizeTab:
             with gr.Accordion("Why does LSA add nothing here? What its temperature and mask do to attention",
                               open=False, elem_id="data-size-why"):
                 gr.Markdown(why)
+                reported = gr.Dropdown(tab.models(), value=None, label="put one of these models in slot B",
+                                       elem_id="data-size-model")
+            reported.input(lambda ref: ref, [reported], [page.slot_b], api_name=False, queue=False)
     size.input(tab.pair, [size], [page.slot_a, page.slot_b], api_name="study_pair", **UNLISTED)
     # The size follows the slots: selected while they hold its pair, none otherwise.
     gr.on(page.new_models(), tab.selected, list(page.loaded), [size], api_name=False, queue=False)

@@ -100,6 +100,14 @@ def test_every_shipped_model_is_in_the_slot_lists_under_a_label_of_its_own(brows
         assert "tau per head" in page.inner_text("#card-b")
         assert page.locator('input[aria-label="Model B"]').input_value() == (
             "small data · 1,000 images · SPT + LSA · tau per head")
+        # The tab that reports the per-head models puts one in slot B.
+        open_tab(page, "Small data")
+        page.get_by_text("Why does LSA add nothing here?").click()
+        reported = slot_options(page, "put one of these models in slot B")
+        assert "small data · 2,500 images · LSA alone · tau per head" in reported, reported
+        choose(page, "put one of these models in slot B", "small data · 2,500 images · LSA alone · tau per head")
+        page.wait_for_function("() => /cifar10-2500-lsa_head/.test(document.querySelector('#card-b').innerText)",
+                               timeout=60_000)
     finally:
         page.close()
 
