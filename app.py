@@ -1,6 +1,6 @@
 """SPT/LSA ViT Explorer: `python app.py` (the file a Hugging Face Space runs).
 
-Settings are environment variables (README.md, "Settings"); `--host`, `--port` and `--no-mcp` set the usual
+Settings are environment variables (docs/settings.md); `--host`, `--port` and `--no-mcp` set the usual
 ones from the command line. The options are read before anything heavy is imported, so `--help` answers at
 once.
 """
@@ -13,7 +13,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="SPT/LSA ViT Explorer: a vanilla ViT and an SPT/LSA ViT side by side in the browser.",
         epilog="Gradio's GRADIO_SERVER_NAME and GRADIO_SERVER_PORT work too; the options win. Every other "
-               "setting (EXPLORER_*) is in README.md.")
+               "setting (EXPLORER_*) is in docs/settings.md.")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
     parser.add_argument("--port", type=int, help="port to listen on (default 7860, or the next free one)")
     parser.add_argument("--no-mcp", action="store_true", help="do not serve the tools over MCP (also EXPLORER_MCP=0)")

@@ -1,5 +1,5 @@
-"""Evidence and shift robustness of checkpoints over the CIFAR-10 test images, as markdown tables for the
-README: test top-1; how concentrated each model's occlusion evidence is (single-patch occlusion, mean
+"""Evidence and shift robustness of checkpoints over the CIFAR-10 test images, as markdown tables for
+docs/results.md: test top-1; how concentrated each model's occlusion evidence is (single-patch occlusion, mean
 fill, the probability of the true label by default: the share of the drop carried by the top 10 % of
 patches and the drop's mean distance from its centre of mass); and top-1 accuracy and unchanged top-1
 when the image moves by 1..4 px (averaged over left, right, up, down; zero padding) or is mirrored.

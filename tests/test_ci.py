@@ -1,5 +1,5 @@
-"""The README's test command is what CI runs (the linter first, then the whole suite), and its Development
-section gives the quick loop first, the full suite second. The linter itself runs in .ci/run, not here."""
+"""The README's test command is what CI runs (the linter first, then the whole suite), and docs/development.md
+gives the quick loop first, the full suite second. The linter itself runs in .ci/run, not here."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def test_ci_runs_the_readme_command_with_the_linter_first():
     assert command in (ROOT / ".ci" / "run").read_text()
 
 
-def test_the_development_section_gives_the_quick_loop_then_the_full_suite():
-    section = (ROOT / "README.md").read_text().split("\n### Development\n")[1].split("\n## ")[0]
+def test_the_development_page_gives_the_quick_loop_then_the_full_suite():
+    section = (ROOT / "docs" / "development.md").read_text()
     quick = section.index(f"```bash\n{QUICK_LOOP}\n```")
     full = section.index("```bash\npython -m pytest\n```")
     assert quick < full

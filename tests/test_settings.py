@@ -1,5 +1,5 @@
 """explorer.settings: every variable parsed, its default, a bad value refused by name, the object frozen, and
-the README's table and the code's reads kept to what Settings holds."""
+the table in docs/settings.md and the code's reads kept to what Settings holds."""
 
 from __future__ import annotations
 
@@ -151,15 +151,16 @@ def test_the_runner_reads_its_environ_and_hands_the_worker_its_settings(tmp_path
     assert worker.compile_cache == str(tmp_path / "cache")
 
 
-def test_the_readme_table_is_the_settings_table():
-    readme = (ROOT / "README.md").read_text()
-    assert Settings.markdown_table() in readme, "README.md's Settings table: paste `python -m explorer.settings`"
+def test_the_docs_table_is_the_settings_table():
+    page = (ROOT / "docs" / "settings.md").read_text()
+    assert Settings.markdown_table() in page, "docs/settings.md's table: paste `python -m explorer.settings`"
 
 
-def test_every_explorer_variable_named_in_the_code_or_readme_is_a_setting():
+def test_every_explorer_variable_named_in_the_code_or_docs_is_a_setting():
     known = set(FIELDS.values())
     pattern = re.compile(r"\bEXPLORER_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*])")
-    for path in [ROOT / "README.md", ROOT / "app.py", *sorted((ROOT / "explorer").rglob("*.py"))]:
+    pages = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for path in [*pages, ROOT / "app.py", *sorted((ROOT / "explorer").rglob("*.py"))]:
         unknown = set(pattern.findall(path.read_text())) - known
         assert not unknown, f"{path.relative_to(ROOT)} names {sorted(unknown)}, which Settings does not hold"
 

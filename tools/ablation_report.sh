@@ -2,7 +2,7 @@
 # The 2x2 ablation's report once tools/train_ablation.sh has finished both variants: evaluates the four
 # checkpoints on every test image (single view and --flip, locality over 256 images; the metrics go into
 # each card), then measures evidence and shift robustness for all four. Writes ablation/RESULTS.md: the
-# side-by-side table, the README's 2x2 section and the evidence tables.
+# side-by-side table, the 2x2 section (also in docs/results.md) and the evidence tables.
 #
 #     bash tools/ablation_report.sh [DATA_DIR]
 #

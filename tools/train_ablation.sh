@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The 2x2 ablation's other two models, cifar10-spt and cifar10-lsa, trained exactly as the shipped pair was:
-# the README's four stages (seed 0, the same split, one tau per layer, batch mixing in stage 4), one
+# docs/train.md's four stages (seed 0, the same split, one tau per layer, batch mixing in stage 4), one
 # TensorFlow thread each. Every stage keeps a backup after each epoch (explorer.backup) and resumes from it
 # when started again; a finished stage is skipped. Run both variants side by side:
 #

@@ -174,7 +174,7 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         shot = tmp_path / "shared-queue.png"
         shot_waiting(p2, shot)
         assert Image.open(shot).size[0] == WIDTH
-        if not DOC_SHOT.exists():  # the README's picture; delete it to take a new one
+        if not DOC_SHOT.exists():  # docs/deploy.md's picture; delete it to take a new one
             shutil.copy(shot, DOC_SHOT)
         assert "training · " in p1.inner_text("#ft-status")  # visitor 1's run went on meanwhile
 

@@ -24,7 +24,7 @@ from tests.conftest import NO_NETWORK, ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PORT = 7860  # what a Space serves on
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
-# What a Space upload leaves out (README: hf upload ... --exclude), and what is never in a clone.
+# What a Space upload leaves out (docs/deploy.md: hf upload ... --exclude), and what is never in a clone.
 NOT_UPLOADED = shutil.ignore_patterns(".venv", ".git", "runs", "ablation", "study", "__pycache__", ".pytest_cache",
                                       ".gradio", "*.pyc")
 
@@ -43,8 +43,8 @@ def test_the_front_matter_names_the_gradio_that_requirements_pin():
     assert meta["app_file"] == "app.py"
 
 
-def test_the_readme_upload_leaves_out_what_this_check_leaves_out():
-    excluded = set(re.findall(r'--exclude "([^"/]+)/\*"', (ROOT / "README.md").read_text()))
+def test_the_documented_upload_leaves_out_what_this_check_leaves_out():
+    excluded = set(re.findall(r'--exclude "([^"/]+)/\*"', (ROOT / "docs" / "deploy.md").read_text()))
     assert excluded == {".venv", "runs", ".git", "ablation", "study"}
     assert NOT_UPLOADED(str(ROOT), sorted(excluded)) == excluded  # and the copy below leaves them out too
 
@@ -163,7 +163,7 @@ def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
 
 
 def test_a_gpu_space_resolves_its_requirements(tmp_path):
-    """A Space on GPU hardware uses requirements-gpu.txt as its requirements.txt (README, Deploy as a Space):
+    """A Space on GPU hardware uses requirements-gpu.txt as its requirements.txt (docs/deploy.md, Deploy as a Space):
     pip resolves it, JAX with its CUDA 12 plugin included, in a fresh venv (a dry run: nothing installed)."""
     space = tmp_path / "space"
     space.mkdir()
