@@ -44,8 +44,10 @@ def main():
 
     from explorer.config import get_preset
     from explorer.data import Dataset
-    from explorer.fitting import RECIPES, TrainConfig, device_name, fit
+    from explorer.devices import device_name
+    from explorer.fitting import fit
     from explorer.models import build_vit
+    from explorer.recipe import RECIPES, TrainConfig
 
     paper = {k: v for k, v in RECIPES["paper"].items() if k not in ("epochs", "batch_size", "repeats")}
     settings = {

@@ -108,7 +108,8 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
     from explorer.checkpoints import load_checkpoint
     from explorer.config import ViTConfig
     from explorer.finetune import base_rows, fine_tune, fine_tune_recipe
-    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
+    from explorer.predict import accuracy_metrics, predict_logits
+    from explorer.recipe import TrainConfig
     from explorer.train import train_new
     base = ROOT / "checkpoints" / ref
     model, card = load_checkpoint(base)

@@ -3,8 +3,8 @@
 A backup folder holds one run's state after its last completed epoch:
 
     <dir>/run.json                   what run this is (model, data, recipe, base); another run is refused
-    <dir>/training_metadata.json     Keras' epoch counter, plus the run's history, steps and wall time;
-                                     written last, atomically
+    <dir>/training_metadata.json     Keras' epoch counter, plus the run's history, steps, wall time and
+                                     best epoch (explorer.fit_state.BackupMetadata); written last, atomically
     <dir>/epoch-NNNN.weights.h5      model and optimizer weights after epoch NNNN (Keras save_weights)
     <dir>/best-NNNN.npz              the best validation epoch's weights, when the recipe keeps the best
 
@@ -24,6 +24,8 @@ from pathlib import Path
 
 import keras
 import numpy as np
+
+from explorer.fit_state import BackupMetadata, FitState
 
 RUN = "run.json"
 METADATA = "training_metadata.json"
@@ -85,18 +87,20 @@ def check(folder: str | os.PathLike, identity: dict) -> int:
     if problems:
         raise BackupError(f"backup {folder} is of a different run: " + "; ".join(problems)
                           + " (use another --backup folder, or delete this one to start over)")
-    meta = _read_metadata(folder)
-    return int(meta.get("epoch", 0)) if meta else 0
+    saved = read_metadata(folder)
+    return saved.epoch if saved else 0
 
 
-def _read_metadata(folder: Path) -> dict | None:
-    path = folder / METADATA
+def read_metadata(folder: str | os.PathLike) -> BackupMetadata | None:
+    """What a backup holds of its run after its last completed epoch, or None before one is complete."""
+    path = Path(folder) / METADATA
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise BackupError(f"backup {folder}: {METADATA} cannot be read ({e})") from None
+        meta = json.loads(path.read_text())
+        return BackupMetadata.from_json(meta) if meta else None
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise BackupError(f"backup {folder}: {METADATA} cannot be read ({type(e).__name__}: {e})") from None
 
 
 def _write_json(path: Path, value) -> None:
@@ -121,7 +125,7 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         batches: the training PyDataset (see batches.make_batches), whose batches are a function of (seed,
             epoch, index): told the epoch it resumes at, it draws the same order, crops, flips and mixes.
         history: the run's list of epoch records, extended in place on restore.
-        state: the run's mutable state (steps, wall time, best epoch), updated in place on restore.
+        state: the run's FitState (steps, wall time, best epoch), restored in place.
 
     Keras' own callback overwrites one weights file and then the metadata; a kill between the two, or
     during the first, leaves a backup that resumes from the wrong epoch or not at all. Here the weights
@@ -129,7 +133,7 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     backup is kept when training ends (the caller removes it once the checkpoint is written).
     """
 
-    def __init__(self, backup_dir, batches, history: list, state: dict):
+    def __init__(self, backup_dir, batches, history: list, state: FitState):
         super().__init__(str(backup_dir), save_freq="epoch", delete_checkpoint=False)
         self.folder = Path(backup_dir)
         self.batches, self.history, self.state = batches, history, state
@@ -137,19 +141,18 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         self.batches_done = 0
 
     def _load_model(self):
-        meta = _read_metadata(self.folder)
-        if not meta:
+        saved = read_metadata(self.folder)
+        if saved is None:
             return
-        self._weights_path = str(self.folder / meta["weights"])
+        self._weights_path = str(self.folder / saved.weights)
         super()._load_model()
-        self.restored_epochs = int(meta["epoch"])
-        self.history[:] = meta["history"]
-        self.state.update(steps=meta["steps"], wall_before=meta["wall_time_s"], epoch=meta["epoch"],
-                          stopped_by=None)
-        if meta.get("best"):
-            with np.load(self.folder / meta["best"]["file"]) as saved:
-                weights = [saved[f"w{i}"] for i in range(len(saved.files))]
-            self.state["best"] = {**meta["best"]["record"], "weights": weights}
+        self.restored_epochs = saved.epoch
+        self.history[:] = saved.history
+        best_weights = None
+        if saved.best is not None:
+            with np.load(self.folder / saved.best_file) as arrays:
+                best_weights = [arrays[f"w{i}"] for i in range(len(arrays.files))]
+        self.state.restore(saved, best_weights)
         self.batches.begin(self.restored_epochs)
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -168,22 +171,20 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         self.model.save_weights(str(tmp), overwrite=True)
         _fsync(tmp)
         os.replace(tmp, self.folder / name)
-        meta = {"epoch": epoch, "batch": 0, "weights": name, "history": self.history,
-                "steps": self.state["steps"],
-                "wall_time_s": self.state["wall_before"] + time.perf_counter() - self.state["start"],
-                "best": None}
-        best = self.state.get("best")
+        wall = self.state.wall_before + time.perf_counter() - self.state.start
+        best, best_name = self.state.best, None
         if best is not None:
-            best_name = f"best-{best['epoch']:04d}.npz"
+            best_name = f"best-{best.epoch:04d}.npz"
             if not (self.folder / best_name).is_file():
                 tmp = self.folder / f".tmp-{best_name}"
                 with open(tmp, "wb") as f:
-                    np.savez(f, **{f"w{i}": w for i, w in enumerate(best["weights"])})
+                    np.savez(f, **{f"w{i}": w for i, w in enumerate(best.weights)})
                 _fsync(tmp)
                 os.replace(tmp, self.folder / best_name)
-            meta["best"] = {"file": best_name, "record": {k: v for k, v in best.items() if k != "weights"}}
-        _write_json(self.folder / METADATA, meta)
-        keep = {name, meta["best"]["file"] if meta["best"] else None}
+        saved = BackupMetadata(epoch=epoch, weights=name, history=self.history, steps=self.state.steps,
+                               wall_time_s=wall, best=best, best_file=best_name)
+        _write_json(self.folder / METADATA, saved.to_json())
+        keep = {name, best_name}
         for path in self.folder.iterdir():
             if path.name.startswith(("epoch-", "best-", ".tmp-")) and path.name not in keep:
                 path.unlink(missing_ok=True)

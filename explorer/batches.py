@@ -128,7 +128,7 @@ def balanced_subset(y, n: int, num_classes: int, seed: int) -> np.ndarray:
 
 def training_split(dataset: Dataset, recipe):
     """((x_train, y_train), (x_val, y_val) or None): the recipe's subset and held-out split of the training
-    images, the same for the same recipe (a fitting.TrainConfig; fit and choose_head both use it)."""
+    images, the same for the same recipe (a recipe.TrainConfig; fit and choose_head both use it)."""
     x, y = dataset.x_train, dataset.y_train
     split_seed = recipe.seed if recipe.split_seed is None else recipe.split_seed
     if recipe.train_subset and recipe.train_subset < len(x):

@@ -280,6 +280,24 @@ def load_folder(folder: str | os.PathLike):
     return model, card
 
 
+@dataclasses.dataclass(frozen=True)
+class CheckpointIdentity:
+    """What names a checkpoint as it is on disk, for a cache of what its model computes: its folder (a Hub
+    snapshot's names its revision) and each model and card file's size and modification time. A checkpoint
+    written again in the same folder has another identity; the same files read again have the same one."""
+
+    folder: str
+    files: tuple[tuple[str, int, int], ...]
+
+
+def checkpoint_identity(folder: str | os.PathLike) -> CheckpointIdentity:
+    """The identity of the checkpoint in `folder`; a missing file is left out (load_folder says what is wrong)."""
+    folder = Path(folder).resolve()
+    # A Hub snapshot's files are links: stat follows them to their blobs.
+    stats = [(name, (folder / name).stat()) for name in (*MODEL_FILES, CARD) if (folder / name).is_file()]
+    return CheckpointIdentity(str(folder), tuple((name, st.st_size, st.st_mtime_ns) for name, st in stats))
+
+
 def _has_optimizer(weights: Path) -> bool:
     import h5py
     try:

@@ -24,8 +24,8 @@ from explorer.card import Card
 from explorer.checkpoints import CheckpointError, load_checkpoint, read_card, update_card
 from explorer.config import ViTConfig
 from explorer.data import DATASETS, DatasetError, load_test_set
-from explorer.fitting import accuracy_metrics, predict_logits
 from explorer.folders import load_dataset
+from explorer.predict import accuracy_metrics, predict_logits
 from explorer.probe import Probe, attention_entropy, mean_attention_distance, softmax
 
 CHECK_SET = 200

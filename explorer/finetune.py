@@ -15,16 +15,10 @@ from explorer.batches import training_split
 from explorer.card import Card, Lineage
 from explorer.config import ViTConfig
 from explorer.data import Dataset, DatasetError
-from explorer.fitting import (
-    Cancelled,
-    TrainConfig,
-    accuracy_metrics,
-    drop_backup,
-    finish_run,
-    fit,
-    predict_logits,
-)
+from explorer.fitting import Cancelled, drop_backup, finish_run, fit
 from explorer.linear import clearly_better, paired_gain
+from explorer.predict import accuracy_metrics, predict_logits
+from explorer.recipe import TrainConfig
 
 # The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
 # than FT_IMAGE_BUDGET images, at a peak learning rate that depends on whether the new classes are classes the
@@ -191,8 +185,8 @@ def pooled_features(model, x: np.ndarray, batch_size: int | None = None, feature
     model up to its head, when one is at hand (its compiled predict step is reused)."""
     import keras
 
-    from explorer.fitting import PREDICT_BATCH
     from explorer.models import HEAD
+    from explorer.predict import PREDICT_BATCH
     features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
     return predict_logits(features, x, batch_size or PREDICT_BATCH)
 

@@ -180,7 +180,7 @@ def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: b
     import dataclasses
 
     from explorer.finetune import fine_tune_recipe
-    from explorer.fitting import TrainConfig
+    from explorer.recipe import TrainConfig
     given = {k: v for k, v in plan_recipe.items() if v is not None}
     if scratch:
         given.pop("freeze_backbone", None)
@@ -296,8 +296,9 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
     import keras
 
     from explorer.config import get_preset
+    from explorer.devices import device_name
     from explorer.finetune import base_rows, fine_tune
-    from explorer.fitting import Cancelled, device_name
+    from explorer.fitting import Cancelled
     from explorer.train import train_new
     job, ds = read_job(job_dir)
     emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend()})
@@ -413,8 +414,9 @@ def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb:
     began = time.perf_counter()
     import keras
 
+    from explorer.devices import device_name
     from explorer.finetune import WarmModels
-    from explorer.fitting import Cancelled, device_name
+    from explorer.fitting import Cancelled
     use_compile_cache(cache_dir, cache_mb)
     counter = CompileCounter()
     warm = WarmModels(size=models)

@@ -1,7 +1,11 @@
 """Plots for the explorer (matplotlib, drawn off-screen): per-layer attention distance and entropy, the
-what-if, tau per layer and over training, training curves; one colour per model across the app."""
+what-if, tau per layer and over training, training curves; one colour per model across the app; a cache of
+drawn plots (PlotCache)."""
 
 from __future__ import annotations
+
+import threading
+from collections import OrderedDict
 
 import matplotlib
 import numpy as np
@@ -308,3 +312,26 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+class PlotCache:
+    """Plots drawn once per content: matplotlib costs ~120 ms a figure, so a what-if asked again (by any
+    session) reuses the pixels of the first drawing."""
+
+    def __init__(self, capacity: int = 64):
+        self.capacity = capacity
+        self._items: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: bytes, draw) -> np.ndarray:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        picture = figure_to_array(draw())
+        picture.setflags(write=False)
+        with self._lock:
+            self._items[key] = picture
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return picture

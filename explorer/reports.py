@@ -42,7 +42,7 @@ class Disagreements:
     dataset: str
     count: int
     sample: bool                 # the images are the bundled sample
-    metrics: tuple[dict, dict]   # explorer.fitting.accuracy_metrics of A and of B
+    metrics: tuple[dict, dict]   # explorer.predict.accuracy_metrics of A and of B
     predictions: np.ndarray      # (2, count) top-1 class of A and of B
     labels: np.ndarray           # (count,)
     class_names: list[str]
@@ -79,7 +79,7 @@ class Disagreements:
 def disagreements(a, b, dataset, count: int) -> Disagreements:
     """Models `a` and `b` (workbench.LoadedModel) on the first `count` test images of `dataset`
     (explorer.data.Dataset). Raises ValueError when they cannot be compared on it."""
-    from explorer.fitting import accuracy_metrics, predict_logits
+    from explorer.predict import accuracy_metrics, predict_logits
     count = int(count or 0)
     if count < 1:
         raise ValueError("choose at least one test image")

@@ -287,8 +287,9 @@ def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
 
     from explorer.batches import training_split
     from explorer.checkpoints import load_checkpoint
-    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
     from explorer.folders import load_dataset
+    from explorer.predict import accuracy_metrics, predict_logits
+    from explorer.recipe import TrainConfig
     model, card = load_checkpoint(folder)
     names = {f.name for f in fields(TrainConfig)}
     recipe = TrainConfig(**{k: v for k, v in card.training.recipe.items() if k in names})

@@ -1,5 +1,6 @@
 """`python -m explorer.train`: a new model trained with the keras.io recipe (its schedule really driving
-AdamW; the loop is explorer.fitting), or a checkpoint fine-tuned or continued (explorer.finetune).
+AdamW; the recipe is explorer.recipe, the loop explorer.fitting), or a checkpoint fine-tuned or continued
+(explorer.finetune).
 
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
     KERAS_BACKEND=jax python -m explorer.train --preset paper --recipe paper --variant vanilla   # on a GPU
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
 from explorer.data import DATASETS, Dataset, DatasetError
+from explorer.devices import DistributionError, check_batch_split, device_name, distribute_over_devices
 from explorer.finetune import (
     FT_IMAGE_BUDGET,
     FT_LEARNING_RATE,
@@ -27,18 +29,9 @@ from explorer.finetune import (
     fine_tune,
     fine_tune_recipe,
 )
-from explorer.fitting import (
-    RECIPES,
-    DistributionError,
-    TrainConfig,
-    check_batch_split,
-    device_name,
-    distribute_over_devices,
-    drop_backup,
-    finish_run,
-    fit,
-)
+from explorer.fitting import drop_backup, finish_run, fit
 from explorer.folders import held_out_problem, load_dataset
+from explorer.recipe import RECIPES, TrainConfig
 from explorer.settings import Settings
 
 

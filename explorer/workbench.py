@@ -18,7 +18,15 @@ import numpy as np
 
 from explorer import convert, hub, plots, render
 from explorer.card import Card, Source
-from explorer.checkpoints import CheckpointError, list_checkpoints, load_folder, read_card, resolve
+from explorer.checkpoints import (
+    CheckpointError,
+    CheckpointIdentity,
+    checkpoint_identity,
+    list_checkpoints,
+    load_folder,
+    read_card,
+    resolve,
+)
 from explorer.config import ViTConfig
 from explorer.probe import (
     TAU_FACTORS,
@@ -42,7 +50,10 @@ class LoadedModel:
     card: Card
     config: ViTConfig
     probe: Probe
-    folder: Path | None = None  # the checkpoint folder it was loaded from (a Hub id's: in the cache)
+    folder: Path  # the checkpoint folder it was loaded from (a Hub id's: in the cache)
+    # What names this model in a cache (never id(), which a model loaded after this one is dropped may get):
+    # the store's key of its reference and its checkpoint's files as they were when it was loaded.
+    identity: tuple[str, CheckpointIdentity]
     lock: threading.Lock = field(default_factory=threading.Lock)
     _what_if: WhatIfProbe | None = field(default=None, repr=False)
 
@@ -151,6 +162,7 @@ class ModelStore:
                 if key in self._models:
                     return self._models[key]
             folder = self.folder(key)
+            identity = (key, checkpoint_identity(folder))  # before the load: files rewritten during it get another
             model, card = load_folder(folder)
             try:
                 config = ViTConfig.from_dict(card.config)
@@ -158,7 +170,7 @@ class ModelStore:
                 raise CheckpointError(f"{ref}: its card has no valid model config ({e})") from None
             probe = Probe(model, config)
             probe(np.zeros((1, config.image_size, config.image_size, 3), np.uint8))  # compile now
-            loaded = LoadedModel(ref.strip(), model, card, config, probe, folder)
+            loaded = LoadedModel(ref.strip(), model, card, config, probe, folder, identity)
             with self._lock:
                 self._models[key] = loaded
                 while len(self._models) > self.capacity:
@@ -176,7 +188,7 @@ class ModelStore:
             # The folder it was loaded from: a Hub model's is in this store's cache (a converted one is a
             # checkpoint only there), which the worker process would not know to look in.
             label = f"{tag}: {loaded.name}" if tag else loaded.name
-            out.append((tag, label, str(loaded.folder or self.key(ref)), loaded.card))
+            out.append((tag, label, str(loaded.folder), loaded.card))
         return out
 
     def loaded(self) -> list[LoadedModel]:
@@ -202,7 +214,8 @@ def what_if_setting(loaded: LoadedModel, factor: float = 1.0, diagonal_mask: boo
 
 class ResultCache:
     """Probe results per (model, image, what-if setting), so moving the query or the layer never reruns
-    a model, and a what-if costs one forward pass per image and setting."""
+    a model, and a what-if costs one forward pass per image and setting. A model is named by its identity:
+    a checkpoint dropped by the store and loaded again finds its results, another model never does."""
 
     def __init__(self, capacity: int = 128):
         self.capacity = capacity
@@ -217,7 +230,8 @@ class ResultCache:
         multiplied by `factor` and the diagonal masked or not (None: as the model does), see WhatIfProbe.
         """
         setting = what_if_setting(loaded, factor, diagonal_mask)
-        key = (id(loaded), hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest(), setting)
+        image_hash = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest()
+        key = (loaded.identity, image_hash, setting)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -420,30 +434,7 @@ def what_if(loaded: LoadedModel, cache: ResultCache, image: np.ndarray, display:
                   cached)
 
 
-class PlotCache:
-    """Plots drawn once per content: matplotlib costs ~120 ms a figure, so a what-if asked again (by any
-    session) reuses the pixels of the first drawing."""
-
-    def __init__(self, capacity: int = 64):
-        self.capacity = capacity
-        self._items: OrderedDict[bytes, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: bytes, draw) -> np.ndarray:
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        picture = plots.figure_to_array(draw())
-        picture.setflags(write=False)
-        with self._lock:
-            self._items[key] = picture
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-        return picture
-
-
-def what_if_plot(named: list[tuple[str, WhatIf]], cache: PlotCache) -> np.ndarray:
+def what_if_plot(named: list[tuple[str, WhatIf]], cache: plots.PlotCache) -> np.ndarray:
     """Entropy and mean attention distance per layer, learned against what-if, for each named what-if."""
     digest = hashlib.blake2b(digest_size=16)
     for name, w in named:

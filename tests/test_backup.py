@@ -14,8 +14,9 @@ import pytest
 
 from explorer.backup import METADATA, RUN, BackupError, check, run_identity
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.fitting import Cancelled, TrainConfig, fit
+from explorer.fitting import Cancelled, fit
 from explorer.models import build_vit
+from explorer.recipe import TrainConfig
 from tests.conftest import ROOT, tiny_config
 
 # Timings differ between runs; everything else in an epoch record must be equal.

@@ -18,9 +18,9 @@ from explorer.checkpoints import (
     write_card,
     write_checkpoint,
 )
-from explorer.fitting import predict_logits
 from explorer.hub import HubError, download, parse_ref
 from explorer.models import build_vit
+from explorer.predict import predict_logits
 from tests.conftest import ROOT, populate_hf_cache, tiny_config
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from explorer.checkpoints import load_checkpoint
-from explorer.fitting import DistributionError, check_batch_split, distribute_over_devices, predict_logits
+from explorer.devices import DistributionError, check_batch_split, distribute_over_devices
+from explorer.predict import predict_logits
 from explorer.train import main
 from tests.conftest import ROOT
 
@@ -20,11 +21,11 @@ from tests.conftest import ROOT
 # predictions and logits of the trained model, and the devices its weights live on.
 _RUN = """
 import json, sys
-from explorer import fitting, train
+from explorer import predict, train
 finish, seen = train.finish_run, {}
 def record(model, record, config, preset, dataset, *args, **kwargs):
     seen.update(finish(model, record, config, preset, dataset, *args, **kwargs),
-                logits=fitting.predict_logits(model, dataset.x_test).tolist(),
+                logits=predict.predict_logits(model, dataset.x_test).tolist(),
                 weight_devices=sorted(str(d) for d in model.weights[0].value.sharding.device_set))
     return seen
 train.finish_run = record

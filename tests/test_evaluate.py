@@ -36,7 +36,7 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
 
 def test_flip_averages_each_image_with_its_mirror(tiny_checkpoints, data_dir):
     from explorer.checkpoints import load_checkpoint
-    from explorer.fitting import accuracy_metrics
+    from explorer.predict import accuracy_metrics
     from explorer.probe import softmax
 
     result = evaluate([str(tiny_checkpoints["spt_lsa"])], data_dir=str(data_dir), limit=64, flip=True)[0]

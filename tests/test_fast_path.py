@@ -17,8 +17,9 @@ import pytest
 from explorer.batches import make_batches
 from explorer.data import Dataset
 from explorer.device_batches import DeviceImages, make_device_batches
-from explorer.fitting import TrainConfig, fit
+from explorer.fitting import fit
 from explorer.models import build_vit, float32_copy
+from explorer.recipe import TrainConfig
 from tests.conftest import ROOT, tiny_config
 
 MIXED = dict(mixup_alpha=1.0, cutmix_alpha=1.0, mix_prob=0.75)

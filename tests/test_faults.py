@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from explorer.checkpoints import CheckpointError, clean_stale, list_checkpoints, load_checkpoint
-from explorer.fitting import TrainConfig
 from explorer.jobs import plan_job
+from explorer.recipe import TrainConfig
 from explorer.runner import FineTuneRunner
 from explorer.train import train_new
 from tests.conftest import ROOT, tiny_config

@@ -18,9 +18,10 @@ from explorer.batches import make_batches, training_split
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.data import Dataset
 from explorer.finetune import choose_head, fine_tune, fine_tune_recipe
-from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
 from explorer.folders import read_image_zip
 from explorer.jobs import JobError, Limits, choose_backend, plan_job, recipe_for, report
+from explorer.predict import accuracy_metrics, predict_logits
+from explorer.recipe import TrainConfig
 from explorer.runner import Busy, FineTuneRunner
 from explorer.settings import Settings
 from tests.conftest import ROOT

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from explorer.checkpoints import load_checkpoint
-from explorer.fitting import predict_logits
 from explorer.hub import CHECKPOINT_FILES, prune_cache
+from explorer.predict import predict_logits
 from tests.conftest import ROOT, populate_hf_cache
 from tests.hub_server import GITATTRIBUTES, Declared, FakeHub
 

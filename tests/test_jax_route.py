@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from explorer.checkpoints import load_checkpoint
-from explorer.fitting import predict_logits
 from explorer.jobs import plan_job
+from explorer.predict import predict_logits
 from explorer.runner import FineTuneRunner
 from tests.conftest import ROOT
 
@@ -27,7 +27,7 @@ _JAX_LOGITS = """
 import sys
 import numpy as np
 from explorer.checkpoints import load_checkpoint
-from explorer.fitting import predict_logits
+from explorer.predict import predict_logits
 x = np.load(sys.argv[1])
 np.savez(sys.argv[2], *[predict_logits(load_checkpoint(folder)[0], x) for folder in sys.argv[3:]])
 """

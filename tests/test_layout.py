@@ -12,9 +12,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 # Lower layers first: a module may import only modules of its own layer or below.
 LAYERS = [
     {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled",
-     "study_report", "settings", "card", "formatting"},
+     "study_report", "settings", "card", "formatting", "fit_state", "devices", "predict"},
     {"layers", "data", "packed"},
-    {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "catalog"},
+    {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "catalog", "recipe"},
     {"device_batches"},
     {"probe", "fitting", "backup", "convert"},
     {"finetune", "evaluate", "evidence"},

@@ -24,8 +24,8 @@ from explorer.checkpoints import (
     write_checkpoint,
 )
 from explorer.data import sample_set
-from explorer.fitting import TrainConfig, compile_for_run
 from explorer.models import build_vit
+from explorer.recipe import TrainConfig, compile_for_run
 from tests.conftest import ROOT, tiny_config
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-spt_lsa"

@@ -8,8 +8,8 @@ import pytest
 
 from explorer.checkpoints import list_checkpoints, load_checkpoint
 from explorer.config import ViTConfig
-from explorer.fitting import TrainConfig
 from explorer.models import tau_values
+from explorer.recipe import TrainConfig
 from tests.conftest import ROOT
 
 SHIPPED = ROOT / "checkpoints"

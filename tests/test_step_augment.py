@@ -29,8 +29,9 @@ def in_step_report() -> dict:
     """Two training steps of a tiny model through explorer.fitting.fit with the in-step augmentations, their
     layers spied on, beside the same two steps without them: where the layers ran, and what they changed."""
     from explorer.data import Dataset, sample_set
-    from explorer.fitting import TrainConfig, fit
+    from explorer.fitting import fit
     from explorer.models import build_vit
+    from explorer.recipe import TrainConfig
 
     sample = sample_set()
     data = Dataset("sample", sample.x_test[:64], sample.y_test[:64], sample.x_test[:0], sample.y_test[:0],

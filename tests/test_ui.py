@@ -273,7 +273,7 @@ def test_locality_and_tau(ex, image_file):
 @pytest.fixture(scope="module")
 def ablation_root(tmp_path_factory, tiny_checkpoints, cifar10):
     """Three corners of the 2x2 (vanilla, LSA alone, SPT/LSA) and a broken LSA checkpoint."""
-    from explorer.fitting import TrainConfig
+    from explorer.recipe import TrainConfig
     from explorer.train import train_new
     from tests.conftest import tiny_config
     root = tmp_path_factory.mktemp("ablation") / "checkpoints"

@@ -120,8 +120,8 @@ def test_what_would_not_come_back_is_refused(tmp_path):
 def test_a_paper_scale_backup_fits_the_return_limits(tmp_path):
     """The paper preset's backup (weights, AdamW's two moments) is 32 MB: in parts it comes back."""
     from explorer.config import get_preset
-    from explorer.fitting import TrainConfig, compile_for_run
     from explorer.models import build_vit
+    from explorer.recipe import TrainConfig, compile_for_run
     model = build_vit(get_preset("paper"), 10)
     compile_for_run(model, TrainConfig(), 10, total_steps=10)
     model.optimizer.build(model.trainable_variables)

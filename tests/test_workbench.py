@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -129,3 +131,66 @@ def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, 
     tau = loaded.probe.tau()
     assert [len(t) for t in tau] == [heads] * layers  # one temperature per head
     plots.figure_to_array(plots.plot_tau({loaded.label: tau}, {loaded.label: loaded.config.initial_tau}))
+
+
+@pytest.fixture(scope="module")
+def churn_root(tmp_path_factory, tiny_checkpoints):
+    """Four real checkpoints that answer differently: the two tiny trained ones, and each with its classifier's
+    outputs rolled by one class (written as a run writes a checkpoint)."""
+    from explorer.checkpoints import load_folder, read_card, write_checkpoint
+    from explorer.models import HEAD
+    root = tmp_path_factory.mktemp("churn")
+    for variant, path in tiny_checkpoints.items():
+        shutil.copytree(path, root / variant)
+        model, _ = load_folder(path)
+        kernel, bias = model.get_layer(HEAD).get_weights()
+        model.get_layer(HEAD).set_weights([np.roll(kernel, 1, axis=-1), np.roll(bias, 1)])
+        write_checkpoint(model, root / f"{variant}-rolled", read_card(path))
+    return root
+
+
+def test_answers_never_cross_models_as_the_store_drops_and_loads_them(churn_root, images):
+    """A store of two, filled with four checkpoints round after round (every get drops a model and loads
+    another), and one checkpoint written again in place between rounds: the cache's answer for the image is
+    always the one the model asked gives itself, and a checkpoint loaded again from the same files finds its
+    own earlier answer."""
+    refs = ["vanilla", "spt_lsa", "vanilla-rolled", "spt_lsa-rolled"]
+    store, cache, image = ModelStore(churn_root, capacity=2), ResultCache(), images[0]
+    answered, first = set(), {}
+    for round_ in range(3):
+        if round_ == 1:  # "vanilla" (dropped by now) becomes the rolled model, in new files
+            for name in ("model.weights.h5", "explorer.json"):
+                shutil.copyfile(churn_root / "vanilla-rolled" / name, churn_root / "vanilla" / name)
+        for ref in refs:
+            assert not store.has(ref)  # dropped since it was last asked: this get loads it anew
+            loaded = store.get(ref)
+            own = loaded.probe(image[None]).logits  # the model's own answer, past the cache
+            first.setdefault(ref, own)
+            result, _, cached = cache.get(loaded, image)
+            np.testing.assert_array_equal(result.logits, own, err_msg=f"round {round_}: {ref}")
+            version = (ref, round_ >= 1 and ref == "vanilla")
+            assert cached == (version in answered), (round_, ref)
+            answered.add(version)
+            del loaded, result
+        assert len(store.loaded()) == 2
+    # Every answer differs from every other model's, so a crossed answer could not have passed.
+    assert len({first[ref].tobytes() for ref in refs}) == len(refs)
+    np.testing.assert_array_equal(cache.get(store.get("vanilla"), image)[0].logits, first["vanilla-rolled"])
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="relies on CPython reusing a freed address")
+def test_a_model_in_the_place_of_a_dropped_one_gets_its_own_answers(store, images):
+    """CPython gives a new object the address, and so the id(), of one just freed: a model loaded where a
+    dropped one lived must get its own answers from the cache, not the dropped model's."""
+    vanilla, lsa = store.get("vanilla"), store.get("spt_lsa")
+    cache = ResultCache()
+    for _ in range(20):
+        dropped = dataclasses.replace(vanilla)  # the vanilla checkpoint as the store holds it, then dropped
+        cache.get(dropped, images[0])
+        address = id(dropped)
+        del dropped
+        newcomer = dataclasses.replace(lsa)
+        if id(newcomer) == address:
+            break
+    assert id(newcomer) == address  # the premise: the newcomer has the dropped model's id
+    np.testing.assert_array_equal(cache.get(newcomer, images[0])[0].logits, lsa.probe(images[:1]).logits)

@@ -28,7 +28,7 @@ def main() -> int:
 
     from explorer.checkpoints import load_checkpoint
     from explorer.data import sample_set
-    from explorer.fitting import predict_logits
+    from explorer.predict import predict_logits
     from explorer.samples import EXAMPLES_DIR
 
     ds = sample_set()

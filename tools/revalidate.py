@@ -37,8 +37,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from explorer.batches import training_split
     from explorer.checkpoints import load_checkpoint, update_card
-    from explorer.fitting import TrainConfig, accuracy_metrics, predict_logits
     from explorer.folders import load_dataset
+    from explorer.predict import accuracy_metrics, predict_logits
+    from explorer.recipe import TrainConfig
     names = {f.name for f in fields(TrainConfig)}
     datasets = {}
     for ref in args.checkpoints:

@@ -16,7 +16,7 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 
-from explorer import catalog, hub
+from explorer import catalog, hub, plots
 from explorer.checkpoints import CheckpointError
 from explorer.data import DatasetError
 from explorer.inputs import DecodedImages, ImageInputError
@@ -25,7 +25,7 @@ from explorer.runner import FineTuneRunner
 from explorer.samples import TestImages
 from explorer.settings import Settings
 from explorer.visitors import FINETUNED, RunStore, SharedLimits, new_visitor_id, owner_key, shared_mode
-from explorer.workbench import ModelStore, PlotCache, ResultCache
+from explorer.workbench import ModelStore, ResultCache
 
 PROJECT = Path(__file__).resolve().parents[2]
 DEFAULT_A = "cifar10-vanilla"
@@ -135,7 +135,7 @@ class AppState:
         self.store = ModelStore(self.root, cache_dir=hub_cache,
                                 max_hub_bytes=int(self.shared_limits.max_hub_mb * 1e6) if self.shared else None)
         self.cache = ResultCache()
-        self.plots = PlotCache()
+        self.plots = plots.PlotCache()
         self.images = DecodedImages(max_pixels=settings.max_pixels, max_bytes=settings.max_upload_mb * 2**20)
         self.tests = TestImages(self.data_dir, settings=settings)
         self.runner = FineTuneRunner(self.root / FINETUNED,

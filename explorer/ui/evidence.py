@@ -137,7 +137,7 @@ class EvidenceTab:
             raise gr.Error("the two models predict different classes; compare models of one dataset")
         ds = self.app.test_images(ref_b, count, request, progress)
         count = min(count, len(ds.x_test))
-        key = (id(a.model), id(b.model), ds.name, count, max_shift, padding)
+        key = (a.identity, b.identity, ds.name, count, max_shift, padding)
         with self._lock:
             results = self._curves.get(key)
         if results is None:

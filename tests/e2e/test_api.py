@@ -56,8 +56,8 @@ def test_predict_on_an_upload(client, upload, cifar10):
 
 
 def test_predict_equals_the_model_run_locally(client, upload, app_checkpoints):
-    from explorer.fitting import predict_logits
     from explorer.inputs import load_image
+    from explorer.predict import predict_logits
     label_a, _, _ = client.predict(handle_file(str(upload)), A, B, api_name="/compare")
     model, card = load_checkpoint(app_checkpoints / A)
     logits = predict_logits(model, load_image(upload)[0][None])[0]

@@ -174,7 +174,7 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
     the new pair (Compare's top-5, a what-if and the disagreements made for the old pair cleared); then
     a model typed into a slot: B's model in A gives A the same top-5 as B."""
     from explorer.checkpoints import update_card
-    from explorer.fitting import TrainConfig
+    from explorer.recipe import TrainConfig
     from explorer.train import train_new
     from tests.conftest import tiny_config
     from tests.e2e.conftest import start_app
