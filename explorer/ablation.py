@@ -1,4 +1,4 @@
-"""The 2x2 ablation's README section: which of SPT and LSA carries the gain, beside the paper's ablation.
+"""The 2x2 ablation's section of docs/results.md: which of SPT and LSA carries the gain, beside the paper's ablation.
 
 Built from `explorer.evaluate` results (one checkpoint of each variant, evaluated together):
 
@@ -138,7 +138,7 @@ def locality_rows(res: dict[str, dict]) -> list[str]:
 
 
 def ablation_markdown(results: list[dict]) -> str:
-    """The README's 2x2 section: the grid, the main table beside the paper's, how the gains add up, learned
+    """The 2x2 section of docs/results.md: the grid, the main table beside the paper's, how the gains add up, learned
     tau, per-class gains and (with locality) entropy and distance per layer."""
     res = by_variant(results)
     ds = res["vanilla"]["dataset"]

@@ -5,7 +5,7 @@
 
 --flip also scores each image averaged with its mirror image (horizontal-flip test-time augmentation),
 stored beside the plain single-view numbers, which stay the headline ones.
---ablation also prints the 2x2 ablation's README section (explorer/ablation.py) for one checkpoint of each
+--ablation also prints the 2x2 ablation's section of docs/results.md (explorer/ablation.py) for one checkpoint of each
 variant: vanilla, lsa, spt, spt_lsa.
 --locality N also prints, per layer, what SPT/LSA are meant to change: the mean attention distance (in
 input pixels) and the attention entropy over the first N test images, and the learned tau.
@@ -134,7 +134,7 @@ def format_table(results: list[dict]) -> str:
 
 
 def markdown_table(results: list[dict]) -> str:
-    """The README's results table: one row per checkpoint, from its card and these metrics."""
+    """The results table of docs/results.md: one row per checkpoint, from its card and these metrics."""
     rows = ["| model | variant | test top-1 | test top-5 | epochs | train time | images/s |",
             "|---|---|---|---|---|---|---|"]
     for r in results:

@@ -3,7 +3,7 @@
 passed down. A value that cannot be used is refused with a SettingsError that quotes the variable and the
 value; an unset or blank variable takes its default.
 
-The EXPLORER_* variables are the project's own (README.md, "Settings", is this module's table:
+The EXPLORER_* variables are the project's own (docs/settings.md is this module's table:
 `python -m explorer.settings` prints it). A few other tools' variables are read here too, where the code
 decides something by them: SPACE_ID (set on a Hugging Face Space), HF_HUB_OFFLINE (parsed as
 huggingface_hub parses it), KERAS_BACKEND and KERAS_HOME (Keras'), GRADIO_SERVER_NAME and GRADIO_MCP_SERVER
@@ -30,7 +30,7 @@ class SettingsError(ValueError):
 
 def _setting(env: str, default, kind: str, doc: str, shown: str | None = None):
     """A field read from the variable `env`, parsed as `kind` (see `parse`); `doc` and `shown` (the default
-    as the README says it, when it is not the value itself) make its row of the README's table."""
+    as docs/settings.md says it, when it is not the value itself) make its row of docs/settings.md's table."""
     return field(default=default, metadata={"env": env, "kind": kind, "doc": doc, "shown": shown})
 
 
@@ -93,7 +93,7 @@ def parse(name: str, text: str, kind: str):
 
 @dataclass(frozen=True)
 class Settings:
-    """The settings of one process, each field from its environment variable (README.md, "Settings")."""
+    """The settings of one process, each field from its environment variable (docs/settings.md)."""
 
     # --- where things are ---------------------------------------------------------------------------
     checkpoints: str | None = _setting(
@@ -198,7 +198,7 @@ class Settings:
 
     @classmethod
     def markdown_table(cls) -> str:
-        """The README's table: every variable, its default and what it sets."""
+        """docs/settings.md's table: every variable, its default and what it sets."""
         rows = ["| Variable | Default | What it sets |", "|---|---|---|"]
         for f in dataclasses.fields(cls):
             value = f"{f.default:g}" if isinstance(f.default, float) else f"{f.default}"

@@ -50,7 +50,7 @@ def reporter(progress):
 # Events the page needs but an API user does not: loading a slot, refreshing the lists, a visitor's arrival,
 # a partial redraw (a query click, a layer change), a size's pair put in the slots. Still callable through
 # gradio_client by name, as the page calls them; left out of the API page and of the MCP tools, which are
-# the explorer's questions (README, "MCP tools").
+# the explorer's questions (docs/api.md, "MCP tools").
 UNLISTED = {"api_visibility": "undocumented"}
 
 
