@@ -1,5 +1,5 @@
 """`python -m explorer.train`: a new model trained with the keras.io recipe (its schedule really driving
-AdamW; the loop is explorer.fitting), or a checkpoint fine-tuned or continued (explorer.finetune).
+AdamW; the loop is explorer.fitting), or a checkpoint fine-tuned or continued (explorer.finetune.tuning).
 
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
     KERAS_BACKEND=jax python -m explorer.train --preset paper --recipe paper --variant vanilla   # on a GPU
@@ -17,13 +17,13 @@ from pathlib import Path
 
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
 from explorer.data import DATASETS, Dataset, DatasetError
-from explorer.finetune import (
+from explorer.finetune.head import base_rows
+from explorer.finetune.tuning import (
     FT_IMAGE_BUDGET,
     FT_LEARNING_RATE,
     FT_LEARNING_RATE_KNOWN,
     FT_TARGET_STEPS,
     FT_WEIGHT_DECAY,
-    base_rows,
     fine_tune,
     fine_tune_recipe,
 )

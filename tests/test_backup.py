@@ -16,7 +16,7 @@ from explorer.backup import METADATA, RUN, BackupError, check, run_identity
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.fitting import Cancelled, TrainConfig, fit
 from explorer.models import build_vit
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_config
 
 # Timings differ between runs; everything else in an epoch record must be equal.
 TIMING = ("time_s",)

@@ -26,7 +26,7 @@ from explorer.checkpoints import (
 from explorer.data import sample_set
 from explorer.fitting import TrainConfig, compile_for_run
 from explorer.models import build_vit
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_config
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-spt_lsa"
 CHECK_SET = 200  # the cards' check set: the bundled sample's first 200 images
