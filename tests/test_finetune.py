@@ -393,7 +393,7 @@ def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp
 
 
 def test_a_zip_too_small_to_judge_is_refused_before_training(tiny_checkpoints, cifar10, tmp_path):
-    """One image per class (the case that used to train and report "On 0 test images"), and four per class
+    """One image per class (which, trained, would report "On 0 test images"), and four per class
     of three classes (a held-out part of 3): refused with how many images per class would do."""
     for per_class, classes, need in ((1, ["cat", "dog", "ship"], 18), (4, ["cat", "dog", "ship"], 18),
                                      (1, list(cifar10.class_names), 3)):
