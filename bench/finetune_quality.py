@@ -94,8 +94,8 @@ def probe_accuracy(model, ds) -> float:
     """Logistic regression on the frozen pooled features of all training images; its L2 chosen on a 10 %
     validation split of them, then refitted on all of them."""
     from explorer.batches import split_validation
-    from explorer.finetune import pooled_features
-    from explorer.linear import fit_logistic, fit_probe
+    from explorer.finetune.head import pooled_features
+    from explorer.finetune.linear import fit_logistic, fit_probe
     features, test = pooled_features(model, ds.x_train), pooled_features(model, ds.x_test)
     (fx, fy), (vx, vy) = split_validation(features, ds.y_train, 0.1, 0)
     l2 = fit_probe(fx, fy, ds.num_classes, vx, vy).l2
@@ -107,7 +107,8 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
     """The rows asked for of one shipped model on one zip, each printed and kept in `results`."""
     from explorer.checkpoints import load_checkpoint
     from explorer.config import ViTConfig
-    from explorer.finetune import base_rows, fine_tune, fine_tune_recipe
+    from explorer.finetune.head import base_rows
+    from explorer.finetune.tuning import fine_tune, fine_tune_recipe
     from explorer.predict import accuracy_metrics, predict_logits
     from explorer.recipe import TrainConfig
     from explorer.train import train_new
@@ -175,12 +176,12 @@ def main():
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    import explorer.finetune
+    import explorer.finetune.tuning
     from explorer.folders import read_image_zip
     if args.steps:
-        explorer.finetune.FT_TARGET_STEPS = args.steps
+        explorer.finetune.tuning.FT_TARGET_STEPS = args.steps
     if args.budget:
-        explorer.finetune.FT_IMAGE_BUDGET = args.budget
+        explorer.finetune.tuning.FT_IMAGE_BUDGET = args.budget
 
     results: dict[tuple[str, str, str], tuple[float, float]] = {}
     began = time.perf_counter()

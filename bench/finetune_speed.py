@@ -6,7 +6,7 @@ again (warm: the worker, its models and their compiled steps reused), then the d
 800-image zip of five CIFAR-10 classes (the issue's job), then that again. For JAX, a second runner (the app
 restarted) then runs the tiny job and the 800-image job once each with the compilation cache the first one
 left on disk. The reference is the worker as it was before it lived across runs: one process per job
-(`python -m explorer.jobs JOB_DIR`, TensorFlow), the tiny job and the 800-image job once each.
+(`python -m explorer.finetune JOB_DIR`, TensorFlow), the tiny job and the 800-image job once each.
 
 Each run prints its wall time (Start to the checkpoints in place) and its phases: `start` (the worker process
 and its imports, when a run starts one), per model `prepare` (load, head, linear probe), `first step` (with
@@ -52,7 +52,7 @@ def build_zips(folder: Path, data: Path) -> dict[str, Path]:
 
 def plan_for(zip_path: Path, tiny: bool):
     from explorer.checkpoints import read_card
-    from explorer.jobs import ZIP, Limits, job_data, plan_job
+    from explorer.finetune.plan import ZIP, Limits, job_data, plan_job
     members = [(tag, f"{tag}: {ref}", str(ROOT / "checkpoints" / ref), read_card(ROOT / "checkpoints" / ref))
                for tag, ref in zip("AB", PAIR, strict=True)]
     dataset = job_data(ZIP, str(zip_path), None, Limits(), 32, train_on_all=tiny)
@@ -80,7 +80,7 @@ def phases(members) -> dict:
 
 
 def run_once(runner, plan, label: str) -> float:
-    started_workers = runner.workers_started
+    started_workers = runner.supervisor.started
     began = time.time()
     runner.start(plan)
     runner.wait(1800)
@@ -89,7 +89,7 @@ def run_once(runner, plan, label: str) -> float:
     if s.status != "done":
         raise SystemExit(f"{label}: the run ended {s.status}: {s.error}")
     p = phases(s.members)
-    new_worker = runner.workers_started > started_workers
+    new_worker = runner.supervisor.started > started_workers
     start = s.ready_at - began if s.ready_at else 0.0
     top1 = " / ".join(f"{100 * m.metrics['test_top1']:.1f}" for m in s.members if "test_top1" in (m.metrics or {}))
     print(f"{label:44s} {wall:6.1f} s | start {start:5.1f}{' (new worker)' if new_worker else '':13s} "
@@ -101,12 +101,12 @@ def run_once(runner, plan, label: str) -> float:
 
 def reference(plan, label: str, env: dict) -> float:
     """The worker as it was: a process per job, on TensorFlow."""
-    from explorer.jobs import write_job
+    from explorer.finetune.jobfolder import write_job
     with tempfile.TemporaryDirectory() as tmp:
         job = Path(tmp) / "job"
         write_job(plan, job)
         began = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "explorer.jobs", str(job)], cwd=ROOT, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "explorer.finetune", str(job)], cwd=ROOT, capture_output=True,
                               env={**env, "KERAS_BACKEND": "tensorflow"}, text=True)
         wall = time.perf_counter() - began
         events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -121,7 +121,7 @@ def parallel(backend: str) -> None:
     (one model each) training at the same time; each measured twice after a first run that warms them."""
     import threading
 
-    from explorer.runner import FineTuneRunner
+    from explorer.finetune.runner import FineTuneRunner
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         zips = build_zips(tmp, Path(data_dir()))
@@ -178,7 +178,7 @@ def main():
     if speed:
         print(f"host: our training loop at {speed:.0f} images/s; targets scaled by 568 / {speed:.0f} = {scale:.2f}: "
               f"tiny pair cold <= {15 * scale:.1f} s, warm <= {5 * scale:.1f} s; 800-image pair <= {35 * scale:.1f} s")
-    from explorer.runner import FineTuneRunner
+    from explorer.finetune.runner import FineTuneRunner
     if args.parallel_only:
         return parallel(args.backends.split(",")[-1])
     results = {}

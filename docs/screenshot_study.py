@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.conftest import CHROMIUM, FLAGS, start_app  # noqa: E402
+from tests.helpers import CHROMIUM, FLAGS, start_app  # noqa: E402
 
 DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
 

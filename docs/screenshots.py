@@ -1,7 +1,8 @@
 """Retakes the README's screenshots from the real app on the shipped checkpoints.
 
-    python docs/screenshots.py   # writes docs/first-visit.png (and -800), patches.png, tau.png, compare.png,
-                                 # screenshot.png, whatif.png, evidence.png and finetune.png
+    python docs/screenshots.py   # writes docs/first-visit.png, patches.png, tau.png, compare.png,
+                                 # screenshot.png, whatif.png, evidence.png and finetune.png, and an 800 px
+                                 # window's first-visit-800.png, tau-800.png, attention-800.png, finetune-800.png
 
 Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data
 or the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium),
@@ -11,7 +12,8 @@ and the Attention tab with the bottom-right patch as the query, then the LSA swi
 quarter and B's diagonal mask off. Then it fine-tunes both models on a zip of six CIFAR-100 superclasses
 (bench/finetune_quality.py's "new" task, one neither model has seen; built from the CIFAR folder) with
 the default recipe, and captures the Fine-tune tab once the pair run is done (the app works on copies of
-the checkpoints, so the run's results are not left in checkpoints/).
+the checkpoints, so the run's results are not left in checkpoints/). The Tau, Attention and Fine-tune tabs
+are also taken in an 800 px window (the same page, narrowed), where their plots stack.
 """
 
 from __future__ import annotations
@@ -29,10 +31,19 @@ sys.path.insert(0, str(ROOT))
 from explorer.checkpoints import list_checkpoints, read_card  # noqa: E402
 from explorer.config import ViTConfig  # noqa: E402
 from explorer.data import sample_set  # noqa: E402
-from tests.e2e.conftest import CHROMIUM, FLAGS, start_app  # noqa: E402
 from tests.e2e.test_browser import UPLOAD  # noqa: E402
+from tests.helpers import CHROMIUM, FLAGS, start_app  # noqa: E402
 
 DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
+
+
+def narrow_shot(page, name: str) -> None:
+    """The page as it is, in an 800 px window (the whole page), then back at 1280 px."""
+    page.set_viewport_size({"width": 800, "height": 1000})
+    page.wait_for_timeout(2000)
+    page.screenshot(path=str(ROOT / "docs" / name), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    page.wait_for_timeout(1000)
 
 
 def main() -> int:
@@ -70,6 +81,7 @@ def main() -> int:
             page.get_by_role("tab", name="Tau").click()
             page.wait_for_timeout(1500)
             page.screenshot(path=str(ROOT / "docs" / "tau.png"))
+            narrow_shot(page, "tau-800.png")
             page.get_by_role("tab", name="Compare").click()
             page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
             page.set_input_files(UPLOAD, str(image))
@@ -91,6 +103,7 @@ def main() -> int:
                 timeout=60_000)
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
+            narrow_shot(page, "attention-800.png")
 
             page.get_by_text("LSA switches: what if").click()
             page.locator("#what-if-btn").scroll_into_view_if_needed()
@@ -121,13 +134,14 @@ def main() -> int:
                                    ".innerText || '')", timeout=600_000)
             page.wait_for_timeout(3000)
             page.screenshot(path=str(ROOT / "docs" / "finetune.png"), full_page=True)
+            narrow_shot(page, "finetune-800.png")
             browser.close()
     finally:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
-    print("wrote docs/first-visit.png, first-visit-800.png, patches.png, tau.png, compare.png, screenshot.png, "
-          "whatif.png, evidence.png and finetune.png")
+    print("wrote docs/first-visit.png, first-visit-800.png, patches.png, tau.png, tau-800.png, compare.png, "
+          "screenshot.png, attention-800.png, whatif.png, evidence.png, finetune.png and finetune-800.png")
     return 0
 
 

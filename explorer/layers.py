@@ -236,6 +236,19 @@ class DropPath(keras.layers.Layer):
         return config
 
 
+def inverse_temperature(layer, dtype):
+    """What an attention layer multiplies its queries by before the dot product with the keys: 1 / tau for
+    an LSA layer's learned temperature (one per head with tau_mode "head", shaped to broadcast over the
+    query's (batch, queries, heads, key_dim)), else 1 / sqrt(key_dim) (tau_mode None, or a plain
+    MultiHeadAttention)."""
+    tau = getattr(layer, "tau", None) if getattr(layer, "tau_mode", None) is not None else None
+    if tau is None:
+        return ops.cast(1.0 / math.sqrt(float(layer._key_dim)), dtype)
+    if layer.tau_mode == "head":
+        return ops.reshape(ops.cast(1.0 / tau, dtype), (layer._num_heads, 1))
+    return ops.cast(1.0 / tau, dtype)
+
+
 @keras.saving.register_keras_serializable(package="explorer")
 class LocalitySelfAttention(keras.layers.MultiHeadAttention):
     """Multi-head self-attention with a learnable temperature and a masked diagonal (LSA).
@@ -290,14 +303,8 @@ class LocalitySelfAttention(keras.layers.MultiHeadAttention):
             off_diagonal = ops.logical_not(ops.eye(queries, keys, dtype="bool"))
             attention_mask = off_diagonal if attention_mask is None else ops.logical_and(
                 ops.cast(attention_mask, "bool"), off_diagonal)
-        if self.tau_mode is None:
-            scale = ops.cast(1.0 / math.sqrt(float(self.key_dim)), query.dtype)
-        elif self.tau_mode == "layer":
-            scale = ops.cast(1.0 / self.tau, query.dtype)
-        else:
-            # query is (batch, queries, heads, key_dim): one temperature per head.
-            scale = ops.reshape(ops.cast(1.0 / self.tau, query.dtype), (self.num_heads, 1))
-        scores = ops.einsum(self._dot_product_equation, key, ops.multiply(query, scale))
+        scaled = ops.multiply(query, inverse_temperature(self, query.dtype))
+        scores = ops.einsum(self._dot_product_equation, key, scaled)
         if self.compute_dtype != "float32":
             if attention_mask is not None:  # as _masked_softmax expands it, up to the heads' axis
                 for _ in range(len(scores.shape) - len(attention_mask.shape)):
@@ -342,16 +349,9 @@ def attention_what_if(layer, x, temperature_factor, diagonal_mask):
     query = layer._query_dense(x)
     key = layer._key_dense(x)
     value = layer._value_dense(x)
-    tau = getattr(layer, "tau", None) if getattr(layer, "tau_mode", None) is not None else None
-    if tau is None:
-        inverse = ops.cast(1.0 / math.sqrt(float(layer._key_dim)), query.dtype)
-    elif layer.tau_mode == "head":
-        # query is (batch, queries, heads, key_dim): one temperature per head.
-        inverse = ops.reshape(ops.cast(1.0 / tau, query.dtype), (layer._num_heads, 1))
-    else:
-        inverse = ops.cast(1.0 / tau, query.dtype)
     factor = ops.reshape(ops.cast(temperature_factor, query.dtype), (-1, 1, 1, 1))
-    scores = ops.einsum(layer._dot_product_equation, key, ops.multiply(query, inverse / factor))
+    scores = ops.einsum(layer._dot_product_equation, key,
+                        ops.multiply(query, inverse_temperature(layer, query.dtype) / factor))
     tokens = query.shape[1]
     off_diagonal = ops.logical_not(ops.eye(tokens, tokens, dtype="bool"))
     masked = ops.reshape(ops.greater(ops.cast(diagonal_mask, "float32"), 0.5), (-1, 1, 1))

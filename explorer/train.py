@@ -1,6 +1,6 @@
 """`python -m explorer.train`: a new model trained with the keras.io recipe (its schedule really driving
 AdamW; the recipe is explorer.recipe, the loop explorer.fitting), or a checkpoint fine-tuned or continued
-(explorer.finetune).
+(explorer.finetune.tuning).
 
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
     KERAS_BACKEND=jax python -m explorer.train --preset paper --recipe paper --variant vanilla   # on a GPU
@@ -19,13 +19,13 @@ from pathlib import Path
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
 from explorer.data import DATASETS, Dataset, DatasetError
 from explorer.devices import DistributionError, check_batch_split, device_name, distribute_over_devices
-from explorer.finetune import (
+from explorer.finetune.head import base_rows
+from explorer.finetune.tuning import (
     FT_IMAGE_BUDGET,
     FT_LEARNING_RATE,
     FT_LEARNING_RATE_KNOWN,
     FT_TARGET_STEPS,
     FT_WEIGHT_DECAY,
-    base_rows,
     fine_tune,
     fine_tune_recipe,
 )

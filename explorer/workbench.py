@@ -1,6 +1,6 @@
 """What the app does, without the app: a cache of loaded models, one-call analysis of an image by a
 model pair, what-ifs. The UI and the benchmarks both call this module (the fine-tune runner is
-explorer.runner).
+explorer.finetune.runner).
 """
 
 from __future__ import annotations

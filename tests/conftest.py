@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny configs, a CIFAR folder written by the tests, trained tiny checkpoints, an HF cache.
+"""Shared fixtures: an isolated environment, a CIFAR folder written by the tests, trained tiny checkpoints
+(the helpers they are made with are in tests/helpers.py).
 
 No test depends on the tester's machine: $EXPLORER_DATA_DIR is unset, the Keras cache is an empty
 folder, downloads go to a closed port on 127.0.0.1, and the CIFAR pickles the tests read are written
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -20,21 +20,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # no test may reach the network, and none wa
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-# Nothing listens on the discard port: a download a test did not arrange fails at once, offline.
-NO_NETWORK = "http://127.0.0.1:9/"
-
-TINY = dict(image_size=32, input_size=16, patch_size=4, num_layers=2, projection_dim=16, num_heads=2,
-            key_dim=8, mlp_units=(32, 16), head="pool", head_units=(), dropout=0.0, head_dropout=0.0)
-
-# Every variant and tau mode that differs in weights: vanilla and spt have no tau.
-VARIANT_MODES = [("vanilla", "layer"), ("spt", "layer"), ("lsa", "layer"), ("lsa", "head"),
-                 ("spt_lsa", "layer"), ("spt_lsa", "head")]
-
-
-def tiny_config(**overrides):
-    from explorer.config import ViTConfig
-    return ViTConfig(**{**TINY, **overrides})
+from tests.helpers import (
+    CIFAR100_NAMES,
+    NO_NETWORK,
+    tiny_config,
+    training_images,
+    write_batch,
+    write_cifar10,
+)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -60,35 +53,6 @@ def no_data(monkeypatch, tmp_path):
     return tmp_path / "no-data"
 
 
-def write_batch(path: Path, images: np.ndarray, labels, key: bytes = b"labels", extra: dict | None = None) -> None:
-    """One CIFAR pickle as the original archives hold it: bytes keys, (N, 3072) channel-major uint8."""
-    data = np.ascontiguousarray(images.transpose(0, 3, 1, 2)).reshape(len(images), 3072)
-    with open(path, "wb") as f:
-        pickle.dump({b"batch_label": path.name.encode(), key: [int(v) for v in labels], b"data": data,
-                     b"filenames": [f"{path.name}_{i}.png".encode() for i in range(len(images))], **(extra or {})}, f)
-
-
-def write_cifar10(base: Path, x_train, y_train, x_test, y_test, class_names, readme: str | None = None) -> Path:
-    """`base/cifar-10-batches-py` in the layout of cifar-10-python.tar.gz (five training batches)."""
-    folder = Path(base) / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    for i, (x, y) in enumerate(zip(np.array_split(x_train, 5), np.array_split(y_train, 5), strict=True), 1):
-        write_batch(folder / f"data_batch_{i}", x, y)
-    write_batch(folder / "test_batch", x_test, y_test)
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({b"label_names": [c.encode() for c in class_names], b"num_vis": 3072,
-                     b"num_cases_per_batch": len(x_train) // 5}, f)
-    if readme is not None:
-        (Path(base) / "README.md").write_text(readme)
-    return folder
-
-
-def training_images(sample) -> tuple[np.ndarray, np.ndarray]:
-    """2,000 training images made from the sample's 1,000: each mirrored, and each moved 2 px."""
-    x = np.concatenate([sample.x_test[:, :, ::-1], np.roll(sample.x_test, 2, axis=(1, 2))])
-    return x, np.concatenate([sample.y_test, sample.y_test])
-
-
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """A CIFAR folder as a user keeps one: CIFAR-10 in the original pickle layout (its test batch is the
@@ -109,9 +73,6 @@ def data_dir(tmp_path_factory) -> Path:
         pickle.dump({b"fine_label_names": [n.encode() for n in CIFAR100_NAMES],
                      b"coarse_label_names": [f"super{i}".encode() for i in range(20)]}, f)
     return base
-
-
-CIFAR100_NAMES = ["apple", "aquarium_fish", "baby"] + [f"class_{i:02d}" for i in range(3, 100)]
 
 
 @pytest.fixture(scope="session")
@@ -141,23 +102,3 @@ def tiny_checkpoints(tmp_path_factory, cifar10):
     return paths
 
 
-def populate_hf_cache(cache_dir: Path, repo_id: str, folder: Path, commit: str,
-                      refs: tuple[str, ...] = ("main",)) -> Path:
-    """Lays `folder` out as huggingface_hub's cache does after a download of `repo_id` at `commit`."""
-    repo = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}"
-    snapshot = repo / "snapshots" / commit
-    blobs = repo / "blobs"
-    snapshot.mkdir(parents=True)
-    blobs.mkdir(exist_ok=True)
-    for path in sorted(Path(folder).rglob("*")):
-        if path.is_file():
-            import hashlib
-            blob = blobs / hashlib.sha256(path.read_bytes()).hexdigest()
-            shutil.copyfile(path, blob)
-            target = snapshot / path.relative_to(folder)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(os.path.relpath(blob, target.parent), target)
-    (repo / "refs").mkdir(exist_ok=True)
-    for ref in refs:
-        (repo / "refs" / ref).write_text(commit)
-    return snapshot

@@ -12,7 +12,7 @@ import pytest
 
 from explorer.ablation import ORDER, PAPER, AblationError, ablation_markdown, by_variant
 from explorer.card import Card, Metrics
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_config
 
 CLASSES = ["cat", "dog"]
 TOP1 = {"vanilla": 0.70, "lsa": 0.71, "spt": 0.74, "spt_lsa": 0.75}

@@ -17,7 +17,7 @@ from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.fitting import Cancelled, fit
 from explorer.models import build_vit
 from explorer.recipe import TrainConfig
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_config
 
 # Timings differ between runs; everything else in an epoch record must be equal.
 TIMING = ("time_s",)

@@ -21,7 +21,7 @@ from explorer.checkpoints import (
 from explorer.hub import HubError, download, parse_ref
 from explorer.models import build_vit
 from explorer.predict import predict_logits
-from tests.conftest import ROOT, populate_hf_cache, tiny_config
+from tests.helpers import ROOT, populate_hf_cache, tiny_config
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OLD_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 QUICK_LOOP = 'python -m pytest -m "not slow and not e2e" -n 2'
 

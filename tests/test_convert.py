@@ -31,7 +31,7 @@ from explorer.convert import (
 )
 from explorer.layers import ImagePreprocessing
 from explorer.models import build_vit, tau_values
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_config
 from tests.hub_server import FakeHub
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -386,7 +386,7 @@ def test_a_slot_converts_a_cached_hub_repo_once_and_the_cache_owns_the_result(ke
     from explorer.convert import CONVERTED
     from explorer.hub import prune_cache
     from explorer.workbench import ModelStore
-    from tests.conftest import populate_hf_cache
+    from tests.helpers import populate_hf_cache
 
     cache = tmp_path / "cache"
     snapshot = populate_hf_cache(cache, "keras-io/vit-small", keras2 / "vanilla", COMMIT)
@@ -409,7 +409,7 @@ def test_a_cached_repo_that_cannot_be_mapped_keeps_nothing(keras2, tmp_path):
     from explorer.checkpoints import CheckpointError
     from explorer.convert import CONVERTED
     from explorer.workbench import ModelStore
-    from tests.conftest import populate_hf_cache
+    from tests.helpers import populate_hf_cache
 
     snapshot = populate_hf_cache(tmp_path / "cache", "someone/cnn", keras2 / "cnn", COMMIT)
     store = ModelStore(tmp_path / "root", cache_dir=str(tmp_path / "cache"))

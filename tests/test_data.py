@@ -15,7 +15,7 @@ from explorer.folders import read_image_folder, read_image_zip
 
 def test_cifar10_read_back_exactly_as_written(cifar10, data_dir):
     from explorer.data import sample_set
-    from tests.conftest import training_images
+    from tests.helpers import training_images
     x_train, y_train = training_images(sample_set())
     assert cifar10.x_train.shape == (2000, 32, 32, 3) and cifar10.x_train.dtype == np.uint8
     np.testing.assert_array_equal(cifar10.x_train, x_train)  # channel-major pickles back to (N, H, W, 3)
@@ -235,7 +235,7 @@ def test_make_sample_set_regenerates_it_from_a_cifar_folder(data_dir, tmp_path):
     import sys
 
     from explorer.data import SAMPLE_FILE
-    from tests.conftest import ROOT
+    from tests.helpers import ROOT
     out = tmp_path / "sample.npz"
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "make_sample_set.py"),
                            str(data_dir / "cifar-10-batches-py"), "--out", str(out)], capture_output=True, text=True,

@@ -15,7 +15,7 @@ from explorer.checkpoints import load_checkpoint
 from explorer.devices import DistributionError, check_batch_split, distribute_over_devices
 from explorer.predict import predict_logits
 from explorer.train import main
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 # The CLI in a process of its own, recording what the run's finish_run was given and returned: the test
 # predictions and logits of the trained model, and the devices its weights live on.

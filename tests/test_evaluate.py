@@ -7,7 +7,7 @@ import numpy as np
 
 from explorer.checkpoints import read_card
 from explorer.evaluate import evaluate, format_table, markdown_table
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):

@@ -11,7 +11,7 @@ from explorer import evidence as ev
 from explorer import robustness as rb
 from explorer.models import build_vit
 from explorer.probe import Probe, softmax
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 RNG = np.random.default_rng(0)
 

@@ -5,9 +5,6 @@ its precision, and a run stopped by its time limit resumes exactly."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import types
 
 import keras
@@ -20,7 +17,7 @@ from explorer.device_batches import DeviceImages, make_device_batches
 from explorer.fitting import fit
 from explorer.models import build_vit, float32_copy
 from explorer.recipe import TrainConfig
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import run_on_jax, tiny_config
 
 MIXED = dict(mixup_alpha=1.0, cutmix_alpha=1.0, mix_prob=0.75)
 
@@ -224,13 +221,7 @@ def steps_per_call_report() -> dict:
 
 @pytest.mark.slow
 def test_several_steps_per_call_train_what_one_step_per_call_trains_on_jax():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(PYTHONPATH=str(ROOT), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    code = "import json; from tests.test_fast_path import steps_per_call_report as r; print(json.dumps(r()))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = run_on_jax("tests.test_fast_path:steps_per_call_report", timeout=900)
     assert report["backend"] == "jax"
     assert report["one"]["steps"] == report["four"]["steps"] == report["numpy"]["steps"] == 5
     assert report["four_vs_one"] < 1e-5 and report["one_vs_numpy"] < 1e-4, report

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from explorer.checkpoints import CheckpointError, clean_stale, list_checkpoints, load_checkpoint
-from explorer.jobs import plan_job
+from explorer.finetune.plan import plan_job
+from explorer.finetune.runner import FineTuneRunner
 from explorer.recipe import TrainConfig
-from explorer.runner import FineTuneRunner
 from explorer.train import train_new
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +64,7 @@ def test_kill_or_cancel_at_random_steps_loses_nothing(root, data_dir, cifar10):
                                   scratch=("tiny", "vanilla")))
             while runner.snapshot().members[0].step < stop_at and runner.snapshot().running:
                 time.sleep(0.02)
-            runner.cancel()
+            runner.cancel_as()
             runner.wait(60)
             assert runner.snapshot().status in ("cancelled", "done")
         assert _digest(root / "earlier") == before, "an earlier checkpoint changed"

@@ -17,14 +17,20 @@ from PIL import Image
 from explorer.batches import make_batches, training_split
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.data import Dataset
-from explorer.finetune import choose_head, fine_tune, fine_tune_recipe
+from explorer.finetune.backend import choose_backend
+from explorer.finetune.head import choose_head
+from explorer.finetune.job import recipe_for
+from explorer.finetune.plan import JobError, Limits, plan_job
+from explorer.finetune.queue import Busy
+from explorer.finetune.report import report
+from explorer.finetune.runner import FineTuneRunner
+from explorer.finetune.state import apply_event
+from explorer.finetune.tuning import fine_tune, fine_tune_recipe
 from explorer.folders import read_image_zip
-from explorer.jobs import JobError, Limits, choose_backend, plan_job, recipe_for, report
 from explorer.predict import accuracy_metrics, predict_logits
 from explorer.recipe import TrainConfig
-from explorer.runner import Busy, FineTuneRunner
 from explorer.settings import Settings
-from tests.conftest import ROOT
+from tests.helpers import ROOT, worker_pid
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
 
@@ -62,7 +68,7 @@ def _card(folder):
 def test_short_recipe_scales_the_batch_to_the_data():
     small, large = fine_tune_recipe(200), fine_tune_recipe(50_000)
     assert small.batch_size == 16 and large.batch_size == 128
-    from explorer.finetune import FT_IMAGE_BUDGET, FT_TARGET_STEPS
+    from explorer.finetune.tuning import FT_IMAGE_BUDGET, FT_TARGET_STEPS
     for n in (60, 200, 800, 5000):
         recipe = fine_tune_recipe(n)
         per_epoch = -(-round(n * 0.9) // recipe.batch_size)
@@ -112,8 +118,8 @@ def test_the_probe_replaces_the_base_rows_only_where_it_does_better_out_of_fold(
     """Linear probing, then fine-tuning: known classes start from the base's rows or from the probe, whichever
     scores higher on every labelled image (the probe out of fold, 5-fold cross-validation); rows win ties.
     The start's validation top-1 is reported as epoch 0 either way."""
-    from explorer.finetune import pooled_features
-    from explorer.linear import LinearHead, cross_validated_probe
+    from explorer.finetune.head import pooled_features
+    from explorer.finetune.linear import LinearHead, cross_validated_probe
     model, card = load_checkpoint(tiny_checkpoints[variant])
     classes = ["cat", "dog", "horse", "deer"]
     x, y = pick(cifar10, classes, 60)
@@ -224,7 +230,7 @@ def test_backend_choice():
 
 
 def test_jax_cuda_detection_looks_for_the_plugin():
-    from explorer.jobs import jax_cuda_installed
+    from explorer.finetune.backend import jax_cuda_installed
 
     def present(names):
         return lambda name: object() if name in names else None
@@ -293,15 +299,15 @@ def test_cancel_kills_the_worker_at_once_and_saves_nothing(tiny_checkpoints, cif
         time.sleep(0.1)
     assert runner.snapshot().members[0].step > 0
     began = time.time()
-    assert runner.cancel()
+    assert runner.cancel_as() == "cancelled"
     # a progress line still in the pipe after the kill (a race seen in CI) does not undo the cancel
-    runner._event({"kind": "batch", "member": 0, "step": 1, "total_steps": 2, "loss": 1.0})
+    apply_event(runner._state, {"kind": "batch", "member": 0, "step": 1, "total_steps": 2, "loss": 1.0})
     runner.wait(30)
     assert time.time() - began < 10
     s = runner.snapshot()
     assert s.status == "cancelled" and not s.running and s.error is None
     assert list_checkpoints(out) == [] and _no_leftovers(out)
-    assert not runner.cancel()
+    assert runner.cancel_as() != "cancelled"
 
 
 @pytest.mark.slow
@@ -314,7 +320,7 @@ def test_a_crashed_or_failing_worker_is_reported_and_saves_nothing(tiny_checkpoi
     deadline = time.time() + 120
     while time.time() < deadline and not runner.snapshot().members[0].step:
         time.sleep(0.1)
-    os.kill(runner.worker_pid(), signal.SIGKILL)
+    os.kill(worker_pid(runner), signal.SIGKILL)
     runner.wait(30)
     s = runner.snapshot()
     assert s.status == "failed" and "killed by signal 9" in s.error
@@ -355,11 +361,11 @@ def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp
     import subprocess
     import sys
 
-    from explorer.jobs import write_job
+    from explorer.finetune.jobfolder import write_job
     plan = plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=2000, test=40, seed=2), epochs=30)
     job = tmp_path / "job"
     write_job(plan, job)
-    app = subprocess.Popen(["bash", "-c", f"{sys.executable} -m explorer.jobs {job} >{tmp_path}/events 2>/dev/null "
+    app = subprocess.Popen(["bash", "-c", f"{sys.executable} -m explorer.finetune {job} >{tmp_path}/events 2>/dev/null "
                                           f"& echo $!; wait"], stdout=subprocess.PIPE, env=_env(), cwd=ROOT)
     worker = int(app.stdout.readline())
     events = tmp_path / "events"  # created by the shell once the worker starts
@@ -388,7 +394,7 @@ def test_a_worker_whose_app_died_stops_on_its_own(tiny_checkpoints, cifar10, tmp
 
 
 def test_a_zip_too_small_to_judge_is_refused_before_training(tiny_checkpoints, cifar10, tmp_path):
-    """One image per class (the case that used to train and report "On 0 test images"), and four per class
+    """One image per class (which, trained, would report "On 0 test images"), and four per class
     of three classes (a held-out part of 3): refused with how many images per class would do."""
     for per_class, classes, need in ((1, ["cat", "dog", "ship"], 18), (4, ["cat", "dog", "ship"], 18),
                                      (1, list(cifar10.class_names), 3)):
@@ -407,7 +413,7 @@ def test_a_zip_too_small_to_judge_is_refused_before_training(tiny_checkpoints, c
 
 
 def test_training_on_all_images_says_there_is_no_test_score(tiny_checkpoints, cifar10, tmp_path):
-    from explorer.jobs import ZIP, job_data
+    from explorer.finetune.plan import ZIP, job_data
     x, y = pick(cifar10, ["cat", "dog", "ship"], 2)
     data = class_zip(tmp_path / "two.zip", x, y, ["cat", "dog", "ship"])
     ds = job_data(ZIP, str(data), None, Limits(), 32, train_on_all=True)
@@ -432,13 +438,19 @@ def fake_driver(root: Path) -> Path:
 
 
 def test_the_driver_files_say_whether_a_gpu_is_there(tmp_path):
-    from explorer.jobs import cuda_gpu_present
+    from explorer.finetune.backend import cuda_gpu_present
     assert not cuda_gpu_present(tmp_path)
     assert cuda_gpu_present(fake_driver(tmp_path))
 
 
 def test_the_hardware_note_tells_an_idle_gpu_and_the_fix(tmp_path):
-    from explorer.jobs import hardware_note, jax_cuda_installed
+    from explorer.finetune.backend import hardware, jax_cuda_installed
+    from explorer.ui.finetune_text import hardware_note as say
+
+    def hardware_note(settings, **probes):
+        """The tab's note on this machine, its facts found with `probes` (as choose_backend takes them)."""
+        return say(hardware(settings, **probes))
+
     root = str(fake_driver(tmp_path / "gpu"))
     # JAX is there but not its CUDA plugin: what a Space on GPU hardware has with the CPU requirements.
     no_plugin = lambda: jax_cuda_installed(find_spec=lambda name: object() if name == "jax" else None)  # noqa: E731
@@ -467,7 +479,7 @@ def test_the_gpu_requirements_are_the_apps_plus_jax_cuda_and_stand_alone():
 def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_path):
     """A queued Start can replace the runner's state the moment a run ends: the visitor whose run it was
     still reads how it ended (cancelled, done), by its run id, not the next visitor's run."""
-    from explorer.runner import ENDED_KEPT, RunState
+    from explorer.finetune.state import ENDED_KEPT, RunState
     runner = FineTuneRunner(tmp_path, environ=_env())
     runner._state = RunState(running=True, status="training", run_id=1, owner="x")
     runner._finish("cancelled")
@@ -485,7 +497,8 @@ def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_pa
 
 
 def test_the_run_status_says_which_model_was_kept_and_why():
-    from explorer.runner import MemberState, RunState, run_status
+    from explorer.finetune.state import MemberState, RunState
+    from explorer.ui.finetune_text import run_status
     member = MemberState("A", "A: cifar10-vanilla", step=90, total_steps=90, checkpoint="/runs/a",
                          metrics={"test_top1": 0.8}, history=[{"epoch": 0, "head": "base rows"}],
                          training={"images_per_second": 100.0, "kept_model": "the base's rows",
@@ -496,7 +509,7 @@ def test_the_run_status_says_which_model_was_kept_and_why():
 
 
 def test_paired_gain_and_a_clear_gain():
-    from explorer.linear import clearly_better, paired_gain
+    from explorer.finetune.linear import clearly_better, paired_gain
     new = np.array([1, 1, 1, 0, 0, 1], bool)
     old = np.array([1, 0, 0, 1, 0, 1], bool)
     assert paired_gain(new, old) == (2, 1)
@@ -507,7 +520,7 @@ def test_paired_gain_and_a_clear_gain():
 
 
 def test_cross_validation_judges_every_image_out_of_fold():
-    from explorer.linear import cross_validated_probe
+    from explorer.finetune.linear import cross_validated_probe
     rng = np.random.default_rng(0)
     centres = rng.normal(0, 3, (3, 8))
     y = np.repeat(np.arange(3), 40)
@@ -520,13 +533,13 @@ def test_cross_validation_judges_every_image_out_of_fold():
 
 
 def _choice(start_correct, fallback):
-    from explorer.finetune import HeadChoice
+    from explorer.finetune.head import HeadChoice
     return HeadChoice("linear probe (L2 0.01)", "why", fallback, "the linear probe on all 40 labelled images",
                       np.asarray(start_correct, bool))
 
 
 def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(tiny_checkpoints, cifar10):
-    from explorer.finetune import settle
+    from explorer.finetune.head import settle
     from explorer.models import HEAD
     model, _ = load_checkpoint(tiny_checkpoints["vanilla"])
     x, y = cifar10.x_test[:40], cifar10.y_test[:40]

@@ -18,7 +18,7 @@ import pytest
 from explorer.checkpoints import load_checkpoint
 from explorer.hub import CHECKPOINT_FILES, prune_cache
 from explorer.predict import predict_logits
-from tests.conftest import ROOT, populate_hf_cache
+from tests.helpers import ROOT, populate_hf_cache
 from tests.hub_server import GITATTRIBUTES, Declared, FakeHub
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

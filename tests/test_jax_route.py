@@ -1,5 +1,5 @@
 """The GPU route, run on CPU: a fine-tuning job in the worker process on Keras' JAX backend (what
-jobs.choose_backend picks on a GPU machine), its checkpoints read back by the app on TensorFlow."""
+finetune.backend.choose_backend picks on a GPU machine), its checkpoints read back by the app on TensorFlow."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from explorer.checkpoints import load_checkpoint
-from explorer.jobs import plan_job
+from explorer.finetune.plan import plan_job
+from explorer.finetune.runner import FineTuneRunner
 from explorer.predict import predict_logits
-from explorer.runner import FineTuneRunner
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 
 def jax_version() -> str:

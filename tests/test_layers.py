@@ -141,7 +141,7 @@ def test_tau_per_head_scales_each_head():
 @pytest.mark.parametrize("tau_mode", ["layer", "head"])
 def test_tau_is_trainable_and_changes_after_one_step(tau_mode):
     from explorer.models import attention_layers, build_vit
-    from tests.conftest import tiny_config
+    from tests.helpers import tiny_config
     model = build_vit(tiny_config(variant="lsa", tau_mode=tau_mode), 10)
     taus = [layer.tau for layer in attention_layers(model)]
     trainable = {id(w) for w in model.trainable_weights}

@@ -1,5 +1,7 @@
-"""The package's shape: its imports form no cycle, only explorer/ui touches gradio, and the layers of
-STYLE.md point one way (a module never imports one above it)."""
+"""The package's shape: its imports form no cycle; they point one way, from the UI down through the app's
+work to the model (a module never imports one of a layer above its own); only explorer/ui touches gradio;
+the files of explorer/finetune keep to the process they run in; and its modules, classes and functions stay
+small enough to read at once."""
 
 from __future__ import annotations
 
@@ -9,20 +11,36 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
-# Lower layers first: a module may import only modules of its own layer or below.
+# Lower layers first: a module may import only modules of its own layer or below. A package is one entry
+# (every module of it sits there) unless one of its modules is named on its own, as the fine-tune math is:
+# explorer.train runs it, and the rest of explorer/finetune runs explorer.train.
 LAYERS = [
-    {"config", "schedules", "inputs", "render", "plots", "render_evidence", "linear", "hub", "ablation", "compiled",
-     "study_report", "settings", "card", "formatting", "fit_state", "devices", "predict"},
+    {"config", "schedules", "inputs", "render", "plots", "render_evidence", "hub", "ablation", "compiled",
+     "study_report", "settings", "card", "formatting", "fit_state", "devices", "predict", "finetune.linear"},
     {"layers", "data", "packed"},
     {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "catalog", "recipe"},
     {"device_batches"},
     {"probe", "fitting", "backup", "convert"},
-    {"finetune", "evaluate", "evidence"},
+    {"finetune.head", "finetune.tuning", "evaluate", "evidence"},
     {"train", "window", "robustness", "workbench", "reports", "samples", "study", "mechanisms"},
-    {"jobs"},
-    {"runner", "worker"},
+    {"finetune"},
     {"ui"},
 ]
+
+# The files of explorer/finetune by the process that runs them (its __init__ lists them so): what the worker
+# runs and what the app runs import nothing of each other (the app starts the worker by its module's name),
+# what both read imports neither, and the fine-tune itself imports nothing of the processes around it.
+PROCESSES = {
+    "both": {"plan", "jobfolder", "backend", "report"},
+    "worker": {"serve", "job", "warm", "compiling"},
+    "app": {"runner", "queue", "state", "supervisor", "handle"},
+    "fine-tune": {"tuning", "head", "linear"},
+}
+MAY_IMPORT = {"both": {"both"}, "worker": {"worker", "both", "fine-tune"}, "app": {"app", "both"},
+              "fine-tune": {"fine-tune"}}
+
+# The most lines a module, a class and a function (or method) of explorer/finetune may have.
+LIMITS = {"module": 450, "class": 250, "function": 60}
 
 
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
@@ -75,11 +93,23 @@ def cycle(edges: dict[str, set[str]]) -> list[str] | None:
 
 
 def layer(name: str) -> int:
-    top = name.split(".")[0]
-    for i, members in enumerate(LAYERS):
-        if top in members:
-            return i
+    for key in (name, name.split(".")[0]):  # the module itself, else its package
+        for i, members in enumerate(LAYERS):
+            if key in members:
+                return i
     raise AssertionError(f"explorer.{name} is in no layer of tests/test_layout.py: place it")
+
+
+def oversized(path: Path, limits: dict = LIMITS) -> list[str]:
+    """What in the file at `path` is longer than `limits` allow: the module, its classes, its functions."""
+    text = path.read_text()
+    found = [f"{path.name}: {len(text.splitlines())} lines"] if len(text.splitlines()) > limits["module"] else []
+    for node in ast.walk(ast.parse(text)):
+        kind = ("class" if isinstance(node, ast.ClassDef) else
+                "function" if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else None)
+        if kind and node.end_lineno - node.lineno + 1 > limits[kind]:
+            found.append(f"{path.name}: {kind} {node.name}, {node.end_lineno - node.lineno + 1} lines")
+    return found
 
 
 def test_the_imports_form_no_cycle():
@@ -95,6 +125,11 @@ def test_the_cycle_finder_finds_one(tmp_path):
     assert cycle(graph(tmp_path)) is None
 
 
+def test_every_module_named_in_a_layer_exists():
+    named = {m for members in LAYERS for m in members}
+    assert sorted(m for m in named if not any(n == m or n.startswith(f"{m}.") for n in modules())) == []
+
+
 def test_every_module_imports_only_its_layer_or_below():
     upward = [(name, other) for name, uses in graph().items() for other in uses
               if not name.startswith("ui") and layer(other) > layer(name)]
@@ -107,3 +142,27 @@ def test_only_the_ui_imports_gradio(name):
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not {m for m in names if m.split(".")[0] in ("gradio", "gradio_client")}
+
+
+def test_each_finetune_file_keeps_to_its_process():
+    package = {n.removeprefix("finetune."): n for n in modules() if n.startswith("finetune.")}
+    group = {name: g for g, names in PROCESSES.items() for name in names}
+    assert sorted(set(package) - set(group)) == [], "place it in PROCESSES (and the list in its __init__)"
+    assert sorted(set(group) - set(package)) == [], "PROCESSES names a module that is gone"
+    edges = graph()
+    crossing = [(name, other) for name, full in package.items() for other in edges[full]
+                if other.startswith("finetune.")
+                and group[other.removeprefix("finetune.")] not in MAY_IMPORT[group[name]]]
+    assert crossing == []
+
+
+def test_the_finetune_package_is_made_of_small_parts():
+    assert [f for path in sorted((PACKAGE / "finetune").glob("*.py")) for f in oversized(path)] == []
+
+
+def test_the_size_check_finds_what_is_too_long(tmp_path):
+    body = "".join(f"        x{i} = {i}\n" for i in range(5))
+    (tmp_path / "m.py").write_text(f"class C:\n    def f(self):\n{body}\n\ndef g():\n    pass\n")
+    assert oversized(tmp_path / "m.py", {"module": 10, "class": 6, "function": 5}) == [
+        "m.py: 11 lines", "m.py: class C, 7 lines", "m.py: function f, 6 lines"]
+    assert oversized(tmp_path / "m.py", {"module": 11, "class": 7, "function": 6}) == []

@@ -26,7 +26,7 @@ from explorer.checkpoints import (
 from explorer.data import sample_set
 from explorer.models import build_vit
 from explorer.recipe import TrainConfig, compile_for_run
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_config
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-spt_lsa"
 CHECK_SET = 200  # the cards' check set: the bundled sample's first 200 images
@@ -84,8 +84,8 @@ def trained_one_step(model, steps: int = 1):
 
 
 def save_fat(model, folder, card_from):
-    """A checkpoint as write_checkpoint wrote them before: Keras' save of the compiled model (optimizer
-    variables and compile config included) beside `card_from`'s card and model card."""
+    """A fat checkpoint, what make_lean slims: Keras' save of the compiled model (optimizer variables and
+    compile config included) beside `card_from`'s card and model card."""
     import keras
     keras.saving.save_model(model, str(folder), zipped=False)
     for name in (CARD, "README.md"):
@@ -95,7 +95,7 @@ def save_fat(model, folder, card_from):
 
 @pytest.fixture(scope="module")
 def fat(tmp_path_factory):
-    """The shipped SPT/LSA model after one more training step, saved the old way, with its card."""
+    """The shipped SPT/LSA model after one more training step, saved fat, with its card."""
     model, _ = load_folder(SHIPPED)
     return save_fat(trained_one_step(model), tmp_path_factory.mktemp("fat") / "cifar10-spt_lsa", SHIPPED)
 
@@ -170,7 +170,7 @@ def test_a_checkpoint_written_after_training_is_lean_and_the_model_trains_on(tmp
     folder = write_checkpoint(model, tmp_path / "new", Card(variant="spt_lsa"))
     assert not has_optimizer(folder) and compile_config(folder) == {}
     assert same_weights(load_folder(folder)[0], model)
-    # The same model saved the old way and made lean is what write_checkpoint wrote.
+    # The same model saved fat and made lean is what write_checkpoint wrote.
     old = save_fat(model, tmp_path / "old", folder)
     assert has_optimizer(old) and make_lean(old)
     assert weights_contents(old) == weights_contents(folder)

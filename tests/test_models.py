@@ -11,7 +11,7 @@ from explorer.checkpoints import load_folder, read_card
 from explorer.config import ViTConfig, get_preset
 from explorer.layers import DropPath
 from explorer.models import attention_layers, build_vit, drop_path_rates, replace_head, tau_values
-from tests.conftest import ROOT, VARIANT_MODES, tiny_config
+from tests.helpers import ROOT, VARIANT_MODES, tiny_config
 
 
 @pytest.mark.parametrize("variant, expected", [("vanilla", 21_759_012), ("spt_lsa", 21_787_748)])

@@ -11,7 +11,7 @@ from explorer.probe import (
     rollout,
     rollout_map,
 )
-from tests.conftest import VARIANT_MODES, tiny_config
+from tests.helpers import VARIANT_MODES, tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -72,8 +72,8 @@ def test_the_defaults():
 
 
 def test_the_objects_built_from_settings_take_the_same_defaults():
+    from explorer.finetune.plan import Limits
     from explorer.inputs import MAX_PIXELS, MAX_UPLOAD_BYTES
-    from explorer.jobs import Limits
     from explorer.visitors import SharedLimits
     s = Settings()
     assert SharedLimits() == SharedLimits.from_settings(s) and Limits() == Limits.from_settings(s)
@@ -140,13 +140,13 @@ def test_settings_are_frozen():
 
 
 def test_the_runner_reads_its_environ_and_hands_the_worker_its_settings(tmp_path):
-    from explorer.runner import FineTuneRunner
+    from explorer.finetune.runner import FineTuneRunner
     runner = FineTuneRunner(tmp_path / "out", environ={"EXPLORER_WORKER_PRIORITY": "normal",
                                                        "EXPLORER_WORKER_HANG_S": "30"})
-    assert (runner.priority, runner.hang_s, runner.idle_s) == ("normal", 30.0, 600.0)
+    assert (runner.supervisor.priority, runner.hang_s, runner.supervisor.idle_s) == ("normal", 30.0, 600.0)
     given = Settings(worker_idle_s=5.0, worker_models=2, compile_cache_mb=64.0)
     runner = FineTuneRunner(tmp_path / "out", environ={}, settings=given, compile_cache=tmp_path / "cache")
-    worker = Settings.from_env(runner._worker_env("jax"))
+    worker = Settings.from_env(runner.supervisor.env("jax"))
     assert (worker.worker_idle_s, worker.worker_models, worker.compile_cache_mb) == (5.0, 2, 64.0)
     assert worker.compile_cache == str(tmp_path / "cache")
 

@@ -10,7 +10,7 @@ from explorer.checkpoints import list_checkpoints, load_checkpoint
 from explorer.config import ViTConfig
 from explorer.models import tau_values
 from explorer.recipe import TrainConfig
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 SHIPPED = ROOT / "checkpoints"
 PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")

@@ -3,17 +3,12 @@ on JAX in a subprocess (what a GPU machine trains with)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import keras
 import numpy as np
 import pytest
 
 from explorer.step_augment import ERASED_FILL, Reseed, augmentation_block, seed_states, with_augmentation
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import run_on_jax, tiny_config
 
 
 def _traced(x) -> bool:
@@ -86,13 +81,7 @@ def test_the_augmentations_run_inside_the_training_step_on_tensorflow():
 
 @pytest.mark.slow
 def test_the_augmentations_run_inside_the_training_step_on_jax():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(PYTHONPATH=str(ROOT), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    code = "import json; from tests.test_step_augment import in_step_report; print(json.dumps(in_step_report()))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
+    report = run_on_jax("tests.test_step_augment:in_step_report", timeout=600)
     assert report["backend"] == "jax"
     check_in_step(report)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from explorer.study import StudyError, plan_table, read_grid, read_results, write_results
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 TINY_GRID = {
     "name": "tiny-grid", "dataset": "cifar10", "preset": "tiny", "split_seed": 0, "batch_size": 16,

@@ -13,14 +13,14 @@ from PIL import Image
 from explorer.batches import make_batches, split_validation
 from explorer.card import Card, describe_augmentation
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.finetune import continued_record, fine_tune
+from explorer.finetune.tuning import continued_record, fine_tune
 from explorer.fitting import Cancelled, fit
 from explorer.models import build_vit, tau_values
 from explorer.predict import accuracy_metrics, predict_logits
 from explorer.recipe import RECIPES, TrainConfig
 from explorer.schedules import WarmUpCosine
 from explorer.train import train_new
-from tests.conftest import ROOT, tiny_config
+from tests.helpers import ROOT, tiny_config
 
 
 def test_warmup_cosine_shape():

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from explorer.data import DatasetError
-from explorer.jobs import ZIP
+from explorer.finetune.plan import ZIP
 from explorer.ui import AppState, build_demo
 from explorer.ui.attention import AttentionTab
 from explorer.ui.compare import CompareTab
@@ -24,6 +24,7 @@ from explorer.ui.patches import PatchesTab
 from explorer.ui.shell import Slots
 from explorer.ui.tau import TauTab
 from explorer.ui.what_if import WhatIfTab
+from tests.helpers import pair_folder
 
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 
@@ -53,10 +54,7 @@ def built_finetune(ex: AppState) -> FinetuneTab:
 
 @pytest.fixture(scope="module")
 def ex(tmp_path_factory, tiny_checkpoints, data_dir):
-    root = tmp_path_factory.mktemp("ui") / "checkpoints"
-    root.mkdir()
-    for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
+    root = pair_folder(tmp_path_factory.mktemp("ui") / "checkpoints", tiny_checkpoints)
     return AppState(root=root, data_dir=str(data_dir))
 
 
@@ -137,9 +135,7 @@ def test_sample_by_class(ex, cifar10):
 @pytest.fixture(scope="module")
 def bare(tiny_checkpoints, tmp_path_factory):
     """The app on a fresh machine: no data folder, an empty Keras cache, offline (see no_data)."""
-    root = tmp_path_factory.mktemp("bare")
-    for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
+    root = pair_folder(tmp_path_factory.mktemp("bare"), tiny_checkpoints)
     return AppState(root=root, data_dir=str(root / "nowhere"))
 
 
@@ -275,10 +271,8 @@ def ablation_root(tmp_path_factory, tiny_checkpoints, cifar10):
     """Three corners of the 2x2 (vanilla, LSA alone, SPT/LSA) and a broken LSA checkpoint."""
     from explorer.recipe import TrainConfig
     from explorer.train import train_new
-    from tests.conftest import tiny_config
-    root = tmp_path_factory.mktemp("ablation") / "checkpoints"
-    for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
+    from tests.helpers import tiny_config
+    root = pair_folder(tmp_path_factory.mktemp("ablation") / "checkpoints", tiny_checkpoints)
     train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=32, seed=2),
               TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25), root, name="cifar10-lsa", verbose=0)
     broken = root / "cifar10-broken"
@@ -557,10 +551,9 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
     curve is drawn from the results the app ships."""
     from explorer.checkpoints import update_card
     from explorer.ui.data_size import DataSizeTab
-    root = tmp_path / "checkpoints"
+    root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints, dataset={"train_images": 45000},
+                       metrics={"test_top1": 0.8})
     for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
-        update_card(root / f"cifar10-{variant}", dataset={"train_images": 45000}, metrics={"test_top1": 0.8})
         for n in (1000, 2500) if variant == "spt_lsa" else (1000, 2500, 5000):
             shutil.copytree(path, root / "study" / f"cifar10-{n}-{variant}")
             update_card(root / "study" / f"cifar10-{n}-{variant}", dataset={"train_images": n})
@@ -589,8 +582,8 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
 
 
 def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_lsa(ex):
+    from explorer.finetune.state import MemberState, RunState
     from explorer.plots import NO_LSA_TEXT
-    from explorer.runner import MemberState, RunState
     tab = built_finetune(ex)
     plan = tab.finetune_plan(**_form(epochs=1, images=64))
     state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],

@@ -122,7 +122,9 @@ def test_zip_of_a_checkpoint_loads(root, tmp_path):
 
 
 def test_the_queue_is_first_come_capped_and_forgets_pages_that_left(tmp_path):
-    from explorer.runner import FineTuneRunner, MemberState, QueueFull, RunState
+    from explorer.finetune.queue import QueueFull
+    from explorer.finetune.runner import FineTuneRunner
+    from explorer.finetune.state import MemberState, RunState
     runner = FineTuneRunner(tmp_path, max_queue=2, stale_s=0.5)
     runner._state = RunState(running=True, status="training", started=time.time() - 30, owner="a",
                              members=[MemberState("A", "A", step=50, total_steps=100),

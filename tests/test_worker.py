@@ -14,8 +14,9 @@ import pytest
 
 from explorer.checkpoints import list_checkpoints, read_card
 from explorer.data import Dataset
-from explorer.jobs import plan_job
-from explorer.runner import FineTuneRunner
+from explorer.finetune.plan import plan_job
+from explorer.finetune.runner import FineTuneRunner
+from tests.helpers import worker_pid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +61,7 @@ def test_a_second_run_of_the_same_shape_reuses_the_worker_and_compiles_nothing(t
     try:
         first = _run(runner, plan)
         second = _run(runner, plan)
-        assert runner.workers_started == 1 and first.worker["pid"] == second.worker["pid"]
+        assert runner.supervisor.started == 1 and first.worker["pid"] == second.worker["pid"]
         assert first.worker["compiles"] > 0 and first.worker["loads"] == 2
         # the second run: no model loaded, no step compiled (JAX's own count of XLA compilations)
         assert second.worker["loads"] == 2 and second.worker["compiles"] == 0, second.worker
@@ -87,7 +88,7 @@ def test_cancel_in_a_warm_worker_stops_the_run_at_once_and_the_worker_serves_on(
     runner = FineTuneRunner(out, environ=_env(), compile_cache=tmp_path / "cache")
     try:
         _run(runner, plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=48, test=16, seed=1), epochs=1))
-        pid = runner.worker_pid()
+        pid = worker_pid(runner)
         long = plan_job(_members(tiny_checkpoints, "A", "B"), cifar10.subset(train=2000, test=40, seed=2), epochs=30,
                         name="cancelled")
         runner.start(long)
@@ -96,15 +97,15 @@ def test_cancel_in_a_warm_worker_stops_the_run_at_once_and_the_worker_serves_on(
             time.sleep(0.05)
         assert runner.snapshot().members[0].step > 0
         began = time.time()
-        assert runner.cancel()
+        assert runner.cancel_as() == "cancelled"
         runner.wait(30)
         assert time.time() - began < 5
         s = runner.snapshot()
         assert s.status == "cancelled" and not s.running and s.error is None
         assert not [c for c in list_checkpoints(out) if "cancelled" in str(c)] and _no_leftovers(out)
-        assert runner.worker_pid() == pid, "the worker stopped the job, not itself"
+        assert worker_pid(runner) == pid, "the worker stopped the job, not itself"
         _run(runner, plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=48, test=16, seed=1), epochs=1))
-        assert runner.workers_started == 1
+        assert runner.supervisor.started == 1
     finally:
         runner.shutdown()
 
@@ -119,14 +120,14 @@ def test_a_killed_worker_is_replaced_and_a_hung_one_fails_its_run_and_is_replace
     plan = plan_job(_members(tiny_checkpoints, "A"), data, epochs=1)
     try:
         _run(runner, plan)
-        first = runner.worker_pid()
+        first = worker_pid(runner)
         os.kill(first, signal.SIGKILL)  # between runs (the kernel's OOM killer, say)
         deadline = time.time() + 10
-        while time.time() < deadline and runner.worker_pid() is not None:
+        while time.time() < deadline and worker_pid(runner) is not None:
             time.sleep(0.05)
         _run(runner, plan)
-        second = runner.worker_pid()
-        assert second != first and runner.workers_started == 2
+        second = worker_pid(runner)
+        assert second != first and runner.supervisor.started == 2
         # hung in the middle of a run (the same shape: nothing to compile): it says nothing for hang_s, so the
         # run fails and the worker goes
         runner.start(plan_job(_members(tiny_checkpoints, "A"), data, epochs=30))
@@ -142,7 +143,7 @@ def test_a_killed_worker_is_replaced_and_a_hung_one_fails_its_run_and_is_replace
             time.sleep(0.1)
         assert not _alive(second) and _no_leftovers(out)
         _run(runner, plan)
-        assert runner.workers_started == 3
+        assert runner.supervisor.started == 3
     finally:
         runner.shutdown()
 
@@ -153,13 +154,13 @@ def test_an_idle_worker_ends_and_the_next_start_brings_a_new_one(tiny_checkpoint
     plan = plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=48, test=16, seed=1), epochs=1)
     try:
         _run(runner, plan)
-        pid = runner.worker_pid()
+        pid = worker_pid(runner)
         deadline = time.time() + 30
-        while time.time() < deadline and (_alive(pid) or runner.worker_pid() is not None):
+        while time.time() < deadline and (_alive(pid) or worker_pid(runner) is not None):
             time.sleep(0.2)
-        assert not _alive(pid) and runner.worker_pid() is None
+        assert not _alive(pid) and worker_pid(runner) is None
         _run(runner, plan)
-        assert runner.workers_started == 2
+        assert runner.supervisor.started == 2
     finally:
         runner.shutdown()
 
@@ -218,7 +219,7 @@ def test_a_prepared_worker_has_compiled_a_job_of_the_warmed_shape(tiny_checkpoin
         runner.prepare([str(tiny_checkpoints["vanilla"]), str(tiny_checkpoints["spt_lsa"])],
                        [{"classes": data.num_classes, "images": len(data.x_train)}])
         s = _run(runner, plan_job(_members(tiny_checkpoints, "A", "B"), data, epochs=1))
-        assert runner.workers_started == 1 and s.worker["compiles"] == 0, s.worker
+        assert runner.supervisor.started == 1 and s.worker["compiles"] == 0, s.worker
     finally:
         runner.shutdown()
 

@@ -15,6 +15,8 @@ the public ones (the explorer's questions) are also MCP tools, the page's own wi
     tau.py        Tau: each LSA layer's learned temperature
     data_size.py  Small data: the study's curve and tables; a training-set size's pair put in the slots
     finetune.py   Fine-tune: a run in a worker process, its queue on a shared instance, its report
+    finetune_text.py  the words for what the fine-tuning back end reports: a run's status, a place in the
+                  queue, what a Cancel did, where runs train
     pictures.py   the output image component and Gradio's image cache made atomic and fast
     tools.py      the MCP tools (the public endpoints): Gradio's MCP server fixed for outputs and schemas
 

@@ -19,9 +19,9 @@ import numpy as np
 from explorer import catalog, hub, plots
 from explorer.checkpoints import CheckpointError
 from explorer.data import DatasetError
+from explorer.finetune.plan import Limits
+from explorer.finetune.runner import FineTuneRunner
 from explorer.inputs import DecodedImages, ImageInputError
-from explorer.jobs import Limits
-from explorer.runner import FineTuneRunner
 from explorer.samples import TestImages
 from explorer.settings import Settings
 from explorer.visitors import FINETUNED, RunStore, SharedLimits, new_visitor_id, owner_key, shared_mode
@@ -281,7 +281,7 @@ class AppState:
         first Start does not wait for them; on a GPU also has it compile the shipped pair's steps for the
         shapes in EXPLORER_WARM_SHAPES ("classes x images", comma-separated; default "5x800,10x800").
         EXPLORER_PREWARM=0 turns it off (the first Start then starts the worker)."""
-        from explorer.jobs import choose_backend, cuda_gpu_present
+        from explorer.finetune.backend import choose_backend, cuda_gpu_present
         setting = self.settings.prewarm
         if setting == "off":
             return

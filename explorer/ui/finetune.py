@@ -15,11 +15,15 @@ from explorer import plots
 from explorer.checkpoints import CheckpointError, read_card
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import DatasetError
-from explorer.jobs import ZIP, JobError, choose_backend, hardware_note, job_data, plan_job, report
+from explorer.finetune.backend import hardware
+from explorer.finetune.plan import ZIP, JobError, job_data, plan_job
+from explorer.finetune.queue import Busy, QueueFull
+from explorer.finetune.report import report
+from explorer.finetune.state import CancelAnswer
 from explorer.reports import small_splits, without_top5
-from explorer.runner import CANCEL_ANSWERS, Busy, QueueFull, queue_status, run_status
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import AppState, Page, reporter
+from explorer.ui.finetune_text import CANCEL_ANSWERS, hardware_note, queue_status, run_status, training_where
 from explorer.ui.pictures import PLOT_MIN
 from explorer.visitors import REFUSED
 from explorer.workbench import square
@@ -73,18 +77,10 @@ class FinetuneTab:
         self.app = app
         self.outputs: RunOutputs | None = None  # the components a Start updates: set when the tab is built
 
-    def training_where(self) -> str:
-        """Where a fine-tune will run, as the tab says it."""
-        try:
-            backend, reason = choose_backend(self.app.runner.settings)
-        except JobError as e:
-            return f"⚠ {e}"
-        return f"Keras on {backend}; {reason}" if reason != "no GPU" else f"CPU, Keras on {backend}"
-
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
                       request=None, train_on_all: bool = False):
-        """The form as a validated jobs.Plan; every refusal is a gr.Error that says why. CIFAR comes
+        """The form as a validated plan.Plan; every refusal is a gr.Error that says why. CIFAR comes
         whole (downloaded once if need be, `progress` following it)."""
         app = self.app
         if what == PAIR:
@@ -152,9 +148,9 @@ class FinetuneTab:
                     except Busy:
                         pass
                 if ticket.cancelled:
-                    yield {self.outputs.status: CANCEL_ANSWERS["left"]}
+                    yield {self.outputs.status: CANCEL_ANSWERS[CancelAnswer.LEFT]}
                     return
-                yield {self.outputs.status: queue_status(*runner.position(ticket), plan.description)}
+                yield {self.outputs.status: queue_status(runner.position(ticket), plan.description)}
                 time.sleep(1.0)
         finally:
             if "run_id" not in started:
@@ -289,9 +285,9 @@ def build(app: AppState, page: Page) -> FinetuneTab:
                 if app.settings.space_id:
                     gr.DuplicateButton("Duplicate this Space to fine-tune on your own hardware", size="sm",
                                        scale=0, elem_id="duplicate")
-        gr.Markdown(HELP.format(where=tab.training_where(), epochs=app.limits.max_epochs, images=app.limits.max_images))
-        gr.Markdown(hardware_note(app.runner.settings),
-                    elem_id="ft-hardware")
+        hw = hardware(app.runner.settings)
+        gr.Markdown(HELP.format(where=training_where(hw), epochs=app.limits.max_epochs, images=app.limits.max_images))
+        gr.Markdown(hardware_note(hw), elem_id="ft-hardware")
         with gr.Row():
             base = gr.Dropdown(base_choices(choices), value=PAIR, label="fine-tune",
                                info="both slots on one split, or one checkpoint alone")

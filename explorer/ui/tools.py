@@ -7,7 +7,7 @@ from __future__ import annotations
 
 # Public API endpoints that are not MCP tools: a fine-tune run is long and belongs to one visitor's page
 # and its queue, and MCP calls all come through one Gradio session, so one assistant's Cancel would be
-# another's. gradio_client scripts call them as before.
+# another's. gradio_client scripts call them as API endpoints.
 NOT_TOOLS = ("/finetune", "/cancel", "/download_checkpoint")
 
 

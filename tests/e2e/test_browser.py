@@ -176,12 +176,8 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
     from explorer.checkpoints import update_card
     from explorer.recipe import TrainConfig
     from explorer.train import train_new
-    from tests.conftest import tiny_config
-    from tests.e2e.conftest import start_app
-    root = tmp_path / "checkpoints"
-    for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
-        update_card(root / f"cifar10-{variant}", dataset={"train_images": 45000})
+    from tests.helpers import pair_folder, start_app, tiny_config
+    root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints, dataset={"train_images": 45000})
     # The 1,000-image pair: another ViT (trained on other images), and the shipped SPT + LSA's weights.
     other = train_new(tiny_config(variant="vanilla"), "tiny", cifar10.subset(train=256, test=64, seed=7),
                       TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25, seed=7), tmp_path / "o",

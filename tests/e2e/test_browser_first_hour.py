@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 import subprocess
 import zipfile
 
 import pytest
 from PIL import Image
 
-from tests.e2e.conftest import start_app
+from tests.helpers import pair_folder, start_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -51,12 +50,8 @@ WATCH_PROGRESS = """() => {
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, tiny_checkpoints, data_dir):
     """The app with the tiny pair as the 45,000-image pair (as the shipped pair is)."""
-    from explorer.checkpoints import update_card
-    root = tmp_path_factory.mktemp("first-hour") / "checkpoints"
-    root.mkdir()
-    for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
-        update_card(root / f"cifar10-{variant}", dataset={"train_images": 45000})
+    root = pair_folder(tmp_path_factory.mktemp("first-hour") / "checkpoints", tiny_checkpoints,
+                       dataset={"train_images": 45000})
     proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
     yield url, root
     proc.terminate()

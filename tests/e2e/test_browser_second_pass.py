@@ -11,9 +11,8 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.e2e.conftest import start_app
 from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip, open_tab
+from tests.helpers import ROOT, start_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite

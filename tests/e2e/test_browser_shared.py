@@ -15,8 +15,7 @@ import pytest
 from PIL import Image
 
 from explorer.visitors import REFUSED
-from tests.conftest import ROOT
-from tests.e2e.conftest import start_app
+from tests.helpers import ROOT, pair_folder, start_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 # Imported here, not at the top: a machine without playwright still collects the suite.
@@ -59,10 +58,7 @@ SETTLED = "() => { const e = window.__gradioEvents; return e && e.joined > 0 && 
 
 @pytest.fixture(scope="module")
 def shared_app(tmp_path_factory, tiny_checkpoints, data_dir):
-    root = tmp_path_factory.mktemp("browser-shared") / "checkpoints"
-    root.mkdir()
-    for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
+    root = pair_folder(tmp_path_factory.mktemp("browser-shared") / "checkpoints", tiny_checkpoints)
     home = tmp_path_factory.mktemp("home")
     proc, url, log = start_app(root, data_dir=data_dir, timeout=300, env_extra={
         "EXPLORER_SHARED": "1", "EXPLORER_MAX_QUEUE": "2", "EXPLORER_BROWSER_SECRET": "test-secret",

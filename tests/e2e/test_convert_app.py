@@ -21,9 +21,8 @@ from PIL import Image
 
 from explorer.checkpoints import is_checkpoint, list_checkpoints, read_card
 from explorer.convert import CONVERTED
-from tests.conftest import ROOT
-from tests.e2e.conftest import start_app
 from tests.e2e.test_shared import visitor
+from tests.helpers import ROOT, start_app
 from tests.hub_server import Declared, FakeHub
 from tests.test_convert import FIXTURES, SMALL, build_keras2, repo_files
 

@@ -14,7 +14,7 @@ from PIL import Image
 
 from explorer.samples import examples
 from explorer.visitors import REFUSED, owner_key
-from tests.e2e.conftest import start_app
+from tests.helpers import pair_folder, start_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
@@ -145,10 +145,7 @@ def test_off_with_the_flag(app_checkpoints, tmp_path):
 def test_shared_mode_tools_see_what_a_new_visitor_sees(tmp_path, tiny_checkpoints, data_dir):
     """On a public Space a tool call is a visitor of its own: another visitor's run is neither listed nor
     loadable, with the visitors' one message that names no path."""
-    root = tmp_path / "checkpoints"
-    root.mkdir()
-    for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
+    root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints)
     visitor_id = "v" * 24
     mine = f"finetuned/{owner_key(visitor_id)}/mine"
     shutil.copytree(tiny_checkpoints["vanilla"], root / mine)

@@ -14,9 +14,8 @@ from gradio_client import Client
 
 from explorer.checkpoints import load_checkpoint
 from explorer.visitors import REFUSED, owner_key
-from tests.conftest import ROOT
-from tests.e2e.conftest import start_app
 from tests.e2e.test_api import PAIR, _wait_status
+from tests.helpers import ROOT, pair_folder, start_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
@@ -28,10 +27,7 @@ SHORT = (SCRATCH, "tiny", "vanilla", "cifar10", None, 1, 1e-3, 32, 128, False)
 
 @pytest.fixture(scope="module")
 def shared_app(tmp_path_factory, tiny_checkpoints, data_dir):
-    root = tmp_path_factory.mktemp("shared") / "checkpoints"
-    root.mkdir()
-    for variant, path in tiny_checkpoints.items():
-        shutil.copytree(path, root / f"cifar10-{variant}")
+    root = pair_folder(tmp_path_factory.mktemp("shared") / "checkpoints", tiny_checkpoints)
     outside = tmp_path_factory.mktemp("outside")
     shutil.copytree(tiny_checkpoints["vanilla"], outside / "loose")
     os.symlink(outside / "loose", root / "escape")  # a symlink out of the checkpoints folder

@@ -19,7 +19,7 @@ from PIL import Image
 
 from explorer.checkpoints import list_checkpoints, read_card
 from explorer.config import ViTConfig
-from tests.conftest import NO_NETWORK, ROOT
+from tests.helpers import NO_NETWORK, ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PORT = 7860  # what a Space serves on

@@ -1,12 +1,17 @@
-"""The fine-tuning worker process as the app sees it (its other side is `python -m explorer.jobs --serve`):
-started at a CPU priority, sent commands and read back as JSON lines, its end reported; the runner
-(explorer.runner) decides what it runs."""
+"""The worker process as the app holds it (its other side is serve.py): its command line, started at a CPU
+priority, sent commands and read back as JSON lines, its end reported. What it runs is the runner's to
+decide (runner.py); when it is started or replaced, the supervisor's (supervisor.py)."""
 
 from __future__ import annotations
 
+import shutil
+import sys
 import threading
 import time
 from pathlib import Path
+
+# The worker's entry: explorer/finetune/__main__.py, whose --serve is serve.main's long-lived loop.
+WORKER_MODULE = "explorer.finetune"
 
 
 def priority_prefix(priority: str, which) -> list[str]:
@@ -19,13 +24,20 @@ def priority_prefix(priority: str, which) -> list[str]:
     return ["nice", "-n", str(nice)] if nice and which("nice") else []
 
 
+def worker_command(priority: str, which=shutil.which) -> list[str]:
+    """`python -m explorer.finetune --serve` at `priority` (see priority_prefix)."""
+    return priority_prefix(priority, which) + [sys.executable, "-m", WORKER_MODULE, "--serve"]
+
+
 class Worker:
-    """The long-lived training process (`python -m explorer.jobs --serve`): one at a time per runner. Its
+    """The long-lived training process (`python -m explorer.finetune --serve`) on one Keras `backend`. Its
     events (JSON lines) go to `on_event(worker, event)`, its end to `on_exit(worker, code)`."""
 
-    def __init__(self, command: list[str], env: dict, cwd: str, log_path: Path, on_event, on_exit):
+    def __init__(self, command: list[str], env: dict, cwd: str, log_path: Path, on_event, on_exit,
+                 backend: str = ""):
         import subprocess
         self.log_path = log_path
+        self.backend = backend
         log = open(log_path, "ab")
         try:
             self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.PIPE,

@@ -1,0 +1,89 @@
+"""One job in the worker process: each member of the plan trained in turn (a base fine-tuned, or a new
+model trained), its progress reported as events; and the warm-up that compiles a job's steps before
+anyone asks."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from explorer.finetune.jobfolder import read_job, staging
+
+
+def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: bool = False):
+    """The TrainConfig of a job's member: the default fine-tune recipe (or, for a new model, the keras.io
+    recipe with as many steps) with the request's values on top. `known_classes`: the job's classes are all
+    classes of the member's base."""
+    import dataclasses
+
+    from explorer.finetune.tuning import fine_tune_recipe
+    from explorer.recipe import TrainConfig
+    given = {k: v for k, v in plan_recipe.items() if v is not None}
+    if scratch:
+        given.pop("freeze_backbone", None)
+        steps = fine_tune_recipe(n_images, **given)  # the same number of steps and batch size
+        return dataclasses.replace(steps, learning_rate=given.get("learning_rate", TrainConfig.learning_rate),
+                                   weight_decay=TrainConfig.weight_decay, keep_best=False)
+    return fine_tune_recipe(n_images, known_classes=known_classes, **given)
+
+
+def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
+    """Trains every member of the job in `job_dir` in turn, writing checkpoints to its staging folder and
+    reporting each step through `emit(event)`. `warm` (warm.WarmModels): a long-lived worker's models,
+    reused with their compiled steps; `cancel` (a threading.Event) stops the job at the next step."""
+    import keras
+
+    from explorer.config import get_preset
+    from explorer.devices import device_name
+    from explorer.finetune.head import base_rows
+    from explorer.finetune.tuning import fine_tune
+    from explorer.fitting import Cancelled
+    from explorer.train import train_new
+    job, ds = read_job(job_dir)
+    emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend()})
+    out = staging(job_dir)
+    for i, m in enumerate(job["members"]):
+        def progress(event, i=i):
+            emit({**event, "member": i})
+
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("training was cancelled; no checkpoint was written")
+        began = time.perf_counter()
+        known = base_rows(m.get("classes") or [], ds.class_names) is not None
+        recipe = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)
+        emit({"kind": "member", "member": i, "recipe": dict(recipe.__dict__)})
+        if m["base"] is None:
+            config = get_preset(m["preset"], variant=m["variant"])
+            result = train_new(config, m["preset"], ds, recipe, out, m["name"], verbose=0, progress=progress,
+                               cancel=cancel)
+        else:
+            result = fine_tune(m["base"], ds, recipe, out, m["name"], verbose=0, progress=progress, cancel=cancel,
+                               warm=warm)
+        emit({"kind": "member_done", "member": i, "folder": Path(result["checkpoint"]).name,
+              "metrics": result["metrics"], "training": result["training"],
+              "predictions": result["test_predictions"], "seconds": round(time.perf_counter() - began, 3)})
+    emit({"kind": "done"})
+
+
+def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
+    """Compiles, before anyone asks, what a fine-tune of each of `bases` at each of `shapes` (number of
+    classes, images) will run: a one-epoch run on random images, whose result is thrown away. On JAX with the
+    compilation cache this loads from disk what an earlier process compiled."""
+    import tempfile
+
+    from explorer.checkpoints import read_card
+    from explorer.data import Dataset
+    from explorer.finetune.tuning import fine_tune
+    for base in bases:
+        card = read_card(base)
+        size = int((card.config or {}).get("image_size", 32))
+        for shape in shapes:
+            n, classes = int(shape["images"]), int(shape["classes"])
+            y = np.arange(n) % classes
+            x = np.random.default_rng(0).integers(0, 255, (n, size, size, 3), dtype=np.uint8)
+            ds = Dataset("warm-up", x, y, x[:max(1, n // 5)], y[:max(1, n // 5)], [f"c{i}" for i in range(classes)])
+            recipe = recipe_for({"epochs": 1}, n, False)
+            with tempfile.TemporaryDirectory() as out:
+                fine_tune(base, ds, recipe, out, "warm-up", verbose=0, warm=warm)

@@ -1,0 +1,67 @@
+"""The job folder, the one thing the app and its worker process share on disk: the app writes the plan
+(job.json) and its split images (data.npz) into a hidden folder under the checkpoints folder; the worker
+reads them and writes each member's checkpoint under staging/; once the whole job has succeeded the app
+moves them into place, all or nothing, and the folder goes. A folder left by a process that died is
+removed by the next run (checkpoints.clean_stale: its name starts with .tmp-)."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from explorer.data import Dataset
+from explorer.finetune.plan import Plan
+
+
+def new_job_dir(out_dir: Path) -> Path:
+    """A name for a new job's folder under `out_dir` (not created)."""
+    return Path(out_dir) / f".tmp-{os.getpid()}-job-{uuid.uuid4().hex[:8]}"
+
+
+def staging(job_dir: Path) -> Path:
+    """Where the worker writes the job's checkpoints."""
+    return Path(job_dir) / "staging"
+
+
+def write_job(plan: Plan, job_dir: Path) -> None:
+    job_dir.mkdir(parents=True)
+    ds = plan.dataset
+    np.savez(job_dir / "data.npz", x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test)
+    (job_dir / "job.json").write_text(json.dumps(plan.to_json(), indent=1))
+
+
+def read_job(job_dir: Path) -> tuple[dict, Dataset]:
+    job = json.loads((job_dir / "job.json").read_text())
+    with np.load(job_dir / "data.npz") as data:
+        d = job["dataset"]
+        ds = Dataset(d["name"], data["x_train"], data["y_train"], data["x_test"], data["y_test"],
+                     d["class_names"], d.get("source", ""), d.get("note", ""))
+    return job, ds
+
+
+def publish(job_dir: Path, folders: list[str | None], out: Path) -> list[Path]:
+    """Moves each staged checkpoint of `folders` into `out` (a new name if the planned one is taken, its
+    card renamed with it); all or nothing. Returns where they went."""
+    import shutil
+
+    from explorer.checkpoints import unique_dir, update_card
+    if None in folders:
+        raise RuntimeError("the training process ended without writing every checkpoint")
+    moved = []
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        for folder in folders:
+            target = unique_dir(out, folder)
+            os.rename(staging(job_dir) / folder, target)
+            moved.append(target)
+            if target.name != folder:
+                update_card(target, name=target.name)
+    except BaseException:
+        for target in moved:
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+    return moved

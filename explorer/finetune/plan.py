@@ -1,0 +1,160 @@
+"""A fine-tuning job as both processes read it: a request validated into a Plan (the data split once, one
+recipe, one or two members: base checkpoints, or a new model), and the data a request names."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from explorer.config import PRESETS, VARIANTS
+from explorer.data import Dataset
+from explorer.settings import Settings
+
+ZIP = "zip of class folders"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class JobError(ValueError):
+    """A fine-tuning request that cannot run; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a run may ask for (a public Space caps these: EXPLORER_MAX_EPOCHS, _IMAGES, _ZIP_MB)."""
+
+    max_epochs: int = Settings.max_epochs
+    max_images: int = Settings.max_images
+    max_zip_mb: int = Settings.max_zip_mb
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(settings.max_epochs, settings.max_images, settings.max_zip_mb)
+
+
+@dataclass
+class Member:
+    """One model of a job: the slot it came from ("A", "B" or ""), its base checkpoint folder (None: a
+    new model of `preset`/`variant`), and the name of the checkpoint it will be saved as."""
+
+    tag: str
+    base: str | None
+    name: str
+    label: str
+    preset: str | None = None
+    variant: str | None = None
+    classes: list = field(default_factory=list)  # the base's class names
+
+
+@dataclass
+class Plan:
+    """A validated job: every member trains on `dataset` (split once) with the same recipe."""
+
+    members: list[Member]
+    dataset: Dataset
+    recipe: dict  # fine_tune_recipe / TrainConfig overrides: epochs, batch_size, learning_rate, freeze
+    description: str
+    scratch: bool = False
+
+    def to_json(self) -> dict:
+        return {"members": [m.__dict__ for m in self.members], "recipe": self.recipe, "scratch": self.scratch,
+                "dataset": {"name": self.dataset.name, "class_names": list(self.dataset.class_names),
+                            "source": self.dataset.source, "note": self.dataset.note},
+                "description": self.description}
+
+
+def check_number(name: str, value, low, high, integer: bool = True, auto: bool = False):
+    """`value` as an int (or float) within [low, high]; with `auto`, None or 0 means "the recipe decides"."""
+    if auto and (value is None or value == 0):
+        return None
+    if value is None:
+        raise JobError(f"{name} is missing")
+    if integer and float(value) != int(value):
+        raise JobError(f"{name} must be a whole number, got {value}")
+    if not low <= value <= high:
+        raise JobError(f"{name} must be between {low} and {high}" + (" (0 = auto)" if auto else "")
+                       + f", got {value}")
+    return int(value) if integer else float(value)
+
+
+def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs=None, learning_rate=None,
+             batch_size=None, images=None, freeze: bool = False, name: str | None = None,
+             limits: Limits = Limits(), scratch: tuple[str, str] | None = None, train_on_all: bool = False) -> Plan:
+    """Validates a request into a plan.
+
+    `members`: (tag, label, checkpoint folder, card) of each base model, one or two; empty with `scratch`
+    = (preset, variant) for a new model. `dataset` is the whole data (train and test). `images` caps the
+    training images (and the test images at a fifth of it); epochs, learning rate and batch size of None
+    or 0 leave them to the default recipe. A held-out test part too small to judge the models by is
+    refused before anything trains, unless `train_on_all` (the dataset then has no test images, and the
+    run no test score).
+    """
+    epochs = check_number("epochs", epochs, 1, limits.max_epochs, auto=True)
+    learning_rate = check_number("learning rate", learning_rate, 1e-6, 1.0, integer=False, auto=True)
+    batch_size = check_number("batch size", batch_size, 1, 1024, auto=True)
+    images = check_number("images", images, 2, limits.max_images, auto=True)
+    if name and not _NAME.match(name):
+        raise JobError("the run name may hold letters, digits, '.', '_' and '-' only (at most 64)")
+    planned, size = _members(members, dataset.name, name, scratch)
+    if dataset.x_train.shape[1:3] != (size, size):
+        raise JobError(f"the images are {dataset.x_train.shape[1]}x{dataset.x_train.shape[2]} but the "
+                       f"model takes {size}x{size}")
+    if images is not None:
+        dataset = dataset.subset(train=images, test=max(1, min(len(dataset.x_test), images // 5)), seed=0)
+    if len(dataset.x_train) < 2 or len(set(dataset.y_train.tolist())) < 2:
+        raise JobError(f"{dataset.name} has too few training images ({len(dataset.x_train)}) or classes "
+                       f"to learn from")
+    if not train_on_all:
+        from explorer.folders import held_out_problem
+        problem = held_out_problem(dataset)
+        if problem:
+            raise JobError(f"{problem} (tick “Train on all images”)")
+    recipe = {"epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size,
+              "freeze_backbone": bool(freeze)}
+    what = " and ".join(m.label for m in planned)
+    test = (f"{len(dataset.x_test)} test" if len(dataset.x_test) else "no test: all trained on, no test score")
+    description = (f"{what} on {dataset.name} ({len(dataset.x_train)} train / {test} images, "
+                   f"{dataset.num_classes} classes)")
+    return Plan(planned, dataset, recipe, description, scratch=scratch is not None)
+
+
+def _members(members: list[tuple[str, str, str, dict]], data_name: str, name: str | None,
+             scratch: tuple[str, str] | None) -> tuple[list[Member], int]:
+    """(the job's members, the image size they all take): a new model of `scratch`, or each base in turn,
+    named after the run (`name`, tagged -A and -B for a pair) or after its base and the data."""
+    if scratch is not None:
+        preset, variant = scratch
+        if preset not in PRESETS or variant not in VARIANTS:
+            raise JobError(f"choose a preset from {sorted(PRESETS)} and a variant from {list(VARIANTS)}")
+        return [Member("", None, name or f"{data_name}-{variant}", f"{variant} {preset} (new)", preset,
+                       variant)], PRESETS[preset].image_size
+    if not 1 <= len(members) <= 2:
+        raise JobError("a fine-tune takes one or two base models")
+    sizes = {int(card.config["image_size"]) for _, _, _, card in members}
+    if len(sizes) != 1:
+        raise JobError(f"the two models take different image sizes {sorted(sizes)}; they cannot share "
+                       f"one split")
+    planned = []
+    for tag, label, folder, card in members:
+        base_name = card.name or Path(folder).name
+        suffix = f"-{tag}" if len(members) == 2 and name else ""
+        planned.append(Member(tag, str(folder), (name + suffix) if name else f"{base_name}-ft-{data_name}",
+                              label, classes=list(card.class_names or [])))
+    if len(planned) == 2 and planned[0].name == planned[1].name:
+        planned[0].name, planned[1].name = f"{planned[0].name}-A", f"{planned[1].name}-B"
+    return planned, sizes.pop()
+
+
+def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int,
+             train_on_all: bool = False) -> Dataset:
+    """The data a job asks for: an uploaded zip of class folders (read within the limits, each class split
+    80/20, or all for training with `train_on_all`) or a CIFAR dataset through `load_cifar(name)`."""
+    if source == ZIP:
+        if zip_file is None:
+            raise JobError("upload a zip of class folders (one sub-folder of images per class)")
+        from explorer.folders import read_image_zip
+        return read_image_zip(zip_file, image_size=image_size, max_bytes=limits.max_zip_mb * 2**20,
+                              max_files=limits.max_images * 2, test_fraction=0.0 if train_on_all else 0.2)
+    if source in ("cifar10", "cifar100"):
+        return load_cifar(source)
+    raise JobError(f"unknown data source {source!r}; choose a zip of class folders, cifar10 or cifar100")

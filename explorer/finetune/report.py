@@ -1,0 +1,56 @@
+"""The side-by-side report of a finished job: a row per model, each class's top-1 (and B − A for a pair),
+and the test images where the pair disagrees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from explorer.formatting import pct
+
+
+@dataclass
+class Report:
+    """The side-by-side result of a finished job."""
+
+    rows: list[list]                 # one per member: model, top-1, top-5, device, images/s, train time
+    per_class: list[list]            # class, each member's top-1 (and B − A for a pair)
+    disagree: list[int]              # test indices where the two members' predictions differ
+    summary: str = ""
+    columns: list[str] = field(default_factory=list)
+    per_class_columns: list[str] = field(default_factory=list)
+
+
+def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> Report:
+    """`members`: dicts with tag, label, metrics, training, predictions (a finished MemberState)."""
+    rows = []
+    for m in members:
+        t, met = m.get("training") or {}, m.get("metrics") or {}
+        rows.append([m["label"], pct(met.get("test_top1")), pct(met.get("test_top5")), t.get("device") or "–",
+                     t.get("images_per_second") or "–", f"{t.get('wall_time_s', 0):.0f} s"])
+    per_model = [(m.get("metrics") or {}).get("test_per_class") or [None] * len(class_names) for m in members]
+    per_class = []
+    for i, c in enumerate(class_names):
+        row = [c] + [pct(p[i]) for p in per_model]
+        if len(members) == 2:
+            a, b = per_model[0][i], per_model[1][i]
+            row.append("–" if a is None or b is None else f"{100 * (b - a):+.1f}")
+        per_class.append(row)
+    tags = [m.get("tag") or m["label"] for m in members]
+    per_class_columns = ["class"] + [f"{t} top-1" for t in tags] + (["B − A (points)"] if len(members) == 2 else [])
+    disagree: list[int] = []
+    summary = ""
+    if len(members) == 2 and all(m.get("predictions") is not None for m in members):
+        pa, pb = (np.asarray(m["predictions"]) for m in members)
+        y = np.asarray(y_test)
+        diff = np.flatnonzero(pa != pb)
+        disagree = diff.tolist()
+        a, b = (m["label"] for m in members)
+        summary = (f"On {len(y)} test images they disagree on **{len(diff)}**: {a} right on "
+                   f"{int((pa[diff] == y[diff]).sum())}, {b} right on {int((pb[diff] == y[diff]).sum())}.")
+    if len(y_test) == 0:
+        summary = ("**No test score**: every image was used for training, as asked, so nothing is left to "
+                   "judge the models on.")
+    columns = ["model", "test top-1", "test top-5", "device", "images/s", "train time"]
+    return Report(rows, per_class, disagree, summary, columns, per_class_columns)

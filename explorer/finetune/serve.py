@@ -1,0 +1,164 @@
+"""The worker process: `python -m explorer.finetune --serve` (what the app starts: jobs as JSON lines on
+standard input, for as long as it is not idle) or `python -m explorer.finetune JOB_DIR` (one job, then
+exit). It has a Keras backend of its own (the app chooses it: backend.py), reads each job from its folder,
+writes the checkpoints under the folder's staging/, and reports progress as JSON lines on its standard
+output; anything else it prints goes to its standard error, the app's log of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from explorer.finetune.compiling import CompileCounter, use_compile_cache
+from explorer.finetune.job import run_job, warm_up
+from explorer.settings import Settings
+
+
+def _exit_with_parent() -> None:
+    """Ends this worker when the app that started it is gone (killed, or stopped without cancelling), so no
+    orphan keeps training; its half-done job folder is then removed by the next run (checkpoints.clean_stale)."""
+    import threading
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _event_stream():
+    """emit(event): events go to the original standard output as JSON lines; anything else that prints goes
+    to the log (stderr)."""
+    import threading
+    events = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    lock = threading.Lock()
+
+    def emit(event: dict) -> None:
+        line = json.dumps(event, default=float) + "\n"
+        with lock:
+            events.write(line)
+            events.flush()
+
+    return emit
+
+
+def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb: float = 512.0,
+          models: int = 4) -> int:
+    """The long-lived worker: takes commands from `commands` (a queue of dicts; None when its input closed)
+    and answers through `emit`, keeping Keras imported and the models it trained from (with their compiled
+    steps) between jobs. Commands: {"kind": "job", "id", "dir"}, {"kind": "warm", "bases", "shapes"},
+    {"kind": "ping", "id"}. Ends after `idle_s` without a command (its memory goes back) or when its input
+    closes. It keeps up to `models` models; `cache_dir` holds at most `cache_mb` of compiled steps."""
+    import queue
+
+    began = time.perf_counter()
+    import keras
+
+    from explorer.devices import device_name
+    from explorer.finetune.warm import WarmModels
+    use_compile_cache(cache_dir, cache_mb)
+    counter = CompileCounter()
+    warm = WarmModels(size=models)
+    emit({"kind": "ready", "device": device_name(), "backend": keras.backend.backend(), "pid": os.getpid(),
+          "imports_s": round(time.perf_counter() - began, 3)})
+    while True:
+        try:
+            command = commands.get(timeout=idle_s)
+        except queue.Empty:
+            emit({"kind": "exit", "why": f"idle for {idle_s:g} s"})
+            return 0
+        if command is None:
+            return 0
+        kind = command.get("kind")
+        if kind == "ping":
+            emit({"kind": "pong", "id": command.get("id")})
+        elif kind == "warm":
+            began = time.perf_counter()
+            try:
+                warm_up(warm, command.get("bases") or [], command.get("shapes") or [])
+                emit({"kind": "warmed", "seconds": round(time.perf_counter() - began, 3)})
+            except Exception as e:  # noqa: BLE001  (a failed warm-up costs speed, never a run)
+                emit({"kind": "warmed", "error": f"{type(e).__name__}: {e}"})
+        elif kind == "job":
+            _serve_job(command, emit, warm, counter)
+
+
+def _serve_job(command: dict, emit, warm, counter: CompileCounter) -> None:
+    """One job command: its events tagged with its id, and a last event (job_end) with how it ended, how
+    many models the worker has loaded, and what it compiled for this job."""
+    from explorer.fitting import Cancelled
+    job_id, cancel = command["id"], command["cancel"]
+    compiles, hits = counter.counts()
+
+    def tagged(event):
+        emit({**event, "job": job_id})
+
+    try:
+        run_job(Path(command["dir"]), tagged, warm, cancel)
+        outcome = "done"
+    except Cancelled:
+        outcome = "cancelled"
+    except BaseException as e:  # whatever it is, the app hears it and the worker serves on
+        tagged({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+        traceback.print_exc()
+        outcome = "error"
+    now = counter.counts()
+    tagged({"kind": "job_end", "outcome": outcome, "loads": warm.loads,
+            "compiles": None if compiles is None else now[0] - compiles,
+            "cache_hits": None if hits is None else now[1] - hits})
+
+
+def _read_commands(stream, commands, cancels: dict) -> None:
+    """The worker's input: a "cancel" sets that job's event at once (the job stops at its next step); every
+    other command waits in `commands` for the main loop. None when the input closes (the app is gone)."""
+    for line in stream:
+        try:
+            command = json.loads(line)
+        except ValueError:
+            continue
+        if command.get("kind") == "cancel":
+            event = cancels.get(command.get("id"))
+            if event is not None:
+                event.set()
+            continue
+        if command.get("kind") == "job":
+            import threading
+            command["cancel"] = cancels.setdefault(command["id"], threading.Event())
+        commands.put(command)
+    commands.put(None)
+
+
+def main(argv=None, settings: Settings | None = None) -> int:
+    """The worker process; with --serve, its settings (default: its environment, which the app sets)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--serve"]:
+        settings = Settings.from_env() if settings is None else settings
+        import queue
+        import threading
+        emit = _event_stream()
+        _exit_with_parent()
+        commands: queue.Queue = queue.Queue()
+        threading.Thread(target=_read_commands, args=(sys.stdin, commands, {}), name="commands",
+                         daemon=True).start()
+        return serve(commands, emit, settings.worker_idle_s, settings.compile_cache, settings.compile_cache_mb,
+                     settings.worker_models)
+    if len(argv) != 1:
+        print("usage: python -m explorer.finetune JOB_DIR   (one job, then exit)\n"
+              "       python -m explorer.finetune --serve   (jobs as JSON lines on standard input)", file=sys.stderr)
+        return 2
+    emit = _event_stream()
+    _exit_with_parent()
+    try:
+        run_job(Path(argv[0]), emit)
+    except BaseException as e:  # whatever it is, the app hears it and keeps serving
+        emit({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+        traceback.print_exc()
+        return 1
+    return 0

@@ -1,0 +1,111 @@
+"""A run as the app knows it: its state and each model's, changed by the worker's events; what a Cancel
+did. Data for the page to say (explorer/ui/finetune_text.py), nothing worded for it."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+ENDED_KEPT = 16  # the ended runs whose final state EndedRuns keeps
+
+
+class CancelAnswer(StrEnum):
+    """What a visitor's Cancel did."""
+
+    CANCELLED = "cancelled"  # their run was going on: it stops at its next step, nothing is saved
+    LEFT = "left"            # they were waiting in the queue, and left it
+    NOT_YOURS = "not yours"  # another visitor's run is going on, and goes on
+    NONE = "none"            # nothing was going on
+
+
+@dataclass
+class MemberState:
+    """One model of a run as the worker reports it."""
+
+    tag: str
+    label: str
+    history: list = field(default_factory=list)
+    step: int = 0
+    total_steps: int = 0
+    last_loss: float | None = None
+    checkpoint: str | None = None     # the final folder, once the whole run succeeded
+    folder: str | None = None         # its name in the staging folder
+    metrics: dict | None = None
+    training: dict | None = None
+    predictions: list | None = None
+    recipe: dict | None = None
+    seconds: float | None = None      # the worker's time for this model, from loading it to its checkpoint
+
+
+@dataclass
+class RunState:
+    running: bool = False
+    status: str = "idle"              # idle, starting, training, done, cancelled, failed
+    members: list = field(default_factory=list)
+    current: int = 0
+    error: str | None = None
+    started: float = 0.0
+    ended: float | None = None
+    device: str = ""
+    backend: str = ""
+    backend_reason: str = ""
+    description: str = ""
+    run_id: int = 0
+    owner: str | None = None
+    ready_at: float | None = None     # when the worker took the job up (a new worker: after its imports)
+    worker: dict = field(default_factory=dict)  # what the worker said at the end: models loaded, compiles
+    cancelling: bool = False          # Cancel was pressed; the run ends (and says "cancelled") once stopped
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended or time.time()) - self.started if self.started else 0.0
+
+
+class EndedRuns:
+    """The last ENDED_KEPT ended runs' final states, by run id: a Start waiting in the queue replaces the
+    runner's state the moment a run ends, and the visitor whose run it was must still see how it ended."""
+
+    def __init__(self):
+        self._runs: dict[int, RunState] = {}
+
+    def keep(self, s: RunState) -> None:
+        self._runs[s.run_id] = copy.deepcopy(s)
+        while len(self._runs) > ENDED_KEPT:
+            del self._runs[min(self._runs)]
+
+    def get(self, run_id: int) -> RunState | None:
+        return copy.deepcopy(self._runs[run_id]) if run_id in self._runs else None
+
+
+def apply_event(s: RunState, event: dict) -> None:
+    """One of the worker's progress events (started, member, batch, epoch, member_done, error) on `s`."""
+    kind = event.get("kind")
+    # Lines still in the pipe after a Cancel must not turn "cancelled" back into "training".
+    if kind in ("member", "batch") and s.status == "starting":
+        s.status = "training"
+    member = s.members[event["member"]] if "member" in event else None
+    if kind == "started":
+        s.device, s.backend = event["device"], event["backend"]
+        s.ready_at = time.time()
+    elif kind == "member":
+        s.current = event["member"]
+        member.recipe = event.get("recipe")
+    elif kind == "batch":
+        member.step, member.total_steps = event["step"], event["total_steps"]
+        member.last_loss = event["loss"]
+    elif kind == "epoch":
+        member.history = member.history + [{k: v for k, v in event.items() if k not in ("kind", "member")}]
+    elif kind == "member_done":
+        member.folder, member.metrics = event["folder"], event["metrics"]
+        member.training, member.predictions = event["training"], event["predictions"]
+        member.seconds = event.get("seconds")
+    elif kind == "error":
+        s.error = event["error"]
+
+
+def crash_message(code: int, tail: list[str]) -> str:
+    """Why a run failed when its worker ended: the exit code or signal, and the last lines of its log."""
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    return f"the training process {how}" + (f": {' / '.join(tail)}" if tail else "")

@@ -1,0 +1,94 @@
+"""The Fine-tune tab's words for what the fine-tuning back end reports (explorer.finetune): a run's status
+line, a place in the queue, what a Cancel did, and where runs train."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from explorer.finetune.backend import Hardware
+from explorer.finetune.queue import QueuePlace
+from explorer.finetune.state import CancelAnswer, RunState
+
+CANCEL_ANSWERS = {
+    CancelAnswer.CANCELLED: "Cancelled: the training process was stopped and nothing was saved.",
+    CancelAnswer.LEFT: "You left the queue; nothing was started.",
+    CancelAnswer.NOT_YOURS: "The run going on is not yours: only the visitor who started it can cancel it. "
+                            "Press Start to wait for your turn in the queue.",
+    CancelAnswer.NONE: "No run is going on."}
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def run_status(s: RunState, root: str | os.PathLike) -> str:
+    """Markdown for a run: the run, each member's progress and result, and how it ended; checkpoints are
+    named relative to `root`."""
+    if s.status == "idle":
+        return "No run yet."
+    where = f"on **{s.device}** ({s.backend})" if s.device else f"starting a {s.backend} worker"
+    lines = [f"**{s.status}** · {s.description} · {where} · {s.elapsed:.0f} s"]
+    for m in s.members:
+        pct = 100 * m.step / m.total_steps if m.total_steps else 0
+        t = m.training or {}
+        done = (f" · done: test top-1 **{100 * m.metrics['test_top1']:.1f} %**, "
+                f"{t.get('images_per_second')} images/s" if m.metrics and "test_top1" in m.metrics else "")
+        start = next((e for e in m.history if e.get("epoch") == 0), None)
+        head = f" · head: {start['head']}" if start and start.get("head") else ""
+        kept = f" · kept: {t['kept_model']}" if done and t.get("kept_model") else ""
+        lines.append(f"{m.label}: step {m.step}/{m.total_steps} ({pct:.0f} %)"
+                     + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done + kept)
+        if kept and t.get("decision"):
+            lines.append(f"{m.label} kept {t['kept_model']}: {t['decision']}")
+    if s.status == "done":
+        saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
+        lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")
+    if s.cancelling and s.running:
+        lines.append("Cancelling: the run stops at its next step; nothing will be saved.")
+    if s.status == "cancelled":
+        lines.append(CANCEL_ANSWERS[CancelAnswer.CANCELLED])
+    if s.error:
+        lines.append(f"**⚠ the run failed:** {s.error} · nothing was saved; the slots are as they were.")
+    return "\n\n".join(lines)
+
+
+def queue_status(where: QueuePlace, description: str) -> str:
+    """Markdown for a Start waiting behind another visitor's run."""
+    wait = f"about {duration(where.eta)}" if where.eta is not None else "an estimate comes once it has made progress"
+    return (f"**waiting** · another visitor's run is going on · your place in the queue: **{where.place} of "
+            f"{where.length}** · {wait} · {description} starts by itself when its turn comes; keep this page open "
+            f"(Cancel leaves the queue)")
+
+
+def training_where(hw: Hardware) -> str:
+    """Where a fine-tune will run, in a few words (the tab's help text)."""
+    if hw.error:
+        return f"⚠ {hw.error}"
+    return f"Keras on {hw.backend}; {hw.reason}" if hw.reason != "no GPU" else f"CPU, Keras on {hw.backend}"
+
+
+def hardware_note(hw: Hardware) -> str:
+    """Where fine-tuning runs will train: on a GPU or not, and when a GPU would sit idle, exactly what to
+    change; on a Space without one, what duplicating it buys."""
+    if hw.error:
+        return f"⚠ {hw.error}"
+    backend = hw.backend
+    switch = ("replace this Space's `requirements.txt` with the repository's `requirements-gpu.txt` (the same "
+              "packages plus JAX with CUDA 12) and let the Space rebuild" if hw.space else
+              "`pip install -r requirements-gpu.txt` (JAX with CUDA 12) and restart the app")
+    if hw.gpu and backend == "jax" and hw.jax_cuda:
+        return "Runs train on this machine's **GPU** (a worker process on Keras' JAX backend with CUDA)."
+    if hw.gpu and hw.reason == "EXPLORER_TRAIN_BACKEND":
+        return (f"This machine has an NVIDIA GPU; `EXPLORER_TRAIN_BACKEND={backend}` sends runs to Keras' {backend} "
+                f"backend{', which trains on the GPU when it has CUDA' if backend != 'tensorflow' else ' on the CPU'}.")
+    if hw.gpu:
+        return (f"⚠ **This machine has an NVIDIA GPU, but runs will train on its CPU**: JAX with CUDA is not "
+                f"installed. To train on the GPU, {switch}.")
+    if hw.space:
+        return ("Runs train on this Space's **CPU**, shared by its visitors. **Duplicate the Space** for a copy of "
+                "your own: no queue and no shared limits; on GPU hardware (Settings → Space hardware, an NVIDIA "
+                "T4 or L4) with `requirements-gpu.txt` as its `requirements.txt`, runs train on the GPU. ZeroGPU "
+                "hardware does not help: it serves PyTorch only, and runs here train with Keras on JAX.")
+    return (f"Runs train on this machine's **CPU** (Keras on {backend}); with an NVIDIA GPU, "
+            "`pip install -r requirements-gpu.txt` and they train on it.")

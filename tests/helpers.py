@@ -1,0 +1,153 @@
+"""What several test modules use: paths, tiny configs, CIFAR written in its original layout, a Hugging Face
+cache laid out by hand, a checkpoints folder holding the tiny pair, the app started as a server, a test's
+function run on JAX in a process of its own, and the runner's worker. Fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+# Debian's headless Chromium, as the browser tests and the screenshot scripts drive it.
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+         "--disable-component-update", "--disable-sync"]
+# Nothing listens on the discard port: a download a test did not arrange fails at once, offline.
+NO_NETWORK = "http://127.0.0.1:9/"
+
+TINY = dict(image_size=32, input_size=16, patch_size=4, num_layers=2, projection_dim=16, num_heads=2,
+            key_dim=8, mlp_units=(32, 16), head="pool", head_units=(), dropout=0.0, head_dropout=0.0)
+
+# Every variant and tau mode that differs in weights: vanilla and spt have no tau.
+VARIANT_MODES = [("vanilla", "layer"), ("spt", "layer"), ("lsa", "layer"), ("lsa", "head"),
+                 ("spt_lsa", "layer"), ("spt_lsa", "head")]
+
+
+def tiny_config(**overrides):
+    from explorer.config import ViTConfig
+    return ViTConfig(**{**TINY, **overrides})
+
+
+def write_batch(path: Path, images: np.ndarray, labels, key: bytes = b"labels", extra: dict | None = None) -> None:
+    """One CIFAR pickle as the original archives hold it: bytes keys, (N, 3072) channel-major uint8."""
+    data = np.ascontiguousarray(images.transpose(0, 3, 1, 2)).reshape(len(images), 3072)
+    with open(path, "wb") as f:
+        pickle.dump({b"batch_label": path.name.encode(), key: [int(v) for v in labels], b"data": data,
+                     b"filenames": [f"{path.name}_{i}.png".encode() for i in range(len(images))], **(extra or {})}, f)
+
+
+def write_cifar10(base: Path, x_train, y_train, x_test, y_test, class_names, readme: str | None = None) -> Path:
+    """`base/cifar-10-batches-py` in the layout of cifar-10-python.tar.gz (five training batches)."""
+    folder = Path(base) / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for i, (x, y) in enumerate(zip(np.array_split(x_train, 5), np.array_split(y_train, 5), strict=True), 1):
+        write_batch(folder / f"data_batch_{i}", x, y)
+    write_batch(folder / "test_batch", x_test, y_test)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": [c.encode() for c in class_names], b"num_vis": 3072,
+                     b"num_cases_per_batch": len(x_train) // 5}, f)
+    if readme is not None:
+        (Path(base) / "README.md").write_text(readme)
+    return folder
+
+
+def training_images(sample) -> tuple[np.ndarray, np.ndarray]:
+    """2,000 training images made from the sample's 1,000: each mirrored, and each moved 2 px."""
+    x = np.concatenate([sample.x_test[:, :, ::-1], np.roll(sample.x_test, 2, axis=(1, 2))])
+    return x, np.concatenate([sample.y_test, sample.y_test])
+
+
+CIFAR100_NAMES = ["apple", "aquarium_fish", "baby"] + [f"class_{i:02d}" for i in range(3, 100)]
+
+
+def populate_hf_cache(cache_dir: Path, repo_id: str, folder: Path, commit: str,
+                      refs: tuple[str, ...] = ("main",)) -> Path:
+    """Lays `folder` out as huggingface_hub's cache does after a download of `repo_id` at `commit`."""
+    repo = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / commit
+    blobs = repo / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir(exist_ok=True)
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_file():
+            import hashlib
+            blob = blobs / hashlib.sha256(path.read_bytes()).hexdigest()
+            shutil.copyfile(path, blob)
+            target = snapshot / path.relative_to(folder)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.path.relpath(blob, target.parent), target)
+    (repo / "refs").mkdir(exist_ok=True)
+    for ref in refs:
+        (repo / "refs" / ref).write_text(commit)
+    return snapshot
+
+
+def pair_folder(root: Path, tiny_checkpoints: dict, **card) -> Path:
+    """`root` holding the tiny checkpoints under the names of the shipped pair (cifar10-vanilla and
+    cifar10-spt_lsa), their cards updated with `card` (update_card's sections) when given."""
+    from explorer.checkpoints import update_card
+    for variant, path in tiny_checkpoints.items():
+        shutil.copytree(path, root / f"cifar10-{variant}")
+        if card:
+            update_card(root / f"cifar10-{variant}", **card)
+    return root
+
+
+def run_on_jax(call: str, timeout: float) -> dict:
+    """`call` ("module:function", a function of the tests that returns a JSON-able dict) run in a process of
+    its own on Keras' JAX backend on the CPU, whatever the tester's JAX or XLA settings; what it returned."""
+    module, function = call.split(":")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env.update(PYTHONPATH=str(ROOT), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    code = f"import json; from {module} import {function} as f; print(json.dumps(f()))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                         timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def worker_pid(runner) -> int | None:
+    """The process id of a FineTuneRunner's worker while it is alive, else None."""
+    worker = runner.supervisor.current
+    return worker.pid if worker is not None and worker.alive() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(checkpoints, env_extra=None, timeout=120, data_dir=None):
+    """`python app.py` on a free port; with `data_dir` its CIFAR comes from there ($EXPLORER_DATA_DIR)."""
+    port = free_port()
+    data = {"EXPLORER_DATA_DIR": str(data_dir)} if data_dir else {}
+    # The tester's own MCP settings never decide what is tested (the MCP server is on by default).
+    inherited = {k: v for k, v in os.environ.items() if k not in ("GRADIO_MCP_SERVER", "EXPLORER_MCP")}
+    env = {**inherited, "EXPLORER_CHECKPOINTS": str(checkpoints), **data,
+           "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "PYTHONUNBUFFERED": "1",
+           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env_extra or {})}
+    log = open(checkpoints.parent / f"app-{port}.log", "w")
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"app exited with {proc.returncode}: {open(log.name).read()[-3000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return proc, url, log.name
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"app did not answer within {timeout} s: {open(log.name).read()[-3000:]}")
