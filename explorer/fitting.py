@@ -171,8 +171,10 @@ def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
         state.best = BestEpoch(0, start["val_top1"], start.get("val_loss"), model.get_weights())
     callbacks = _run_callbacks(model, trainee, block, recipe, history, state, train_batches, val_batches,
                                progress, cancel, backup)
-    if start is not None and progress is not None:
-        progress({"kind": "epoch", "epoch": 0, **start})
+    if progress is not None:
+        if start is not None:
+            progress({"kind": "epoch", "epoch": 0, **start})
+        progress({"kind": "phase", "phase": "compiling"})  # until the first batch's event
     began = time.perf_counter()
     # shuffle=False: the batches shuffle themselves, by (seed, epoch), not by Python's global random state.
     trainee.fit(train_batches, validation_data=val_batches, epochs=recipe.epochs, verbose=verbose, shuffle=False,
@@ -333,8 +335,13 @@ def _run_card(record: dict, config, preset: str | None, dataset: Dataset, metric
                 training=Training.from_json(record["training"]), base=base)
 
 
-def finish_run(model, record, config, preset, dataset, out_dir, name, base: Lineage | None) -> dict:
+def finish_run(model, record, config, preset, dataset, out_dir, name, base: Lineage | None,
+               progress: Callable[[dict], None] | None = None) -> dict:
+    """The trained model evaluated on the test images and written as a checkpoint, with its card; `progress`
+    hears each of the two phases begin."""
     from explorer.checkpoints import unique_dir, write_checkpoint
+    if progress is not None:
+        progress({"kind": "phase", "phase": "evaluating"})
     logits = predict_logits(model, dataset.x_test) if len(dataset.x_test) else None
     test = accuracy_metrics(logits, dataset.y_test) if logits is not None else None
     metrics = dict(record["metrics"])
@@ -342,6 +349,8 @@ def finish_run(model, record, config, preset, dataset, out_dir, name, base: Line
         metrics.update(test_top1=test["top1"], test_top5=test["top5"], test_per_class=test["per_class"],
                        test_count=test["count"])
     card = _run_card(record, config, preset, dataset, metrics, base)
+    if progress is not None:
+        progress({"kind": "phase", "phase": "saving"})
     folder = write_checkpoint(model, unique_dir(out_dir, name), card)
     return {"checkpoint": str(folder), "metrics": metrics, "history": record["history"],
             "training": record["training"],

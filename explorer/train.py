@@ -53,7 +53,7 @@ def train_new(config: ViTConfig, preset: str, dataset: Dataset, recipe: TrainCon
                 "history": record["history"], "training": record["training"], "stopped_by": "time_limit"}
     model = float32_copy(model, config, dataset.num_classes)
     result = finish_run(model, record, config, preset, dataset, out_dir,
-                     name or f"{dataset.name}-{config.variant}", base=None)
+                     name or f"{dataset.name}-{config.variant}", base=None, progress=progress)
     drop_backup(backup, record)
     return result
 

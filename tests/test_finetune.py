@@ -508,6 +508,40 @@ def test_the_run_status_says_which_model_was_kept_and_why():
     assert "A: cifar10-vanilla kept the base's rows: no fine-tuned epoch beat the start on validation" in text
 
 
+def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifar10, tiny_checkpoints):
+    """Every phase of a model's fine-tune reaches `progress` in order, and the status line's headline says
+    what the run is doing at each event (never a bare "step 0/0" before the first step)."""
+    from explorer.finetune.state import MemberState, RunState, apply_event
+    from explorer.ui.finetune_text import run_fraction, run_status
+    x, y = pick(cifar10, ["cat", "dog", "ship"], 12)
+    ds = read_image_zip(class_zip(tmp_path / "three.zip", x, y, ["cat", "dog", "ship"]))
+    events = []
+    fine_tune(tiny_checkpoints["vanilla"], ds, TrainConfig(epochs=1, batch_size=8), tmp_path / "out", "phases",
+              verbose=0, progress=events.append)
+    kinds = [e["phase"] if e["kind"] == "phase" else e["kind"] for e in events]
+    first_batch = kinds.index("batch")
+    assert kinds[:first_batch] == ["choosing the head", "epoch", "compiling"], kinds
+    assert [k for k in kinds[first_batch:] if k not in ("batch", "epoch")] == ["evaluating", "evaluating", "saving"]
+
+    s = RunState(running=True, status="starting", description="fine-tune", started=1.0,
+                 members=[MemberState("A", "A: tiny-vanilla"), MemberState("B", "B: tiny-spt_lsa")])
+    said = [run_status(s, tmp_path).split("\n")[0]]
+    apply_event(s, {"kind": "started", "device": "CPU", "backend": "jax"})
+    for event in [{"kind": "member", "member": 0}] + [{**e, "member": 0} for e in events]:
+        apply_event(s, event)
+        said.append(run_status(s, tmp_path).split("\n")[0])
+        assert "step 0/0" not in run_status(s, tmp_path)
+    heads = list(dict.fromkeys(line.split(" · ")[0] for line in said))
+    assert heads == ["**starting** the training process", "**loading** A", "**choosing** A's head", "**compiling** A",
+                     "**training** A", "**evaluating** A", "**saving** A"], heads
+    assert "B: tiny-spt_lsa: waits its turn" in run_status(s, tmp_path)
+    assert run_fraction(s) == 0.5
+    apply_event(s, {"kind": "member", "member": 1})
+    assert run_status(s, tmp_path).startswith("**loading** B") and run_fraction(s) == 0.5
+    assert run_status(s, tmp_path, loading=12.0).startswith("**loading** the new models into the slots")
+    assert " · 12 s" in run_status(s, tmp_path, loading=12.0)
+
+
 def test_paired_gain_and_a_clear_gain():
     from explorer.finetune.linear import clearly_better, paired_gain
     new = np.array([1, 1, 1, 0, 0, 1], bool)

@@ -20,12 +20,26 @@ class CancelAnswer(StrEnum):
     NONE = "none"            # nothing was going on
 
 
+class Phase(StrEnum):
+    """What the worker is doing with one model of a run (its "phase" events, and the kinds around them)."""
+
+    WAITING = "waiting"            # a model after the one in training
+    LOADING = "loading"            # its checkpoint (a warm worker's model: at once)
+    HEAD = "choosing the head"     # the base's rows or a linear probe, judged on validation
+    COMPILING = "compiling"        # the training step, until its first batch ends
+    TRAINING = "training"
+    EVALUATING = "evaluating"      # the kept epoch, then the held-out test images
+    SAVING = "saving"              # its checkpoint
+    DONE = "done"
+
+
 @dataclass
 class MemberState:
     """One model of a run as the worker reports it."""
 
     tag: str
     label: str
+    phase: Phase = Phase.WAITING
     history: list = field(default_factory=list)
     step: int = 0
     total_steps: int = 0
@@ -80,7 +94,7 @@ class EndedRuns:
 
 
 def apply_event(s: RunState, event: dict) -> None:
-    """One of the worker's progress events (started, member, batch, epoch, member_done, error) on `s`."""
+    """One of the worker's progress events (started, member, phase, batch, epoch, member_done, error) on `s`."""
     kind = event.get("kind")
     # Lines still in the pipe after a Cancel must not turn "cancelled" back into "training".
     if kind in ("member", "batch") and s.status == "starting":
@@ -91,16 +105,18 @@ def apply_event(s: RunState, event: dict) -> None:
         s.ready_at = time.time()
     elif kind == "member":
         s.current = event["member"]
-        member.recipe = event.get("recipe")
+        member.recipe, member.phase = event.get("recipe"), Phase.LOADING
+    elif kind == "phase":
+        member.phase = Phase(event["phase"])
     elif kind == "batch":
         member.step, member.total_steps = event["step"], event["total_steps"]
-        member.last_loss = event["loss"]
+        member.last_loss, member.phase = event["loss"], Phase.TRAINING
     elif kind == "epoch":
         member.history = member.history + [{k: v for k, v in event.items() if k not in ("kind", "member")}]
     elif kind == "member_done":
         member.folder, member.metrics = event["folder"], event["metrics"]
         member.training, member.predictions = event["training"], event["predictions"]
-        member.seconds = event.get("seconds")
+        member.seconds, member.phase = event.get("seconds"), Phase.DONE
     elif kind == "error":
         s.error = event["error"]
 

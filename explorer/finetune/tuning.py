@@ -79,6 +79,8 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
                          f"{config.image_size}x{config.image_size}")
     if extend:
         check_continuation(card, dataset, recipe)
+    if progress is not None:
+        progress({"kind": "phase", "phase": "choosing the head"})
     model, start, choice = choose_head(model, card.class_names or [], dataset, recipe, base_head, features)
     if cancel is not None and cancel.is_set():
         raise Cancelled("training was cancelled; no checkpoint was written")
@@ -87,6 +89,8 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
                  start=start, base={"name": card.name, "created": card.created,
                                     "epochs": len(card.history or []), "continued": extend},
                  reuse=warm is not None)
+    if progress is not None:
+        progress({"kind": "phase", "phase": "evaluating"})
     if not extend:
         settle(model, record, start_weights, choice, training_split(dataset, recipe)[1])
     record["training"]["timing"]["prepare_s"] = round(time.perf_counter() - began - record["training"]["wall_time_s"],
@@ -97,7 +101,8 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
         lineage.continued, lineage.epochs = True, len(card.history)
     suffix = f"{record['training']['epochs']}ep" if extend else f"ft-{dataset.name}"
     result = finish_run(model, record, config, card.preset, dataset, out_dir,
-                     name or f"{'model' if card.name is None else card.name}-{suffix}", base=lineage)
+                     name or f"{'model' if card.name is None else card.name}-{suffix}", base=lineage,
+                     progress=progress)
     drop_backup(backup, record)
     return result
 

@@ -103,7 +103,7 @@ def build(app: AppState, page: Page) -> CompareTab:
             dis_table = gr.Dataframe(label="per-class top-1", interactive=False, wrap=True, elem_id="dis-table",
                                      headers=list(reports.Disagreements.COLUMNS))
             dis_gallery = gr.Gallery(format="png", label="where they disagree (true · A · B)", columns=6,
-                                     height="auto", elem_id="dis-gallery")
+                                     height="auto", elem_id="dis-gallery", object_fit="scale-down")
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [label_a, label_b, verdict]
     compare_btn.click(tab.compare, inputs, outputs, api_name="compare", concurrency_limit=4)

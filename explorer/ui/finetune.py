@@ -3,6 +3,7 @@ report, and the visitor's fine-tuned checkpoints to download."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import time
 import uuid
@@ -23,7 +24,17 @@ from explorer.finetune.state import CancelAnswer
 from explorer.reports import small_splits, without_top5
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import AppState, Page, reporter
-from explorer.ui.finetune_text import CANCEL_ANSWERS, hardware_note, queue_status, run_status, training_where
+from explorer.ui.finetune_text import (
+    CANCEL_ANSWERS,
+    LOADING_SLOTS,
+    hardware_note,
+    headline,
+    plain,
+    queue_status,
+    run_fraction,
+    run_status,
+    training_where,
+)
 from explorer.ui.pictures import PLOT_MIN
 from explorer.visitors import REFUSED
 from explorer.workbench import square
@@ -36,6 +47,7 @@ def base_choices(slot_choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """What the fine-tune dropdown offers: both slots, a new model, or one checkpoint (as the slots list it)."""
     return [(PAIR, PAIR), (SCRATCH, SCRATCH)] + list(slot_choices)
 CURVES_EVERY_S = 10.0
+REPORTS_KEPT = 256
 HELP = """\
 Fine-tunes **both slots' models on the same data, split and recipe** (one after the other), or one
 checkpoint alone, in a separate training process ({where}); the new checkpoints go into the model slots,
@@ -48,6 +60,20 @@ cosine, crop + flip; peak learning rate 5e-4, or 1e-4 for classes the base knows
 split (the starting head included). The training process stays up between runs with its models compiled:
 a repeat run of the same shape starts at once; a pair on 800 images takes about half a minute on 2 CPU
 cores. Limits here: {epochs} epochs, {images:,} images."""
+
+
+def keep_progress(progress, fraction: float, desc: str, seconds: float, until=None) -> None:
+    """Shows `desc` at `fraction` on the progress bar for `seconds` (or until the future `until` is done).
+    The page hides the bar whenever one of the run's outputs arrives, and shows it again at the next progress
+    message; an output that takes the server a while to send (a plot) can arrive after the progress sent
+    with it, so the progress is sent again every tenth of a second."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not (until is not None and until.done()):
+        progress(fraction, desc=desc)
+        if until is not None:
+            concurrent.futures.wait([until], timeout=0.1)
+        else:
+            time.sleep(0.1)
 
 
 @dataclass
@@ -76,6 +102,9 @@ class FinetuneTab:
     def __init__(self, app: AppState):
         self.app = app
         self.outputs: RunOutputs | None = None  # the components a Start updates: set when the tab is built
+        # Each visitor's last done run: how many test images its models disagree on (its report's tables show
+        # once it has ended, its gallery when there is one); the page's components hold the report itself.
+        self._reports: dict[str | None, int] = {}
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
@@ -165,19 +194,30 @@ class FinetuneTab:
             state = self.app.runner.snapshot(run_id)
             if state.run_id != run_id:  # too long gone for the runner to keep; nothing more to show
                 return
-            m = state.members[state.current]
-            if m.total_steps:
-                progress(m.step / m.total_steps, desc=f"{m.label}: step {m.step}/{m.total_steps}")
             epochs_seen = tuple(len(x.history) for x in state.members)
             if not state.running:
-                yield self._run_outputs(state, plan, a, b, final=True, request=request)
+                yield from self._final_outputs(state, plan, a, b, progress, request)
                 return
             if epochs_seen != shown and time.monotonic() - drawn >= CURVES_EVERY_S:
                 shown, drawn = epochs_seen, time.monotonic()
                 yield self._run_outputs(state, plan, a, b, request=request)
             else:
                 yield {self.outputs.status: run_status(state, self.app.root)}
-            time.sleep(0.5)
+            # Every half second, whatever the run is doing, the bar and the status line's counter move on.
+            keep_progress(progress, run_fraction(state), plain(headline(state)), 0.5)
+
+    def _final_outputs(self, state, plan, a, b, progress, request):
+        """The ended run's outputs; a done run's new models load into the slots meanwhile (seconds), the
+        status line saying so with its counter moving."""
+        if state.status != "done":
+            yield self._run_outputs(state, plan, a, b, final=True, request=request)
+            return
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            final = pool.submit(self._run_outputs, state, plan, a, b, True, request)
+            while not final.done():
+                yield {self.outputs.status: run_status(state, self.app.root, loading=time.time() - state.started)}
+                keep_progress(progress, 1.0, plain(LOADING_SLOTS), 0.5, until=final)
+            yield final.result()
 
     def _lsa_labels(self, plan) -> list[str]:
         """The labels of the run's models that have LSA layers (whose tau the tau plot follows)."""
@@ -216,6 +256,9 @@ class FinetuneTab:
         else:
             b = refs[0]
         choices = self.app.slot_choices(request)
+        self._reports[self.app.owner(request)] = len(rep.disagree)
+        while len(self._reports) > REPORTS_KEPT:  # visitors through the API alone never show theirs
+            self._reports.pop(next(iter(self._reports)))
         updates |= {out.status: "\n\n".join(t for t in (status, rep.summary, small) if t),
                     out.results: pd.DataFrame(rows, columns=columns),
                     out.per_class: pd.DataFrame(rep.per_class, columns=rep.per_class_columns),
@@ -243,16 +286,15 @@ class FinetuneTab:
             f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(state.members, preds, strict=True)))
             for i in indices]
 
-    @staticmethod
-    def hide_report():
+    def hide_report(self, request: gr.Request = None):
         """A Start: the report of an earlier run leaves the page (this run's comes when it is done)."""
+        self._reports.pop(self.app.owner(request), None)
         return (gr.update(value=None, visible=False),) * 3
 
-    @staticmethod
-    def show_report(results, gallery):
+    def show_report(self, request: gr.Request = None):
         """A run has ended: its report shows where it has one (a run that failed or was cancelled has none)."""
-        done = results is not None and len(results) > 0
-        return gr.update(visible=done), gr.update(visible=done), gr.update(visible=done and bool(gallery))
+        disagreements = self._reports.pop(self.app.owner(request), None)
+        return (gr.update(visible=disagreements is not None),) * 2 + (gr.update(visible=bool(disagreements)),)
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
@@ -339,16 +381,17 @@ def build(app: AppState, page: Page) -> FinetuneTab:
     tab.outputs = RunOutputs(status, curves, tau, results, per_class, gallery, base, slots=(page.slot_a, page.slot_b),
                              loaded=page.loaded, cards=page.cards)
 
+    # A Start first takes an earlier run's report off the page; this run's shows once it has ended.
     # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.
-    start.click(tab.finetune, [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name,
-                               page.slot_a, page.slot_b, all_images],
-                tab.outputs.components(), api_name="finetune", concurrency_id="finetune",
-                # every waiting Start holds a worker: the queue, the run followed, one to refuse
-                concurrency_limit=app.shared_limits.max_queue + 2 if app.shared else 4,
-                # progress shows in its own box only: not over the status line, the slots or the plots
-                show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False).then(
-        tab.show_report, [results, gallery], [results, per_class, gallery], api_name=False, queue=False)
-    start.click(tab.hide_report, None, [results, per_class, gallery], api_name=False, queue=False)
+    start.click(tab.hide_report, None, [results, per_class, gallery], api_name=False, queue=False).then(
+        tab.finetune, [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name, page.slot_a,
+                       page.slot_b, all_images],
+        tab.outputs.components(), api_name="finetune", concurrency_id="finetune",
+        # every waiting Start holds a worker: the queue, the run followed, one to refuse
+        concurrency_limit=app.shared_limits.max_queue + 2 if app.shared else 4,
+        # progress shows in its own box only: not over the status line, the slots or the plots
+        show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False).then(
+        tab.show_report, None, [results, per_class, gallery], api_name=False, queue=False)
     cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None)
     download.click(tab.download, [mine], [archive], api_name="download_checkpoint")
     return tab

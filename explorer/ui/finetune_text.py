@@ -8,7 +8,7 @@ from pathlib import Path
 
 from explorer.finetune.backend import Hardware
 from explorer.finetune.queue import QueuePlace
-from explorer.finetune.state import CancelAnswer, RunState
+from explorer.finetune.state import CancelAnswer, Phase, RunState
 
 CANCEL_ANSWERS = {
     CancelAnswer.CANCELLED: "Cancelled: the training process was stopped and nothing was saved.",
@@ -22,13 +22,53 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def run_status(s: RunState, root: str | os.PathLike) -> str:
-    """Markdown for a run: the run, each member's progress and result, and how it ended; checkpoints are
-    named relative to `root`."""
+# What the run is doing, for the status line's headline (Markdown): "{}" is the model (A, B, or its label
+# when alone); the verb in bold, as the headline of an ended run is its status.
+DOING = {Phase.WAITING: "**loading** {}", Phase.LOADING: "**loading** {}", Phase.HEAD: "**choosing** {}'s head",
+         Phase.COMPILING: "**compiling** {}", Phase.TRAINING: "**training** {}", Phase.EVALUATING: "**evaluating** {}",
+         Phase.SAVING: "**saving** {}", Phase.DONE: "**saving** {}"}
+# A model's own line before its first step.
+BEFORE_STEPS = {Phase.WAITING: "waits its turn", Phase.LOADING: "loading its checkpoint",
+                Phase.HEAD: "choosing its head (the base's rows or a linear probe, on validation)",
+                Phase.COMPILING: "compiling its training step"}
+LOADING_SLOTS = "**loading** the new models into the slots"
+
+
+def headline(s: RunState) -> str:
+    """What the run is doing now, in a few words: starting the training process, compiling A, training B,
+    evaluating B, saving B, ...; once it has ended, how (done, cancelled, failed)."""
+    if not s.running:
+        return f"**{s.status}**"
+    if not s.device:
+        return "**starting** the training process"
+    m = s.members[s.current]
+    return DOING[m.phase].format(m.tag or m.label)
+
+
+def plain(markdown: str) -> str:
+    """A headline without its Markdown (for the progress bar's line)."""
+    return markdown.replace("**", "")
+
+
+def run_fraction(s: RunState) -> float:
+    """How far the run has come, from 0 to 1: its models in turn, each by its steps."""
+    if not s.members:
+        return 0.0
+    m = s.members[s.current]
+    own = 1.0 if m.phase in (Phase.EVALUATING, Phase.SAVING, Phase.DONE) else (
+        m.step / m.total_steps if m.total_steps else 0.0)
+    return min(1.0, (s.current + own) / len(s.members))
+
+
+def run_status(s: RunState, root: str | os.PathLike, loading: float | None = None) -> str:
+    """Markdown for a run: what it is doing (its headline, and the seconds since its Start), each member's
+    progress and result, and how it ended; checkpoints are named relative to `root`. `loading` (seconds
+    since the Start) says that the run is done and its models are being loaded into the slots."""
     if s.status == "idle":
         return "No run yet."
     where = f"on **{s.device}** ({s.backend})" if s.device else f"starting a {s.backend} worker"
-    lines = [f"**{s.status}** · {s.description} · {where} · {s.elapsed:.0f} s"]
+    doing, elapsed = (LOADING_SLOTS, loading) if loading is not None else (headline(s), s.elapsed)
+    lines = [f"{doing} · {s.description} · {where} · {elapsed:.0f} s"]
     for m in s.members:
         pct = 100 * m.step / m.total_steps if m.total_steps else 0
         t = m.training or {}
@@ -37,11 +77,13 @@ def run_status(s: RunState, root: str | os.PathLike) -> str:
         start = next((e for e in m.history if e.get("epoch") == 0), None)
         head = f" · head: {start['head']}" if start and start.get("head") else ""
         kept = f" · kept: {t['kept_model']}" if done and t.get("kept_model") else ""
-        lines.append(f"{m.label}: step {m.step}/{m.total_steps} ({pct:.0f} %)"
+        progress = (f"step {m.step}/{m.total_steps} ({pct:.0f} %)" if m.total_steps else
+                    BEFORE_STEPS.get(m.phase, m.phase.value))
+        lines.append(f"{m.label}: {progress}"
                      + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done + kept)
         if kept and t.get("decision"):
             lines.append(f"{m.label} kept {t['kept_model']}: {t['decision']}")
-    if s.status == "done":
+    if s.status == "done" and loading is None:
         saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
         lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")
     if s.cancelling and s.running:
