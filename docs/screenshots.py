@@ -9,8 +9,8 @@ or the bundled sample), drives Debian's headless Chromium with Playwright (apt-g
 captures a first visit (the bundled example the page opens with, at 1280 and 800 px) with its Patches and
 Tau tabs, uploads CIFAR-10 test image 13 (a bird, from the bundled sample) at 128 px, and captures the Compare tab
 and the Attention tab with the bottom-right patch as the query, then the LSA switches with A's tau at a
-quarter and B's diagonal mask off. Then it fine-tunes both models on a zip of six CIFAR-100 superclasses
-(bench/finetune_quality.py's "new" task, one neither model has seen; built from the CIFAR folder) with
+quarter and B's diagonal mask off. Then it fine-tunes both models on a zip of ten CIFAR-100 superclasses
+(bench/finetune_quality.py's "new" task of draw 0, classes neither model has seen; from the CIFAR folder) with
 the default recipe, and captures the Fine-tune tab once the pair run is done (the app works on copies of
 the checkpoints, so the run's results are not left in checkpoints/). The Tau, Attention and Fine-tune tabs
 are also taken in an 800 px window (the same page, narrowed), where their plots stack.
@@ -57,8 +57,8 @@ def main() -> int:
             shutil.copytree(folder, work / "checkpoints" / folder.name)
     sys.path.insert(0, str(ROOT / "bench"))
     from _common import data_dir
-    from finetune_quality import build_zips
-    new_task = build_zips(work, Path(data_dir()))["new"]
+    from finetune_quality import draw_zips
+    new_task = draw_zips(work, Path(data_dir()), 0)["new"]
     proc, url, log = start_app(work / "checkpoints")  # its log goes to `work`, kept if anything fails
     try:
         with sync_playwright() as p:

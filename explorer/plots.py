@@ -192,7 +192,7 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
     Several runs (a dict of label -> history) share the axes, one colour per run, so a pair fine-tune's
     two models can be compared epoch by epoch; epoch 0 (before any step) is drawn where it is given."""
     runs = history if isinstance(history, dict) else {"": history}
-    fig = _figure((WIDTH, 5.6))
+    fig = _figure((WIDTH, 6.4))
     axes = fig.subplots(2, 1)
     panels = ((axes[0], "loss", ("loss", "val_loss")), (axes[1], "top-1 accuracy", ("top1", "val_top1")))
     epochs = [e.get("epoch", i) for run in runs.values() for i, e in enumerate(run)]
@@ -212,8 +212,8 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
                         zorder=2 if val else 3, label=f"{label} {key}".strip())
         _label_axes(ax, "epoch", ylabel)
         _epoch_axis(ax, epochs)
-        if ax.get_lines():
-            _legend_outside(ax, fontsize="small")
+        if ax.get_lines():  # under its panel: the panels keep the figure's width
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncols=2, fontsize="small", borderaxespad=0.0)
         else:
             ax.text(0.5, 0.5, "no epochs yet", ha="center", va="center", transform=ax.transAxes, color="0.35")
     return fig

@@ -126,6 +126,7 @@ def _fit(recipe: TrainConfig, dataset: Dataset, variant="spt_lsa", **kwargs):
     return model, record
 
 
+@pytest.mark.slow  # about 10 s or more (pytest.ini)
 def test_training_on_the_device_trains_what_the_numpy_batches_train():
     data = _dataset()
     recipe = dict(epochs=2, batch_size=32, randaugment=0.5, random_erasing=0.25, **MIXED)
@@ -162,6 +163,7 @@ class _Clock:
         return self.now
 
 
+@pytest.mark.slow  # about 10 s or more (pytest.ini)
 def test_a_time_limit_stops_at_an_epoch_end_and_the_resumed_run_is_exact(tmp_path, monkeypatch):
     import explorer.fitting as fitting
     from explorer.backup import METADATA

@@ -94,6 +94,7 @@ for path, out in zip(sys.argv[2::2], sys.argv[3::2]):
 """
 
 
+@pytest.mark.slow  # about 10 s or more (pytest.ini)
 def test_keras_and_folder_saves_reload_equal_in_a_fresh_process(tmp_path, images):
     """Every variant and tau mode, saved as .keras and as the unzipped folder, reloaded elsewhere."""
     x = images[:4].astype("float32")

@@ -73,6 +73,7 @@ def check_in_step(report: dict) -> None:
     assert report["same_layers"]  # the trained model is the model alone: nothing of the block is saved
 
 
+@pytest.mark.slow  # about 10 s or more (pytest.ini)
 def test_the_augmentations_run_inside_the_training_step_on_tensorflow():
     report = in_step_report()
     assert report["backend"] == "tensorflow"

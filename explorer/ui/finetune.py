@@ -62,6 +62,11 @@ a repeat run of the same shape starts at once; a pair on 800 images takes about 
 cores. Limits here: {epochs} epochs, {images:,} images."""
 
 
+def shares(columns: int, first: int) -> list[str]:
+    """Column widths: `first` per cent for the first column, the rest shared by the others."""
+    return [f"{first}%"] + [f"{(100 - first) / (columns - 1):.1f}%"] * (columns - 1) if columns > 1 else ["100%"]
+
+
 def keep_progress(progress, fraction: float, desc: str, seconds: float, until=None) -> None:
     """Shows `desc` at `fraction` on the progress bar for `seconds` (or until the future `until` is done).
     The page hides the bar whenever one of the run's outputs arrives, and shows it again at the next progress
@@ -102,9 +107,10 @@ class FinetuneTab:
     def __init__(self, app: AppState):
         self.app = app
         self.outputs: RunOutputs | None = None  # the components a Start updates: set when the tab is built
-        # Each visitor's last done run: how many test images its models disagree on (its report's tables show
-        # once it has ended, its gallery when there is one); the page's components hold the report itself.
-        self._reports: dict[str | None, int] = {}
+        # Each visitor's last done run: how many test images its models disagree on and its tables' numbers of
+        # columns (its tables show once it has ended, its gallery when there is one); the page's components
+        # hold the report itself.
+        self._reports: dict[str | None, tuple[int, int, int]] = {}
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
@@ -256,7 +262,7 @@ class FinetuneTab:
         else:
             b = refs[0]
         choices = self.app.slot_choices(request)
-        self._reports[self.app.owner(request)] = len(rep.disagree)
+        self._reports[self.app.owner(request)] = (len(rep.disagree), len(columns), len(rep.per_class_columns))
         while len(self._reports) > REPORTS_KEPT:  # visitors through the API alone never show theirs
             self._reports.pop(next(iter(self._reports)))
         updates |= {out.status: "\n\n".join(t for t in (status, rep.summary, small) if t),
@@ -293,8 +299,13 @@ class FinetuneTab:
 
     def show_report(self, request: gr.Request = None):
         """A run has ended: its report shows where it has one (a run that failed or was cancelled has none)."""
-        disagreements = self._reports.pop(self.app.owner(request), None)
-        return (gr.update(visible=disagreements is not None),) * 2 + (gr.update(visible=bool(disagreements)),)
+        done = self._reports.pop(self.app.owner(request), None)
+        if done is None:
+            return (gr.update(visible=False),) * 3
+        disagreements, results, per_class = done
+        # The first column (a model, a class) takes what the numbers leave: at 800 px every column shows.
+        return (gr.update(visible=True, column_widths=shares(results, 30)),
+                gr.update(visible=True, column_widths=shares(per_class, 40)), gr.update(visible=disagreements > 0))
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""

@@ -29,9 +29,10 @@ footer {display: none !important}
 #ft-gallery .caption-label, #dis-gallery .caption-label {white-space: normal; max-width: none;
                                                         left: var(--block-label-margin); text-overflow: clip;
                                                         font-size: 11px; line-height: 1.25; padding: 2px 5px}
-/* Six thumbnails to a row however few there are (Gradio gives one image the whole width, 880 px for a 96 px
-   picture); each shown at most at its own size. */
-#ft-gallery .grid-container, #dis-gallery .grid-container {grid-template-columns: repeat(6, minmax(0, 1fr)) !important}
+/* Thumbnails of 110 px or more, as many to a row as fit, however few there are (Gradio gives one image the
+   whole width: 880 px for a 96 px picture); each shown at most at its own size. */
+#ft-gallery .grid-container, #dis-gallery .grid-container {
+    grid-template-columns: repeat(auto-fill, minmax(110px, 1fr)) !important}
 /* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
 .query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
                 pointer-events: none; display: none}
