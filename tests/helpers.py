@@ -122,6 +122,15 @@ def worker_pid(runner) -> int | None:
     return worker.pid if worker is not None and worker.alive() else None
 
 
+def stop(proc: subprocess.Popen, wait: float = 10) -> None:
+    """Ends a process the tests started (an app, a server): terminated, killed if it has not ended in `wait` s."""
+    proc.terminate()
+    try:
+        proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

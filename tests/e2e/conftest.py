@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHROMIUM, FLAGS, pair_folder, start_app
+from tests.helpers import CHROMIUM, FLAGS, pair_folder, start_app, stop
 
 
 @pytest.fixture(scope="session")
@@ -19,11 +18,7 @@ def app_checkpoints(tmp_path_factory, tiny_checkpoints):
 def app_url(app_checkpoints, data_dir):
     proc, url, _ = start_app(app_checkpoints, data_dir=data_dir)
     yield url
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
 
 
 @pytest.fixture(scope="session")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
 import zipfile
 
 import pytest
 from PIL import Image
 
-from tests.helpers import pair_folder, start_app
+from tests.helpers import pair_folder, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -54,11 +53,7 @@ def app(tmp_path_factory, tiny_checkpoints, data_dir):
                        dataset={"train_images": 45000})
     proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
     yield url, root
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
 
 
 @pytest.fixture

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 
 import pytest
 
 from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip, open_tab
-from tests.helpers import ROOT, start_app
+from tests.helpers import ROOT, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -54,11 +53,7 @@ def app(tmp_path_factory, data_dir):
     shutil.copytree(ROOT / "checkpoints", root, ignore=shutil.ignore_patterns("finetuned", ".*"))
     proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
     yield url, root
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
 
 
 def visit(browser, url, width):

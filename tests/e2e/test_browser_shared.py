@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from PIL import Image
 
 from explorer.visitors import REFUSED
-from tests.helpers import ROOT, pair_folder, start_app
+from tests.helpers import ROOT, pair_folder, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 # Imported here, not at the top: a machine without playwright still collects the suite.
@@ -64,11 +63,7 @@ def shared_app(tmp_path_factory, tiny_checkpoints, data_dir):
         "EXPLORER_SHARED": "1", "EXPLORER_MAX_QUEUE": "2", "EXPLORER_BROWSER_SECRET": "test-secret",
         "HOME": str(home), "HF_HOME": str(home / "hf")})
     yield url, root, log
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
 
 
 def open_finetune(page, url=None):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from PIL import Image
 from explorer.checkpoints import is_checkpoint, list_checkpoints, read_card
 from explorer.convert import CONVERTED
 from tests.e2e.test_shared import visitor
-from tests.helpers import ROOT, start_app
+from tests.helpers import ROOT, start_app, stop
 from tests.hub_server import Declared, FakeHub
 from tests.test_convert import FIXTURES, SMALL, build_keras2, repo_files
 
@@ -58,11 +57,7 @@ def example_app(tmp_path_factory, tiny_checkpoints, data_dir):
         "EXPLORER_SHARED": "1", "EXPLORER_MAX_HUB_MB": "3", "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub.url,
         "HF_HOME": str(home / "hf"), "HOME": str(home), "NO_PROXY": "127.0.0.1", "HF_TOKEN": ""})
     yield url, root, hub, keras2
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
     hub.stop()
 
 

@@ -15,7 +15,7 @@ from gradio_client import Client
 from explorer.checkpoints import load_checkpoint
 from explorer.visitors import REFUSED, owner_key
 from tests.e2e.test_api import PAIR, _wait_status
-from tests.helpers import ROOT, pair_folder, start_app
+from tests.helpers import ROOT, pair_folder, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
@@ -34,11 +34,7 @@ def shared_app(tmp_path_factory, tiny_checkpoints, data_dir):
     proc, url, log = start_app(root, data_dir=data_dir, env_extra={
         "EXPLORER_SHARED": "1", "EXPLORER_MAX_QUEUE": "1", "EXPLORER_BROWSER_SECRET": "test-secret"})
     yield url, root, outside
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
 
 
 def visitor(url, browser_id=None):

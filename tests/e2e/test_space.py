@@ -19,7 +19,7 @@ from PIL import Image
 
 from explorer.checkpoints import list_checkpoints, read_card
 from explorer.config import ViTConfig
-from tests.helpers import NO_NETWORK, ROOT
+from tests.helpers import NO_NETWORK, ROOT, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PORT = 7860  # what a Space serves on
@@ -98,11 +98,7 @@ def space(tmp_path_factory):
                 time.sleep(1)
         yield {"url": url, "home": home, "repo": repo, "log": work / "app.log"}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 15)
         log.close()
 
 
