@@ -30,13 +30,30 @@ def _per_head(card: Card | None) -> bool:
     return card is not None and "lsa" in (card.variant or "") and (card.config or {}).get("tau_mode") == "head"
 
 
+def study_recipe(card: Card | None) -> str | None:
+    """The study's recipe a model trained under, when not the light one: "paper" (the authors' main.py
+    recipe) or "cutmix" (the light recipe plus CutMix alone); None for the light recipe."""
+    recipe = (card.training.recipe if card is not None else None) or {}
+    if recipe.get("name"):
+        return str(recipe["name"])
+    if (recipe.get("cutmix_alpha") or 0) > 0 and not (recipe.get("mixup_alpha") or 0):
+        return "cutmix"
+    return None
+
+
+RECIPE_LABELS = {"paper": "paper recipe", "cutmix": "light recipe + CutMix"}
+
+
 def label(ref: str, card: Card | None) -> str:
     """What a slot shows for `ref`: shipped names as they are, a study model by its training-set size and
-    variant (and "tau per head" for the per-head ones), a fine-tuned run by its name."""
+    variant (and "tau per head" for the per-head ones, the recipe when not the light one), a fine-tuned run
+    by its name."""
     parts = ref.split("/")
     if parts[0] == STUDY and card is not None and _images(card) is not None:
         per_head = " · tau per head" if _per_head(card) else ""
-        return f"small data · {_images(card):,} images · {NAMES.get(card.variant, card.variant)}{per_head}"
+        recipe = study_recipe(card)
+        tag = f" · {RECIPE_LABELS.get(recipe, recipe)}" if recipe else ""
+        return f"small data · {_images(card):,} images · {NAMES.get(card.variant, card.variant)}{per_head}{tag}"
     if parts[0] == FINETUNED:
         return f"fine-tuned · {parts[-1]}"
     return ref
@@ -51,8 +68,8 @@ def grouped(refs: list[str], cards: dict[str, Card | None]) -> list[tuple[str, s
         if head == STUDY:
             variant = (card or Card()).variant
             order = PAIR_VARIANTS.index(variant) if variant in PAIR_VARIANTS else len(PAIR_VARIANTS)
-            return (1, _images(card) or 0, order, ref)
-        return (2 if head == FINETUNED else 0, 0, 0, ref)
+            return (1, _images(card) or 0, study_recipe(card) or "", order, ref)
+        return (2 if head == FINETUNED else 0, 0, "", 0, ref)
     return [(label(r, cards.get(r)), r) for r in sorted(refs, key=key)]
 
 
@@ -65,7 +82,8 @@ def study_pairs(refs: list[str], cards: dict[str, Card | None]) -> dict[int, tup
         card = cards.get(ref) or Card()
         variant, n = card.variant, _images(card)
         head = ref.split("/")[0]
-        if variant not in PAIR_VARIANTS or n is None or head == FINETUNED or _per_head(card):
+        if variant not in PAIR_VARIANTS or n is None or head == FINETUNED or _per_head(card) \
+                or study_recipe(card) is not None:
             continue
         shipped = "/" not in ref and ref == f"{card.dataset.name}-{variant}"
         if head == STUDY or shipped:

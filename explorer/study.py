@@ -42,8 +42,11 @@ STUDY_VARIANTS = {**{v: (v, "layer") for v in VARIANTS}, "lsa_head": ("lsa", "he
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GRID = "study/grid.json"
-RESULT_COLUMNS = ("train_images", "variant", "seed", "epochs", "steps", "test_top1", "test_top5", "val_top1",
-                  "train_top1", "wall_seconds", "images_per_second", "test_images", "trial")
+RESULT_COLUMNS = ("train_images", "variant", "recipe", "seed", "epochs", "steps", "test_top1", "test_top5",
+                  "val_top1", "train_top1", "wall_seconds", "images_per_second", "test_images", "trial")
+# The grid's own recipe (its top-level train_args) when the grid file names none.
+DEFAULT_RECIPE = "light"
+TEXT_COLUMNS = ("variant", "recipe", "trial")
 
 
 class StudyError(ValueError):
@@ -57,10 +60,13 @@ class Trial:
     seed: int
     epochs: int
     val_every: int
+    # The grid recipe it trains under; None: the grid's own (its top-level train_args), and no name suffix.
+    recipe: str | None = None
 
     @property
     def name(self) -> str:
-        return f"n{self.train_images:05d}-{self.variant}-s{self.seed}"
+        tag = f"-{self.recipe}" if self.recipe else ""
+        return f"n{self.train_images:05d}-{self.variant}{tag}-s{self.seed}"
 
     @property
     def images_seen(self) -> int:
@@ -83,6 +89,10 @@ class Grid:
     keep_seed: int
     keep_variants: tuple[str, ...]
     test_subset: int | None = None
+    # The grid's own recipe's name, and the other recipes: name -> (train_args, kept variants). A trial
+    # with `recipe` set trains with that recipe's train_args instead of the grid's own.
+    recipe: str = DEFAULT_RECIPE
+    recipes: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -110,11 +120,34 @@ class Grid:
                 return t
         raise StudyError(f"{self.path} has no trial {name!r}; it has {', '.join(t.name for t in self.trials)}")
 
+    def recipe_name(self, trial: Trial) -> str:
+        """The name of the recipe `trial` trains under (results.csv's `recipe` column)."""
+        return trial.recipe or self.recipe
+
+    def recipe_args(self, trial: Trial) -> tuple[str, ...]:
+        if trial.recipe is None:
+            return self.train_args
+        return next(args for name, args, _ in self.recipes if name == trial.recipe)
+
+    def passes(self, trial: Trial) -> int:
+        """Passes over the training images per epoch (repeated augmentation: --repeats, or a named recipe's)."""
+        args = list(self.recipe_args(trial))
+        if "--repeats" in args:
+            return int(args[args.index("--repeats") + 1])
+        if "--recipe" in args:
+            from explorer.recipe import RECIPES
+            return int(RECIPES[args[args.index("--recipe") + 1]].get("repeats", 1))
+        return 1
+
     def kept(self, trial: Trial) -> bool:
-        return trial.seed == self.keep_seed and trial.variant in self.keep_variants
+        if trial.recipe is None:
+            return trial.seed == self.keep_seed and trial.variant in self.keep_variants
+        keep = next(kept for name, _, kept in self.recipes if name == trial.recipe)
+        return trial.seed == self.keep_seed and trial.variant in keep
 
     def checkpoint_name(self, trial: Trial) -> str:
-        return (f"{self.dataset}-{trial.train_images}-{trial.variant}" if self.kept(trial)
+        tag = f"-{trial.recipe}" if trial.recipe else ""
+        return (f"{self.dataset}-{trial.train_images}-{trial.variant}{tag}" if self.kept(trial)
                 else f"{trial.name}")
 
     def checkpoint_dir(self, trial: Trial) -> Path:
@@ -123,7 +156,8 @@ class Grid:
     def digest(self) -> str:
         """Changes when the trials or their arguments change: a Ray experiment belongs to one grid."""
         text = json.dumps([self.dataset, self.preset, self.split_seed, self.batch_size, list(self.train_args),
-                           [t.name + f"/{t.epochs}/{t.val_every}" for t in self.trials], self.test_subset])
+                           [t.name + f"/{t.epochs}/{t.val_every}" for t in self.trials], self.test_subset]
+                          + ([[name, list(args)] for name, args, _ in self.recipes] if self.recipes else []))
         return hashlib.sha256(text.encode()).hexdigest()[:8]
 
     def train_argv(self, trial: Trial, data_dir: str | None = None, out: Path | None = None,
@@ -133,7 +167,7 @@ class Grid:
         argv = ["--preset", self.preset, "--variant", variant, "--tau-mode", tau_mode, "--dataset", self.dataset,
                 "--balanced-subset", str(trial.train_images), "--split-seed", str(self.split_seed),
                 "--seed", str(trial.seed), "--epochs", str(trial.epochs), "--val-every", str(trial.val_every),
-                "--batch-size", str(self.batch_size), *self.train_args, "--threads", str(threads),
+                "--batch-size", str(self.batch_size), *self.recipe_args(trial), "--threads", str(threads),
                 "--verbose", "2",
                 "--out", str(out if out is not None else self.checkpoint_dir(trial).parent),
                 "--name", name or self.checkpoint_name(trial),
@@ -169,8 +203,16 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
     seen = set()
     required = set()
     first_seeds = _int(spec.get("first_seeds", 3), "first_seeds")
+    own_recipe = str(spec.get("recipe", DEFAULT_RECIPE))
+    recipes = _read_recipes(spec.get("recipes", {}), path.name, own_recipe)
     for i, size in enumerate(spec["sizes"]):
         where = f"{path.name}: sizes[{i}]"
+        recipe = size.get("recipe")
+        if recipe == own_recipe:
+            recipe = None
+        elif recipe is not None and recipe not in {name for name, _, _ in recipes}:
+            raise StudyError(f"{where}.recipe must be {own_recipe!r} or one of the grid's recipes "
+                             f"{sorted(name for name, _, _ in recipes)}, got {recipe!r}")
         n = _int(size.get("train_images"), f"{where}.train_images")
         epochs = _int(size.get("epochs"), f"{where}.epochs")
         val_every = _int(size.get("val_every", 1), f"{where}.val_every")
@@ -183,7 +225,7 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
         needed = _int(size.get("required_seeds", first_seeds), f"{where}.required_seeds", 0)
         for k, seed in enumerate(seeds):
             for variant in variants:
-                trial = Trial(n, variant, _int(seed, f"{where}.seeds[]", 0), epochs, val_every)
+                trial = Trial(n, variant, _int(seed, f"{where}.seeds[]", 0), epochs, val_every, recipe)
                 if trial.name in seen:
                     raise StudyError(f"{where}: trial {trial.name} is listed twice")
                 seen.add(trial.name)
@@ -191,33 +233,61 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
                 if k < needed:
                     required.add(trial.name)
     keep = spec.get("keep", {})
-    train_args = spec.get("train_args", [])
-    if not isinstance(train_args, list) or not all(isinstance(a, str) for a in train_args):
-        raise StudyError(f"{path.name}: train_args must be a list of strings (extra explorer.train flags)")
-    reserved = {"--variant", "--tau-mode", "--seed", "--epochs", "--balanced-subset", "--split-seed", "--out", "--name",
-                "--backup", "--threads", "--val-every", "--batch-size", "--data-dir", "--subset"}
-    clash = sorted(reserved & set(train_args))
-    if clash:
-        raise StudyError(f"{path.name}: train_args may not set {', '.join(clash)}: the grid sets them per trial")
+    train_args = _train_args(spec.get("train_args", []), f"{path.name}: train_args")
     return Grid(path=path, name=str(spec["name"]), dataset=str(spec["dataset"]), preset=str(spec["preset"]),
                 split_seed=_int(spec.get("split_seed", 0), "split_seed", 0),
                 batch_size=_int(spec.get("batch_size", 128), "batch_size"), train_args=tuple(train_args),
                 trials=tuple(order_trials(trials, keep.get("seed", 0), keep.get("variants", ["vanilla", "spt_lsa"]),
-                                          first_seeds, required)),
+                                          first_seeds, required,
+                                          {name: kept for name, _, kept in recipes})),
                 keep_dir=(path.parent / keep.get("dir", "../checkpoints/study")).resolve(),
                 keep_seed=keep.get("seed", 0), keep_variants=tuple(keep.get("variants", ["vanilla", "spt_lsa"])),
-                test_subset=spec.get("test_subset"))
+                test_subset=spec.get("test_subset"), recipe=own_recipe, recipes=recipes)
+
+
+_RESERVED = {"--variant", "--tau-mode", "--seed", "--epochs", "--balanced-subset", "--split-seed", "--out", "--name",
+             "--backup", "--threads", "--val-every", "--batch-size", "--data-dir", "--subset"}
+
+
+def _train_args(value, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise StudyError(f"{where} must be a list of strings (extra explorer.train flags)")
+    clash = sorted(_RESERVED & set(value))
+    if clash:
+        raise StudyError(f"{where} may not set {', '.join(clash)}: the grid sets them per trial")
+    return tuple(value)
+
+
+def _read_recipes(spec, file: str, own: str) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    """The grid's other recipes: name -> {"train_args": [...], "keep": [variants kept at the keep seed]}."""
+    if not isinstance(spec, dict):
+        raise StudyError(f"{file}: recipes must be an object of name -> {{train_args, keep}}")
+    out = []
+    for name, body in spec.items():
+        where = f"{file}: recipes.{name}"
+        if name == own or not name.replace("_", "").isalnum() or not name.islower():
+            raise StudyError(f"{where}: a recipe's name is lower-case letters, digits and _, and not the grid's "
+                             f"own ({own!r})")
+        if not isinstance(body, dict):
+            raise StudyError(f"{where} must be an object with train_args and keep")
+        kept = body.get("keep", [])
+        if not isinstance(kept, list) or set(kept) - set(STUDY_VARIANTS):
+            raise StudyError(f"{where}.keep must be some of {list(STUDY_VARIANTS)}, got {kept!r}")
+        out.append((name, _train_args(body.get("train_args", []), f"{where}.train_args"), tuple(kept)))
+    return tuple(out)
 
 
 def order_trials(trials: list[Trial], keep_seed: int, keep_variants, first_seeds: int = 3,
-                 required: set[str] | None = None) -> list[Trial]:
+                 required: set[str] | None = None, recipe_keeps: dict | None = None) -> list[Trial]:
     """The order Ray starts them in: the kept pair at every size (the app's checkpoints), then the rest of
     the required part (`required`, trial names: each size's first `required_seeds` seeds; all of the first
     `first_seeds` when None), then the other trials among the first `first_seeds` seeds, then every further
     seed; longest first within each, so that the last trials to start are short ones and the cores stay busy
     to the end. A grid stopped at any point has its most needed trials done."""
     def tier(t: Trial) -> int:
-        if t.seed == keep_seed and t.variant in keep_variants:
+        kept = keep_variants if t.recipe is None else (recipe_keeps or {}).get(t.recipe, ())
+        needed = (t.name in required) if required is not None else True
+        if t.seed == keep_seed and t.variant in kept and needed:
             return 0
         if (t.name in required) if required is not None else t.seed < first_seeds:
             return 1
@@ -238,9 +308,9 @@ def read_record(grid: Grid, trial: Trial) -> Card | None:
     return Card.from_json(json.loads(path.read_text()))
 
 
-def result_row(card: Card, trial: Trial) -> dict:
+def result_row(card: Card, trial: Trial, recipe: str = DEFAULT_RECIPE) -> dict:
     m, t = card.metrics, card.training
-    return {"train_images": card.dataset.train_images, "variant": study_variant(card),
+    return {"train_images": card.dataset.train_images, "variant": study_variant(card), "recipe": recipe,
             "seed": t.recipe.get("seed"), "epochs": t.epochs, "steps": t.steps,
             "test_top1": m.test_top1, "test_top5": m.test_top5, "val_top1": m.val_top1,
             "train_top1": m.train_top1, "wall_seconds": t.wall_time_s,
@@ -254,7 +324,7 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
     done = read_record(grid, trial)
     if done is not None:
         print(f"{trial.name}: done before, not repeated", flush=True)
-        return result_row(done, trial)
+        return result_row(done, trial, grid.recipe_name(trial))
     from explorer.checkpoints import is_checkpoint, read_card, update_card
     folder = grid.checkpoint_dir(trial)
     card = read_card(folder) if is_checkpoint(folder) else None
@@ -278,7 +348,7 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
     os.replace(tmp, record)
     if not grid.kept(trial):
         shutil.rmtree(folder, ignore_errors=True)
-    return result_row(card, trial)
+    return result_row(card, trial, grid.recipe_name(trial))
 
 
 def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
@@ -301,8 +371,11 @@ def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
 
 def collect(grid: Grid) -> list[dict]:
     """The results row of every trial of the grid that has a record, in the grid's order by size."""
-    rows = [result_row(card, t) for t in grid.trials if (card := read_record(grid, t)) is not None]
-    return sorted(rows, key=lambda r: (r["train_images"], list(STUDY_VARIANTS).index(r["variant"]), r["seed"]))
+    rows = [result_row(card, t, grid.recipe_name(t)) for t in grid.trials
+            if (card := read_record(grid, t)) is not None]
+    recipes = [grid.recipe, *(name for name, _, _ in grid.recipes)]
+    return sorted(rows, key=lambda r: (recipes.index(r["recipe"]), r["train_images"],
+                                       list(STUDY_VARIANTS).index(r["variant"]), r["seed"]))
 
 
 def write_results(grid: Grid) -> Path:
@@ -328,12 +401,13 @@ def read_results(path: str | os.PathLike) -> list[dict]:
         for row in csv.DictReader(f):
             parsed = {}
             for k, v in row.items():
-                if k in ("variant", "trial"):
+                if k in TEXT_COLUMNS:
                     parsed[k] = v
                 elif v == "":
                     parsed[k] = None
                 else:
                     parsed[k] = float(v) if any(c in v for c in ".eE") else int(v)
+            parsed.setdefault("recipe", DEFAULT_RECIPE)
             out.append(parsed)
     return out
 
@@ -473,20 +547,20 @@ def validation_cost(trial: Trial, validation_images: int, forward_ratio: float =
 def plan_table(grid: Grid, rate: float, validation_images: int = 5000) -> str:
     """The cost table: per size, the trials, their epochs and the hours each takes at `rate` training
     images/s per thread (validation and the final evaluations included)."""
-    by_size: dict[int, list[Trial]] = {}
+    by_size: dict[tuple[int, str], list[Trial]] = {}
     for t in grid.trials:
-        by_size.setdefault(t.train_images, []).append(t)
-    lines = ["| train images | trials | epochs | validate every | images seen per trial | hours per trial "
-             "| hours |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        by_size.setdefault((t.train_images, grid.recipe_name(t)), []).append(t)
+    lines = ["| train images | recipe | trials | epochs | validate every | images seen per trial | hours per trial "
+             "| hours |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
     total = 0.0
-    for n, trials in sorted(by_size.items()):
+    for (n, recipe), trials in sorted(by_size.items()):
         t = trials[0]
         extra = validation_cost(t, validation_images) + (10000 + n) / 3.0  # test and train evaluations
-        hours = (t.images_seen + extra) / rate / 3600
+        hours = (t.images_seen * grid.passes(t) + extra) / rate / 3600
         total += hours * len(trials)
-        lines.append(f"| {n:,} | {len(trials)} | {t.epochs} | {t.val_every} | {t.images_seen:,} | {hours:.2f} "
-                     f"| {hours * len(trials):.1f} |")
-    lines.append(f"| **all** | **{len(grid.trials)}** | | | | | **{total:.1f}** |")
+        lines.append(f"| {n:,} | {recipe} | {len(trials)} | {t.epochs} | {t.val_every} | "
+                     f"{t.images_seen * grid.passes(t):,} | {hours:.2f} | {hours * len(trials):.1f} |")
+    lines.append(f"| **all** | | **{len(grid.trials)}** | | | | | **{total:.1f}** |")
     return "\n".join(lines)
 
 

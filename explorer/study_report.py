@@ -31,6 +31,15 @@ def study_variant(card: Card) -> str:
     return f"{variant}_head" if per_head else variant
 
 
+# results.csv's recipe of the light study (crop + flip, weight decay 1e-4); a row without the column is one.
+LIGHT = "light"
+
+
+def of_recipe(rows: list[dict], recipe: str = LIGHT) -> list[dict]:
+    """The rows trained under `recipe` (a grid recipe's name: "light", "paper", "cutmix")."""
+    return [r for r in rows if (r.get("recipe") or LIGHT) == recipe]
+
+
 def _by(rows: list[dict], key) -> dict:
     out: dict = {}
     for r in rows:
@@ -39,10 +48,11 @@ def _by(rows: list[dict], key) -> dict:
     return out
 
 
-def summary(rows: list[dict]) -> dict[tuple[int, str], dict]:
-    """(train_images, variant) -> n, mean, std (sample, ddof=1; 0 for one seed), min, max of test top-1."""
+def summary(rows: list[dict], recipe: str = LIGHT) -> dict[tuple[int, str], dict]:
+    """(train_images, variant) -> n, mean, std (sample, ddof=1; 0 for one seed), min, max of test top-1, over
+    the rows of `recipe`."""
     out = {}
-    for (n, variant), group in sorted(_by(rows, lambda r: (int(r["train_images"]), r["variant"])).items()):
+    for (n, variant), group in sorted(_by(of_recipe(rows, recipe), lambda r: (int(r["train_images"]), r["variant"])).items()):
         values = np.array([g["test_top1"] for g in sorted(group, key=lambda g: g["seed"])], float)
         out[(n, variant)] = {"n": len(values), "mean": float(values.mean()),
                              "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
@@ -51,17 +61,21 @@ def summary(rows: list[dict]) -> dict[tuple[int, str], dict]:
     return out
 
 
-def paired_gaps(rows: list[dict], a: str = "vanilla", b: str = "spt_lsa") -> dict[int, dict]:
+def paired_gaps(rows: list[dict], a: str = "vanilla", b: str = "spt_lsa", recipe: str = LIGHT,
+                recipe_a: str | None = None) -> dict[int, dict]:
     """train_images -> the gap b - a in test top-1 for each seed both ran (same seed: same initialisation
-    stream, augmentation and order), its mean and sample std, and the seeds."""
-    by = {(int(r["train_images"]), r["variant"], int(r["seed"])): r["test_top1"] for r in rows
-          if r.get("test_top1") is not None}
+    stream, augmentation and order), its mean and sample std, and the seeds; b under `recipe`, a under
+    `recipe_a` (default: the same)."""
+    def table(name, variant):
+        return {(int(r["train_images"]), int(r["seed"])): r["test_top1"] for r in of_recipe(rows, name)
+                if r.get("test_top1") is not None and r["variant"] == variant}
+    by_a, by_b = table(recipe_a or recipe, a), table(recipe, b)
     out = {}
-    for n in sorted({k[0] for k in by}):
-        seeds = sorted(s for (m, v, s) in by if m == n and v == a and (n, b, s) in by)
+    for n in sorted({k[0] for k in by_a}):
+        seeds = sorted(s for (m, s) in by_a if m == n and (n, s) in by_b)
         if not seeds:
             continue
-        gaps = np.array([by[(n, b, s)] - by[(n, a, s)] for s in seeds])
+        gaps = np.array([by_b[(n, s)] - by_a[(n, s)] for s in seeds])
         out[n] = {"seeds": seeds, "gaps": gaps.tolist(), "mean": float(gaps.mean()),
                   "std": float(gaps.std(ddof=1)) if len(gaps) > 1 else None}
     return out

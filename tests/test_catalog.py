@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from explorer.card import Card, Data
+from explorer.card import Card, Data, Training
 from explorer.catalog import HUB_NOTE, ablation_pairs, grouped, label, listed_model, model_list, study_pairs
 
 
@@ -40,6 +40,30 @@ def test_per_head_variants_have_labels_of_their_own_and_stay_out_of_the_pairs():
     labels = dict((r, lab) for lab, r in grouped(refs, cards))
     assert labels["study/cifar10-1000-spt_lsa_head"] == "small data · 1,000 images · SPT + LSA · tau per head"
     assert labels["study/cifar10-1000-lsa_head"] == "small data · 1,000 images · LSA alone · tau per head"
+    assert study_pairs(refs, cards)[1000] == ("study/cifar10-1000-vanilla", "study/cifar10-1000-spt_lsa")
+
+
+def test_recipe_models_name_their_recipe_and_stay_out_of_the_pairs():
+    """The study's paper-recipe and CutMix-only models (issue 54): a label that names the recipe, listed
+    after the light models of their size, never paired with the light study's ViT."""
+    def trained(variant, recipe, tau_mode="layer"):
+        return Card(variant=variant, config={"tau_mode": tau_mode}, dataset=Data(name="cifar10", train_images=1000),
+                    training=Training(recipe=recipe))
+    extra = {"study/cifar10-1000-vanilla-paper": trained("vanilla", {"name": "paper", "cutmix_alpha": 1.0,
+                                                                     "mixup_alpha": 1.0}),
+             "study/cifar10-1000-spt_lsa_head-paper": trained("spt_lsa", {"name": "paper"}, "head"),
+             "study/cifar10-1000-vanilla-cutmix": trained("vanilla", {"name": None, "cutmix_alpha": 1.0})}
+    refs, cards = REFS + sorted(extra), {**CARDS, **extra}
+    out = grouped(refs, cards)
+    labels = dict((r, lab) for lab, r in out)
+    assert labels["study/cifar10-1000-vanilla-paper"] == "small data · 1,000 images · ViT · paper recipe"
+    assert labels["study/cifar10-1000-spt_lsa_head-paper"] == \
+        "small data · 1,000 images · SPT + LSA · tau per head · paper recipe"
+    assert labels["study/cifar10-1000-vanilla-cutmix"] == "small data · 1,000 images · ViT · light recipe + CutMix"
+    assert len(set(labels.values())) == len(labels)
+    order = [r for _, r in out]
+    assert order.index("study/cifar10-1000-spt_lsa") < order.index("study/cifar10-1000-vanilla-cutmix") \
+        < order.index("study/cifar10-1000-vanilla-paper") < order.index("study/cifar10-2500-vanilla")
     assert study_pairs(refs, cards)[1000] == ("study/cifar10-1000-vanilla", "study/cifar10-1000-spt_lsa")
 
 

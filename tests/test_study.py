@@ -35,10 +35,11 @@ def write_grid(folder: Path, spec: dict = TINY_GRID) -> Path:
 
 def test_the_shipped_grid_is_the_design(tmp_path):
     grid = read_grid(ROOT / "study" / "grid.json")
-    sizes = sorted({t.train_images for t in grid.trials})
+    light = [t for t in grid.trials if t.recipe is None]
+    sizes = sorted({t.train_images for t in light})
     assert sizes == [1000, 2500, 5000, 10000, 20000]
     for n in sizes:
-        trials = [t for t in grid.trials if t.train_images == n]
+        trials = [t for t in light if t.train_images == n]
         seeds = {v: sorted(t.seed for t in trials if t.variant == v) for v in {t.variant for t in trials}}
         assert len(seeds["vanilla"]) >= (3 if n <= 5000 else 1) and seeds["vanilla"] == seeds["spt_lsa"]
         # the 2x2, and the paper's per-head LSA alone and with SPT (three seeds each), where data is fewest
@@ -53,6 +54,31 @@ def test_the_shipped_grid_is_the_design(tmp_path):
     assert argv[argv.index("--variant") + 1] == "lsa" and argv[argv.index("--tau-mode") + 1] == "head"
     plain = grid.train_argv(grid.trial("n01000-lsa-s0"))
     assert plain[plain.index("--tau-mode") + 1] == "layer"
+    assert "--recipe" not in plain and grid.recipe_name(grid.trial("n01000-lsa-s0")) == "light"
+
+
+def test_the_shipped_grid_has_the_paper_recipe_2x2_and_the_cutmix_arm():
+    """Issue 54: the 2x2 (LSA with one tau per head, as the paper has it) under `--recipe paper` with three
+    seeds at 1,000 images, and the vanilla ViT with CutMix alone; each trial named by its recipe."""
+    grid = read_grid(ROOT / "study" / "grid.json")
+    paper = [t for t in grid.trials if t.recipe == "paper" and t.train_images == 1000]
+    assert {(t.variant, t.seed) for t in paper} == {(v, s) for v in ("vanilla", "spt", "lsa_head", "spt_lsa_head")
+                                                    for s in (0, 1, 2)}
+    argv = grid.train_argv(grid.trial("n01000-lsa_head-paper-s1"))
+    assert argv[argv.index("--recipe") + 1] == "paper" and argv[argv.index("--drop-path") + 1] == "0.1"
+    assert argv[argv.index("--tau-mode") + 1] == "head" and grid.passes(grid.trial("n01000-lsa_head-paper-s1")) == 3
+    light = grid.train_argv(grid.trial("n01000-vanilla-s1"))
+    cutmix = grid.train_argv(grid.trial("n01000-vanilla-cutmix-s1"))
+    # the light recipe plus CutMix, nothing else
+    assert cutmix[cutmix.index("--cutmix") + 1] == "1.0"
+    assert [a for a in cutmix if a not in ("--cutmix", "1.0") and "cutmix" not in a] == \
+        [a for a in light if "-s1" not in a and "vanilla-s" not in a]
+    kept = grid.trial("n01000-spt-paper-s0")
+    assert grid.kept(kept) and grid.checkpoint_name(kept) == "cifar10-1000-spt-paper"
+    assert not grid.kept(grid.trial("n01000-spt-paper-s1"))
+    # the paper 1,000-image trials are started before the 2,500 ones, which are extra
+    names = [t.name for t in grid.trials]
+    assert max(names.index(t.name) for t in paper) < names.index("n02500-vanilla-paper-s0")
 
 
 @pytest.mark.parametrize("change, message", [
