@@ -52,7 +52,8 @@ def summary(rows: list[dict], recipe: str = LIGHT) -> dict[tuple[int, str], dict
     """(train_images, variant) -> n, mean, std (sample, ddof=1; 0 for one seed), min, max of test top-1, over
     the rows of `recipe`."""
     out = {}
-    for (n, variant), group in sorted(_by(of_recipe(rows, recipe), lambda r: (int(r["train_images"]), r["variant"])).items()):
+    groups = _by(of_recipe(rows, recipe), lambda r: (int(r["train_images"]), r["variant"]))
+    for (n, variant), group in sorted(groups.items()):
         values = np.array([g["test_top1"] for g in sorted(group, key=lambda g: g["seed"])], float)
         out[(n, variant)] = {"n": len(values), "mean": float(values.mean()),
                              "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
