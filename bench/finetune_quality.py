@@ -9,6 +9,8 @@ $EXPLORER_DATA_DIR), each split 80/20 by the loader (the app's and the CLI's spl
   new    10 of CIFAR-100's 20 coarse classes, drawn anew for each draw, every image of them (about 1,000: this
          copy of CIFAR-100 holds 2,033 images): a task the base models never saw; the draws differ in classes,
          images and split.
+  six    6 of CIFAR-100's 20 coarse classes, drawn anew for each draw, every image of them (about 600: 480-540
+         training images), the size of zip people upload.
 For both shipped models and every draw it prints the test top-1 of the probe (a logistic regression on the
 frozen pooled features of all training images) and of the default short recipe (`python -m explorer.train
 --base CKPT --dataset ZIP`), with what the recipe kept and why; optional rows: the base head restricted to the
@@ -36,6 +38,7 @@ from _common import ROOT, data_dir
 
 KNOWN = ("cat", "deer", "dog", "frog", "horse")
 NEW_CLASSES = 10
+SIX_CLASSES = 6
 ROWS = ("base", "probe", "default", "frozen", "scratch", "old")
 
 
@@ -62,8 +65,16 @@ def _pixels(batch: dict) -> np.ndarray:
     return np.asarray(batch[b"data"], np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
 
 
+def _superclass_zip(folder: Path, x: np.ndarray, y: np.ndarray, coarse: list[str], count: int, seed: int,
+                    draw: int, tag: str) -> Path:
+    chosen = sorted(np.random.default_rng([seed, draw]).choice(len(coarse), count, replace=False).tolist())
+    keep = np.flatnonzero(np.isin(y, chosen))
+    return _write_zip(folder / f"cifar100-{count}-{tag}-d{draw}.zip", x[keep],
+                      np.asarray([chosen.index(int(i)) for i in y[keep]]), [coarse[c] for c in chosen])
+
+
 def draw_zips(folder: Path, data: Path, draw: int) -> dict[str, Path]:
-    """The known-classes and the new-classes zip of draw `draw` (see the module's docstring)."""
+    """The known-classes, new-classes and six-classes zips of draw `draw` (see the module's docstring)."""
     test = _unpickle(data / "cifar-10-batches-py" / "test_batch")
     names = [n.decode() for n in _unpickle(data / "cifar-10-batches-py" / "batches.meta")[b"label_names"]]
     x, y = _pixels(test), np.asarray(test[b"labels"])
@@ -83,11 +94,8 @@ def draw_zips(folder: Path, data: Path, draw: int) -> dict[str, Path]:
         xs.append(_pixels(batch))
         ys.append(np.asarray(batch[b"coarse_labels"]))
     x, y = np.concatenate(xs), np.concatenate(ys)
-    chosen = sorted(np.random.default_rng([11, draw]).choice(len(coarse), NEW_CLASSES, replace=False).tolist())
-    keep = np.flatnonzero(np.isin(y, chosen))
-    new = _write_zip(folder / f"cifar100-{NEW_CLASSES}-new-d{draw}.zip", x[keep],
-                     np.asarray([chosen.index(int(i)) for i in y[keep]]), [coarse[c] for c in chosen])
-    return {"known": known, "new": new}
+    return {"known": known, "new": _superclass_zip(folder, x, y, coarse, NEW_CLASSES, 11, draw, "new"),
+            "six": _superclass_zip(folder, x, y, coarse, SIX_CLASSES, 13, draw, "six")}
 
 
 def probe_accuracy(model, ds) -> float:
@@ -141,7 +149,8 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
         t = result["training"]
         print(f"    {t['planned_epochs']} epochs x batch {t['batch_size']}, lr {t['recipe']['learning_rate']:g}, "
               f"{t['steps']} steps, {t['images_per_second']} images/s", flush=True)
-        print(f"    kept epoch {kept} of {t['epochs']}, head {(t.get('start') or {}).get('head')}, start val "
+        ran = t.get("epochs_trained", t["epochs"])
+        print(f"    kept epoch {kept} of {ran}, head {(t.get('start') or {}).get('head')}, start val "
               f"{(t.get('start') or {}).get('val_top1')}, prepare {t['timing'].get('prepare_s')} s", flush=True)
         print(f"    kept: {t.get('kept_model')}: {t.get('decision')}", flush=True)
 
@@ -160,7 +169,7 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default="probe,default", help=f"which of {ROWS} to run")
-    p.add_argument("--zips", default="known,new")
+    p.add_argument("--zips", default="known,new,six")
     p.add_argument("--draws", type=int, default=5, help="draws of each kind of zip (at most 5: known's images)")
     p.add_argument("--models", default="cifar10-vanilla,cifar10-spt_lsa")
     p.add_argument("--lr", type=float, help="override the recipe's learning rate")

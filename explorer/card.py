@@ -208,6 +208,9 @@ class Training(Section):
     # A fine-tune's end: which model it kept (a fine-tuned epoch, the probe, the base's head or rows), and why.
     kept_model: str | None = None
     decision: str | None = None
+    decision_detail: str | None = None
+    # Epochs that ran; `epochs` are the kept model's (fewer when an earlier epoch or the start was kept).
+    epochs_trained: int | None = None
     validation_images: int | None = None
     device: str | None = None
     devices: int | None = None
@@ -310,7 +313,8 @@ def _front_matter(card: Card) -> list[str]:
 
 _SCORES = (("test_top1", "test top-1"), ("test_top5", "test top-5"),
            ("test_top1_flip", "test top-1, image + mirror averaged"), ("val_top1", "validation top-1"))
-_RUN = (("epochs", "epochs", "{}"), ("wall_time_s", "training wall time (s)", "{:.0f}"),
+_RUN = (("epochs", "epochs", "{}"), ("epochs_trained", "epochs trained", "{}"),
+        ("wall_time_s", "training wall time (s)", "{:.0f}"),
         ("images_per_second", "training images/s", "{:.0f}"), ("device", "device", "{}"))
 
 
@@ -349,7 +353,8 @@ def _fine_tuning(card: Card) -> list[str]:
     kept_text = (f"; the epoch kept, by validation top-1, was {kept}" + (" (the starting head)" if kept == 0 else "")
                  if r.get("keep_best") and kept is not None else "")
     if training.kept_model:
-        kept_text = f". Kept: {training.kept_model} ({training.decision})"
+        kept_text = (f". {training.decision}" + (f" ({training.decision_detail})" if training.decision_detail else "")
+                     ).rstrip(".")
     return ["", "## Fine-tuning", "",
             f"Fine-tuned from `{base.name}`. The classifier head started from "
             f"{'the base' if start.head is None else start.head}{at_start}; then "

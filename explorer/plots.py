@@ -186,11 +186,13 @@ def plot_tau_history(per_model: dict[str, list[dict]], empty: str = NO_LSA_TEXT)
     return fig
 
 
-def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
+def plot_training(history: list[dict] | dict[str, list[dict]], kept: dict[str, int] | None = None) -> Figure:
     """Loss and top-1 accuracy per epoch, train solid and validation dashed; missing keys are skipped.
 
     Several runs (a dict of label -> history) share the axes, one colour per run, so a pair fine-tune's
-    two models can be compared epoch by epoch; epoch 0 (before any step) is drawn where it is given."""
+    two models can be compared epoch by epoch; epoch 0 (before any step) is drawn where it is given.
+    `kept` (label -> epoch) marks the epoch each finished run kept with a star on its accuracy, or says in
+    the accuracy panel that a run kept none of its epochs (0: its start)."""
     runs = history if isinstance(history, dict) else {"": history}
     fig = _figure((WIDTH, 6.4))
     axes = fig.subplots(2, 1)
@@ -210,6 +212,8 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
                 ax.plot(xs, ys, color=color, marker="s" if val else "o", markersize=3 if len(xs) > 12 else 5,
                         linestyle="--" if val else "-", markerfacecolor="none" if val else color,
                         zorder=2 if val else 3, label=f"{label} {key}".strip())
+        if ylabel == "top-1 accuracy" and kept:
+            _mark_kept(ax, runs, kept)
         _label_axes(ax, "epoch", ylabel)
         _epoch_axis(ax, epochs)
         if ax.get_lines():  # under its panel: the panels keep the figure's width
@@ -217,6 +221,27 @@ def plot_training(history: list[dict] | dict[str, list[dict]]) -> Figure:
         else:
             ax.text(0.5, 0.5, "no epochs yet", ha="center", va="center", transform=ax.transAxes, color="0.35")
     return fig
+
+
+def _mark_kept(ax, runs: dict[str, list[dict]], kept: dict[str, int]) -> None:
+    """A star on each run's kept epoch (its validation top-1, else its training top-1); a line of text for
+    the runs that kept none of their epochs."""
+    none = []
+    for k, (label, run) in enumerate(runs.items()):
+        epoch = kept.get(label)
+        if epoch is None:
+            continue
+        if epoch == 0:
+            none.append(label or "the run")
+            continue
+        at = next((e for i, e in enumerate(run) if e.get("epoch", i) == epoch), None)
+        value = None if at is None else at.get("val_top1", at.get("top1"))
+        if value is not None:
+            ax.plot([epoch], [value], marker="*", markersize=14, color=MODEL_COLORS[k if label else 0],
+                    markeredgecolor="black", linestyle="none", zorder=4, label=f"{label} kept: epoch {epoch}".strip())
+    if none:
+        ax.text(0.02, 0.96, f"{' and '.join(none)} kept none of the fine-tuned epochs (the status says what it kept)",
+                transform=ax.transAxes, ha="left", va="top", fontsize="small", color="0.25")
 
 
 def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[str, tuple[float, float]] | None = None,

@@ -167,7 +167,9 @@ def parse_args(argv=None):
                    help="folder where the run's state is kept after every epoch: the same command run again "
                         "resumes from the last completed epoch (a backup of another run is refused); "
                         "removed once the checkpoint is written")
-    p.add_argument("--verbose", type=int, default=1)
+    p.add_argument("--verbose", type=int, choices=(0, 1, 2),
+                   help="Keras' progress: 1 a bar redrawn as it goes, 2 one line per epoch, 0 none (default: 1 on "
+                        "a terminal, 2 when the output goes to a file or a pipe)")
     args = p.parse_args(argv)
     if args.extend and not args.base:
         p.error("--continue needs --base: the checkpoint whose training it continues")
@@ -232,6 +234,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
             pass
     from explorer.backup import BackupError
     from explorer.checkpoints import CheckpointError
+    verbose = args.verbose if args.verbose is not None else (1 if sys.stdout.isatty() else 2)
     try:
         devices = distribute_over_devices() if args.distribute else 1  # before any model is built
         if not args.base or args.batch_size:  # else the recipe picks the batch size once the data is read
@@ -254,10 +257,10 @@ def main(argv=None, settings: Settings | None = None) -> int:
             print(f"recipe: {recipe.epochs} epochs of batch {recipe.batch_size}, learning rate {recipe.learning_rate}, "
                   f"head {recipe.head_init}{', backbone frozen' if recipe.freeze_backbone else ''}", flush=True)
         if args.base:
-            result = fine_tune(args.base, dataset, recipe, args.out, args.name, verbose=args.verbose,
+            result = fine_tune(args.base, dataset, recipe, args.out, args.name, verbose=verbose,
                                backup=args.backup, extend=args.extend)
         else:
-            result = train_new(config, args.preset, dataset, recipe, args.out, args.name, verbose=args.verbose,
+            result = train_new(config, args.preset, dataset, recipe, args.out, args.name, verbose=verbose,
                                backup=args.backup)
     except (BackupError, CheckpointError, DatasetError, DistributionError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -267,6 +270,9 @@ def main(argv=None, settings: Settings | None = None) -> int:
         print(f"time limit: {result['training']['epochs']} of {recipe.epochs} epochs done; backup kept in "
               f"{result['backup']} (the same command resumes)", flush=True)
         return 0
+    training = result["training"]
+    if training.get("kept_model"):
+        print(f"kept: {training['decision']}", flush=True)
     print(f"wrote {result['checkpoint']}: test top-1 {m.get('test_top1', float('nan')):.4f}, "
           f"top-5 {m.get('test_top5', float('nan')):.4f}", flush=True)
     return 0

@@ -160,3 +160,17 @@ def start_app(checkpoints, env_extra=None, timeout=120, data_dir=None):
             time.sleep(0.5)
     proc.kill()
     raise RuntimeError(f"app did not answer within {timeout} s: {open(log.name).read()[-3000:]}")
+
+
+def class_zip(path: Path, images: np.ndarray, labels: np.ndarray, names: list[str]) -> Path:
+    """A zip of class folders (the Fine-tune tab's format): images[i] as set/<names[labels[i]]>/<i>.png."""
+    import io
+    import zipfile
+
+    from PIL import Image
+    with zipfile.ZipFile(path, "w") as z:
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
+            buffer = io.BytesIO()
+            Image.fromarray(image).save(buffer, format="PNG")
+            z.writestr(f"set/{names[label]}/{i:04d}.png", buffer.getvalue())
+    return path

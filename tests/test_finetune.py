@@ -3,16 +3,13 @@ cancel and failure, and the choice of the worker's backend."""
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import time
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from explorer.batches import make_batches, training_split
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
@@ -30,7 +27,7 @@ from explorer.folders import read_image_zip
 from explorer.predict import accuracy_metrics, predict_logits
 from explorer.recipe import TrainConfig
 from explorer.settings import Settings
-from tests.helpers import ROOT, worker_pid
+from tests.helpers import ROOT, class_zip, worker_pid
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
 
@@ -38,15 +35,6 @@ SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
 def settings_of(environ: dict) -> Settings:
     """What a process with this environment (and no other variable) reads."""
     return Settings.from_env(environ)
-
-
-def class_zip(path: Path, images: np.ndarray, labels: np.ndarray, names: list[str]) -> Path:
-    with zipfile.ZipFile(path, "w") as z:
-        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
-            buffer = io.BytesIO()
-            Image.fromarray(image).save(buffer, format="PNG")
-            z.writestr(f"set/{names[label]}/{i:04d}.png", buffer.getvalue())
-    return path
 
 
 def pick(cifar10, classes: list[str], per_class: int, offset: int = 0):
@@ -168,8 +156,12 @@ def test_the_default_recipe_learns_a_tiny_zip_far_above_chance(tmp_path, cifar10
     # Which model the run kept, and why, is in the card and its model card.
     card = read_card(result["checkpoint"])
     assert card.training.kept_model and card.training.decision and card.training.start.why
-    assert card.training.kept_model.startswith(("fine-tuned epoch", "the linear probe on all"))
-    assert f"Kept: {card.training.kept_model}" in (Path(result["checkpoint"]) / "README.md").read_text()
+    assert card.training.kept_model.startswith(("fine-tuned, epoch", "the linear probe on all"))
+    assert card.training.decision.startswith("Kept ") and card.training.decision in \
+        (Path(result["checkpoint"]) / "README.md").read_text()
+    # The card's epochs are the kept model's: none when the run kept its start.
+    assert card.training.epochs_trained == card.training.planned_epochs
+    assert card.training.epochs == card.training.kept_epoch
 
 
 # --- plans -----------------------------------------------------------------------------------------
@@ -502,10 +494,15 @@ def test_the_run_status_says_which_model_was_kept_and_why():
     member = MemberState("A", "A: cifar10-vanilla", step=90, total_steps=90, checkpoint="/runs/a",
                          metrics={"test_top1": 0.8}, history=[{"epoch": 0, "head": "base rows"}],
                          training={"images_per_second": 100.0, "kept_model": "the base's rows",
-                                   "decision": "no fine-tuned epoch beat the start on validation"})
+                                   "decision": "Kept the base model's own answers: no fine-tuned epoch of 3 "
+                                               "scored above it on the 8 held-out validation images.",
+                                   "decision_detail": "How the start was chosen: rows 60.0 %, probe 55.0 %"})
     text = run_status(RunState(status="done", members=[member], description="fine-tune"), "/runs")
     assert "kept: the base's rows" in text
-    assert "A: cifar10-vanilla kept the base's rows: no fine-tuned epoch beat the start on validation" in text
+    # The verdict in words on its own line; the numbers behind it one click away (a <details> block).
+    assert ("A: cifar10-vanilla: Kept the base model's own answers: no fine-tuned epoch of 3 scored above it "
+            "on the 8 held-out validation images.<details><summary>") in text
+    assert "rows 60.0 %, probe 55.0 %</details>" in text
 
 
 def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifar10, tiny_checkpoints):
@@ -569,7 +566,7 @@ def test_cross_validation_judges_every_image_out_of_fold():
 def _choice(start_correct, fallback):
     from explorer.finetune.head import HeadChoice
     return HeadChoice("linear probe (L2 0.01)", "why", fallback, "the linear probe on all 40 labelled images",
-                      np.asarray(start_correct, bool))
+                      np.asarray(start_correct, bool), "the linear classifier on the base's features")
 
 
 def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(tiny_checkpoints, cifar10):
@@ -583,21 +580,29 @@ def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(ti
     fallback = tuple(np.full_like(w, 0.5) for w in model.get_layer(HEAD).get_weights())
 
     def record(kept):
-        return {"training": {"kept_epoch": kept, "start": {"val_top1": 0.25, "val_top5": 0.5}},
+        return {"training": {"kept_epoch": kept, "epochs": 5, "start": {"val_top1": 0.25, "val_top5": 0.5}},
                 "metrics": {"val_top1": 0.9, "loss": 1.0}}
 
     # The "fine-tuned" model is the base itself: judged against a start that was wrong everywhere it is right,
     # it is clearly better and stays.
     won = record(3)
     settle(model, won, start_weights, _choice(np.zeros(40, bool), fallback), (x, y))
-    assert won["training"]["kept_model"] == "fine-tuned epoch 3" and "a clear gain" in won["training"]["decision"]
+    t = won["training"]
+    assert t["kept_model"] == "fine-tuned, epoch 3" and (t["epochs"], t["epochs_trained"]) == (3, 5)
+    assert t["decision"] == ("Kept the fine-tuned model (epoch 3 of 5): on the 40 held-out validation images it "
+                             f"did clearly better than where it started ({correct.sum():+d} images).")
+    assert f"epoch 3 got {correct.sum()} right that the start got wrong and 0 wrong" in t["decision_detail"]
     # Against a start that got the same images right, it gains nothing: the start's backbone and the
     # fallback head come back, and the record says so.
     model.get_layer(HEAD).set_weights([w * 2 for w in model.get_layer(HEAD).get_weights()])
     level = record(2)
     settle(model, level, start_weights, _choice(correct, fallback), (x, y))
     assert level["training"]["kept_model"] == "the linear probe on all 40 labelled images"
-    assert level["training"]["kept_epoch"] == 0 and "not clearly better" in level["training"]["decision"]
+    t = level["training"]
+    assert (t["kept_epoch"], t["epochs"], t["epochs_trained"]) == (0, 0, 5)
+    assert t["decision"].startswith("Kept the linear classifier") and "was not clearly better on the 40 held-out " \
+        "validation images (+0 images), so the 5 epochs were set aside" in t["decision"]
+    assert "McNemar" not in t["decision"] and "standard error" not in t["decision"]  # the numbers: in the detail
     assert level["metrics"] == {"loss": 1.0, "val_top1": 0.25, "val_top5": 0.5}
     for got, want in zip(model.get_layer(HEAD).get_weights(), fallback, strict=True):
         np.testing.assert_array_equal(got, want)

@@ -356,6 +356,26 @@ def test_a_one_epoch_run_shows_its_training_point_over_the_validation_one():
         assert val.get_markerfacecolor() == "none"
 
 
+def test_the_fine_tune_curves_mark_the_kept_epoch_or_say_none_was():
+    """A star on the kept epoch's validation top-1 for a run that kept a fine-tuned epoch; a line of text for
+    one that kept its start (or the probe): none of its epochs."""
+    def run(scale):
+        return [{"epoch": e, "loss": 1.0 / (e + 1), "val_loss": 1.1 / (e + 1), "top1": 0.2 * e,
+                 "val_top1": scale * e} for e in range(4)]
+    fig = plots.plot_training({"A": run(0.19), "B": run(0.1)}, kept={"A": 2, "B": 0})
+    accuracy = fig.axes[1]
+    stars = [line for line in accuracy.get_lines() if line.get_marker() == "*"]
+    assert len(stars) == 1 and list(stars[0].get_xdata()) == [2] and list(stars[0].get_ydata()) == [0.38]
+    assert stars[0].get_label() == "A kept: epoch 2"
+    assert [t.get_text() for t in accuracy.texts] == ["B kept none of the fine-tuned epochs (the status says what "
+                                                      "it kept)"]
+    assert not [line for line in fig.axes[0].get_lines() if line.get_marker() == "*"]  # the loss panel: none
+    running = plots.plot_training({"A": run(0.19)})
+    assert not [line for line in running.axes[1].get_lines() if line.get_marker() == "*"]
+    assert not running.axes[1].texts
+    _assert_outside(fig, _legend(accuracy), *fig.axes)
+
+
 def test_plots_are_drawn_to_sit_two_abreast_or_one_per_row_at_80_percent():
     """Every plot of the Attention, Tau and Fine-tune tabs is 520 px wide: the UI's rows put two side by side
     in a wide window and one per row in a narrow one, each shown at 80 % of its size or more."""

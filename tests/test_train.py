@@ -92,6 +92,27 @@ def test_train_cli_on_512_images_writes_a_loadable_checkpoint(tmp_path, data_dir
     assert len(card.history) == 1 and len(card.history[0].tau) == 2
 
 
+@pytest.mark.slow
+def test_a_fine_tune_logged_to_a_file_reads_one_line_per_epoch(tmp_path, tiny_checkpoints, cifar10):
+    """`python -m explorer.train` writing to a pipe: one line per epoch (Keras' verbose=2), no progress bar
+    redrawn with carriage returns, backspaces or colour codes; the verdict in words at the end."""
+    from tests.helpers import class_zip
+    x, y = cifar10.x_test[:120], cifar10.y_test[:120] % 3
+    zip_path = class_zip(tmp_path / "three.zip", x, y, ["one", "two", "three"])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "explorer.train", "--base", str(tiny_checkpoints["vanilla"]),
+                          "--dataset", str(zip_path), "--epochs", "3", "--out", str(tmp_path / "out")],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:]
+    log = out.stdout
+    assert "\x1b[" not in log and "\r" not in log and "\b" not in log
+    epochs = [line for line in log.splitlines() if line.startswith("Epoch ")]
+    steps = [line for line in log.splitlines() if " - loss: " in line]
+    assert [line.split()[1] for line in epochs] == ["1/3", "2/3", "3/3"] and len(steps) == 3, log
+    kept = [line for line in log.splitlines() if line.startswith("kept: Kept ")]
+    assert len(kept) == 1, log
+
+
 def test_train_new_checkpoint_predicts_like_the_trained_model(cifar10, tmp_path, images):
     model_holder = {}
     import explorer.train as train_module

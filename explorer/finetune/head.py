@@ -53,6 +53,8 @@ class HeadChoice:
     fallback: tuple[np.ndarray, np.ndarray]
     fallback_name: str
     start_correct: np.ndarray
+    # The fallback in a reader's words ("the base model's own answers for these classes, unchanged").
+    fallback_plain: str = ""
 
 
 
@@ -155,8 +157,10 @@ def _cross_validated_head(model, features, how: str, fit, val, n: int, seed: int
         scores = (f"{name} scored {100 * base_top1:.1f} % on the {labelled}, the probe {100 * probe.accuracy:.1f} % "
                   f"out of fold (5-fold cross-validation)")
         if base_top1 >= probe.accuracy:
+            plain = ("the base model as it was (its own head)" if how == "kept" else
+                     "the base model's own answers for these classes (its head's rows for them), unchanged")
             return HeadChoice(how, scores, (base.kernel.astype("float32"), base.bias.astype("float32")), name,
-                              None)
+                              None, plain)
         why = scores
     else:
         why = (f"new classes: the probe scored {100 * probe.accuracy:.1f} % out of fold (5-fold cross-validation) "
@@ -166,32 +170,54 @@ def _cross_validated_head(model, features, how: str, fit, val, n: int, seed: int
                          probe.l2)
     head.set_weights([start.kernel.astype("float32"), start.bias.astype("float32")])
     return HeadChoice(probe_name, why, (probe.head.kernel.astype("float32"), probe.head.bias.astype("float32")),
-                      f"the linear probe on all {labelled} (L2 {probe.l2:g})", None)
+                      f"the linear probe on all {labelled} (L2 {probe.l2:g})", None,
+                      f"a linear classifier on the base model's features (its backbone unchanged), fitted on all "
+                      f"{labelled}")
 
 
 def settle(model, record: dict, start_weights: list, choice: HeadChoice | None, val) -> None:
     """Keeps the fine-tuned epoch that validation chose only when it beats its start clearly on the same
     validation images (a paired comparison: a net gain of over FT_MARGIN_Z standard errors); else the
     model becomes the start's backbone with the fallback head (the probe refitted on every labelled image,
-    or the base's head or rows). Either way the record says which model was kept and why."""
+    or the base's head or rows). Either way the record says which model was kept (`kept_model`), why in
+    plain words (`decision`) and the numbers behind it (`decision_detail`); `epochs` becomes the kept
+    model's epochs of fine-tuning and `epochs_trained` says how many ran."""
     training = record["training"]
     kept = training["kept_epoch"]
+    ran = training["epochs"]
+    training["epochs_trained"] = ran
     if choice is None:
-        training["kept_model"] = f"fine-tuned epoch {kept}" if kept else "the start head"
-        training["decision"] = "kept by validation top-1" if val is not None else "the last epoch (no validation split)"
+        training["kept_model"] = f"fine-tuned, epoch {kept}" if kept else "the start head"
+        training["decision"] = (f"Kept epoch {kept} of {ran}, the one with the best validation top-1."
+                                if val is not None and kept else
+                                "Kept the start head: no epoch did better on validation." if val is not None else
+                                f"Kept the last epoch ({ran}): there is no validation split to choose by.")
+        training["epochs"] = kept if val is not None else ran
         return
+    n = len(val[1])
     if kept:
         correct = predict_logits(model, val[0]).argmax(-1) == val[1]
         gained, lost = paired_gain(correct, choice.start_correct)
-        verdict = (f"on the {len(val[1])} validation images epoch {kept} got {gained} right that the start got "
-                   f"wrong and {lost} wrong that it got right")
+        spread = float(np.sqrt(gained + lost))
+        numbers = (f"on the {n} validation images epoch {kept} got {gained} right that the start got wrong and "
+                   f"{lost} wrong that it got right: a net {gained - lost:+d}"
+                   + (f", {(gained - lost) / spread:.2f} standard errors (McNemar's, sqrt({gained} + {lost}))"
+                      if spread else "")
+                   + f"; over {FT_MARGIN_Z:g} needed. How the start was chosen: {choice.why}")
         if clearly_better(gained, lost, FT_MARGIN_Z):
-            training["kept_model"] = f"fine-tuned epoch {kept}"
-            training["decision"] = f"{verdict}: a clear gain (over {FT_MARGIN_Z:g} standard errors); {choice.why}"
+            training["kept_model"] = f"fine-tuned, epoch {kept}"
+            training["decision"] = (f"Kept the fine-tuned model (epoch {kept} of {ran}): on the {n} held-out "
+                                    f"validation images it did clearly better than where it started "
+                                    f"({gained - lost:+d} images).")
+            training["decision_detail"] = numbers
+            training["epochs"] = kept
             return
-        verdict += f": not clearly better (a net gain over {FT_MARGIN_Z:g} standard errors is needed)"
+        why = (f"fine-tuning (its best epoch, {kept} of {ran}) was not clearly better on the {n} held-out "
+               f"validation images ({gained - lost:+d} images), so the {ran} epochs were set aside")
+        detail = numbers
     else:
-        verdict = "no fine-tuned epoch beat the start on validation"
+        why = f"no fine-tuned epoch of {ran} scored above it on the {n} held-out validation images"
+        detail = f"How the start was chosen: {choice.why}"
     from explorer.models import HEAD
     model.set_weights(start_weights)
     model.get_layer(HEAD).set_weights(list(choice.fallback))
@@ -199,5 +225,7 @@ def settle(model, record: dict, start_weights: list, choice: HeadChoice | None, 
     record["metrics"] = {k: v for k, v in record["metrics"].items() if not k.startswith("val_")}
     record["metrics"].update({k: start[k] for k in ("val_top1", "val_top5") if k in start})
     training["kept_epoch"] = 0
+    training["epochs"] = 0
     training["kept_model"] = choice.fallback_name
-    training["decision"] = f"{verdict}; so {choice.fallback_name} ({choice.why})"
+    training["decision"] = f"Kept {choice.fallback_plain or choice.fallback_name}: {why}."
+    training["decision_detail"] = detail

@@ -246,7 +246,8 @@ class FinetuneTab:
         waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
                    f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
         status = run_status(state, self.app.root)
-        updates = {out.status: status, out.curves: plots.plot_training(histories),
+        kept = {m.label: (m.training or {}).get("kept_epoch") for m in state.members if m.training}
+        updates = {out.status: status, out.curves: plots.plot_training(histories, kept),
                    out.tau: plots.plot_tau_history(histories, empty=waiting)}
         if not (final and state.status == "done"):
             return updates

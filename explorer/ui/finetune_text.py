@@ -82,7 +82,9 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
         lines.append(f"{m.label}: {progress}"
                      + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done + kept)
         if kept and t.get("decision"):
-            lines.append(f"{m.label} kept {t['kept_model']}: {t['decision']}")
+            lines.append(f"{m.label}: {t['decision']}" + (
+                f"<details><summary>the numbers behind it</summary>{t['decision_detail']}</details>"
+                if t.get("decision_detail") else ""))
     if s.status == "done" and loading is None:
         saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
         lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")

@@ -1,0 +1,94 @@
+"""How the fine-tune's linear probe should choose its L2: rules compared on the bench's draws, no fine-tuning.
+
+For each draw of bench/finetune_quality.py's three kinds of zip (known, new, six) and both shipped models,
+the frozen pooled features of the training images and their mirrors are computed once; 5-fold
+cross-validation (explorer.finetune.linear.cross_validated_probe) gives every L2 of L2_GRID its out-of-fold
+correctness and log-loss; each rule picks an L2 from those, and the probe at that L2, refitted on every
+training image (as the fine-tune's fallback is), is scored on the zip's test images. Printed: every draw, the
+mean per kind and model, and the mean over all draws, for each rule and for the best L2 in hindsight (the
+oracle, which no rule can see). Accuracy only: timings here would mean nothing beside other work.
+
+    python bench/probe_l2.py [--draws 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from _common import ROOT, data_dir
+from finetune_quality import draw_zips
+
+KINDS = ("known", "new", "six")
+MODELS = ("cifar10-vanilla", "cifar10-spt_lsa")
+
+
+def _within(values: dict[float, np.ndarray], best: float, k: float, higher_is_better: bool) -> float:
+    """The strongest L2 whose per-image score is within k paired standard errors of `best`'s."""
+    for l2 in sorted(values, reverse=True):
+        diff = (values[best] - values[l2]) if higher_is_better else (values[l2] - values[best])
+        if diff.mean() <= k * diff.std() / np.sqrt(len(diff)):
+            return l2
+    return best
+
+
+def rules(choice) -> dict[str, float]:
+    """Each rule's L2 from one cross-validation's out-of-fold correctness and log-loss per L2."""
+    from explorer.finetune.linear import choose_l2
+    correct = {k: v.astype(float) for k, v in choice.correct_by_l2.items()}
+    loss = choice.loss_by_l2
+    top = max(correct, key=lambda l2: (correct[l2].mean(), l2))
+    low = min(loss, key=lambda l2: (loss[l2].mean(), -l2))
+    return {"most right, then log-loss (used)": choose_l2(choice.correct_by_l2, loss),
+            "most right, 1 SE stronger": _within(correct, top, 1.0, True),
+            "most right, 0.5 SE stronger": _within(correct, top, 0.5, True),
+            "lowest log-loss": low,
+            "lowest log-loss, 1 SE stronger": _within(loss, low, 1.0, False)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--draws", type=int, default=5)
+    args = p.parse_args()
+    from explorer.checkpoints import load_checkpoint
+    from explorer.finetune.head import pooled_features
+    from explorer.finetune.linear import L2_GRID, cross_validated_probe, fit_logistic
+    from explorer.folders import read_image_zip
+    models = {ref: load_checkpoint(ROOT / "checkpoints" / ref)[0] for ref in MODELS}
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for draw in range(args.draws):
+            zips = draw_zips(Path(tmp), Path(data_dir()), draw)
+            for kind in KINDS:
+                ds = read_image_zip(zips[kind])
+                for ref, model in models.items():
+                    x = ds.x_train
+                    both = pooled_features(model, np.concatenate([x, x[:, :, ::-1]]))
+                    plain, mirror = both[:len(x)], both[len(x):]
+                    test = pooled_features(model, ds.x_test)
+                    choice = cross_validated_probe(plain, ds.y_train, ds.num_classes, extra=mirror)
+                    fit_x, fit_y = both, np.concatenate([ds.y_train, ds.y_train])
+                    by_l2 = {l2: 100 * fit_logistic(fit_x, fit_y, ds.num_classes, l2).accuracy(test, ds.y_test)
+                             for l2 in L2_GRID}
+                    picked = rules(choice)
+                    row = {name: by_l2[l2] for name, l2 in picked.items()}
+                    row["oracle"] = max(by_l2.values())
+                    results.setdefault((kind, ref), []).append(row)
+                    print(f"{kind:5s} d{draw} {ref:16s} {len(x)} train / {len(ds.x_test)} test: "
+                          + "; ".join(f"{name} {by_l2[l2]:.1f} % (L2 {l2:g})" for name, l2 in picked.items())
+                          + f"; oracle {row['oracle']:.1f} %", flush=True)
+    names = list(next(iter(results.values()))[0])
+    print("\n| zip | model | " + " | ".join(names) + " |")
+    print("|---|---|" + "---:|" * len(names))
+    for (kind, ref), rows in results.items():
+        print(f"| {kind} | {ref} | " + " | ".join(f"{np.mean([r[n] for r in rows]):.2f}" for n in names) + " |")
+    every = [r for rows in results.values() for r in rows]
+    print(f"| **all {len(every)}** | | " + " | ".join(f"**{np.mean([r[n] for r in every]):.2f}**" for n in names)
+          + " |")
+
+
+if __name__ == "__main__":
+    main()
