@@ -8,7 +8,7 @@ import gradio as gr
 from explorer.checkpoints import CheckpointError
 from explorer.samples import examples
 from explorer.settings import Settings
-from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau
+from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau, trust
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import UNLISTED, AppState, Page
 from explorer.ui.finetune import FinetuneTab, base_choices
@@ -192,7 +192,7 @@ def _toolbar(app: AppState, ref_b: str | None) -> tuple[gr.Button, list[tuple[gr
 def _tabs(app: AppState, page: Page) -> tuple[gr.Tabs, FinetuneTab]:
     """The tabs, one module each; the Fine-tune tab's handlers are also the slots' (its list of runs)."""
     with gr.Tabs() as tabs:
-        for module in (compare, patches, attention, evidence, tau, data_size):
+        for module in (compare, patches, attention, evidence, trust, tau, data_size):
             module.build(app, page)
         finetune_tab = finetune.build(app, page)
     return tabs, finetune_tab
