@@ -202,6 +202,45 @@ def head_effects_table(rows: list[dict]) -> str:
     return _effects(rows, HEAD_EFFECTS, sizes, "None yet: no per-head-temperature trial has finished.")
 
 
+# Issue 54's mechanisms, each as a paired gap (b − a, seed by seed) with the paper's per-head LSA, measured
+# under the light recipe and under the paper's: (label, a, b).
+RECIPE_EFFECTS = [("LSA alone − ViT", "vanilla", "lsa_head"), ("SPT + LSA − SPT alone", "spt", "spt_lsa_head"),
+                  ("SPT alone − ViT", "vanilla", "spt"), ("SPT + LSA − ViT", "vanilla", "spt_lsa_head")]
+RECIPE_NAMES = {LIGHT: "light recipe", "paper": "paper recipe", "cutmix": "light recipe + CutMix"}
+
+
+def recipe_gaps(rows: list[dict], recipes: tuple[str, ...] = (LIGHT, "paper")) -> dict:
+    """(label, recipe) -> train_images -> paired gap (paired_gaps' dict) for each RECIPE_EFFECTS row, and
+    ("ViT with CutMix alone − ViT", "cutmix") for the CutMix-only arm against the light ViT, same seeds."""
+    out = {}
+    for label, a, b in RECIPE_EFFECTS:
+        for recipe in recipes:
+            out[(label, recipe)] = paired_gaps(rows, a, b, recipe=recipe)
+    out[("ViT with CutMix alone − ViT", "cutmix")] = paired_gaps(rows, "vanilla", "vanilla", recipe="cutmix",
+                                                                  recipe_a=LIGHT)
+    return out
+
+
+def recipe_gap_table(rows: list[dict]) -> str:
+    """The mechanisms' paired gaps side by side, light recipe and paper recipe, at every size where either
+    ran, in points with the 95 % interval of the mean (how many seeds)."""
+    gaps = recipe_gaps(rows)
+    sizes = sorted({n for g in gaps.values() for n in g})
+    if not sizes:
+        return "None yet: no mechanism has a paired gap under either recipe."
+    columns = [(label, recipe) for label, _, _ in RECIPE_EFFECTS for recipe in (LIGHT, "paper")]
+    columns.append(("ViT with CutMix alone − ViT", "cutmix"))
+    lines = ["| train images | " + " | ".join(f"{label}, {RECIPE_NAMES[r]}" for label, r in columns) + " |",
+             "|---:|" + "---:|" * len(columns)]
+    for n in sizes:
+        cells = []
+        for key in columns:
+            g = gaps[key].get(n)
+            cells.append("–" if g is None else f"{_effect(g)} ({len(g['seeds'])})")
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     if not rows:
         return "No trial has finished yet."

@@ -139,3 +139,28 @@ def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, 
     assert mechanisms.figure(back).axes
     said = mechanisms.answer(back)  # the Small data tab's words, from these numbers
     assert "τ ends at" in said and "a ViT's query gives its own patch" in said and "CIFAR-100" in said
+
+
+def test_the_recipes_gaps_side_by_side_never_mix_recipes():
+    """Issue 54: each mechanism's paired gap under the light recipe and under the paper's, from the rows of
+    that recipe only; the CutMix-only ViT against the light ViT of the same seed; rows without a recipe
+    column are the light study's."""
+    rows = []
+    for seed in range(3):
+        for variant, light, paper in (("vanilla", 0.35, 0.30), ("lsa_head", 0.352, 0.33), ("spt", 0.42, 0.40),
+                                      ("spt_lsa_head", 0.425, 0.45)):
+            rows.append({"train_images": 1000, "variant": variant, "seed": seed, "test_top1": light + 0.001 * seed})
+            rows.append({"train_images": 1000, "variant": variant, "seed": seed, "recipe": "paper",
+                         "test_top1": paper + 0.002 * seed})
+        rows.append({"train_images": 1000, "variant": "vanilla", "seed": seed, "recipe": "cutmix",
+                     "test_top1": 0.37 + 0.001 * seed})
+    gaps = study_report.recipe_gaps(rows)
+    assert gaps[("LSA alone − ViT", "light")][1000]["mean"] == pytest.approx(0.002)
+    assert gaps[("LSA alone − ViT", "paper")][1000]["mean"] == pytest.approx(0.03)
+    assert gaps[("SPT + LSA − SPT alone", "paper")][1000]["mean"] == pytest.approx(0.05)
+    assert gaps[("ViT with CutMix alone − ViT", "cutmix")][1000]["gaps"] == pytest.approx([0.02] * 3)
+    # the light study's own tables read the light rows only, as before the paper rows came
+    assert study_report.summary(rows)[(1000, "vanilla")]["mean"] == pytest.approx(0.351)
+    table = study_report.recipe_gap_table(rows)
+    assert "LSA alone − ViT, paper recipe" in table and "+3.00 (+3.00 to +3.00) (3)" in table
+    assert study_report.recipe_gap_table([]).startswith("None yet")
