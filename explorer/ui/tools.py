@@ -7,8 +7,9 @@ from __future__ import annotations
 
 # Public API endpoints that are not MCP tools: a fine-tune run is long and belongs to one visitor's page
 # and its queue, and MCP calls all come through one Gradio session, so one assistant's Cancel would be
-# another's. gradio_client scripts call them as API endpoints.
-NOT_TOOLS = ("/finetune", "/cancel", "/download_checkpoint")
+# another's. gradio_client scripts call them as API endpoints. The Trust tab's cell clicks are a click on the
+# page's table (Gradio's SelectData), which a tool's caller has no way to send.
+NOT_TOOLS = ("/finetune", "/cancel", "/download_checkpoint", "/trust_cell_a", "/trust_cell_b")
 
 
 def install_tool_list() -> None:

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 # The explorer's questions, one tool each; nothing of the page's own wiring.
 TOOLS = {"compare", "disagreements", "sample", "patches", "attention", "locality", "what_if", "evidence",
-         "shift_strip", "robustness", "tau", "models"}
+         "shift_strip", "robustness", "tau", "models", "trust_report", "trust_corruptions", "trust_faithfulness"}
 
 
 def mcp(url: str, work):
