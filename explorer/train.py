@@ -272,7 +272,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
         return 0
     training = result["training"]
     if training.get("kept_model"):
-        print(f"kept: {training['decision']}", flush=True)
+        print(training["decision"], flush=True)
     print(f"wrote {result['checkpoint']}: test top-1 {m.get('test_top1', float('nan')):.4f}, "
           f"top-5 {m.get('test_top5', float('nan')):.4f}", flush=True)
     return 0

@@ -109,7 +109,7 @@ def test_a_fine_tune_logged_to_a_file_reads_one_line_per_epoch(tmp_path, tiny_ch
     epochs = [line for line in log.splitlines() if line.startswith("Epoch ")]
     steps = [line for line in log.splitlines() if " - loss: " in line]
     assert [line.split()[1] for line in epochs] == ["1/3", "2/3", "3/3"] and len(steps) == 3, log
-    kept = [line for line in log.splitlines() if line.startswith("kept: Kept ")]
+    kept = [line for line in log.splitlines() if line.startswith("Kept ")]
     assert len(kept) == 1, log
 
 
