@@ -16,10 +16,15 @@ import numpy as np
 
 from explorer.card import Card
 from explorer.settings import Settings
-from explorer.study_report import ALL_NAMES, VARIANT_COLOR, study_variant
+from explorer.study_report import ALL_NAMES, LIGHT, VARIANT_COLOR, study_variant
 
-COLUMNS = ("model", "variant", "train_images", "layer", "tau_mean", "tau_min", "tau_max", "tau_start",
+COLUMNS = ("model", "variant", "recipe", "train_images", "layer", "tau_mean", "tau_min", "tau_max", "tau_start",
            "entropy", "distance_px", "self_attention", "patches", "test_top1")
+# Per head (study/mechanisms_heads.csv): the measures of one head of one layer; `distance` is the mean attention
+# distance over the image's side (the measure of arXiv 2605.16390, whose smallest head per layer it reports).
+HEAD_COLUMNS = ("model", "variant", "recipe", "train_images", "layer", "head", "tau_ratio", "entropy", "distance",
+                "self_attention", "test_top1")
+TEXT = ("model", "variant", "recipe")
 FULL = 45_000  # the shipped models' training-set size
 # The fixed images: CIFAR-10's first test images, which the app ships as its sample (so this runs anywhere).
 IMAGES = 200
@@ -46,9 +51,14 @@ def measure(model, config, images: np.ndarray, batch: int = 100) -> list[dict]:
     rows = []
     for layer in range(probe.num_layers):
         tau = taus[layer] if layer < len(taus) else None
+        heads = len(entropy[layer])
+        per_head = [float(tau[h] if len(tau) == heads else np.mean(tau)) for h in range(heads)] if tau else None
         rows.append({"layer": layer, "tau": tau, "tau_start": config.initial_tau if tau else None,
                      "entropy": float(entropy[layer].mean()), "distance_px": float(distance[layer].mean()),
-                     "self_attention": float(diagonal[layer].mean())})
+                     "self_attention": float(diagonal[layer].mean()),
+                     "heads": [{"head": h, "tau": per_head[h] if per_head else None,
+                                "entropy": float(entropy[layer][h]), "distance_px": float(distance[layer][h]),
+                                "self_attention": float(diagonal[layer][h])} for h in range(heads)]})
     return rows
 
 
@@ -64,43 +74,75 @@ def kept_models(checkpoints: Path, dataset: str = "cifar10") -> list[Path]:
     return sorted(folders, key=key)
 
 
-def run(folders: list[Path], images: np.ndarray) -> list[dict]:
-    """The table's rows: every layer of every model in `folders`."""
+def run(folders: list[Path], images: np.ndarray) -> tuple[list[dict], list[dict]]:
+    """The tables' rows: every layer of every model in `folders`, and every head of every layer."""
+    from explorer.catalog import study_recipe
     from explorer.checkpoints import load_checkpoint
     from explorer.config import ViTConfig
-    rows = []
+    rows, heads = [], []
     for folder in folders:
         model, card = load_checkpoint(folder)
         config = ViTConfig.from_dict(card.config)
+        recipe = study_recipe(card) or LIGHT
         for r in measure(model, config, images):
             tau = r["tau"]
-            rows.append({"model": folder.name, "variant": study_variant(card),
+            heads += [{"model": folder.name, "variant": study_variant(card), "recipe": recipe,
+                       "train_images": card.dataset.train_images, "layer": r["layer"], "head": h["head"],
+                       "tau_ratio": h["tau"] / r["tau_start"] if h["tau"] else None, "entropy": h["entropy"],
+                       "distance": h["distance_px"] / config.image_size, "self_attention": h["self_attention"],
+                       "test_top1": card.metrics.test_top1} for h in r["heads"]]
+            rows.append({"model": folder.name, "variant": study_variant(card), "recipe": recipe,
                          "train_images": card.dataset.train_images, "layer": r["layer"],
                          "tau_mean": float(np.mean(tau)) if tau else None, "tau_min": min(tau) if tau else None,
                          "tau_max": max(tau) if tau else None, "tau_start": r["tau_start"],
                          "entropy": r["entropy"], "distance_px": r["distance_px"],
                          "self_attention": r["self_attention"], "patches": config.num_patches,
                          "test_top1": card.metrics.test_top1})
-    return rows
+    return rows, heads
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
+def write_csv(rows: list[dict], path: Path, columns: tuple[str, ...] = COLUMNS) -> None:
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for r in rows:
             writer.writerow({k: ("" if r[k] is None else (round(r[k], 6) if isinstance(r[k], float) else r[k]))
-                             for k in COLUMNS})
+                             for k in columns})
 
 
 def read_csv(path: Path) -> list[dict]:
+    """mechanisms.csv or mechanisms_heads.csv as rows with numbers; a row without a recipe is the light one's."""
     out = []
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            out.append({k: (v if k in ("model", "variant") else None if v == "" else
-                            int(v) if k in ("train_images", "layer", "patches") else float(v))
-                        for k, v in row.items()})
+            parsed = {k: (v if k in TEXT else None if v == "" else
+                          int(v) if k in ("train_images", "layer", "head", "patches") else float(v))
+                      for k, v in row.items()}
+            parsed["recipe"] = parsed.get("recipe") or LIGHT
+            out.append(parsed)
     return out
+
+
+def head_table(heads: list[dict]) -> str:
+    """Per model and layer, the smallest head's normalised attention distance (how local the most local head
+    is) and the mean over heads, with the heads' self-attention: both recipes side by side."""
+    layers = sorted({h["layer"] for h in heads})
+    lines = ["| recipe | train images | model | " + " | ".join(f"layer {k}: smallest / mean distance" for k in layers)
+             + " | self-attention, most / mean | τ / √d_k, per head |",
+             "|---|---:|---|" + "---:|" * len(layers) + "---:|---|"]
+    for name in dict.fromkeys(h["model"] for h in heads):
+        mine = [h for h in heads if h["model"] == name]
+        cells = []
+        for k in layers:
+            d = [h["distance"] for h in mine if h["layer"] == k]
+            cells.append(f"{min(d):.3f} / {np.mean(d):.3f}" if d else "–")
+        share = [h["self_attention"] for h in mine]
+        taus = [h["tau_ratio"] for h in mine if h["tau_ratio"] is not None]
+        tau = "–" if not taus else f"{min(taus):.3f} to {max(taus):.3f}"
+        first = mine[0]
+        lines.append(f"| {first['recipe']} | {first['train_images']:,} | {ALL_NAMES[first['variant']]} | "
+                     + " | ".join(cells) + f" | {100 * max(share):.1f} / {100 * np.mean(share):.1f} % | {tau} |")
+    return "\n".join(lines)
 
 
 def per_model(rows: list[dict]) -> list[dict]:
@@ -237,13 +279,19 @@ def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int
     from explorer.plots import figure_to_array
     from explorer.samples import TestImages
     x = TestImages(data_dir, settings=settings).dataset("cifar10", need=images).x_test[:images]
-    rows = run(kept_models(checkpoints), x)
+    rows, heads = run(kept_models(checkpoints), x)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "mechanisms.csv")
     write_csv(rows, checkpoints / "study" / "mechanisms.csv")
-    (out / "MECHANISMS.md").write_text("# What LSA does to attention\n\nWritten by `python -m explorer.study "
-                                       f"mechanisms` (explorer/mechanisms.py).\n\n{markdown(rows, images)}\n\n"
-                                       "![mechanisms](mechanisms.png)\n")
+    write_csv(heads, out / "mechanisms_heads.csv", HEAD_COLUMNS)
+    (out / "MECHANISMS.md").write_text(
+        "# What LSA does to attention\n\nWritten by `python -m explorer.study "
+        f"mechanisms` (explorer/mechanisms.py).\n\n{markdown(rows, images)}\n\n![mechanisms](mechanisms.png)\n\n"
+        "## Per layer and head: how local the most local head is\n\nMean attention distance over the image's side "
+        "(0 = a query attends to its own position, about 0.5 = spread over the image), for each layer the smallest "
+        "head's and the mean over heads (the smallest head's is the measure of arXiv 2605.16390, which found CutMix "
+        f"alone makes early heads local); self-attention per head; on the same {images} images "
+        f"(study/mechanisms_heads.csv):\n\n{head_table(heads)}\n")
     Image.fromarray(figure_to_array(figure(rows))).save(out / "mechanisms.png")
-    return [out / "mechanisms.csv", checkpoints / "study" / "mechanisms.csv", out / "MECHANISMS.md",
-            out / "mechanisms.png"]
+    return [out / "mechanisms.csv", checkpoints / "study" / "mechanisms.csv", out / "mechanisms_heads.csv",
+            out / "MECHANISMS.md", out / "mechanisms.png"]

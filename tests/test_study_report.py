@@ -132,10 +132,23 @@ def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, 
     whole = mechanisms.measure(loaded.model, loaded.config, many, batch=100)
     np.testing.assert_allclose([r["entropy"] for r in batched], [r["entropy"] for r in whole], rtol=1e-5)
     # the table and the figure from a CSV round trip
-    rows = mechanisms.run([tiny_checkpoints["vanilla"], tiny_checkpoints["spt_lsa"]], many)
+    rows, heads = mechanisms.run([tiny_checkpoints["vanilla"], tiny_checkpoints["spt_lsa"]], many)
     mechanisms.write_csv(rows, tmp_path / "m.csv")
     back = mechanisms.read_csv(tmp_path / "m.csv")
     assert [r["layer"] for r in back] == [r["layer"] for r in rows] and "| " in mechanisms.markdown(back)
+    assert {r["recipe"] for r in back} == {"light"}
+    # per head: the layer's numbers are the means over its heads; distance over the image's side
+    whole_heads = whole[0]["heads"]
+    assert np.mean([h["entropy"] for h in whole_heads]) == pytest.approx(whole[0]["entropy"], rel=1e-6)
+    mine = [h for h in heads if h["model"] == tiny_checkpoints["vanilla"].name and h["layer"] == 0]
+    assert np.mean([h["distance"] for h in mine]) == pytest.approx(whole[0]["distance_px"] / loaded.config.image_size,
+                                                                   rel=1e-5)
+    assert len(mine) == loaded.config.num_heads
+    lsa = [h for h in heads if h["model"] == tiny_checkpoints["spt_lsa"].name]
+    assert all(h["tau_ratio"] is not None and h["self_attention"] == 0 for h in lsa)
+    mechanisms.write_csv(heads, tmp_path / "h.csv", mechanisms.HEAD_COLUMNS)
+    table = mechanisms.head_table(mechanisms.read_csv(tmp_path / "h.csv"))
+    assert table.count("\n") == 3 and "layer 0: smallest / mean distance" in table
     assert mechanisms.figure(back).axes
     said = mechanisms.answer(back)  # the Small data tab's words, from these numbers
     assert "τ ends at" in said and "a ViT's query gives its own patch" in said and "CIFAR-100" in said
