@@ -23,7 +23,7 @@ from explorer.finetune.report import report
 from explorer.finetune.state import CancelAnswer
 from explorer.reports import small_splits, without_top5
 from explorer.ui.cards import card_markdown
-from explorer.ui.context import AppState, Page, reporter
+from explorer.ui.context import AppState, Page, expected, reporter
 from explorer.ui.finetune_text import (
     CANCEL_ANSWERS,
     LOADING_SLOTS,
@@ -31,6 +31,7 @@ from explorer.ui.finetune_text import (
     headline,
     plain,
     queue_status,
+    refused_status,
     run_fraction,
     run_status,
     training_where,
@@ -145,8 +146,14 @@ class FinetuneTab:
         when it succeeds, its checkpoints go into the slots they came from. In shared mode a Start that
         finds another visitor's run going on waits in the queue, its place and wait shown, refreshed."""
         app = self.app
-        plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
-                                  name, a, b, progress, request, train_on_all)
+        try:
+            plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
+                                      name, a, b, progress, request, train_on_all)
+        except gr.Error as e:
+            # The reason stays in the status line, in place of an earlier run's report and curves, until the
+            # next Start; an API caller gets the error itself.
+            yield {self.outputs.status: refused_status(e.message), self.outputs.curves: None, self.outputs.tau: None}
+            raise expected(e.message, "fine-tune not started", toast=False) from None
         owner, key, mine = app.owner(request), id(plan), set(app.my_runs(request))
         app.protect_bases(key, {r for r in (a, b) if r in mine})
         try:

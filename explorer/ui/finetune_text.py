@@ -95,6 +95,11 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
     return "\n\n".join(lines)
 
 
+def refused_status(reason: str) -> str:
+    """Markdown for a Start that could not start a run (a zip without class folders, a bad number)."""
+    return f"**⚠ not started:** {reason}\n\nChange the form or the zip and press Start again."
+
+
 def queue_status(where: QueuePlace, description: str) -> str:
     """Markdown for a Start waiting behind another visitor's run."""
     wait = f"about {duration(where.eta)}" if where.eta is not None else "an estimate comes once it has made progress"

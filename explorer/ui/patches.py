@@ -53,5 +53,6 @@ def build(app: AppState, page: Page) -> PatchesTab:
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [grid_plain, grids, patch_note]
     patches_btn.click(tab.patches, inputs, outputs, api_name="patches", concurrency_limit=4)
-    gr.on(page.new_input(), quiet(tab.patches, (None, None, "")), inputs, outputs, api_name=False, concurrency_limit=4)
+    gr.on(page.new_input(), quiet(tab.patches, (None, None, ""), why=2), page.held(inputs), outputs, api_name=False,
+          concurrency_limit=4)
     return tab

@@ -119,13 +119,6 @@ def _pick(a: str, b: str):
     return lambda: (a, b)
 
 
-def _classes(app: AppState, ref_b: str | None) -> list[str]:
-    try:
-        return ["random"] + (app.store.get(ref_b).class_names if ref_b else [])
-    except (CheckpointError, ValueError, OSError):
-        return ["random"]
-
-
 def build_demo(app: AppState | None = None) -> gr.Blocks:
     """The page on `app` (a new AppState when none is given): the header, the model slots, the image column
     and the tabs, wired; and what the page does when a visitor arrives, refreshes the lists or leaves."""
@@ -147,7 +140,7 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
         refresh_btn, pair_btns = _toolbar(app, refs[1])
         with gr.Row():
             with gr.Column(scale=1, min_width=260):
-                upload = images.build(app, slot_b, _classes(app, refs[1]), first)
+                upload = images.build(app, slot_b, loaded, first)
             with gr.Column(scale=3):
                 page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"),
                             loaded=loaded, cards=(card_a, card_b))
