@@ -59,8 +59,9 @@ the frozen features where that does better on validation), then the whole model 
 cosine, crop + flip; peak learning rate 5e-4, or 1e-4 for classes the base knows) for up to 500 steps and
 4,000 images, with a batch size scaled to your data, keeping the epoch that does best on a 10 % validation
 split (the starting head included). The training process stays up between runs with its models compiled:
-a repeat run of the same shape starts at once; a pair on 800 images takes about half a minute on 2 CPU
-cores. Limits here: {epochs} epochs, {images:,} images."""
+a repeat run of the same shape starts at once. On 2 CPU cores a first run costs most: starting the process
+and compiling both models took about two minutes for a pair on 60 images (a busy host); a repeat run of a
+pair takes about half a minute. Limits here: {epochs} epochs, {images:,} images."""
 
 
 def shares(columns: int, first: int) -> list[str]:
@@ -211,13 +212,15 @@ class FinetuneTab:
             if not state.running:
                 yield from self._final_outputs(state, plan, a, b, progress, request)
                 return
+            # Every half second, whatever the run is doing, the bar and the status line move on, both by
+            # the same measure of the run taken at the same moment.
+            now = time.time()
             if epochs_seen != shown and time.monotonic() - drawn >= CURVES_EVERY_S:
                 shown, drawn = epochs_seen, time.monotonic()
-                yield self._run_outputs(state, plan, a, b, request=request)
+                yield self._run_outputs(state, plan, a, b, request=request, now=now)
             else:
-                yield {self.outputs.status: run_status(state, self.app.root)}
-            # Every half second, whatever the run is doing, the bar and the status line's counter move on.
-            keep_progress(progress, run_fraction(state), plain(headline(state)), 0.5)
+                yield {self.outputs.status: run_status(state, self.app.root, now=now)}
+            keep_progress(progress, run_fraction(state, now), plain(headline(state)), 0.5)
 
     def _final_outputs(self, state, plan, a, b, progress, request):
         """The ended run's outputs; a done run's new models load into the slots meanwhile (seconds), the
@@ -244,7 +247,7 @@ class FinetuneTab:
                 labels.append(m.label)
         return labels
 
-    def _run_outputs(self, state, plan, a, b, final: bool = False, request=None) -> dict:
+    def _run_outputs(self, state, plan, a, b, final: bool = False, request=None, now: float | None = None) -> dict:
         """Status, curves, tau; when the run is done also its report, and the slots, their cards and the
         page's loaded models holding its checkpoints, all in one update."""
         out = self.outputs
@@ -252,7 +255,7 @@ class FinetuneTab:
         lsa = self._lsa_labels(plan)
         waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
                    f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
-        status = run_status(state, self.app.root)
+        status = run_status(state, self.app.root, now=now)
         updates = {out.status: status, out.curves: plots.plot_training(histories),
                    out.tau: plots.plot_tau_history(histories, empty=waiting)}
         if not (final and state.status == "done"):

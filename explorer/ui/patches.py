@@ -45,7 +45,7 @@ def build(app: AppState, page: Page) -> PatchesTab:
     tab = PatchesTab(app)
     plain, views, note = initial(tab.patches, page.first, *page.refs, default=(None, None, ""))
     with gr.Tab("Patches", id="patches"):
-        patch_note = gr.Markdown(note)
+        patch_note = gr.Markdown(note, elem_id="patch-note")
         grid_plain = picture("vanilla ViT patches", value=plain)
         grids = gr.Gallery(views, format="png", label="SPT: the image and its four half-patch shifts", columns=5,
                            height=260, object_fit="contain", allow_preview=True)

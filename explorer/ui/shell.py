@@ -41,9 +41,14 @@ footer {display: none !important}
 #data-size-tables th, #data-size-tables td {white-space: nowrap}
 /* A fine-tune's progress (Gradio's overlay) in a box of its own above the status line, never over it. */
 #ft-progress {min-height: 64px; position: relative}
+/* One measure of a run: the bar's percentage, which the status line repeats beside its own elapsed seconds;
+   Gradio's timer, which restarts at every update of the status, is left out. */
+#ft-progress .meta-text, #ft-progress .meta-text-center {display: none}
 """
 
 
+
+TABS_MIN = 560  # px: the tabs' column is never narrower (the tab buttons, a table's columns, a plot's labels)
 
 INTRO = ("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch Tokenization** and "
          "**Locality Self-Attention** ([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)), trained on the same "
@@ -141,7 +146,9 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
         with gr.Row():
             with gr.Column(scale=1, min_width=260):
                 upload = images.build(app, slot_b, loaded, first)
-            with gr.Column(scale=3):
+            # Beside the image column where both fit; in a narrow window (800 px) the tabs go below it, with
+            # the whole width for their tab buttons, tables and pictures.
+            with gr.Column(scale=3, min_width=TABS_MIN):
                 page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"),
                             loaded=loaded, cards=(card_a, card_b))
                 tabs, finetune_tab = _tabs(app, page)
