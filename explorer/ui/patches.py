@@ -47,8 +47,10 @@ def build(app: AppState, page: Page) -> PatchesTab:
     with gr.Tab("Patches", id="patches"):
         patch_note = gr.Markdown(note, elem_id="patch-note")
         grid_plain = picture("vanilla ViT patches", value=plain)
+        # As many views to a row as fit at 0.75 of their size or more (shell.CSS): in two rows rather than
+        # five shrunk to a third.
         grids = gr.Gallery(views, format="png", label="SPT: the image and its four half-patch shifts", columns=5,
-                           height=260, object_fit="contain", allow_preview=True)
+                           height="auto", object_fit="contain", allow_preview=True, elem_id="spt-views")
         patches_btn = gr.Button("Show patches", elem_id="patches-btn")
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [grid_plain, grids, patch_note]
