@@ -153,7 +153,8 @@ class FinetuneTab:
         except gr.Error as e:
             # The reason stays in the status line, in place of an earlier run's report and curves, until the
             # next Start; an API caller gets the error itself.
-            yield {self.outputs.status: refused_status(e.message), self.outputs.curves: None, self.outputs.tau: None}
+            out, hidden = self.outputs, gr.update(value=None, visible=False)
+            yield {out.status: refused_status(e.message), out.curves: hidden, out.tau: hidden}
             raise expected(e.message, "fine-tune not started", toast=False) from None
         owner, key, mine = app.owner(request), id(plan), set(app.my_runs(request))
         app.protect_bases(key, {r for r in (a, b) if r in mine})
@@ -256,8 +257,8 @@ class FinetuneTab:
         waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
                    f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
         status = run_status(state, self.app.root, now=now)
-        updates = {out.status: status, out.curves: plots.plot_training(histories),
-                   out.tau: plots.plot_tau_history(histories, empty=waiting)}
+        updates = {out.status: status, out.curves: gr.update(value=plots.plot_training(histories), visible=True),
+                   out.tau: gr.update(value=plots.plot_tau_history(histories, empty=waiting), visible=True)}
         if not (final and state.status == "done"):
             return updates
         rep = report([m.__dict__ for m in state.members], plan.dataset.y_test, plan.dataset.class_names)
@@ -327,13 +328,14 @@ class FinetuneTab:
         newest = max(runs, key=lambda r: (self.app.root / r).stat().st_mtime, default=None)
         return gr.update(choices=runs, value=newest)
 
-    def download(self, ref: str | None, request: gr.Request = None) -> str:
+    def download(self, ref: str | None, request: gr.Request = None):
         """A zip of one of the visitor's fine-tuned checkpoints (`<name>/` and its files)."""
         if not ref or ref not in self.app.my_runs(request):
             raise gr.Error(REFUSED if ref else "choose one of your fine-tuned checkpoints first")
         try:
             target = self.app.downloads_dir / uuid.uuid4().hex[:12]
-            return str(self.app.runs.zip_checkpoint(ref, self.app.owner(request), target))
+            return gr.update(value=str(self.app.runs.zip_checkpoint(ref, self.app.owner(request), target)),
+                             visible=True)
         except (CheckpointError, OSError) as e:
             raise gr.Error(self.app.safe(e)) from None
 
@@ -386,16 +388,21 @@ def build(app: AppState, page: Page) -> FinetuneTab:
                                  headers=["class", "A top-1", "B top-1", "B − A (points)"], visible=False)
         gallery = gr.Gallery(format="png", label="test images where they disagree (true class: A's guess · B's guess)",
                              columns=6, height="auto", elem_id="ft-gallery", visible=False, object_fit="scale-down")
-        with gr.Row(elem_id="ft-plots"):  # side by side, or one per row in a narrow window
-            curves = gr.Plot(label="loss and accuracy", show_label=False, min_width=PLOT_MIN, elem_id="ft-curves")
-            tau = gr.Plot(label="tau per layer", show_label=False, min_width=PLOT_MIN, elem_id="ft-tau")
+        # Side by side, or one per row in a narrow window; shown once a run has curves to draw.
+        with gr.Row(elem_id="ft-plots"):
+            curves = gr.Plot(label="loss and accuracy", show_label=False, min_width=PLOT_MIN, elem_id="ft-curves",
+                             visible=False)
+            tau = gr.Plot(label="tau per layer", show_label=False, min_width=PLOT_MIN, elem_id="ft-tau",
+                          visible=False)
         with gr.Row():
             mine = gr.Dropdown(app.my_runs() if not app.shared else [], value=None, scale=3,
                                label="your fine-tuned checkpoints" if app.shared else "fine-tuned checkpoints",
                                info="a zip of the folder: `python -m explorer.evaluate` and "
                                     "`keras.saving.load_model` (after `import explorer`) load it")
             download = gr.Button("Download", scale=1, elem_id="ft-download")
-            archive = gr.File(label="checkpoint zip", interactive=False, scale=2, height=120)
+        # On a row of its own, shown once there is a zip: beside the list, at 800 px its download arrow
+        # covered the file's name.
+        archive = gr.File(label="checkpoint zip", interactive=False, height=120, visible=False, elem_id="ft-archive")
     # The zip box only matters for a zip: CIFAR comes from the data folder or is downloaded.
     data.change(lambda d: gr.update(visible=d == ZIP), [data], [zip_file], api_name=False, queue=False)
     page.from_tabs.finetune_base, page.from_tabs.finetune_runs = base, mine

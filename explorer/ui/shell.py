@@ -29,6 +29,12 @@ footer {display: none !important}
 #ft-gallery .caption-label, #dis-gallery .caption-label {white-space: normal; max-width: none;
                                                         left: var(--block-label-margin); text-overflow: clip;
                                                         font-size: 11px; line-height: 1.25; padding: 2px 5px}
+/* Each caption under its picture, never over it; the gallery's label above the first row, not on it. */
+#ft-gallery .thumbnail-item, #dis-gallery .thumbnail-item {height: auto !important; aspect-ratio: auto !important;
+                                                            display: flex; flex-direction: column}
+#ft-gallery .caption-label, #dis-gallery .caption-label {position: static !important; transform: none !important}
+#ft-gallery > label[data-testid="block-label"], #dis-gallery > label[data-testid="block-label"] {
+    position: static; margin-bottom: 4px}
 /* Thumbnails of 110 px or more, as many to a row as fit, however few there are (Gradio gives one image the
    whole width: 880 px for a 96 px picture); each shown at most at its own size. */
 #ft-gallery .grid-container, #dis-gallery .grid-container {
