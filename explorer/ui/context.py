@@ -41,6 +41,12 @@ def default_data_dir(settings: Settings) -> str | None:
     return str(beside) if beside.is_dir() else None
 
 
+def shares(columns: int, first: int) -> list[str]:
+    """A table's column widths: `first` per cent for the first column (a model, a class), the rest shared by
+    the others, so that every column is on the page in a narrow window."""
+    return [f"{first}%"] + [f"{(100 - first) / (columns - 1):.1f}%"] * (columns - 1) if columns > 1 else ["100%"]
+
+
 def reporter(progress):
     """explorer.data's progress(fraction or None, message) as a Gradio progress bar (a no-op outside a
     request)."""

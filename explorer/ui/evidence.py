@@ -12,7 +12,7 @@ import pandas as pd
 from explorer import evidence, robustness
 from explorer.formatting import pct
 from explorer.render_evidence import plot_shift_robustness
-from explorer.ui.context import AppState, NotApplicable, Page, initial, quiet
+from explorer.ui.context import AppState, NotApplicable, Page, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
 from explorer.workbench import picture_title
 
@@ -194,7 +194,8 @@ def build(app: AppState, page: Page) -> EvidenceTab:
         rob_btn = gr.Button("Measure shift robustness", elem_id="robustness-btn")
         rob_text = gr.Markdown(elem_id="robustness-summary")
         rob_plot = picture("accuracy and unchanged answers against the shift", show_label=False)
-        rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table", headers=COLUMNS)
+        rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table", headers=COLUMNS,
+                                 column_widths=shares(len(COLUMNS), 22))
         strip = picture("this image moved by -S..S pixels, and mirrored: each model's answer",
                         elem_id="shift-strip", value=strip0)
 

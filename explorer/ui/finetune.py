@@ -23,7 +23,7 @@ from explorer.finetune.report import report
 from explorer.finetune.state import CancelAnswer
 from explorer.reports import small_splits, without_top5
 from explorer.ui.cards import card_markdown
-from explorer.ui.context import AppState, Page, expected, reporter
+from explorer.ui.context import AppState, Page, expected, reporter, shares
 from explorer.ui.finetune_text import (
     CANCEL_ANSWERS,
     LOADING_SLOTS,
@@ -62,11 +62,6 @@ split (the starting head included). The training process stays up between runs w
 a repeat run of the same shape starts at once. On 2 CPU cores a first run costs most: starting the process
 and compiling both models took about two minutes for a pair on 60 images (a busy host); a repeat run of a
 pair takes about half a minute. Limits here: {epochs} epochs, {images:,} images."""
-
-
-def shares(columns: int, first: int) -> list[str]:
-    """Column widths: `first` per cent for the first column, the rest shared by the others."""
-    return [f"{first}%"] + [f"{(100 - first) / (columns - 1):.1f}%"] * (columns - 1) if columns > 1 else ["100%"]
 
 
 def keep_progress(progress, fraction: float, desc: str, seconds: float, until=None) -> None:

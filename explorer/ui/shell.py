@@ -44,9 +44,13 @@ footer {display: none !important}
 /* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
 .query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
                 pointer-events: none; display: none}
-/* The study's tables: numbers never break mid-number; a narrow window scrolls the table instead. */
-#data-size-tables table {display: block; overflow-x: auto; max-width: 100%; width: max-content; border: 0}
-#data-size-tables th, #data-size-tables td {white-space: nowrap}
+/* The study's tables: every column on the page, however narrow the window; headers and numbers wrap between
+   words only ("35.18 ± 0.30 (3)" at its spaces, never inside a number or a word). */
+#data-size-tables table, #data-size-why table {display: table; width: 100%; max-width: 100%}
+#data-size-tables th, #data-size-tables td, #data-size-why th, #data-size-why td {
+    white-space: normal; overflow-wrap: normal; word-break: normal; hyphens: none; padding-left: 6px;
+    padding-right: 6px; font-variant-numeric: tabular-nums}
+@media (max-width: 900px) {#data-size-tables table, #data-size-why table {font-size: 13px}}
 /* A fine-tune's progress (Gradio's overlay) in a box of its own above the status line, never over it. */
 #ft-progress {min-height: 64px; position: relative}
 /* One measure of a run: the bar's percentage, which the status line repeats beside its own elapsed seconds;

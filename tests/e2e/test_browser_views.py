@@ -190,6 +190,81 @@ def test_a_bad_image_says_why_on_the_first_screen_and_every_tab_says_why_it_is_e
         page.close()
 
 
+# What the open tab shows, measured: each picture's shown width over its own (pictures of 100 px or more;
+# the image column's preview aside), and each table's right edge against its box's, the parts of it hidden
+# behind a scroll, and its headers broken inside a word ("distan/ce": more lines than words and hyphens allow).
+MEASURE = """() => {
+    const shown = (e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+    const panel = [...document.querySelectorAll('[role=tabpanel]')].find(shown);
+    const pictures = [...panel.querySelectorAll('img')].filter((i) => shown(i) && i.naturalWidth >= 100)
+        .map((i) => ({id: (i.closest('[id]') || {}).id, natural: i.naturalWidth,
+                      scale: i.getBoundingClientRect().width / i.naturalWidth}));
+    const tables = [...panel.querySelectorAll('table')].filter(shown).map((t) => {
+        const box = (t.closest('.block') || panel).getBoundingClientRect();
+        const hidden = [t, ...t.querySelectorAll('*')].concat((() => { const up = []; let e = t.parentElement;
+            while (e && e !== panel) { up.push(e); e = e.parentElement; } return up; })())
+            .filter((e) => e.scrollWidth > e.clientWidth + 1
+                && /auto|scroll|hidden/.test(getComputedStyle(e).overflowX))
+            .map((e) => e.className || e.tagName);
+        const broken = [...t.querySelectorAll('th')].filter(shown).map((th) => {
+            // A dataframe's header text, without its sort button; a line break at a hyphen is no break.
+            const range = document.createRange();
+            range.selectNodeContents(th.querySelector('.header') || th);
+            const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0)
+                .map((r) => Math.round(r.top))).size;
+            return {text: th.innerText.trim(), lines, words: th.innerText.trim().split(/[\\s-]+/).length};
+        }).filter((h) => h.text && h.lines > h.words);
+        return {id: (t.closest('[id]') || {}).id, right: t.getBoundingClientRect().right, box: box.right, hidden,
+                broken};
+    });
+    return {pictures, tables};
+}"""
+
+
+@pytest.mark.parametrize("width", [800, 1280])
+def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, app, width):
+    page = visit(browser, app[0], width)
+    try:
+        tabs = [t for t in page.locator("[role=tab]").all() if t.is_visible()]
+        assert [t.inner_text() for t in tabs] == ["Compare", "Patches", "Attention", "Evidence", "Tau",
+                                                  "Small data", "Fine-tune"]
+        assert not page.locator("button[aria-label='More tabs']").is_visible()
+        seen = {}
+        for tab in ("Compare", "Patches", "Attention", "Evidence", "Tau", "Small data"):
+            page.get_by_role("tab", name=tab).click()
+            if tab == "Compare":
+                page.get_by_text("Find disagreements on the test set").click()
+                page.click("#dis-btn")
+                page.wait_for_function("() => document.querySelectorAll('#dis-gallery img').length > 0",
+                                       timeout=180_000)
+            elif tab == "Patches":
+                page.wait_for_function("() => document.querySelectorAll('#spt-views img').length === 5",
+                                       timeout=60_000)
+            elif tab == "Attention":
+                page.get_by_text("LSA switches").click()
+                page.click("#what-if-btn")
+                page.wait_for_function("() => document.querySelectorAll('#what-if-maps img, #what-if-plot img')"
+                                       ".length === 2", timeout=180_000)
+            elif tab == "Evidence":
+                page.click("#robustness-btn")
+                page.wait_for_function("() => /On the first/.test(document.querySelector('#robustness-summary')"
+                                       ".innerText)", timeout=300_000)
+            elif tab == "Small data":
+                page.get_by_text("Why does LSA add nothing here?").click()
+            page.wait_for_timeout(2500)  # the pictures have loaded and the page has laid them out
+            seen[tab] = page.evaluate(MEASURE)
+        small = {tab: [(p["id"], p["natural"], round(p["scale"], 2)) for p in m["pictures"] if p["scale"] < 0.75]
+                 for tab, m in seen.items()}
+        assert not any(small.values()), f"pictures shown at under 0.75 of their size: {small}"
+        assert seen["Patches"]["pictures"] and seen["Attention"]["pictures"] and seen["Evidence"]["pictures"]
+        wide = {tab: [t for t in m["tables"] if t["right"] > t["box"] + 1 or t["hidden"] or t["broken"]]
+                for tab, m in seen.items()}
+        assert not any(wide.values()), f"tables wider than their box, or headers broken in a word: {wide}"
+        assert all(seen[tab]["tables"] for tab in ("Compare", "Attention", "Evidence", "Tau", "Small data"))
+    finally:
+        page.close()
+
+
 def test_an_expected_error_is_one_line_in_the_server_log(finetuned, app):
     """The zip and the bad images above: one line each in the server's log, no traceback."""
     log = open(app[2]).read()
