@@ -195,7 +195,7 @@ def build(app: AppState, page: Page) -> EvidenceTab:
         rob_text = gr.Markdown(elem_id="robustness-summary")
         rob_plot = picture("accuracy and unchanged answers against the shift", show_label=False)
         rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table", headers=COLUMNS,
-                                 column_widths=shares(len(COLUMNS), 22))
+                                 column_widths=shares(len(COLUMNS), 16))
         strip = picture("this image moved by -S..S pixels, and mirrored: each model's answer",
                         elem_id="shift-strip", value=strip0)
 

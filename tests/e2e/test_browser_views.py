@@ -203,7 +203,8 @@ MEASURE = """() => {
         const box = (t.closest('.block') || panel).getBoundingClientRect();
         const hidden = [t, ...t.querySelectorAll('*')].concat((() => { const up = []; let e = t.parentElement;
             while (e && e !== panel) { up.push(e); e = e.parentElement; } return up; })())
-            .filter((e) => e.scrollWidth > e.clientWidth + 1
+            .filter((e) => e.scrollWidth > e.clientWidth + 1 && (e.innerText || '').trim()
+                && getComputedStyle(e).visibility !== 'hidden'
                 && /auto|scroll|hidden/.test(getComputedStyle(e).overflowX))
             .map((e) => e.className || e.tagName);
         const broken = [...t.querySelectorAll('th')].filter(shown).map((th) => {
