@@ -13,7 +13,7 @@ import zipfile
 import pytest
 
 from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip, open_tab
-from tests.e2e.test_browser_second_pass import MESSAGES
+from tests.e2e.test_browser_second_pass import MESSAGES, choose, slot_options
 from tests.helpers import ROOT, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -84,6 +84,13 @@ def test_compare_answers_for_the_fine_tuned_models_without_a_click(finetuned):
     assert re.search(r"both say|disagree", first) and [c for c in CLASSES if c in first], first
     assert not [c for c in OTHER if c in first], first
     assert all("top-3" in h for h in page.locator("#label-a, #label-b").all_inner_texts())
+    # The what-if headings too, and the cards name each model as the slot list does and by its name.
+    open_tab(page, "Attention")
+    headings = page.locator("#wi-learned-a, #wi-top-a, #wi-learned-b, #wi-top-b").all_text_contents()
+    assert len(headings) == 4 and all("top-3" in h and "top-5" not in h for h in headings), headings
+    for slot in ("A", "B"):
+        label = page.locator(f'input[aria-label="Model {slot}"]').input_value()
+        assert label in page.inner_text(f"#card-{slot.lower()}"), (label, page.inner_text(f"#card-{slot.lower()}"))
 
 
 def test_the_progress_bar_and_the_status_say_the_same_and_move_in_every_phase(finetuned):
@@ -129,17 +136,19 @@ def test_the_cifar10_tools_on_a_model_of_three_cifar10_classes(finetuned):
     assert all(c in table for c in CLASSES) and not [c for c in OTHER if c in table], table
     assert page.locator(".toast-body").all_inner_texts() == []
     assert not [e for e in page.locator(".error").all() if e.is_visible()]
+    # Each caption under its picture, none over it.
+    over = page.evaluate("""() => [...document.querySelectorAll('#dis-gallery .thumbnail-item')].map((b) => {
+        const i = b.querySelector('img').getBoundingClientRect(), c = b.querySelector('.caption-label');
+        return c ? c.getBoundingClientRect().top - i.bottom : 0; }).filter((gap) => gap < -1)""")
+    assert page.locator("#dis-gallery .thumbnail-item").count() and not over, over
     # The sample list offers the models' classes, and a random sample is one of them.
-    options = page.evaluate("""() => { const box = document.querySelector('input[aria-label="Test sample of class"]');
-        return box ? box.value : null; }""")
-    assert options == "random"
-    for _ in range(4):
-        page.click("#sample")
-        page.wait_for_function("() => /True label/.test(document.querySelector('#truth').innerText)",
-                               timeout=60_000)
-        truth = re.search(r"True label: (\w+)", page.inner_text("#truth")).group(1)
-        assert truth in CLASSES, truth
-        page.evaluate("() => { document.querySelector('#truth').innerText = ''; }")
+    assert slot_options(page, "Test sample of class") == ["random", *CLASSES]
+    before = page.inner_text("#truth")
+    page.click("#sample")
+    page.wait_for_function("(before) => /True label/.test(document.querySelector('#truth').innerText)"
+                           " && document.querySelector('#truth').innerText !== before", arg=before, timeout=60_000)
+    truth = re.search(r"True label: (\w+)", page.inner_text("#truth")).group(1)
+    assert truth in CLASSES, truth
 
 
 def test_a_zip_without_images_keeps_its_reason_in_place_of_the_last_report(finetuned, tmp_path):
@@ -262,6 +271,41 @@ def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, a
                 for tab, m in seen.items()}
         assert not any(wide.values()), f"tables wider than their box, or headers broken in a word: {wide}"
         assert all(seen[tab]["tables"] for tab in ("Compare", "Attention", "Evidence", "Tau", "Small data"))
+    finally:
+        page.close()
+
+
+def test_a_fresh_fine_tune_tab_the_small_data_list_and_a_long_tau_table(browser, app):
+    page = visit(browser, app[0], 1280)
+    try:
+        open_tab(page, "Fine-tune")
+        page.wait_for_selector("#ft-start", timeout=60_000)
+        empty = [s for s in ("#ft-curves", "#ft-tau", "#ft-archive") if page.locator(s).is_visible()]
+        assert not empty, f"empty boxes on a fresh Fine-tune tab: {empty}"
+        # The Small data tab's list of reported models follows slot B.
+        open_tab(page, "Small data")
+        page.get_by_text("Why does LSA add nothing here?").click()
+        choose(page, "put one of these models in slot B", "small data · 1,000 images · SPT + LSA · tau per head")
+        page.wait_for_function("() => /cifar10-1000-spt_lsa_head/.test(document.querySelector('#card-b').innerText)",
+                               timeout=60_000)
+        # The card: the slot list's label and the checkpoint's name.
+        assert "small data · 1,000 images · SPT + LSA · tau per head" in page.inner_text("#card-b")
+        choose(page, "Model A", "small data · 2,500 images · SPT + LSA · tau per head")
+        page.wait_for_function("() => /cifar10-2500-spt_lsa_head/.test(document.querySelector('#card-a').innerText)",
+                               timeout=60_000)
+        open_tab(page, "Tau")
+        page.wait_for_function("() => /2500-spt_lsa_head/.test(document.querySelector('#tau-table').innerText)",
+                               timeout=60_000)
+        scrolled = page.evaluate("""() => [...document.querySelectorAll('#tau-table *')].filter((e) =>
+            e.scrollHeight > e.clientHeight + 1 && /auto|scroll/.test(getComputedStyle(e).overflowY))
+            .map((e) => [e.scrollHeight, e.clientHeight])""")
+        assert not scrolled, f"Tau table rows hidden behind a scroll: {scrolled}"
+        open_tab(page, "Small data")
+        page.locator("#data-size label", has_text="45,000").click()
+        page.wait_for_function("() => /cifar10-spt_lsa\\b/.test(document.querySelector('#card-b').innerText)"
+                               " && !/head/.test(document.querySelector('#card-b').innerText)", timeout=60_000)
+        page.wait_for_timeout(1000)
+        assert page.locator('input[aria-label="put one of these models in slot B"]').input_value() == ""
     finally:
         page.close()
 
