@@ -86,6 +86,8 @@ def test_compare_answers_for_the_fine_tuned_models_without_a_click(finetuned):
     assert all("top-3" in h for h in page.locator("#label-a, #label-b").all_inner_texts())
     # The what-if headings too, and the cards name each model as the slot list does and by its name.
     open_tab(page, "Attention")
+    page.get_by_text("LSA switches").click()
+    page.locator("#wi-top-a").wait_for(timeout=30_000)
     headings = page.locator("#wi-learned-a, #wi-top-a, #wi-learned-b, #wi-top-b").all_text_contents()
     assert len(headings) == 4 and all("top-3" in h and "top-5" not in h for h in headings), headings
     for slot in ("A", "B"):
