@@ -39,8 +39,12 @@ footer {display: none !important}
    whole width: 880 px for a 96 px picture); each shown at most at its own size. */
 #ft-gallery .grid-container, #dis-gallery .grid-container {
     grid-template-columns: repeat(auto-fill, minmax(110px, 1fr)) !important}
-/* SPT's five views (302 px each) at 0.75 of their size or more: as many to a row as fit. */
+/* SPT's five views (302 px each) at 0.75 of their size or more: as many to a row as fit, every row shown
+   (Gradio keeps a gallery in a box of its own height, scrolled), its label above the first row. */
 #spt-views .grid-container {grid-template-columns: repeat(auto-fill, minmax(230px, 1fr)) !important}
+#spt-views .grid-wrap, #spt-views .gallery-container {max-height: none !important; height: auto !important;
+                                                       overflow: visible !important}
+#spt-views > label[data-testid="block-label"] {position: static; margin-bottom: 4px}
 /* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
 .query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
                 pointer-events: none; display: none}

@@ -252,6 +252,11 @@ def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, a
             elif tab == "Patches":
                 page.wait_for_function("() => document.querySelectorAll('#spt-views img').length === 5",
                                        timeout=60_000)
+                # All five views inside their box, right-down included: none cut, none behind a scroll.
+                cut = page.evaluate("""() => { const box = document.querySelector('#spt-views').getBoundingClientRect();
+                    return [...document.querySelectorAll('#spt-views img')].map((i) => i.getBoundingClientRect())
+                        .filter((r) => r.bottom > box.bottom + 1 || r.right > box.right + 1).length; }""")
+                assert cut == 0, f"{cut} of SPT's five views cut off"
             elif tab == "Attention":
                 page.get_by_text("LSA switches").click()
                 page.click("#what-if-btn")
