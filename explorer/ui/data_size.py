@@ -109,5 +109,6 @@ def build(app: AppState, page: Page) -> DataSizeTab:
     # The size follows the slots: selected while they hold its pair, none otherwise.
     gr.on(page.new_models(), tab.selected, list(page.loaded), [size], api_name=False, queue=False)
     if why:  # the reported model follows slot B: chosen while B holds it, empty otherwise
-        gr.on(page.new_models(), tab.reported, [page.loaded[1]], [reported], api_name=False, queue=False)
+        page.loaded[1].change(tab.reported, [page.loaded[1]], [reported], api_name=False, queue=False,
+                              trigger_mode="always_last")
     return tab

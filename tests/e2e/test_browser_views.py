@@ -311,8 +311,8 @@ def test_a_fresh_fine_tune_tab_the_small_data_list_and_a_long_tau_table(browser,
         page.locator("#data-size label", has_text="45,000").click()
         page.wait_for_function("() => /cifar10-spt_lsa\\b/.test(document.querySelector('#card-b').innerText)"
                                " && !/head/.test(document.querySelector('#card-b').innerText)", timeout=60_000)
-        page.wait_for_timeout(1000)
-        assert page.locator('input[aria-label="put one of these models in slot B"]').input_value() == ""
+        page.wait_for_function("""() => document.querySelector('input[aria-label="put one of these models in slot B"]')
+            .value === ''""", timeout=30_000)
     finally:
         page.close()
 
