@@ -72,7 +72,7 @@ def test_defaults_and_cards(ex):
     # The slot list's label and the checkpoint's name: the one names the other.
     label = next(label for label, ref in ex.slot_choices() if ref == B)
     name = ex.store.get(B).summary()["name"]
-    assert card.startswith(f"**{label}** (`{name}`)" if label != name else f"**{name}**"), (card, label)
+    assert card.startswith(f"**{label}** (`{name}`)" if name not in label else f"**{label}**"), (card, label)
 
 
 def test_empty_checkpoint_folder_says_what_to_do(tmp_path):
