@@ -2,7 +2,8 @@
 
     python docs/screenshots.py   # writes docs/first-visit.png, patches.png, tau.png, compare.png,
                                  # screenshot.png, whatif.png, evidence.png and finetune.png, and an 800 px
-                                 # window's first-visit-800.png, tau-800.png, attention-800.png, finetune-800.png
+                                 # window's first-visit-800.png, patches-800.png, tau-800.png,
+                                 # attention-800.png, evidence-800.png, finetune-800.png
 
 Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data
 or the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium),
@@ -12,8 +13,8 @@ and the Attention tab with the bottom-right patch as the query, then the LSA swi
 quarter and B's diagonal mask off. Then it fine-tunes both models on a zip of ten CIFAR-100 superclasses
 (bench/finetune_quality.py's "new" task of draw 0, classes neither model has seen; from the CIFAR folder) with
 the default recipe, and captures the Fine-tune tab once the pair run is done (the app works on copies of
-the checkpoints, so the run's results are not left in checkpoints/). The Tau, Attention and Fine-tune tabs
-are also taken in an 800 px window (the same page, narrowed), where their plots stack.
+the checkpoints, so the run's results are not left in checkpoints/). The Patches, Tau, Attention, Evidence
+and Fine-tune tabs are also taken in an 800 px window (the same page, narrowed), below the image column.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def main() -> int:
             page.get_by_role("tab", name="Patches").click()
             page.wait_for_timeout(1500)
             page.screenshot(path=str(ROOT / "docs" / "patches.png"))
+            narrow_shot(page, "patches-800.png")
             page.get_by_role("tab", name="Tau").click()
             page.wait_for_timeout(1500)
             page.screenshot(path=str(ROOT / "docs" / "tau.png"))
@@ -125,6 +127,7 @@ def main() -> int:
                 timeout=300_000)
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ROOT / "docs" / "evidence.png"), full_page=True)
+            narrow_shot(page, "evidence-800.png")
 
             page.get_by_role("tab", name="Fine-tune").click()
             page.set_input_files("#ft-zip input[type=file]", str(new_task))
@@ -140,8 +143,9 @@ def main() -> int:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
-    print("wrote docs/first-visit.png, first-visit-800.png, patches.png, tau.png, tau-800.png, compare.png, "
-          "screenshot.png, attention-800.png, whatif.png, evidence.png, finetune.png and finetune-800.png")
+    print("wrote docs/first-visit.png, first-visit-800.png, patches.png, patches-800.png, tau.png, tau-800.png, "
+          "compare.png, screenshot.png, attention-800.png, whatif.png, evidence.png, evidence-800.png, "
+          "finetune.png and finetune-800.png")
     return 0
 
 

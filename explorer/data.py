@@ -66,6 +66,24 @@ class Dataset:
     def num_classes(self) -> int:
         return len(self.class_names)
 
+    def restricted(self, class_names: list[str]) -> Dataset:
+        """The images of `class_names` alone (some of this dataset's classes), labelled in that order: the
+        test set of a model fine-tuned on a few of them. Raises DatasetError naming the classes it lacks."""
+        missing = [c for c in class_names if c not in self.class_names]
+        if missing:
+            raise DatasetError(f"{self.name} has no class {', '.join(map(repr, missing))}")
+        order = np.full(self.num_classes, -1)
+        order[[self.class_names.index(c) for c in class_names]] = np.arange(len(class_names))
+
+        def keep(x, y):
+            labels = order[np.asarray(y, dtype=np.int64)]
+            return x[labels >= 0], labels[labels >= 0]
+
+        x_train, y_train = keep(self.x_train, self.y_train)
+        x_test, y_test = keep(self.x_test, self.y_test)
+        return dataclasses.replace(self, name=f"{self.name} ({', '.join(class_names)})", x_train=x_train,
+                                   y_train=y_train, x_test=x_test, y_test=y_test, class_names=list(class_names))
+
     def subset(self, train: int | None = None, test: int | None = None, seed: int = 0) -> Dataset:
         """A random subset of each split (the same one for the same seed)."""
         rng = np.random.default_rng(seed)

@@ -4,6 +4,7 @@ drawn plots (PlotCache)."""
 
 from __future__ import annotations
 
+import textwrap
 import threading
 from collections import OrderedDict
 
@@ -70,9 +71,22 @@ def _legend_below(fig: Figure, ax, **kwargs) -> None:
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
     if handles:
-        kwargs.setdefault("ncols", min(len(handles), 3))
-        fig.legend(handles, labels if labels is not None else [h.get_label() for h in handles],
-                   loc="outside lower center", fontsize="small", **kwargs)
+        _fitted_legend(fig, handles, labels if labels is not None else [h.get_label() for h in handles],
+                       kwargs.pop("ncols", min(len(handles), 3)), **kwargs)
+
+
+def _fitted_legend(fig: Figure, handles, labels, ncols: int, **kwargs):
+    """A legend under the figure inside its width: fewer columns while it is wider (long names: fine-tuned
+    models, four LSA models), and names wrapped when even one column is."""
+    renderer = FigureCanvasAgg(fig).get_renderer()  # the canvas the figure is drawn with (see `drawn`)
+    for n in range(max(1, ncols), 0, -1):
+        legend = fig.legend(handles, labels, loc="outside lower center", fontsize="small", ncols=n, **kwargs)
+        if legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            return legend
+        legend.remove()
+    chars = max(12, int(len(max(labels, key=len)) * 0.98 * fig.bbox.width / legend.get_window_extent(renderer).width))
+    wrapped = [textwrap.fill(label, chars, break_on_hyphens=False) for label in labels]
+    return fig.legend(handles, wrapped, loc="outside lower center", fontsize="small", ncols=1, **kwargs)
 
 
 def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -> Figure:
@@ -120,9 +134,8 @@ def plot_what_if(entropy: dict[str, tuple[np.ndarray, np.ndarray]],
                 ax.plot(np.arange(len(v)), v.mean(1), color=model_color(k), linestyle=style,
                         marker="o" if style == "-" else "s", markersize=4, label=f"{name}: {tag}")
         _label_axes(ax, "layer", ylabel, title)
-    if entropy:  # one legend for both panels, beside them: inside, it covered a what-if curve
-        handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="small")
+    if entropy:  # one legend for both panels, below them: inside, it covered a what-if curve
+        _fitted_legend(fig, *axes[0].get_legend_handles_labels(), ncols=2)
     return fig
 
 
@@ -286,7 +299,7 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     if note:
         ax.set_title(note, fontsize="small")
     # Below the axes: inside, the legend covered the ends of the curves in a narrow figure.
-    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize="small")
+    _fitted_legend(fig, *ax.get_legend_handles_labels(), ncols=2)
     if gap_ax is not None:
         _gap_panel(gap_ax, gaps, gap_marker, gap_label, ticks)
     return fig

@@ -106,8 +106,10 @@ class TestImages:
     def has_full(self, name: str = "cifar10") -> bool:
         return find_cifar(name, self.data_dir, self.settings) is not None
 
-    def sample(self, name: str, class_name: str | None = None, seed: int | None = None, progress=None) -> Sample:
-        """A test image of `name` (random, or of one class), saved as a PNG named after its index and label.
+    def sample(self, name: str, class_name: str | None = None, seed: int | None = None, progress=None,
+               classes: list[str] | None = None) -> Sample:
+        """A test image of `name` (random, or of one class), saved as a PNG named after its index and label;
+        a random one is of `classes` when given (those a model knows).
 
         Raises DatasetError when the data cannot be had, ValueError for a class `name` does not have.
         """
@@ -118,6 +120,9 @@ class TestImages:
             if class_name not in ds.class_names:
                 raise ValueError(f"{class_name!r} is not a {name} class")
             candidates = np.flatnonzero(ds.y_test == ds.class_names.index(class_name))
+        elif classes:
+            candidates = np.flatnonzero(np.isin(ds.y_test, [ds.class_names.index(c) for c in classes
+                                                            if c in ds.class_names]))
         else:
             candidates = np.arange(len(ds.y_test))
         index = int(rng.choice(candidates))

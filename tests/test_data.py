@@ -419,3 +419,18 @@ def test_folders_split_each_class_and_say_when_the_test_part_is_too_small(tmp_pa
         for i in range(13):
             (tmp_path / name / f"more{i}.png").write_bytes(_png("blue"))
     assert held_out_problem(read_image_folder(tmp_path, test_fraction=0.2)) is None
+
+
+def test_a_dataset_restricted_to_some_of_its_classes(cifar10):
+    """The test set of a model that knows three CIFAR-10 classes: their images alone, labelled in its order."""
+    names = ["ship", "cat", "dog"]
+    kept = cifar10.restricted(names)
+    assert kept.class_names == names and kept.name == "cifar10 (ship, cat, dog)"
+    for i, name in enumerate(names):
+        assert (kept.y_test == i).sum() == (cifar10.y_test == cifar10.class_names.index(name)).sum()
+    original = [cifar10.class_names.index(n) for n in names]
+    mask = np.isin(cifar10.y_test, original)
+    assert np.array_equal(kept.x_test, cifar10.x_test[mask])
+    assert [names[y] for y in kept.y_test] == [cifar10.class_names[y] for y in cifar10.y_test[mask]]
+    with pytest.raises(DatasetError, match="no class 'apple'"):
+        cifar10.restricted(["cat", "apple"])

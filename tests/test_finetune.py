@@ -532,9 +532,15 @@ def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifa
     assert heads == ["**starting** the training process", "**loading** A", "**choosing** A's head", "**compiling** A",
                      "**training** A", "**evaluating** A", "**saving** A"], heads
     assert "B: tiny-spt_lsa: waits its turn" in run_status(s, tmp_path)
-    assert run_fraction(s) == 0.5
+    assert run_fraction(s) == 0.5 and " · 50.0 % · " in run_status(s, tmp_path).split("\n")[0]
     apply_event(s, {"kind": "member", "member": 1})
-    assert run_status(s, tmp_path).startswith("**loading** B") and run_fraction(s) == 0.5
+    # B's loading starts its half of the bar and moves on with time, never back.
+    loading = s.members[1].since
+    assert run_status(s, tmp_path).startswith("**loading** B")
+    last = run_fraction(s, loading + 60)
+    assert 0.5 < run_fraction(s, loading) < run_fraction(s, loading + 5) < last < 0.6
+    apply_event(s, {"kind": "phase", "member": 1, "phase": "choosing the head"})
+    assert run_fraction(s, s.members[1].since) >= last
     assert run_status(s, tmp_path, loading=12.0).startswith("**loading** the new models into the slots")
     assert " · 12 s" in run_status(s, tmp_path, loading=12.0)
 

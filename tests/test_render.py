@@ -347,6 +347,27 @@ def test_no_legend_covers_a_curve_or_the_initial_tau_line(draw):
         _assert_outside(fig, _legend(ax), *fig.axes)
 
 
+LONG = [f"{tag}: cifar10-{size}-spt_lsa_head-ft-three-classes"
+        for tag, size in zip("ABCD", (1000, 2500, 5000, 45000), strict=True)]
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: plots.plot_what_if({n: (RNG.random((6, 4)), RNG.random((6, 4))) for n in LONG[:2]},
+                               {n: (RNG.random((6, 4)), RNG.random((6, 4))) for n in LONG[:2]}),
+    lambda: plots.plot_tau_history({n: [{"epoch": e, "tau": [[8.0 - e]] * 6} for e in range(3)] for n in LONG}),
+    lambda: plots.plot_entropy({n: RNG.random((6, 4)) for n in LONG}),
+], ids=["what-if", "tau-history", "per-layer"])
+def test_a_legend_of_long_names_stays_inside_its_figure(draw):
+    fig = draw()
+    plots.figure_to_array(fig)
+    for legend in fig.legends:
+        box = legend.get_window_extent()
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (box, fig.bbox.width)
+    # Every name is there whole (wrapped at most).
+    shown = " ".join("".join(t.get_text().split()) for legend in fig.legends for t in legend.get_texts())
+    assert all("".join(name.split()) in shown for name in LONG[:2]), shown
+
+
 def test_a_one_epoch_run_shows_its_training_point_over_the_validation_one():
     fig = plots.plot_training({"A": [{"epoch": 0, "val_loss": 1.2, "val_top1": 0.3},
                                      {"epoch": 1, "loss": 1.0, "val_loss": 1.0, "top1": 0.5, "val_top1": 0.5}]})

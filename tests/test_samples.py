@@ -56,3 +56,9 @@ def test_missing_examples_folder_gives_none(tmp_path):
     assert examples(tmp_path) == []
     (tmp_path / "examples.json").write_text("not json")
     assert examples(tmp_path) == []
+
+
+def test_a_random_sample_is_of_the_classes_a_model_knows(tmp_path, data_dir):
+    tests = TestImages(str(data_dir), tmp_path)
+    labels = {tests.sample("cifar10", "random", seed=s, classes=["cat", "dog", "ship"]).label for s in range(40)}
+    assert labels == {"cat", "dog", "ship"}

@@ -69,6 +69,10 @@ def test_defaults_and_cards(ex):
     assert ex.initial_refs() == (A, B)
     card = ui(ex).slots.card_markdown(B)
     assert "`spt_lsa`" in card and "tau per layer" in card and "parameters" in card and "test top-1" in card
+    # The slot list's label and the checkpoint's name: the one names the other.
+    label = next(label for label, ref in ex.slot_choices() if ref == B)
+    name = ex.store.get(B).summary()["name"]
+    assert card.startswith(f"**{label}** (`{name}`)" if name not in label else f"**{label}**"), (card, label)
 
 
 def test_empty_checkpoint_folder_says_what_to_do(tmp_path):
@@ -244,7 +248,7 @@ def test_what_if_handler(ex, image_file):
     assert "τ × 0.25, diagonal mask off (learned: off)" in summary
     assert "τ × 1, diagonal mask off (learned: on)" in summary
     assert maps.ndim == 3 and plot.ndim == 3 and plot.shape[1] == 520 < plot.shape[0]  # its panels stacked
-    assert maps.shape[1] > 2 * maps.shape[0]  # A's learned/what-if sheet beside B's, two rows each
+    assert maps.shape[0] > maps.shape[1]  # A's learned/what-if sheet above B's, two rows each
     again = ui(ex).what_if.what_if(image_file, A, B, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off")[5]
     assert again is plot  # drawn once: the same content comes from the plot cache
     with pytest.raises(gr.Error, match="between 0.25 and 4.0"):
@@ -592,10 +596,11 @@ def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_
     changed = tab._run_outputs(state, plan, A, B)
     out = tab.outputs  # a run going on changes its status and plots, nothing else
     assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 13
-    tau = changed[out.tau]
+    assert changed[out.curves]["visible"] and changed[out.tau]["visible"]  # hidden until a run draws them
+    tau = changed[out.tau]["value"]
     texts = [t.get_text() for t in tau.axes[0].texts]
     assert texts and NO_LSA_TEXT not in texts and plan.members[1].label in texts[0], texts
     alone = tab.finetune_plan(**_form(what=A, epochs=1, images=64))
     state.members = [MemberState("A", alone.members[0].label)]
-    tau = tab._run_outputs(state, alone, A, B)[tab.outputs.tau]
+    tau = tab._run_outputs(state, alone, A, B)[tab.outputs.tau]["value"]
     assert [t.get_text() for t in tau.axes[0].texts] == ["no LSA layers in the models being fine-tuned"]

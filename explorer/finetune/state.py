@@ -51,6 +51,7 @@ class MemberState:
     predictions: list | None = None
     recipe: dict | None = None
     seconds: float | None = None      # the worker's time for this model, from loading it to its checkpoint
+    since: float = 0.0                # when its phase began, or while it trains its last step ended (time.time())
 
 
 @dataclass
@@ -100,6 +101,7 @@ def apply_event(s: RunState, event: dict) -> None:
     if kind in ("member", "batch") and s.status == "starting":
         s.status = "training"
     member = s.members[event["member"]] if "member" in event else None
+    before = member.phase if member is not None else None
     if kind == "started":
         s.device, s.backend = event["device"], event["backend"]
         s.ready_at = time.time()
@@ -119,6 +121,8 @@ def apply_event(s: RunState, event: dict) -> None:
         member.seconds, member.phase = event.get("seconds"), Phase.DONE
     elif kind == "error":
         s.error = event["error"]
+    if member is not None and (member.phase != before or kind == "batch"):
+        member.since = time.time()
 
 
 def crash_message(code: int, tail: list[str]) -> str:

@@ -223,13 +223,13 @@ def build(app: AppState, page: Page) -> AttentionTab:
     # A new image or the button draws everything; a query click (one request), a layer or a head change
     # only what depends on them.
     attn_btn.click(tab.attention, inputs, [maps, rollout, caption, cell], api_name="attention", **attn)
-    gr.on(page.new_input(), quiet(tab.attention, (None, None, "", None)), inputs, [maps, rollout, caption, cell],
-          api_name=False, **attn)
+    gr.on(page.new_input(), quiet(tab.attention, (None, None, "", None), why=2), page.held(inputs),
+          [maps, rollout, caption, cell], api_name=False, **attn)
     gr.on([layer.change, head.change], tab.attention_query, inputs, query_outputs, api_name="attention_layer",
           **attn, **UNLISTED)
     gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn,
           **UNLISTED)
-    gr.on(page.new_models(), tab.choices, [page.slot_a, page.slot_b, layer, head], [layer, head], api_name=False)
+    gr.on(page.new_models(), tab.choices, [*page.loaded, layer, head], [layer, head], api_name=False)
     page.upload.change(tab.query_picker, [page.upload], [picker], api_name=False)
     picker.select(tab.pick_query, inputs[:5], [qy, qx, *query_outputs], api_name=False, **attn)
     cell.change(None, [cell], None, js=OUTLINE_JS)
@@ -237,6 +237,6 @@ def build(app: AppState, page: Page) -> AttentionTab:
     page.from_tabs.query_cell, page.from_tabs.outline_js = cell, OUTLINE_JS  # drawn once the page has loaded
     loc_inputs, loc_outputs = [page.upload, page.slot_a, page.slot_b, scope], [dist_plot, ent_plot, loc_table]
     loc_btn.click(as_pictures(tab.locality), loc_inputs, loc_outputs, api_name="locality", concurrency_limit=2)
-    gr.on(page.new_input(), quiet(as_pictures(tab.locality), (None, None, None)), loc_inputs, loc_outputs,
+    gr.on(page.new_input(), quiet(as_pictures(tab.locality), (None, None, None)), page.held(loc_inputs), loc_outputs,
           api_name=False, concurrency_limit=2)
     return tab

@@ -26,7 +26,11 @@ def card_markdown(app: AppState, ref: str | None, error: str | None = None, requ
     top5 = f", top-5 {pct(summary['test_top5'])}" if summary["classes"] >= TOP5_FROM else ""
     scores = ("" if summary["converted_from"] and summary["test_top1"] is None  # its note says it was not evaluated
               else f" · test top-1 **{pct(summary['test_top1'])}**{top5}")
-    lines.append(f"**{summary['name']}** · `{summary['variant']}`{tau_mode} · {summary['dataset']} "
+    # The slot list's label and the checkpoint's name, both where the label does not hold the name.
+    label = next((label for label, listed in app.slot_choices(request) if listed == ref), None)
+    named = (f"**{label}** (`{summary['name']}`)" if label and summary["name"] not in label
+             else f"**{label or summary['name']}**")
+    lines.append(f"{named} · `{summary['variant']}`{tau_mode} · {summary['dataset']} "
                  f"({summary['classes']} classes) · {summary['parameters']:,} parameters{scores}{epochs}")
     if summary["converted_from"]:
         lines.append(converted_note(summary["converted_from"]))

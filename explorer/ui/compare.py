@@ -7,7 +7,7 @@ import pandas as pd
 
 from explorer import reports
 from explorer.inputs import original_size, resize_note
-from explorer.ui.context import AppState, Page, initial, quiet
+from explorer.ui.context import AppState, NotApplicable, Page, initial, quiet
 from explorer.workbench import square, top_k
 
 OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this pair._"
@@ -73,7 +73,10 @@ class CompareTab:
         if int(count or 0) < 1:
             raise gr.Error("choose at least one test image")
         a, b = self.app.pair(ref_a, ref_b, request)
-        ds = self.app.test_images(ref_b, int(count), request, progress)
+        try:
+            ds = self.app.test_images(ref_b, int(count), request, progress)
+        except NotApplicable as e:
+            return str(e), None, None
         try:
             report = reports.disagreements(a, b, ds, int(count))
         except ValueError as e:
@@ -107,7 +110,8 @@ def build(app: AppState, page: Page) -> CompareTab:
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [label_a, label_b, verdict]
     compare_btn.click(tab.compare, inputs, outputs, api_name="compare", concurrency_limit=4)
-    gr.on(page.new_input(), quiet(tab.compare, (None, None, "")), inputs, outputs, api_name=False, concurrency_limit=4)
+    gr.on(page.new_input(), quiet(tab.compare, (None, None, ""), why=2), page.held(inputs), outputs, api_name=False,
+          concurrency_limit=4)
     gr.on(page.new_models(), tab.headings, list(page.loaded), [label_a, label_b], api_name=False, queue=False)
     dis_btn.click(tab.disagreements, [page.slot_a, page.slot_b, n_test], [dis_summary, dis_table, dis_gallery],
                   api_name="disagreements")

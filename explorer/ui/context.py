@@ -41,6 +41,12 @@ def default_data_dir(settings: Settings) -> str | None:
     return str(beside) if beside.is_dir() else None
 
 
+def shares(columns: int, first: int) -> list[str]:
+    """A table's column widths: `first` per cent for the first column (a model, a class), the rest shared by
+    the others, so that every column is on the page in a narrow window."""
+    return [f"{first}%"] + [f"{(100 - first) / (columns - 1):.1f}%"] * (columns - 1) if columns > 1 else ["100%"]
+
+
 def reporter(progress):
     """explorer.data's progress(fraction or None, message) as a Gradio progress bar (a no-op outside a
     request)."""
@@ -83,26 +89,65 @@ class Page:
         into a slot (a failed load keeps the slot's model, and its analysis)."""
         return [self.upload.change, *self.new_models()]
 
+    def held(self, inputs: list) -> list:
+        """`inputs` with each slot's dropdown replaced by the State holding the model it has loaded. An event
+        the page fires itself (a new image, another model) reads these: when a fine-tune's one update fills
+        the slots and their States, the States' change fires before the page has taken the dropdowns' new
+        values, and a handler reading the dropdowns would answer for the previous models."""
+        swap = {id(self.slot_a): self.loaded[0], id(self.slot_b): self.loaded[1]}
+        return [swap.get(id(c), c) for c in inputs]
+
     def new_models(self) -> list:
         """The events after which a report over the test set (made for the previous pair) is out of date."""
         return [state.change for state in self.loaded]
 
 
+class NotApplicable(Exception):
+    """A tool over the test set that does not apply to the models in the slots; the message says why."""
+
+
 class ImageError(gr.Error):
-    """The page's image cannot be used (none yet, or a file that is not an image)."""
+    """The page's image cannot be used (none yet, or a file that is not an image): the visitor's mistake,
+    so one line in the server's log and no traceback."""
+
+    def __init__(self, message: str):
+        print(f"image refused: {message}", flush=True)
+        super().__init__(message, print_exception=False)
 
 
-def quiet(handler, blank):
+class NoImage(ImageError):
+    """The page has no image yet."""
+
+
+NO_IMAGE = "_No image yet: upload one, click an example or take a sample from the test set._"
+# What a tab shows in place of its answers when the image cannot be read: where the one message is.
+UNREADABLE = "_Nothing to show: the image could not be read (the reason is under the upload, on the left)._"
+
+
+def expected(message: str, what: str, toast: bool = True) -> gr.Error:
+    """A gr.Error for a user's mistake (a bad upload, a zip without class folders, a number out of range):
+    one line in the server's log instead of a traceback, which stays for real faults. `toast=False` when the
+    page already shows `message` in place (an API caller still receives it)."""
+    print(f"{what}: {message}", flush=True)
+    return gr.Error(message, visible=toast, print_exception=False)
+
+
+def quiet(handler, blank, why: int | None = None):
     """`handler` for an event the page fires by itself (a new image, another model, a tab opened): an image
     that cannot be used clears the outputs (`blank`) instead of saying so once more, so that no answer about
-    the previous image stays and the image column's note is the one message. Name, docstring and signature
-    stay the handler's."""
+    the previous image stays and the image column's note is the one message; the output at index `why` (a
+    Markdown) says in a line why the tab is empty and where the reason is. Name, docstring and signature stay
+    the handler's."""
     @functools.wraps(handler)
     def run(*args, **kwargs):
         try:
             return handler(*args, **kwargs)
-        except ImageError:
-            return blank
+        except ImageError as e:
+            if why is None:
+                return blank
+            shown = list(blank)
+            shown[why] = NO_IMAGE if isinstance(e, NoImage) else UNREADABLE
+            return tuple(shown)
     return run
 
 
@@ -333,19 +378,42 @@ class AppState:
         return name if name in ("cifar10", "cifar100") else "cifar10"
 
     def test_images(self, ref_b: str | None, need: int, request=None, progress=None):
-        """At least `need` test images of B's dataset (downloaded once when need be), or a gr.Error."""
+        """At least `need` test images of B's dataset (downloaded once when need be), or a gr.Error; for a
+        model that knows some of its classes (a fine-tune on a few CIFAR-10 classes), those classes' images
+        alone. A model of other classes raises NotApplicable, which says why."""
         name = self.dataset_of(ref_b, request)
         try:
-            return self.tests.dataset(name, need=need, progress=reporter(progress) if progress else None)
+            ds = self.tests.dataset(name, need=need, progress=reporter(progress) if progress else None)
         except DatasetError as e:
             raise gr.Error(f"{need:,} {name} test images are not here: {e}") from None
+        classes = self.model(ref_b, request).class_names if ref_b else ds.class_names
+        if classes == ds.class_names:
+            return ds
+        try:
+            return ds.restricted(classes)
+        except DatasetError as e:
+            raise NotApplicable(f"_Not for these models: they know {len(classes)} classes of their own, and "
+                                f"this tool runs on {name}'s test images ({e})._") from None
+
+    def sample_classes(self, ref_b: str | None, request=None) -> list[str]:
+        """The classes a test sample may be drawn from for slot B's model: its dataset's that it knows."""
+        name = self.dataset_of(ref_b, request)
+        try:
+            known = self.model(ref_b, request).class_names if ref_b else None
+        except (CheckpointError, ValueError, OSError):
+            known = None
+        try:
+            names = self.tests.dataset(name, download=False).class_names
+        except (DatasetError, OSError):  # not here yet: the model's own classes (a Sample downloads them)
+            return list(known or [])
+        return [c for c in names if known is None or c in known]
 
     # --- images and errors -------------------------------------------------------------------------
 
     def image(self, file) -> tuple[np.ndarray, np.ndarray]:
         """(model input, preview) of the image in the page, or a gr.Error saying what is wrong with it."""
         if file is None:
-            raise ImageError("No image yet: upload one, click an example or take a sample from the test set.")
+            raise NoImage(NO_IMAGE.strip("_"))
         try:
             return self.images.get(file)
         except ImageInputError as e:

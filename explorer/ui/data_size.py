@@ -76,6 +76,11 @@ class DataSizeTab:
                 if ref.startswith(f"{STUDY}/") and ref.split("/", 1)[1] in names]
 
 
+    def reported(self, ref_b: str | None, request: gr.Request = None) -> str | None:
+        """Slot B's model when it is one of those the table reports, else None (no choice shown)."""
+        return ref_b if ref_b in {ref for _, ref in self.models(request)} else None
+
+
 def build(app: AppState, page: Page) -> DataSizeTab:
     tab = DataSizeTab(app)
     figure, gaps, text = tab.curve()
@@ -103,4 +108,7 @@ def build(app: AppState, page: Page) -> DataSizeTab:
     size.input(tab.pair, [size], [page.slot_a, page.slot_b], api_name="study_pair", **UNLISTED)
     # The size follows the slots: selected while they hold its pair, none otherwise.
     gr.on(page.new_models(), tab.selected, list(page.loaded), [size], api_name=False, queue=False)
+    if why:  # the reported model follows slot B: chosen while B holds it, empty otherwise
+        page.loaded[1].change(tab.reported, [page.loaded[1]], [reported], api_name=False, queue=False,
+                              trigger_mode="always_last")
     return tab

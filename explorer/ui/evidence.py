@@ -12,7 +12,7 @@ import pandas as pd
 from explorer import evidence, robustness
 from explorer.formatting import pct
 from explorer.render_evidence import plot_shift_robustness
-from explorer.ui.context import AppState, Page, initial, quiet
+from explorer.ui.context import AppState, NotApplicable, Page, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
 from explorer.workbench import picture_title
 
@@ -135,7 +135,10 @@ class EvidenceTab:
             raise gr.Error("choose at least one test image and a shift of at least 1 pixel")
         if a.class_names != b.class_names:
             raise gr.Error("the two models predict different classes; compare models of one dataset")
-        ds = self.app.test_images(ref_b, count, request, progress)
+        try:
+            ds = self.app.test_images(ref_b, count, request, progress)
+        except NotApplicable as e:
+            return None, None, str(e)
         count = min(count, len(ds.x_test))
         key = (a.identity, b.identity, ds.name, count, max_shift, padding)
         with self._lock:
@@ -191,7 +194,8 @@ def build(app: AppState, page: Page) -> EvidenceTab:
         rob_btn = gr.Button("Measure shift robustness", elem_id="robustness-btn")
         rob_text = gr.Markdown(elem_id="robustness-summary")
         rob_plot = picture("accuracy and unchanged answers against the shift", show_label=False)
-        rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table", headers=COLUMNS)
+        rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table", headers=COLUMNS,
+                                 column_widths=shares(len(COLUMNS), 16))
         strip = picture("this image moved by -S..S pixels, and mirrored: each model's answer",
                         elem_id="shift-strip", value=strip0)
 
@@ -200,11 +204,12 @@ def build(app: AppState, page: Page) -> EvidenceTab:
     strip_inputs = [page.upload, page.slot_a, page.slot_b, max_shift, padding]
     # A new image (or model) is analysed here only while the tab is open, or when it is opened: an upload
     # made on another tab costs no occlusion pass.
-    gr.on(page.new_input(), quiet(tab.upload, (None, "", None)), [page.tab] + occ_inputs + [max_shift, padding],
+    gr.on(page.new_input(), quiet(tab.upload, (None, "", None), why=1),
+          page.held([page.tab] + occ_inputs + [max_shift, padding]),
           [occ_map, occ_text, strip],
           api_name=False, concurrency_limit=4)
     # Opening the tab draws what the image column has; an image it cannot use clears the tab quietly.
-    evidence_tab.select(quiet(tab.evidence, (None, "")), occ_inputs, [occ_map, occ_text], api_name=False,
+    evidence_tab.select(quiet(tab.evidence, (None, ""), why=1), occ_inputs, [occ_map, occ_text], api_name=False,
                         concurrency_limit=4)
     evidence_tab.select(quiet(tab.shift_strip, None), strip_inputs, [strip], api_name=False, concurrency_limit=4)
     gr.on([max_shift.release, padding.change], tab.shift_strip, strip_inputs, [strip], api_name="shift_strip",

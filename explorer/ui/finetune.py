@@ -23,7 +23,7 @@ from explorer.finetune.report import report
 from explorer.finetune.state import CancelAnswer
 from explorer.reports import small_splits, without_top5
 from explorer.ui.cards import card_markdown
-from explorer.ui.context import AppState, Page, reporter
+from explorer.ui.context import AppState, Page, expected, reporter, shares
 from explorer.ui.finetune_text import (
     CANCEL_ANSWERS,
     LOADING_SLOTS,
@@ -31,6 +31,7 @@ from explorer.ui.finetune_text import (
     headline,
     plain,
     queue_status,
+    refused_status,
     run_fraction,
     run_status,
     training_where,
@@ -58,13 +59,9 @@ the frozen features where that does better on validation), then the whole model 
 cosine, crop + flip; peak learning rate 5e-4, or 1e-4 for classes the base knows) for up to 500 steps and
 4,000 images, with a batch size scaled to your data, keeping the epoch that does best on a 10 % validation
 split (the starting head included). The training process stays up between runs with its models compiled:
-a repeat run of the same shape starts at once; a pair on 800 images takes about half a minute on 2 CPU
-cores. Limits here: {epochs} epochs, {images:,} images."""
-
-
-def shares(columns: int, first: int) -> list[str]:
-    """Column widths: `first` per cent for the first column, the rest shared by the others."""
-    return [f"{first}%"] + [f"{(100 - first) / (columns - 1):.1f}%"] * (columns - 1) if columns > 1 else ["100%"]
+a repeat run of the same shape starts at once. On 2 CPU cores a first run costs most: starting the process
+and compiling both models took about two minutes for a pair on 60 images (a busy host); a repeat run of a
+pair takes about half a minute. Limits here: {epochs} epochs, {images:,} images."""
 
 
 def keep_progress(progress, fraction: float, desc: str, seconds: float, until=None) -> None:
@@ -145,8 +142,15 @@ class FinetuneTab:
         when it succeeds, its checkpoints go into the slots they came from. In shared mode a Start that
         finds another visitor's run going on waits in the queue, its place and wait shown, refreshed."""
         app = self.app
-        plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
-                                  name, a, b, progress, request, train_on_all)
+        try:
+            plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
+                                      name, a, b, progress, request, train_on_all)
+        except gr.Error as e:
+            # The reason stays in the status line, in place of an earlier run's report and curves, until the
+            # next Start; an API caller gets the error itself.
+            out, hidden = self.outputs, gr.update(value=None, visible=False)
+            yield {out.status: refused_status(e.message), out.curves: hidden, out.tau: hidden}
+            raise expected(e.message, "fine-tune not started", toast=False) from None
         owner, key, mine = app.owner(request), id(plan), set(app.my_runs(request))
         app.protect_bases(key, {r for r in (a, b) if r in mine})
         try:
@@ -204,13 +208,15 @@ class FinetuneTab:
             if not state.running:
                 yield from self._final_outputs(state, plan, a, b, progress, request)
                 return
+            # Every half second, whatever the run is doing, the bar and the status line move on, both by
+            # the same measure of the run taken at the same moment.
+            now = time.time()
             if epochs_seen != shown and time.monotonic() - drawn >= CURVES_EVERY_S:
                 shown, drawn = epochs_seen, time.monotonic()
-                yield self._run_outputs(state, plan, a, b, request=request)
+                yield self._run_outputs(state, plan, a, b, request=request, now=now)
             else:
-                yield {self.outputs.status: run_status(state, self.app.root)}
-            # Every half second, whatever the run is doing, the bar and the status line's counter move on.
-            keep_progress(progress, run_fraction(state), plain(headline(state)), 0.5)
+                yield {self.outputs.status: run_status(state, self.app.root, now=now)}
+            keep_progress(progress, run_fraction(state, now), plain(headline(state)), 0.5)
 
     def _final_outputs(self, state, plan, a, b, progress, request):
         """The ended run's outputs; a done run's new models load into the slots meanwhile (seconds), the
@@ -237,7 +243,7 @@ class FinetuneTab:
                 labels.append(m.label)
         return labels
 
-    def _run_outputs(self, state, plan, a, b, final: bool = False, request=None) -> dict:
+    def _run_outputs(self, state, plan, a, b, final: bool = False, request=None, now: float | None = None) -> dict:
         """Status, curves, tau; when the run is done also its report, and the slots, their cards and the
         page's loaded models holding its checkpoints, all in one update."""
         out = self.outputs
@@ -245,10 +251,11 @@ class FinetuneTab:
         lsa = self._lsa_labels(plan)
         waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
                    f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
-        status = run_status(state, self.app.root)
+        status = run_status(state, self.app.root, now=now)
         kept = {m.label: (m.training or {}).get("kept_epoch") for m in state.members if m.training}
-        updates = {out.status: status, out.curves: plots.plot_training(histories, kept),
-                   out.tau: plots.plot_tau_history(histories, empty=waiting)}
+        updates = {out.status: status,
+                   out.curves: gr.update(value=plots.plot_training(histories, kept), visible=True),
+                   out.tau: gr.update(value=plots.plot_tau_history(histories, empty=waiting), visible=True)}
         if not (final and state.status == "done"):
             return updates
         rep = report([m.__dict__ for m in state.members], plan.dataset.y_test, plan.dataset.class_names)
@@ -318,13 +325,14 @@ class FinetuneTab:
         newest = max(runs, key=lambda r: (self.app.root / r).stat().st_mtime, default=None)
         return gr.update(choices=runs, value=newest)
 
-    def download(self, ref: str | None, request: gr.Request = None) -> str:
+    def download(self, ref: str | None, request: gr.Request = None):
         """A zip of one of the visitor's fine-tuned checkpoints (`<name>/` and its files)."""
         if not ref or ref not in self.app.my_runs(request):
             raise gr.Error(REFUSED if ref else "choose one of your fine-tuned checkpoints first")
         try:
             target = self.app.downloads_dir / uuid.uuid4().hex[:12]
-            return str(self.app.runs.zip_checkpoint(ref, self.app.owner(request), target))
+            return gr.update(value=str(self.app.runs.zip_checkpoint(ref, self.app.owner(request), target)),
+                             visible=True)
         except (CheckpointError, OSError) as e:
             raise gr.Error(self.app.safe(e)) from None
 
@@ -377,16 +385,21 @@ def build(app: AppState, page: Page) -> FinetuneTab:
                                  headers=["class", "A top-1", "B top-1", "B − A (points)"], visible=False)
         gallery = gr.Gallery(format="png", label="test images where they disagree (true class: A's guess · B's guess)",
                              columns=6, height="auto", elem_id="ft-gallery", visible=False, object_fit="scale-down")
-        with gr.Row(elem_id="ft-plots"):  # side by side, or one per row in a narrow window
-            curves = gr.Plot(label="loss and accuracy", show_label=False, min_width=PLOT_MIN, elem_id="ft-curves")
-            tau = gr.Plot(label="tau per layer", show_label=False, min_width=PLOT_MIN, elem_id="ft-tau")
+        # Side by side, or one per row in a narrow window; shown once a run has curves to draw.
+        with gr.Row(elem_id="ft-plots"):
+            curves = gr.Plot(label="loss and accuracy", show_label=False, min_width=PLOT_MIN, elem_id="ft-curves",
+                             visible=False)
+            tau = gr.Plot(label="tau per layer", show_label=False, min_width=PLOT_MIN, elem_id="ft-tau",
+                          visible=False)
         with gr.Row():
             mine = gr.Dropdown(app.my_runs() if not app.shared else [], value=None, scale=3,
                                label="your fine-tuned checkpoints" if app.shared else "fine-tuned checkpoints",
                                info="a zip of the folder: `python -m explorer.evaluate` and "
                                     "`keras.saving.load_model` (after `import explorer`) load it")
             download = gr.Button("Download", scale=1, elem_id="ft-download")
-            archive = gr.File(label="checkpoint zip", interactive=False, scale=2, height=120)
+        # On a row of its own, shown once there is a zip: beside the list, at 800 px its download arrow
+        # covered the file's name.
+        archive = gr.File(label="checkpoint zip", interactive=False, height=120, visible=False, elem_id="ft-archive")
     # The zip box only matters for a zip: CIFAR comes from the data folder or is downloaded.
     data.change(lambda d: gr.update(visible=d == ZIP), [data], [zip_file], api_name=False, queue=False)
     page.from_tabs.finetune_base, page.from_tabs.finetune_runs = base, mine

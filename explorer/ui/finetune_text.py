@@ -4,6 +4,7 @@ line, a place in the queue, what a Cancel did, and where runs train."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from explorer.finetune.backend import Hardware
@@ -50,34 +51,61 @@ def plain(markdown: str) -> str:
     return markdown.replace("**", "")
 
 
-def run_fraction(s: RunState) -> float:
-    """How far the run has come, from 0 to 1: its models in turn, each by its steps."""
+# Each model's share of the bar, by phase: what precedes its steps (loading, choosing the head, compiling),
+# its steps, then evaluating and saving. A phase without steps moves on with time towards its end (half the
+# way in PHASE_HALF_S seconds), and a step that takes long (an epoch's end: validation, its first compile)
+# towards the next step (half the way in STEP_HALF_S), so that the bar and the status line never stand still.
+# The first model waits while the training process starts.
+# The first model waits while the training process starts. On 2 CPU cores what precedes the steps takes
+# about as long as the steps of a small run, whence its share.
+SPANS = {Phase.WAITING: (0.0, 0.1), Phase.LOADING: (0.1, 0.15), Phase.HEAD: (0.15, 0.25),
+         Phase.COMPILING: (0.25, 0.4), Phase.TRAINING: (0.4, 0.95), Phase.EVALUATING: (0.95, 1.0),
+         Phase.SAVING: (1.0, 1.0), Phase.DONE: (1.0, 1.0)}
+PHASE_HALF_S = 10.0
+STEP_HALF_S = 2.0
+
+
+def run_fraction(s: RunState, now: float | None = None) -> float:
+    """How far the run has come, from 0 to 1, the one measure of the bar and the status line: its models in
+    turn, each through its phases, by its steps while it trains and by time in the phases without steps."""
     if not s.members:
         return 0.0
     m = s.members[s.current]
-    own = 1.0 if m.phase in (Phase.EVALUATING, Phase.SAVING, Phase.DONE) else (
-        m.step / m.total_steps if m.total_steps else 0.0)
+    lo, hi = SPANS[m.phase]
+    since = m.since or s.started
+    waited = max(0.0, (now if now is not None else time.time()) - since) if since else 0.0
+    if m.phase == Phase.TRAINING and m.total_steps:
+        steps = m.step + (1.0 - 0.5 ** (waited / STEP_HALF_S))
+        own = lo + (hi - lo) * min(1.0, steps / m.total_steps)
+    else:
+        own = lo + (hi - lo) * (1.0 - 0.5 ** (waited / PHASE_HALF_S))
     return min(1.0, (s.current + own) / len(s.members))
 
 
-def run_status(s: RunState, root: str | os.PathLike, loading: float | None = None) -> str:
+def percent(fraction: float) -> str:
+    """The run's progress as the status line and the bar show it."""
+    return f"{100 * fraction:.1f} %"
+
+
+def run_status(s: RunState, root: str | os.PathLike, loading: float | None = None, now: float | None = None) -> str:
     """Markdown for a run: what it is doing (its headline, and the seconds since its Start), each member's
     progress and result, and how it ended; checkpoints are named relative to `root`. `loading` (seconds
-    since the Start) says that the run is done and its models are being loaded into the slots."""
+    since the Start) says that the run is done and its models are being loaded into the slots; `now` is the
+    moment its percentage is for (the progress bar's, sent with it)."""
     if s.status == "idle":
         return "No run yet."
     where = f"on **{s.device}** ({s.backend})" if s.device else f"starting a {s.backend} worker"
     doing, elapsed = (LOADING_SLOTS, loading) if loading is not None else (headline(s), s.elapsed)
-    lines = [f"{doing} · {s.description} · {where} · {elapsed:.0f} s"]
+    far = f" · {percent(run_fraction(s, now))}" if s.running and loading is None else ""
+    lines = [f"{doing}{far} · {s.description} · {where} · {elapsed:.0f} s"]
     for m in s.members:
-        pct = 100 * m.step / m.total_steps if m.total_steps else 0
         t = m.training or {}
         done = (f" · done: test top-1 **{100 * m.metrics['test_top1']:.1f} %**, "
                 f"{t.get('images_per_second')} images/s" if m.metrics and "test_top1" in m.metrics else "")
         start = next((e for e in m.history if e.get("epoch") == 0), None)
         head = f" · head: {start['head']}" if start and start.get("head") else ""
         kept = f" · kept: {t['kept_model']}" if done and t.get("kept_model") else ""
-        progress = (f"step {m.step}/{m.total_steps} ({pct:.0f} %)" if m.total_steps else
+        progress = (f"step {m.step}/{m.total_steps}" if m.total_steps else
                     BEFORE_STEPS.get(m.phase, m.phase.value))
         lines.append(f"{m.label}: {progress}"
                      + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done + kept)
@@ -95,6 +123,11 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
     if s.error:
         lines.append(f"**⚠ the run failed:** {s.error} · nothing was saved; the slots are as they were.")
     return "\n\n".join(lines)
+
+
+def refused_status(reason: str) -> str:
+    """Markdown for a Start that could not start a run (a zip without class folders, a bad number)."""
+    return f"**⚠ not started:** {reason}\n\nChange the form or the zip and press Start again."
 
 
 def queue_status(where: QueuePlace, description: str) -> str:

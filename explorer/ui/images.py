@@ -49,7 +49,8 @@ class ImagesColumn:
         """
         name = self.app.dataset_of(ref_b, request)
         try:
-            sample = self.app.tests.sample(name, class_name, None if seed is None else int(seed), reporter(progress))
+            sample = self.app.tests.sample(name, class_name, None if seed is None else int(seed), reporter(progress),
+                                           classes=self.app.sample_classes(ref_b, request))
         except DatasetError as e:
             raise gr.Error(f"no {name} test samples: {e}") from None
         except ValueError as e:
@@ -57,16 +58,24 @@ class ImagesColumn:
         truth = f"True label: **{sample.label}** ({name} test image #{sample.index})"
         return sample.path, square(sample.image, PREVIEW), truth
 
+    def classes(self, ref_b: str | None, request: gr.Request = None):
+        """The sample's class list for slot B's model: the test set's classes it knows."""
+        return gr.update(choices=["random"] + self.app.sample_classes(ref_b, request), value="random")
 
-def build(app: AppState, slot_b: gr.Dropdown, classes: list[str], first: Example | None) -> gr.File:
-    """The column's components and events; returns the upload every tab reads."""
+
+def build(app: AppState, slot_b: gr.Dropdown, loaded: tuple, first: Example | None) -> gr.File:
+    """The column's components and events (`loaded`: the States that change with the slots' models);
+    returns the upload every tab reads."""
     col = ImagesColumn(app)
+    classes = ["random"] + app.sample_classes(app.initial_refs()[1])
     preview0, note0, truth0 = col.take_image(first.path) if first else (None, "", "")
     upload = gr.File(first.path if first else None, label="Image (any format or size)", file_types=["image"],
                      type="filepath", elem_id="upload")
     # Always there, also while the upload box shows a file (it takes a new one only once cleared).
     own = gr.UploadButton("⬆ Upload your own image", file_types=["image"], type="filepath", size="sm",
                           elem_id="upload-own")
+    # Right under the upload, where the eye is: why an image cannot be used (every tab points here).
+    image_note = gr.Markdown(note0, elem_id="image-note")
     preview = picture("Input", captioned=False, height=PREVIEW, elem_id="preview", value=preview0)
     found = examples()
     if found:
@@ -81,8 +90,8 @@ def build(app: AppState, slot_b: gr.Dropdown, classes: list[str], first: Example
     sample_seed = gr.Number(-1, visible=False, label="seed (-1: random)")
     truth = gr.Markdown(truth0, elem_id="truth")
     gr.Markdown(app.tests.note(app.shared), elem_id="data-note")
-    image_note = gr.Markdown(note0)
     own.upload(lambda file: file, [own], [upload], api_name=False, queue=False)
     upload.change(col.take_image, [upload], [preview, image_note, truth], api_name="image", **UNLISTED)
+    gr.on([state.change for state in loaded], col.classes, [loaded[1]], [sample_class], api_name=False, queue=False)
     sample_btn.click(col.sample, [sample_class, slot_b, sample_seed], [upload, preview, truth], api_name="sample")
     return upload

@@ -45,13 +45,16 @@ def build(app: AppState, page: Page) -> PatchesTab:
     tab = PatchesTab(app)
     plain, views, note = initial(tab.patches, page.first, *page.refs, default=(None, None, ""))
     with gr.Tab("Patches", id="patches"):
-        patch_note = gr.Markdown(note)
+        patch_note = gr.Markdown(note, elem_id="patch-note")
         grid_plain = picture("vanilla ViT patches", value=plain)
+        # As many views to a row as fit at 0.75 of their size or more (shell.CSS): in two rows rather than
+        # five shrunk to a third.
         grids = gr.Gallery(views, format="png", label="SPT: the image and its four half-patch shifts", columns=5,
-                           height=260, object_fit="contain", allow_preview=True)
+                           height="auto", object_fit="contain", allow_preview=True, elem_id="spt-views")
         patches_btn = gr.Button("Show patches", elem_id="patches-btn")
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [grid_plain, grids, patch_note]
     patches_btn.click(tab.patches, inputs, outputs, api_name="patches", concurrency_limit=4)
-    gr.on(page.new_input(), quiet(tab.patches, (None, None, "")), inputs, outputs, api_name=False, concurrency_limit=4)
+    gr.on(page.new_input(), quiet(tab.patches, (None, None, ""), why=2), page.held(inputs), outputs, api_name=False,
+          concurrency_limit=4)
     return tab

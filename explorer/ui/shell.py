@@ -29,21 +29,42 @@ footer {display: none !important}
 #ft-gallery .caption-label, #dis-gallery .caption-label {white-space: normal; max-width: none;
                                                         left: var(--block-label-margin); text-overflow: clip;
                                                         font-size: 11px; line-height: 1.25; padding: 2px 5px}
+/* Each caption under its picture, never over it; the gallery's label above the first row, not on it. */
+#ft-gallery .thumbnail-item, #dis-gallery .thumbnail-item {height: auto !important; aspect-ratio: auto !important;
+                                                            display: flex; flex-direction: column}
+#ft-gallery .caption-label, #dis-gallery .caption-label {position: static !important; transform: none !important}
+#ft-gallery > label[data-testid="block-label"], #dis-gallery > label[data-testid="block-label"] {
+    position: static; margin-bottom: 4px}
 /* Thumbnails of 110 px or more, as many to a row as fit, however few there are (Gradio gives one image the
    whole width: 880 px for a 96 px picture); each shown at most at its own size. */
 #ft-gallery .grid-container, #dis-gallery .grid-container {
     grid-template-columns: repeat(auto-fill, minmax(110px, 1fr)) !important}
+/* SPT's five views (302 px each) at 0.75 of their size or more: as many to a row as fit, every row shown
+   (Gradio keeps a gallery in a box of its own height, scrolled), its label above the first row. */
+#spt-views .grid-container {grid-template-columns: repeat(auto-fill, minmax(230px, 1fr)) !important}
+#spt-views .grid-wrap, #spt-views .gallery-container {max-height: none !important; height: auto !important;
+                                                       overflow: visible !important}
+#spt-views > label[data-testid="block-label"] {position: static; margin-bottom: 4px}
 /* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
 .query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
                 pointer-events: none; display: none}
-/* The study's tables: numbers never break mid-number; a narrow window scrolls the table instead. */
-#data-size-tables table {display: block; overflow-x: auto; max-width: 100%; width: max-content; border: 0}
-#data-size-tables th, #data-size-tables td {white-space: nowrap}
+/* The study's tables: every column on the page, however narrow the window; headers and numbers wrap between
+   words only ("35.18 ± 0.30 (3)" at its spaces, never inside a number or a word). */
+#data-size-tables table, #data-size-why table {display: table; width: 100%; max-width: 100%}
+#data-size-tables th, #data-size-tables td, #data-size-why th, #data-size-why td {
+    white-space: normal; overflow-wrap: normal; word-break: normal; hyphens: none; padding-left: 6px;
+    padding-right: 6px; font-variant-numeric: tabular-nums}
+@media (max-width: 900px) {#data-size-tables table, #data-size-why table {font-size: 13px}}
 /* A fine-tune's progress (Gradio's overlay) in a box of its own above the status line, never over it. */
 #ft-progress {min-height: 64px; position: relative}
+/* One measure of a run: the bar's percentage, which the status line repeats beside its own elapsed seconds;
+   Gradio's timer, which restarts at every update of the status, is left out. */
+#ft-progress .meta-text, #ft-progress .meta-text-center {display: none}
 """
 
 
+
+TABS_MIN = 560  # px: the tabs' column is never narrower (the tab buttons, a table's columns, a plot's labels)
 
 INTRO = ("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch Tokenization** and "
          "**Locality Self-Attention** ([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)), trained on the same "
@@ -119,13 +140,6 @@ def _pick(a: str, b: str):
     return lambda: (a, b)
 
 
-def _classes(app: AppState, ref_b: str | None) -> list[str]:
-    try:
-        return ["random"] + (app.store.get(ref_b).class_names if ref_b else [])
-    except (CheckpointError, ValueError, OSError):
-        return ["random"]
-
-
 def build_demo(app: AppState | None = None) -> gr.Blocks:
     """The page on `app` (a new AppState when none is given): the header, the model slots, the image column
     and the tabs, wired; and what the page does when a visitor arrives, refreshes the lists or leaves."""
@@ -147,8 +161,10 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
         refresh_btn, pair_btns = _toolbar(app, refs[1])
         with gr.Row():
             with gr.Column(scale=1, min_width=260):
-                upload = images.build(app, slot_b, _classes(app, refs[1]), first)
-            with gr.Column(scale=3):
+                upload = images.build(app, slot_b, loaded, first)
+            # Beside the image column where both fit; in a narrow window (800 px) the tabs go below it, with
+            # the whole width for their tab buttons, tables and pictures.
+            with gr.Column(scale=3, min_width=TABS_MIN):
                 page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"),
                             loaded=loaded, cards=(card_a, card_b))
                 tabs, finetune_tab = _tabs(app, page)

@@ -98,7 +98,9 @@ def build(app: AppState, page: Page) -> TauTab:
             tau_hist = picture("tau over training", show_label=False, value=drawn(history), min_width=PLOT_MIN)
         gr.Markdown("The table: each layer's tau (one per head when the model learns one per head), the "
                     "initial √d_k it started from, and their ratio (mean over heads).")
-        tau_frame = gr.Dataframe(table, interactive=False, wrap=True, elem_id="tau-table", column_widths=WIDTHS)
+        # Every row on the page (two per-head models: 24 rows, 1,162 px), none behind a scroll of 500 px.
+        tau_frame = gr.Dataframe(table, interactive=False, wrap=True, elem_id="tau-table", column_widths=WIDTHS,
+                                 max_height=4000)
 
     inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame]
     tau_btn.click(as_pictures(tab.tau), inputs, outputs, api_name="tau")

@@ -39,6 +39,12 @@ class WhatIfTab:
     def __init__(self, app: AppState):
         self.app = app
 
+    def headings(self, ref_a: str | None, ref_b: str | None, request: gr.Request = None) -> tuple:
+        """The four top-k headings for the models in the slots: top-5, or top-3 for a model of three classes."""
+        ka, kb = (self.app.top_count(ref, request) for ref in (ref_a, ref_b))
+        return tuple(gr.update(label=f"{tag} top-{k} {how}") for tag, k in (("A", ka), ("B", kb))
+                     for how in ("as learned", "what if"))
+
     def what_if(self, file, ref_a: str, ref_b: str, layer: float, qy: float, qx: float, factor_a: float,
                 mask_a: str, factor_b: float, mask_b: str, request: gr.Request = None):
         """What if the LSA switches were set otherwise: each model as learned beside the same model with its
@@ -73,7 +79,8 @@ class WhatIfTab:
         tagged = (("A", wa), ("B", wb))
         names = [f"{tag}: {w.model.label}" for tag, w in tagged]
         plot = what_if_plot(list(zip(names, (wa, wb), strict=True)), self.app.plots)
-        maps = render.side_by_side([w.maps for _, w in tagged], [picture_title(tag, w.model) for tag, w in tagged])
+        # A above B: side by side the picture is twice as wide, and shown at 0.7 of its size at 800 px.
+        maps = render.stacked([render.label_image(w.maps, picture_title(tag, w.model)) for tag, w in tagged])
         summary = "\n\n".join(summary_line(n, w) for n, w in zip(names, (wa, wb), strict=True))
         summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wb.layer} "
                     f"(each coloured from 0 to its own maximum).")
@@ -94,11 +101,12 @@ def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.N
         button = gr.Button("What if", variant="primary", elem_id="what-if-btn")
         summary = gr.Markdown(first[6], elem_id="what-if-summary")
         with gr.Row():
-            top_a = gr.Label(first[0], num_top_classes=5, label="A top-5 as learned")
-            top_a2 = gr.Label(first[1], num_top_classes=5, label="A top-5 what if", elem_id="wi-top-a")
-            top_b = gr.Label(first[2], num_top_classes=5, label="B top-5 as learned")
-            top_b2 = gr.Label(first[3], num_top_classes=5, label="B top-5 what if", elem_id="wi-top-b")
-        maps = picture("from the query, learned and what if: A | B", elem_id="what-if-maps", value=first[4])
+            named = [h["label"] for h in tab.headings(*page.refs)]
+            top_a = gr.Label(first[0], num_top_classes=5, label=named[0], elem_id="wi-learned-a")
+            top_a2 = gr.Label(first[1], num_top_classes=5, label=named[1], elem_id="wi-top-a")
+            top_b = gr.Label(first[2], num_top_classes=5, label=named[2], elem_id="wi-learned-b")
+            top_b2 = gr.Label(first[3], num_top_classes=5, label=named[3], elem_id="wi-top-b")
+        maps = picture("from the query, learned and what if: A above B", elem_id="what-if-maps", value=first[4])
         plot = picture("entropy and distance, learned and what if", show_label=False, elem_id="what-if-plot",
                        value=first[5])
     button.click(tab.what_if, [page.upload, page.slot_a, page.slot_b, layer, qy, qx, factor_a, mask_a, factor_b,
@@ -108,4 +116,6 @@ def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.N
     # is pressed.
     gr.on(page.new_input(), lambda: (None,) * 6 + (PRESS,), None,
           [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name=False, queue=False)
+    gr.on(page.new_models(), tab.headings, list(page.loaded),
+          [top_a, top_a2, top_b, top_b2], api_name=False, queue=False)
     return tab

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from explorer.ui.context import UNREADABLE
 from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip, open_tab
 from tests.helpers import ROOT, start_app, stop
 
@@ -151,12 +152,13 @@ def test_a_broken_image_gets_one_message_and_clears_every_answer_about_the_previ
         assert toasts == [], f"{len(toasts)} toasts for one bad image: {toasts}"
         notes = page.evaluate(MESSAGES, "⚠")
         assert len(notes) == 1 and "broken.png" in notes[0], notes
-        assert page.inner_text("#verdict").strip() == "", page.inner_text("#verdict")
+        # No answer about the previous image: the verdict only says why there is none.
+        assert page.inner_text("#verdict").strip() == UNREADABLE.strip("_"), page.inner_text("#verdict")
         assert not page.locator("#label-a .confidence-set, #label-a [data-testid='label-output-value']").count() \
             or "bird" not in page.inner_text("#label-a")
         open_tab(page, "Attention")
         page.wait_for_timeout(1000)
-        assert page.inner_text("#attn-caption").strip() == ""
+        assert page.inner_text("#attn-caption").strip() == UNREADABLE.strip("_")
         badges = [e for e in page.locator(".error").all() if e.is_visible()]
         assert not badges, [b.inner_text() for b in badges]
     finally:
