@@ -75,7 +75,7 @@ def corruption_figure(table) -> Figure:
 def faithfulness_figure(report, kinds) -> Figure:
     """Deletion (left) and insertion (right) curves per model (colour) and map kind (line style)."""
     styles = ("-", "--", "-.", ":")
-    fig = Figure(figsize=(PAIR_WIDTH, 3.8), layout="constrained")
+    fig = Figure(figsize=(PAIR_WIDTH, 4.6), layout="constrained")
     for p, mode in enumerate(("deletion", "insertion")):
         ax = fig.add_subplot(1, 2, p + 1)
         for i, m in enumerate(report.models):
@@ -85,8 +85,8 @@ def faithfulness_figure(report, kinds) -> Figure:
         ax.set_xlabel("share of patches " + ("removed" if mode == "deletion" else "put back"))
         ax.set_ylabel("probability of the model's answer")
         ax.set_title(mode, fontsize=9)
-        if p == 1:
-            ax.legend(fontsize=6, loc="lower right")
+    # Below both panels, at the axes' type size: eight lines do not fit inside a panel legibly.
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=4, fontsize=8)
     return fig
 
 

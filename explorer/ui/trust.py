@@ -218,7 +218,8 @@ def build(app: AppState, page: Page) -> TrustTab:
             count = gr.Slider(100, 10000, value=1000, step=100, label="test images (the first N)")
         run_btn = gr.Button("Evaluate both models", variant="primary", elem_id="trust-btn")
         summary = gr.Markdown(elem_id="trust-summary")
-        confusion = gr.Image(label="confusion matrices · A | B", interactive=False, elem_id="trust-confusion")
+        confusion = gr.Image(label="confusion matrices · A | B", interactive=False, elem_id="trust-confusion",
+                             elem_classes="pic")
         # One above the other: ten classes' columns take the tabs' whole width in an 800 px window.
         table_a, table_b = (gr.Dataframe(label=f"{tag}'s answers (columns: the first letters of each class) · "
                                                f"click a cell to see its images", interactive=False,
@@ -229,7 +230,8 @@ def build(app: AppState, page: Page) -> TrustTab:
                           elem_id="trust-cell")
         classes = gr.Dataframe(label="per-class accuracy, with 95 % Wilson intervals", interactive=False,
                                headers=CLASS_COLUMNS, wrap=True, elem_id="trust-classes", elem_classes="trust-table")
-        reliability = gr.Image(label="reliability diagrams", interactive=False, elem_id="trust-reliability")
+        reliability = gr.Image(label="reliability diagrams", interactive=False, elem_id="trust-reliability",
+                               elem_classes="pic")
         calibration = gr.Dataframe(label="temperature scaling (models A and B as in the slots)", interactive=False,
                                    headers=CAL_COLUMNS, elem_id="trust-calibration", elem_classes="trust-table")
         with gr.Row():
@@ -239,7 +241,8 @@ def build(app: AppState, page: Page) -> TrustTab:
         key = gr.State(None)
         corr_btn = gr.Button("Corruptions (15 x 5 severities)", elem_id="trust-corruptions-btn")
         corr_text = gr.Markdown(elem_id="trust-corruptions-summary")
-        corr_plot = gr.Image(label="accuracy against severity", interactive=False, elem_id="trust-corruptions-plot")
+        corr_plot = gr.Image(label="accuracy against severity", interactive=False, elem_id="trust-corruptions-plot",
+                             elem_classes="pic")
         corr_table = gr.Dataframe(label="top-1 accuracy at severities s1 (mildest) to s5", interactive=False,
                                   max_height=1200, elem_id="trust-corruptions-table",
                                   elem_classes="trust-table")
@@ -247,7 +250,7 @@ def build(app: AppState, page: Page) -> TrustTab:
         faith_btn = gr.Button("Which map to trust", elem_id="trust-faithfulness-btn")
         faith_text = gr.Markdown(elem_id="trust-faithfulness-summary")
         faith_plot = gr.Image(label="deletion and insertion curves", interactive=False,
-                              elem_id="trust-faithfulness-plot")
+                              elem_id="trust-faithfulness-plot", elem_classes="pic")
         faith_table = gr.Dataframe(interactive=False, headers=FAITH_COLUMNS, wrap=True,
                                    elem_id="trust-faithfulness-table", elem_classes="trust-table")
         faith_files = gr.File(label="download the faithfulness numbers", file_count="multiple")
