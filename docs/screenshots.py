@@ -1,20 +1,24 @@
 """Retakes the README's screenshots from the real app on the shipped checkpoints.
 
-    python docs/screenshots.py   # writes docs/first-visit.png, patches.png, tau.png, compare.png,
-                                 # screenshot.png, whatif.png, evidence.png and finetune.png, and an 800 px
-                                 # window's first-visit-800.png, patches-800.png, tau-800.png,
-                                 # attention-800.png, evidence-800.png, finetune-800.png
+    python docs/screenshots.py         # writes docs/first-visit.png, patches.png, tau.png, compare.png,
+                                       # screenshot.png, whatif.png, evidence.png, trust.png and finetune.png,
+                                       # and an 800 px window's first-visit-800.png, patches-800.png,
+                                       # tau-800.png, attention-800.png, evidence-800.png, trust-800.png,
+                                       # finetune-800.png
+    python docs/screenshots.py trust   # only docs/trust.png and trust-800.png (a few minutes)
 
-Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data
-or the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium),
-captures a first visit (the bundled example the page opens with, at 1280 and 800 px) with its Patches and
-Tau tabs, uploads CIFAR-10 test image 13 (a bird, from the bundled sample) at 128 px, and captures the Compare tab
-and the Attention tab with the bottom-right patch as the query, then the LSA switches with A's tau at a
-quarter and B's diagonal mask off. Then it fine-tunes both models on a zip of ten CIFAR-100 superclasses
-(bench/finetune_quality.py's "new" task of draw 0, classes neither model has seen; from the CIFAR folder) with
-the default recipe, and captures the Fine-tune tab once the pair run is done (the app works on copies of
-the checkpoints, so the run's results are not left in checkpoints/). The Patches, Tau, Attention, Evidence
-and Fine-tune tabs are also taken in an 800 px window (the same page, narrowed), below the image column.
+Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data or
+the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium), captures a
+first visit (the bundled example the page opens with, at 1280 and 800 px) with its Patches and Tau tabs,
+uploads CIFAR-10 test image 13 (a bird, from the bundled sample) at 128 px, and captures the Compare tab and
+the Attention tab with the bottom-right patch as the query, then the LSA switches with A's tau at a quarter
+and B's diagonal mask off; the Trust tab with the whole-set report on the first 1,000 test images, the
+confusion cell of A's cats taken for dogs and the shipped corruption and faithfulness tables. Then it fine-
+tunes both models on a zip of ten CIFAR-100 superclasses (bench/finetune_quality.py's "new" task of draw 0,
+classes neither model has seen; from the CIFAR folder) with the default recipe, and captures the Fine-tune tab
+once the pair run is done (the app works on copies of the checkpoints, so the run's results are not left in
+checkpoints/). The Patches, Tau, Attention, Evidence, Trust and Fine-tune tabs are also taken in an 800 px
+window (the same page, narrowed), below the image column.
 """
 
 from __future__ import annotations
@@ -47,7 +51,26 @@ def narrow_shot(page, name: str) -> None:
     page.wait_for_timeout(1000)
 
 
-def main() -> int:
+def trust_shots(page) -> None:
+    """The Trust tab on the first visit's pair: the whole-set report on the first 1,000 test images, A's
+    cat-as-dog cell opened, and the shipped corruption and faithfulness tables."""
+    page.get_by_role("tab", name="Trust").click()
+    page.click("#trust-btn")
+    page.wait_for_function("() => /only B on/.test((document.querySelector('#trust-summary') || {}).innerText"
+                           " || '')", timeout=300_000)
+    page.click("#trust-ca [data-testid='cell-3-6']")  # row cat, column dog (the first column names the row)
+    page.wait_for_function("() => document.querySelectorAll('#trust-cell img').length > 0", timeout=60_000)
+    for button, summary, done in (("#trust-corruptions-btn", "#trust-corruptions-summary", "mCE"),
+                                  ("#trust-faithfulness-btn", "#trust-faithfulness-summary", "randomisation")):
+        page.click(button)
+        page.wait_for_function(f"() => /{done}/.test((document.querySelector('{summary}') || {{}}).innerText || '')",
+                               timeout=600_000)
+    page.wait_for_timeout(2000)
+    page.screenshot(path=str(ROOT / "docs" / "trust.png"), full_page=True)
+    narrow_shot(page, "trust-800.png")
+
+
+def main(only: str | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="screenshots-"))
@@ -59,95 +82,102 @@ def main() -> int:
     sys.path.insert(0, str(ROOT / "bench"))
     from _common import data_dir
     from finetune_quality import draw_zips
-    new_task = draw_zips(work, Path(data_dir()), 0)["new"]
+    new_task = draw_zips(work, Path(data_dir()), 0)["new"] if only is None else None
     proc, url, log = start_app(work / "checkpoints")  # its log goes to `work`, kept if anything fails
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-            # A first visit, at 800 px (a narrow window) and 1280 px: the bundled example, already analysed.
-            narrow = browser.new_page(viewport={"width": 800, "height": 1000})
-            narrow.goto(url)
-            narrow.wait_for_function(DONE, timeout=60_000)
-            narrow.wait_for_timeout(1500)
-            narrow.screenshot(path=str(ROOT / "docs" / "first-visit-800.png"))
-            narrow.close()
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(url)
             page.wait_for_function(DONE, timeout=60_000)
             page.wait_for_timeout(1500)
-            page.screenshot(path=str(ROOT / "docs" / "first-visit.png"))
-            page.get_by_role("tab", name="Patches").click()
-            page.wait_for_timeout(1500)
-            page.screenshot(path=str(ROOT / "docs" / "patches.png"))
-            narrow_shot(page, "patches-800.png")
-            page.get_by_role("tab", name="Tau").click()
-            page.wait_for_timeout(1500)
-            page.screenshot(path=str(ROOT / "docs" / "tau.png"))
-            narrow_shot(page, "tau-800.png")
-            page.get_by_role("tab", name="Compare").click()
-            page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
-            page.set_input_files(UPLOAD, str(image))
-            page.wait_for_selector("#preview img", timeout=30_000)
-            page.wait_for_function("() => /bird/.test(document.querySelector('#verdict').innerText)", timeout=60_000)
-            page.wait_for_timeout(1000)
-            page.screenshot(path=str(ROOT / "docs" / "compare.png"))
+            if only is None:
+                # A first visit, at 800 px (a narrow window) and 1280 px: the bundled example, already analysed.
+                narrow = browser.new_page(viewport={"width": 800, "height": 1000})
+                narrow.goto(url)
+                narrow.wait_for_function(DONE, timeout=60_000)
+                narrow.wait_for_timeout(1500)
+                narrow.screenshot(path=str(ROOT / "docs" / "first-visit-800.png"))
+                narrow.close()
+                page.screenshot(path=str(ROOT / "docs" / "first-visit.png"))
+                page.get_by_role("tab", name="Patches").click()
+                page.wait_for_timeout(1500)
+                page.screenshot(path=str(ROOT / "docs" / "patches.png"))
+                narrow_shot(page, "patches-800.png")
+                page.get_by_role("tab", name="Tau").click()
+                page.wait_for_timeout(1500)
+                page.screenshot(path=str(ROOT / "docs" / "tau.png"))
+                narrow_shot(page, "tau-800.png")
+                page.get_by_role("tab", name="Compare").click()
+                page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
+                page.set_input_files(UPLOAD, str(image))
+                page.wait_for_selector("#preview img", timeout=30_000)
+                page.wait_for_function("() => /bird/.test(document.querySelector('#verdict').innerText)",
+                                       timeout=60_000)
+                page.wait_for_timeout(1000)
+                page.screenshot(path=str(ROOT / "docs" / "compare.png"))
 
-            page.get_by_role("tab", name="Attention").click()
-            picker = page.locator("#picker img").first
-            picker.wait_for(timeout=30_000)
-            box = picker.bounding_box()
-            side = min(box["width"], box["height"])
-            page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
-            last = ViTConfig.from_dict(read_card(ROOT / "checkpoints" / "cifar10-spt_lsa").config).grid_size - 1
-            page.wait_for_function(
-                f"() => /row {last}, col {last}/.test("
-                "(document.querySelector('#attn-caption') || {}).innerText || '')",
-                timeout=60_000)
-            page.wait_for_timeout(2000)
-            page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
-            narrow_shot(page, "attention-800.png")
+                page.get_by_role("tab", name="Attention").click()
+                picker = page.locator("#picker img").first
+                picker.wait_for(timeout=30_000)
+                box = picker.bounding_box()
+                side = min(box["width"], box["height"])
+                page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
+                last = ViTConfig.from_dict(read_card(ROOT / "checkpoints" / "cifar10-spt_lsa").config).grid_size - 1
+                page.wait_for_function(
+                    f"() => /row {last}, col {last}/.test("
+                    "(document.querySelector('#attn-caption') || {}).innerText || '')",
+                    timeout=60_000)
+                page.wait_for_timeout(2000)
+                page.screenshot(path=str(ROOT / "docs" / "screenshot.png"), full_page=True)
+                narrow_shot(page, "attention-800.png")
 
-            page.get_by_text("LSA switches: what if").click()
-            page.locator("#what-if-btn").scroll_into_view_if_needed()
-            page.locator("#wi-factor-a input").click()
-            page.get_by_role("option", name="¼×").click()
-            page.locator("#wi-mask-b").get_by_text("off", exact=True).click()
-            page.click("#what-if-btn")
-            page.wait_for_function(
-                "() => /τ × 0.25/.test((document.querySelector('#what-if-summary') || {}).innerText || '')",
-                timeout=60_000)
-            page.wait_for_timeout(2000)
-            section = page.locator("#what-if-text").locator("xpath=ancestor::div[contains(@class, 'block')][1]")
-            section.screenshot(path=str(ROOT / "docs" / "whatif.png"))
+                page.get_by_text("LSA switches: what if").click()
+                page.locator("#what-if-btn").scroll_into_view_if_needed()
+                page.locator("#wi-factor-a input").click()
+                page.get_by_role("option", name="¼×").click()
+                page.locator("#wi-mask-b").get_by_text("off", exact=True).click()
+                page.click("#what-if-btn")
+                page.wait_for_function(
+                    "() => /τ × 0.25/.test((document.querySelector('#what-if-summary') || {}).innerText || '')",
+                    timeout=60_000)
+                page.wait_for_timeout(2000)
+                section = page.locator("#what-if-text").locator("xpath=ancestor::div[contains(@class, 'block')][1]")
+                section.screenshot(path=str(ROOT / "docs" / "whatif.png"))
 
-            page.get_by_role("tab", name="Evidence").click()
-            page.click("#robustness-btn")
-            page.wait_for_function(
-                "() => /keeps/.test((document.querySelector('#robustness-summary') || {}).innerText || '')",
-                timeout=300_000)
-            page.wait_for_timeout(2000)
-            page.screenshot(path=str(ROOT / "docs" / "evidence.png"), full_page=True)
-            narrow_shot(page, "evidence-800.png")
+                page.get_by_role("tab", name="Evidence").click()
+                page.click("#robustness-btn")
+                page.wait_for_function(
+                    "() => /keeps/.test((document.querySelector('#robustness-summary') || {}).innerText || '')",
+                    timeout=300_000)
+                page.wait_for_timeout(2000)
+                page.screenshot(path=str(ROOT / "docs" / "evidence.png"), full_page=True)
+                narrow_shot(page, "evidence-800.png")
 
-            page.get_by_role("tab", name="Fine-tune").click()
-            page.set_input_files("#ft-zip input[type=file]", str(new_task))
-            page.wait_for_timeout(2000)
-            page.click("#ft-start")
-            page.wait_for_function("() => /Saved as|failed/.test((document.querySelector('#ft-status') || {})"
-                                   ".innerText || '')", timeout=600_000)
-            page.wait_for_timeout(3000)
-            page.screenshot(path=str(ROOT / "docs" / "finetune.png"), full_page=True)
-            narrow_shot(page, "finetune-800.png")
+            trust_shots(page)
+            if only is None:
+                page.get_by_role("tab", name="Fine-tune").click()
+                page.set_input_files("#ft-zip input[type=file]", str(new_task))
+                page.wait_for_timeout(2000)
+                page.click("#ft-start")
+                page.wait_for_function("() => /Saved as|failed/.test((document.querySelector('#ft-status') || {})"
+                                       ".innerText || '')", timeout=600_000)
+                page.wait_for_timeout(3000)
+                page.screenshot(path=str(ROOT / "docs" / "finetune.png"), full_page=True)
+                narrow_shot(page, "finetune-800.png")
             browser.close()
     finally:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
+    if only == "trust":
+        print("wrote docs/trust.png and trust-800.png")
+        return 0
     print("wrote docs/first-visit.png, first-visit-800.png, patches.png, patches-800.png, tau.png, tau-800.png, "
           "compare.png, screenshot.png, attention-800.png, whatif.png, evidence.png, evidence-800.png, "
-          "finetune.png and finetune-800.png")
+          "trust.png, trust-800.png, finetune.png and finetune-800.png")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(*sys.argv[1:2]))

@@ -13,10 +13,14 @@ from matplotlib.figure import Figure
 
 from explorer.plots import figure_to_array, model_color
 
+# Inches (100 dpi): a figure of two panels is 880 px wide, shown at 0.8 of its size or more in the 704 px
+# that the tabs have in an 800 px window.
+PAIR_WIDTH = 8.8
+
 
 def confusion_figure(matrices, class_names, titles) -> Figure:
     """Each model's confusion matrix (rows: true class; columns: its answer), as row shares, counts written in."""
-    fig = Figure(figsize=(5.2 * len(matrices), 4.8), layout="constrained")
+    fig = Figure(figsize=(PAIR_WIDTH / 2 * len(matrices), 4.4), layout="constrained")
     for k, (matrix, title) in enumerate(zip(matrices, titles, strict=True)):
         ax = fig.add_subplot(1, len(matrices), k + 1)
         m = np.asarray(matrix, np.float64)
@@ -37,7 +41,7 @@ def confusion_figure(matrices, class_names, titles) -> Figure:
 
 def reliability_figure(reliabilities, titles, bins: int) -> Figure:
     """Each model's reliability diagram: accuracy per confidence bin against the diagonal, ECE in the title."""
-    fig = Figure(figsize=(5.2 * len(reliabilities), 3.8), layout="constrained")
+    fig = Figure(figsize=(PAIR_WIDTH / 2 * len(reliabilities), 3.6), layout="constrained")
     for k, (r, title) in enumerate(zip(reliabilities, titles, strict=True)):
         ax = fig.add_subplot(1, len(reliabilities), k + 1)
         centres = (r.edges[:-1] + r.edges[1:]) / 2
@@ -71,7 +75,7 @@ def corruption_figure(table) -> Figure:
 def faithfulness_figure(report, kinds) -> Figure:
     """Deletion (left) and insertion (right) curves per model (colour) and map kind (line style)."""
     styles = ("-", "--", "-.", ":")
-    fig = Figure(figsize=(10.4, 3.8), layout="constrained")
+    fig = Figure(figsize=(PAIR_WIDTH, 4.6), layout="constrained")
     for p, mode in enumerate(("deletion", "insertion")):
         ax = fig.add_subplot(1, 2, p + 1)
         for i, m in enumerate(report.models):
@@ -81,8 +85,8 @@ def faithfulness_figure(report, kinds) -> Figure:
         ax.set_xlabel("share of patches " + ("removed" if mode == "deletion" else "put back"))
         ax.set_ylabel("probability of the model's answer")
         ax.set_title(mode, fontsize=9)
-        if p == 1:
-            ax.legend(fontsize=6, loc="lower right")
+    # Below both panels, at the axes' type size: eight lines do not fit inside a panel legibly.
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=4, fontsize=8)
     return fig
 
 

@@ -122,6 +122,16 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ accuracy
 
 
+def short_names(class_names: list[str], size: int = 5) -> list[str]:
+    """Each class name cut to its first `size` letters, longer where that leaves two alike: a confusion table's
+    column headers, ten of which fit beside the full names in an 800 px window."""
+    for n in range(size, max(map(len, class_names), default=size) + 1):
+        short = [c[:n] for c in class_names]
+        if len(set(short)) == len(short):
+            return short
+    return list(class_names)
+
+
 def confusion(labels: np.ndarray, predicted: np.ndarray, num_classes: int) -> np.ndarray:
     """(classes, classes) counts: row = true class, column = the model's answer."""
     out = np.zeros((num_classes, num_classes), np.int64)

@@ -26,18 +26,24 @@ footer {display: none !important}
 .pic > label[data-testid="block-label"].float {position: static; margin-bottom: 4px}
 .pic .image-container > .icon-button-wrapper {position: static; justify-content: flex-end}
 /* Gallery captions ("true class: A's guess · B's guess") wrap over the picture instead of being cut. */
-#ft-gallery .caption-label, #dis-gallery .caption-label {white-space: normal; max-width: none;
+#ft-gallery .caption-label, #dis-gallery .caption-label, #trust-cell .caption-label,
+#trust-only-a .caption-label, #trust-only-b .caption-label {white-space: normal; max-width: none;
                                                         left: var(--block-label-margin); text-overflow: clip;
                                                         font-size: 11px; line-height: 1.25; padding: 2px 5px}
 /* Each caption under its picture, never over it; the gallery's label above the first row, not on it. */
-#ft-gallery .thumbnail-item, #dis-gallery .thumbnail-item {height: auto !important; aspect-ratio: auto !important;
+#ft-gallery .thumbnail-item, #dis-gallery .thumbnail-item, #trust-cell .thumbnail-item,
+#trust-only-a .thumbnail-item, #trust-only-b .thumbnail-item {height: auto !important; aspect-ratio: auto !important;
                                                             display: flex; flex-direction: column}
-#ft-gallery .caption-label, #dis-gallery .caption-label {position: static !important; transform: none !important}
-#ft-gallery > label[data-testid="block-label"], #dis-gallery > label[data-testid="block-label"] {
+#ft-gallery .caption-label, #dis-gallery .caption-label, #trust-cell .caption-label,
+#trust-only-a .caption-label, #trust-only-b .caption-label {position: static !important; transform: none !important}
+#ft-gallery > label[data-testid="block-label"], #dis-gallery > label[data-testid="block-label"],
+#trust-cell > label[data-testid="block-label"], #trust-only-a > label[data-testid="block-label"],
+#trust-only-b > label[data-testid="block-label"] {
     position: static; margin-bottom: 4px}
 /* Thumbnails of 110 px or more, as many to a row as fit, however few there are (Gradio gives one image the
    whole width: 880 px for a 96 px picture); each shown at most at its own size. */
-#ft-gallery .grid-container, #dis-gallery .grid-container {
+#ft-gallery .grid-container, #dis-gallery .grid-container, #trust-cell .grid-container,
+#trust-only-a .grid-container, #trust-only-b .grid-container {
     grid-template-columns: repeat(auto-fill, minmax(110px, 1fr)) !important}
 /* SPT's five views (302 px each) at 0.75 of their size or more: as many to a row as fit, every row shown
    (Gradio keeps a gallery in a box of its own height, scrolled), its label above the first row. */
@@ -55,6 +61,10 @@ footer {display: none !important}
     white-space: normal; overflow-wrap: normal; word-break: normal; hyphens: none; padding-left: 6px;
     padding-right: 6px; font-variant-numeric: tabular-nums}
 @media (max-width: 900px) {#data-size-tables table, #data-size-why table {font-size: 13px}}
+/* Every tab's button in one row in an 800 px window (Gradio puts those that do not fit behind "More tabs"). */
+@media (max-width: 900px) {.tab-container button {padding-left: 10px !important; padding-right: 10px !important}}
+/* The Trust tab's tables: a confusion table's eleven columns within the tabs' width of an 800 px window. */
+@media (max-width: 900px) {.trust-table table {font-size: 13px}}
 /* A fine-tune's progress (Gradio's overlay) in a box of its own above the status line, never over it. */
 #ft-progress {min-height: 64px; position: relative}
 /* One measure of a run: the bar's percentage, which the status line repeats beside its own elapsed seconds;

@@ -27,7 +27,8 @@ TEXT = (f"Both models over a **whole labelled set**: the CIFAR test set (the fir
         f"severities (`{corruptions.LIBRARY}=={corruptions.LIBRARY_VERSION}`, ImageNet-C's parameters), "
         f"corruption error relative to model A. Faithfulness: deletion/insertion areas (lower/higher is more "
         f"faithful) and the randomisation check. docs/trust.md explains each measure and its caveats.")
-CLASS_COLUMNS = ["class", "A", "A 95 % interval", "B", "B 95 % interval", "images"]
+TRUE = "true class"
+CLASS_COLUMNS = ["class", "A", "A interval", "B", "B interval", "images"]
 CAL_COLUMNS = ["model", "top-1", "temperature", "ECE before", "ECE after", "NLL before", "NLL after"]
 FAITH_COLUMNS = ["model", "map", "deletion AUC (lower is better)", "insertion AUC (higher is better)",
                  "rank corr. after head re-init", "rank corr. after all re-init"]
@@ -89,11 +90,12 @@ class TrustTab:
         confusion = render_trust.picture(render_trust.confusion_figure([ma.confusion, mb.confusion], names, titles))
         reliability = render_trust.picture(render_trust.reliability_figure(
             [m.calibration.whole for m in report.models], titles, report.bins))
-        tables = [pd.DataFrame(m.confusion, columns=names).assign(**{"true \\ answer": names})[
-            ["true \\ answer", *names]] for m in report.models]
+        short = trust.short_names(names)
+        tables = [pd.DataFrame(m.confusion, columns=short).assign(**{TRUE: names})[[TRUE, *short]]
+                  for m in report.models]
         classes = pd.DataFrame([[ca.name, pct(ca.accuracy), _interval(ca), pct(cb.accuracy), _interval(cb), ca.total]
                                 for ca, cb in zip(ma.classes, mb.classes, strict=True)], columns=CLASS_COLUMNS)
-        cal = pd.DataFrame([[f"{tag}: {m.name}", pct(m.accuracy), f"{m.calibration.temperature:.2f}",
+        cal = pd.DataFrame([[tag, pct(m.accuracy), f"{m.calibration.temperature:.2f}",
                              pct(m.calibration.before.ece), pct(m.calibration.after.ece),
                              f"{m.calibration.before.nll:.3f}", f"{m.calibration.after.nll:.3f}"]
                             for tag, m in zip("AB", report.models, strict=True)], columns=CAL_COLUMNS)
@@ -156,9 +158,11 @@ class TrustTab:
                                                          lambda f, m: progress(f, desc=m))
         except corruptions.CorruptionError as e:
             raise gr.Error(str(e)) from None
-        header = ["corruption"] + [f"{tag} s{s}" for tag in "AB" for s in table.severities] + ["A mean", "B mean"]
-        rows = [[r[0], *[pct(v) for v in r[1:6]], *[pct(v) for v in r[7:12]], pct(r[6]), pct(r[12])]
-                for r in table.rows()]
+        # A row per corruption and model (A's above B's): eight columns fit an 800 px window, thirteen do not.
+        header = ["corruption", "model", *[f"s{s}" for s in table.severities], "mean"]
+        step = len(table.severities) + 1
+        rows = [[r[0], tag, *[pct(v) for v in r[1 + k * step:1 + (k + 1) * step]]] for r in table.rows()
+                for k, tag in enumerate("AB")]
         summary = (f"{table.dataset}, {table.count:,} images ({where}; `{table.library}`, seed {table.seed}): "
                    f"clean A {pct(table.clean[0])}, B {pct(table.clean[1])}; mean over 15 corruptions x 5 "
                    f"severities A **{pct(table.mean_accuracy[0])}**, B **{pct(table.mean_accuracy[1])}**; "
@@ -214,16 +218,22 @@ def build(app: AppState, page: Page) -> TrustTab:
             count = gr.Slider(100, 10000, value=1000, step=100, label="test images (the first N)")
         run_btn = gr.Button("Evaluate both models", variant="primary", elem_id="trust-btn")
         summary = gr.Markdown(elem_id="trust-summary")
-        confusion = gr.Image(label="confusion matrices · A | B", interactive=False, elem_id="trust-confusion")
-        with gr.Row():
-            table_a = gr.Dataframe(label="A: click a cell to see its images", interactive=False, elem_id="trust-ca")
-            table_b = gr.Dataframe(label="B: click a cell to see its images", interactive=False, elem_id="trust-cb")
+        confusion = gr.Image(label="confusion matrices · A | B", interactive=False, elem_id="trust-confusion",
+                             elem_classes="pic")
+        # One above the other: ten classes' columns take the tabs' whole width in an 800 px window.
+        table_a, table_b = (gr.Dataframe(label=f"{tag}'s answers (columns: the first letters of each class) · "
+                                               f"click a cell to see its images", interactive=False,
+                                         elem_id=f"trust-c{tag.lower()}", elem_classes="trust-table")
+                            for tag in "AB")
         cell_text = gr.Markdown(elem_id="trust-cell-text")
         cell = gr.Gallery(label="the cell's images: true class · A's answer · B's answer", columns=8,
                           elem_id="trust-cell")
-        classes = gr.Dataframe(label="per-class accuracy", interactive=False, headers=CLASS_COLUMNS)
-        reliability = gr.Image(label="reliability diagrams", interactive=False, elem_id="trust-reliability")
-        calibration = gr.Dataframe(label="temperature scaling", interactive=False, headers=CAL_COLUMNS)
+        classes = gr.Dataframe(label="per-class accuracy, with 95 % Wilson intervals", interactive=False,
+                               headers=CLASS_COLUMNS, wrap=True, elem_id="trust-classes", elem_classes="trust-table")
+        reliability = gr.Image(label="reliability diagrams", interactive=False, elem_id="trust-reliability",
+                               elem_classes="pic")
+        calibration = gr.Dataframe(label="temperature scaling (models A and B as in the slots)", interactive=False,
+                                   headers=CAL_COLUMNS, elem_id="trust-calibration", elem_classes="trust-table")
         with gr.Row():
             only_a = gr.Gallery(label="only A right", columns=6, elem_id="trust-only-a")
             only_b = gr.Gallery(label="only B right", columns=6, elem_id="trust-only-b")
@@ -231,13 +241,18 @@ def build(app: AppState, page: Page) -> TrustTab:
         key = gr.State(None)
         corr_btn = gr.Button("Corruptions (15 x 5 severities)", elem_id="trust-corruptions-btn")
         corr_text = gr.Markdown(elem_id="trust-corruptions-summary")
-        corr_plot = gr.Image(label="accuracy against severity", interactive=False)
-        corr_table = gr.Dataframe(interactive=False, elem_id="trust-corruptions-table")
+        corr_plot = gr.Image(label="accuracy against severity", interactive=False, elem_id="trust-corruptions-plot",
+                             elem_classes="pic")
+        corr_table = gr.Dataframe(label="top-1 accuracy at severities s1 (mildest) to s5", interactive=False,
+                                  max_height=1200, elem_id="trust-corruptions-table",
+                                  elem_classes="trust-table")
         corr_files = gr.File(label="download the corruption table", file_count="multiple")
         faith_btn = gr.Button("Which map to trust", elem_id="trust-faithfulness-btn")
         faith_text = gr.Markdown(elem_id="trust-faithfulness-summary")
-        faith_plot = gr.Image(label="deletion and insertion curves", interactive=False)
-        faith_table = gr.Dataframe(interactive=False, headers=FAITH_COLUMNS, elem_id="trust-faithfulness-table")
+        faith_plot = gr.Image(label="deletion and insertion curves", interactive=False,
+                              elem_id="trust-faithfulness-plot", elem_classes="pic")
+        faith_table = gr.Dataframe(interactive=False, headers=FAITH_COLUMNS, wrap=True,
+                                   elem_id="trust-faithfulness-table", elem_classes="trust-table")
         faith_files = gr.File(label="download the faithfulness numbers", file_count="multiple")
 
     run_btn.click(tab.report, [page.slot_a, page.slot_b, source, zip_file, count],

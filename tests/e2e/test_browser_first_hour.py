@@ -10,6 +10,7 @@ import zipfile
 import pytest
 from PIL import Image
 
+from tests.e2e.pages import open_tab
 from tests.helpers import pair_folder, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -193,16 +194,6 @@ def test_a_fine_tune_keeps_status_and_progress_readable_and_the_page_follows_its
     page.click("#ft-download")
     page.wait_for_function("() => /e2e40/.test(document.querySelector('body').innerText)"
                            " && document.querySelector('a[download]')", timeout=60_000)
-
-
-def open_tab(page, name):
-    """A tab by its name; in a narrow window Gradio keeps some behind its "More tabs" menu."""
-    tab = page.get_by_role("tab", name=name)
-    if tab.count() and tab.is_visible():
-        tab.click()
-    else:
-        page.click("button[aria-label='More tabs']")
-        page.locator(".overflow-dropdown button", has_text=name).click()
 
 
 SHOWN_SCALE = """(selector) => [...document.querySelectorAll(selector)].filter((i) => i.naturalWidth)

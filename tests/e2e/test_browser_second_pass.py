@@ -11,14 +11,14 @@ import shutil
 import pytest
 
 from explorer.ui.context import UNREADABLE
-from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip, open_tab
+from tests.e2e.pages import open_tab, visit
+from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip
 from tests.helpers import ROOT, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
 
 RUN = 400_000  # ms: a worker's start and a pair run of the shipped models on a loaded 2-core machine
-DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
 # Each picture's shown width over its own width (the Small data figures' measure of legibility).
 SHOWN_SCALE = """(selector) => [...document.querySelectorAll(selector)].filter((i) => i.naturalWidth)
     .map((i) => i.getBoundingClientRect().width / i.naturalWidth)"""
@@ -57,13 +57,6 @@ def app(tmp_path_factory, data_dir):
     stop(proc)
 
 
-def visit(browser, url, width):
-    page = browser.new_page(viewport={"width": width, "height": 1000})
-    page.goto(url)
-    page.wait_for_function(DONE, timeout=90_000)
-    return page
-
-
 def slot_options(page, label):
     box = page.locator(f'input[aria-label="{label}"]')
     box.click()
@@ -83,7 +76,7 @@ def choose(page, label, option):
 
 
 def test_every_shipped_model_is_in_the_slot_lists_under_a_label_of_its_own(browser, app):
-    page = visit(browser, app[0], 1280)
+    page = visit(browser, app[0], 1280, height=1000)
     try:
         options = slot_options(page, "Model B")
         assert len(options) == len(set(options)), sorted(o for o in options if options.count(o) > 1)
@@ -109,7 +102,7 @@ def test_every_shipped_model_is_in_the_slot_lists_under_a_label_of_its_own(brows
 
 @pytest.mark.parametrize("width", [800, 1280])
 def test_attention_and_tau_plots_and_the_tau_table_stay_legible(browser, app, width):
-    page = visit(browser, app[0], width)
+    page = visit(browser, app[0], width, height=1000)
     try:
         choose(page, "Model B", "small data · 1,000 images · SPT + LSA · tau per head")  # tau per head: long rows
         page.wait_for_function("() => /spt_lsa_head/.test(document.querySelector('#card-b').innerText)",
@@ -138,7 +131,7 @@ def test_attention_and_tau_plots_and_the_tau_table_stay_legible(browser, app, wi
 def test_a_broken_image_gets_one_message_and_clears_every_answer_about_the_previous_one(browser, app, tmp_path):
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not an image at all" * 50)
-    page = visit(browser, app[0], 1280)
+    page = visit(browser, app[0], 1280, height=1000)
     try:
         assert re.search(r"both say|disagree", page.inner_text("#verdict"))
         open_tab(page, "Attention")
@@ -185,7 +178,7 @@ PHASES = (r"^(starting the training process|loading [AB]|loading the new models 
 def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fit_for_its_classes(
         browser, app, cifar10, tmp_path):
     data = _class_zip(tmp_path / "three.zip", cifar10, ["cat", "dog", "ship"], 20)
-    page = visit(browser, app[0], 800)
+    page = visit(browser, app[0], 800, height=1000)
     try:
         open_tab(page, "Fine-tune")
         page.wait_for_selector("#ft-start", timeout=60_000)

@@ -12,7 +12,8 @@ import zipfile
 
 import pytest
 
-from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip, open_tab
+from tests.e2e.pages import MEASURE, open_tab, visit
+from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip
 from tests.e2e.test_browser_second_pass import MESSAGES, choose, slot_options
 from tests.helpers import ROOT, start_app, stop
 
@@ -20,7 +21,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
 
 RUN = 400_000  # ms: a worker's start and a pair run of the shipped models on a loaded 2-core machine
-DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
 CLASSES = ["cat", "dog", "ship"]
 # The class names a top-k shows (Gradio's Label: a meter per class, named after it).
 LABELS = "(selector) => [...document.querySelectorAll(selector + ' meter')].map((m) => m.getAttribute('aria-label'))"
@@ -45,13 +45,6 @@ def app(tmp_path_factory, data_dir):
     proc, url, log = start_app(root, data_dir=data_dir, timeout=300)
     yield url, root, log
     stop(proc)
-
-
-def visit(browser, url, width):
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    page.goto(url)
-    page.wait_for_function(DONE, timeout=90_000)
-    return page
 
 
 @pytest.fixture(scope="module")
@@ -201,44 +194,12 @@ def test_a_bad_image_says_why_on_the_first_screen_and_every_tab_says_why_it_is_e
         page.close()
 
 
-# What the open tab shows, measured: each picture's shown width over its own (pictures of 100 px or more;
-# the image column's preview aside), and each table's right edge against its box's, the parts of it hidden
-# behind a scroll, and its headers broken inside a word ("distan/ce": more lines than words and hyphens allow).
-MEASURE = """() => {
-    const shown = (e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
-    const panel = [...document.querySelectorAll('[role=tabpanel]')].find(shown);
-    const pictures = [...panel.querySelectorAll('img')].filter((i) => shown(i) && i.naturalWidth >= 100)
-        .map((i) => ({id: (i.closest('[id]') || {}).id, natural: i.naturalWidth,
-                      scale: i.getBoundingClientRect().width / i.naturalWidth}));
-    const tables = [...panel.querySelectorAll('table')].filter(shown).map((t) => {
-        const box = (t.closest('.block') || panel).getBoundingClientRect();
-        const hidden = [t, ...t.querySelectorAll('*')].concat((() => { const up = []; let e = t.parentElement;
-            while (e && e !== panel) { up.push(e); e = e.parentElement; } return up; })())
-            .filter((e) => e.scrollWidth > e.clientWidth + 1 && (e.innerText || '').trim()
-                && getComputedStyle(e).visibility !== 'hidden'
-                && /auto|scroll|hidden/.test(getComputedStyle(e).overflowX))
-            .map((e) => e.className || e.tagName);
-        const broken = [...t.querySelectorAll('th')].filter(shown).map((th) => {
-            // A dataframe's header text, without its sort button; a line break at a hyphen is no break.
-            const range = document.createRange();
-            range.selectNodeContents(th.querySelector('.header') || th);
-            const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0)
-                .map((r) => Math.round(r.top))).size;
-            return {text: th.innerText.trim(), lines, words: th.innerText.trim().split(/[\\s-]+/).length};
-        }).filter((h) => h.text && h.lines > h.words);
-        return {id: (t.closest('[id]') || {}).id, right: t.getBoundingClientRect().right, box: box.right, hidden,
-                broken};
-    });
-    return {pictures, tables};
-}"""
-
-
 @pytest.mark.parametrize("width", [800, 1280])
 def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, app, width):
     page = visit(browser, app[0], width)
     try:
         tabs = [t for t in page.locator("[role=tab]").all() if t.is_visible()]
-        assert [t.inner_text() for t in tabs] == ["Compare", "Patches", "Attention", "Evidence", "Tau",
+        assert [t.inner_text() for t in tabs] == ["Compare", "Patches", "Attention", "Evidence", "Trust", "Tau",
                                                   "Small data", "Fine-tune"]
         assert not page.locator("button[aria-label='More tabs']").is_visible()
         seen = {}

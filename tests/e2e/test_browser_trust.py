@@ -1,0 +1,102 @@
+"""The Trust tab in a real browser on the shipped pair, at 1280 and 800 px: one click away; the whole-set
+report on the bundled 1,000 test images with both confusion tables, the calibration numbers and a cell's
+images under both models' answers; the shipped corruption and faithfulness tables, read and not computed;
+and, at 800 px, every table inside its box and every figure at 0.75 of its drawn width or more."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from tests.e2e.pages import MEASURE, visit
+from tests.helpers import ROOT, start_app, stop
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
+pytest.importorskip("playwright")  # a machine without playwright still collects the suite
+
+TABS = ["Compare", "Patches", "Attention", "Evidence", "Trust", "Tau", "Small data", "Fine-tune"]
+SHIPPED = 60_000  # ms: a shipped table is read, not computed (computing one takes minutes)
+# A dataframe's rows as their cells' text (Gradio's virtual table: a row of grid cells per row).
+ROWS = """(selector) => [...document.querySelectorAll(selector + ' .virtual-row')]
+    .sort((a, b) => a.dataset.index - b.dataset.index)
+    .map((r) => [...r.querySelectorAll('[role=gridcell]')].map((d) => d.innerText.trim()))"""
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, data_dir):
+    """The app on copies of the shipped checkpoints; its CIFAR folder holds the bundled 1,000 test images."""
+    root = tmp_path_factory.mktemp("trust") / "checkpoints"
+    shutil.copytree(ROOT / "checkpoints", root, ignore=shutil.ignore_patterns("finetuned", ".*"))
+    proc, url, log = start_app(root, data_dir=data_dir, timeout=300)
+    yield url, log
+    stop(proc)
+
+
+def wait_text(page, selector, pattern, timeout):
+    page.wait_for_function("([s, p]) => new RegExp(p).test((document.querySelector(s) || {}).innerText || '')",
+                           arg=[selector, pattern], timeout=timeout)
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(browser, app, width):
+    page = visit(browser, app[0], width)
+    try:
+        # Every tab in one row, Trust one click away.
+        assert [t.inner_text() for t in page.locator("[role=tab]").all() if t.is_visible()] == TABS
+        assert not page.locator("button[aria-label='More tabs']").is_visible()
+        page.get_by_role("tab", name="Trust").click()
+
+        page.click("#trust-btn")
+        wait_text(page, "#trust-summary", "only B on", 300_000)
+        summary = page.inner_text("#trust-summary")
+        assert "1,000 images" in summary, summary
+        assert page.locator("#trust-confusion img").count() == 1
+        tables = {tag: page.evaluate(ROWS, f"#trust-c{tag}") for tag in "ab"}
+        for tag, rows in tables.items():
+            assert len(rows) == 10 and all(len(r) == 11 for r in rows), (tag, rows)
+            assert sum(int(c) for r in rows for c in r[1:]) == 1000, (tag, rows)
+        # Calibration: the diagrams, and each model's temperature and ECE before and after.
+        assert page.locator("#trust-reliability img").count() == 1
+        calibration = page.evaluate(ROWS, "#trust-calibration")
+        assert [r[0] for r in calibration] == ["A", "B"], calibration
+        assert all(re.fullmatch(r"\d+\.\d\d", r[2]) and all(re.fullmatch(r"\d+\.\d %", c) for c in r[3:5])
+                   for r in calibration), calibration
+
+        # A's largest mistake: its cell's images, each under the true class and both models' answers.
+        rows = tables["a"]
+        count, i, j = max((int(c), i, j) for i, r in enumerate(rows) for j, c in enumerate(r[1:], 1) if i != j - 1)
+        page.click(f"#trust-ca [data-testid='cell-{i}-{j}']")
+        wait_text(page, "#trust-cell-text", "images that A answers", 60_000)
+        assert f"{count} {rows[i][0]} images" in page.inner_text("#trust-cell-text").replace("*", "")
+        page.wait_for_function("() => document.querySelectorAll('#trust-cell img').length > 0", timeout=30_000)
+        captions = page.locator("#trust-cell .caption-label").all_inner_texts()
+        assert len(captions) == min(count, 60) and all(" · A: " in c and " · B: " in c for c in captions), captions
+        assert all(c.startswith(rows[i][0]) for c in captions), captions
+
+        # The shipped pair's corruption and faithfulness results are shipped: read at once, never computed.
+        page.click("#trust-corruptions-btn")
+        wait_text(page, "#trust-corruptions-summary", "mCE", SHIPPED)
+        assert "shipped" in page.inner_text("#trust-corruptions-summary")
+        corrupted = page.evaluate(ROWS, "#trust-corruptions-table")
+        assert len(corrupted) == 30 and [r[1] for r in corrupted[:2]] == ["A", "B"], corrupted
+        page.click("#trust-faithfulness-btn")
+        wait_text(page, "#trust-faithfulness-summary", "randomisation", SHIPPED)
+        assert "shipped" in page.inner_text("#trust-faithfulness-summary")
+        assert len(page.evaluate(ROWS, "#trust-faithfulness-table")) >= 2
+        assert page.locator("#trust-corruptions-plot img, #trust-faithfulness-plot img").count() == 2
+
+        page.wait_for_timeout(2500)  # the pictures have loaded and the page has laid them out
+        seen = page.evaluate(MEASURE)
+        print(width, "px:", [(p["id"], p["natural"], round(p["scale"], 3)) for p in seen["pictures"]])
+        figures = {"trust-confusion", "trust-reliability", "trust-corruptions-plot", "trust-faithfulness-plot"}
+        assert figures <= {p["id"] for p in seen["pictures"]}, seen["pictures"]
+        small = [(p["id"], p["natural"], round(p["scale"], 2)) for p in seen["pictures"] if p["scale"] < 0.75]
+        assert not small, f"figures shown at under 0.75 of their drawn width: {small}"
+        wide = [t for t in seen["tables"] if t["right"] > t["box"] + 1 or t["hidden"] or t["broken"]]
+        assert not wide, f"tables wider than their box, or headers broken in a word: {wide}"
+        assert len(seen["tables"]) >= 6
+        assert page.locator(".toast-body").all_inner_texts() == []
+    finally:
+        page.close()
