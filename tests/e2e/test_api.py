@@ -30,7 +30,8 @@ def test_api_lists_every_endpoint(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert names == {"/compare", "/sample", "/patches", "/attention", "/locality", "/tau", "/disagreements",
                      "/what_if", "/evidence", "/shift_strip", "/robustness", "/models", "/finetune", "/cancel",
-                     "/download_checkpoint"}
+                     "/download_checkpoint", "/trust_report", "/trust_cell_a", "/trust_cell_b", "/trust_corruptions",
+                     "/trust_faithfulness"}
     assert "/load_model" not in names
     # The page's own wiring is callable by name but not listed (nor served as MCP tools): tests/e2e/test_mcp.py
     assert not names & {"/load_model_a", "/load_model_b", "/refresh", "/image", "/attention_query",
@@ -178,7 +179,9 @@ def test_a_pair_fine_tune_on_a_zip_loads_both_results_into_the_slots(client, app
     slot_a, slot_b = (u["value"] if isinstance(u, dict) else u for u in (slot_a, slot_b))  # gr.update()s
     assert (slot_a, slot_b) == ("finetuned/e2e-pair-A", "finetuned/e2e-pair-B")
     # The slots' cards come with them (three classes: no top-5, which would always be 100 %).
-    assert "**e2e-pair-A**" in card_a and "**e2e-pair-B**" in card_b and "top-5" not in card_a + card_b
+    # the card's title is the slot's label, which holds the run's name
+    assert "**fine-tuned · e2e-pair-A**" in card_a and "**fine-tuned · e2e-pair-B**" in card_b
+    assert "top-5" not in card_a + card_b
     assert "test top-5" not in results["headers"] and "each worth" in status  # 12 test images
     new = set(list_checkpoints(app_checkpoints)) - before
     assert sorted(p.name for p in new) == ["e2e-pair-A", "e2e-pair-B"]
