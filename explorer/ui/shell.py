@@ -67,9 +67,6 @@ footer {display: none !important}
 @media (max-width: 900px) {.trust-table table {font-size: 13px}}
 /* A fine-tune's progress (Gradio's overlay) in a box of its own above the status line, never over it. */
 #ft-progress {min-height: 64px; position: relative}
-/* One measure of a run: the bar's percentage, which the status line repeats beside its own elapsed seconds;
-   Gradio's timer, which restarts at every update of the status, is left out. */
-#ft-progress .meta-text, #ft-progress .meta-text-center {display: none}
 """
 
 
