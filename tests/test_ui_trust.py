@@ -26,7 +26,7 @@ def no_progress(*args, **kwargs):
 
 
 def test_report_cells_and_download(tab):
-    out = tab.report("cifar10-vanilla", "cifar10-spt_lsa", TEST, None, 200, progress=no_progress)
+    out = tab.trust_report("cifar10-vanilla", "cifar10-spt_lsa", TEST, None, 200, progress=no_progress)
     summary, confusion, table_a, table_b, classes, reliability, cal, only_a, only_b, files, key = out
     assert "200 images" in summary and confusion.ndim == 3 and reliability.ndim == 3
     counts = table_a.iloc[:, 1:].to_numpy()
@@ -42,7 +42,7 @@ def test_report_cells_and_download(tab):
     saved = json.loads(Path(next(f for f in files if f.endswith("trust.json"))).read_text())
     assert saved["images"] == 200 and saved["models"][0]["confusion"] == counts.tolist()
     assert len(only_a) == min(60, len(saved["models"][0]["only_right"]))
-    again = tab.report("cifar10-vanilla", "cifar10-spt_lsa", TEST, None, 200, progress=no_progress)
+    again = tab.trust_report("cifar10-vanilla", "cifar10-spt_lsa", TEST, None, 200, progress=no_progress)
     assert "from the cache" in again[0]
 
 
@@ -53,7 +53,7 @@ def test_a_cell_before_a_report_says_so(tab):
 
 def test_zip_needs_a_file(tab):
     with pytest.raises(gr.Error, match="zip"):
-        tab.report("cifar10-vanilla", "cifar10-spt_lsa", ZIP, None, 100, progress=no_progress)
+        tab.trust_report("cifar10-vanilla", "cifar10-spt_lsa", ZIP, None, 100, progress=no_progress)
 
 
 def test_the_tab_is_on_the_page_with_named_events(tiny_checkpoints, data_dir, tmp_path):

@@ -59,8 +59,8 @@ def plain(markdown: str) -> str:
 # The first model waits while the training process starts. On 2 CPU cores what precedes the steps takes
 # about as long as the steps of a small run, whence its share.
 SPANS = {Phase.WAITING: (0.0, 0.1), Phase.LOADING: (0.1, 0.15), Phase.HEAD: (0.15, 0.25),
-         Phase.COMPILING: (0.25, 0.4), Phase.TRAINING: (0.4, 0.95), Phase.EVALUATING: (0.95, 1.0),
-         Phase.SAVING: (1.0, 1.0), Phase.DONE: (1.0, 1.0)}
+         Phase.COMPILING: (0.25, 0.4), Phase.TRAINING: (0.4, 0.94), Phase.EVALUATING: (0.94, 0.98),
+         Phase.SAVING: (0.98, 1.0), Phase.DONE: (1.0, 1.0)}
 PHASE_HALF_S = 10.0
 STEP_HALF_S = 2.0
 

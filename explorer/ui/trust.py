@@ -60,7 +60,7 @@ class TrustTab:
         ds = self.app.test_images(ref_b, int(count or 1000), request, progress)
         return trust.test_set(ds, int(count or 1000))
 
-    def report(self, ref_a: str, ref_b: str, source: str, zip_file, count: float, request: gr.Request = None,
+    def trust_report(self, ref_a: str, ref_b: str, source: str, zip_file, count: float, request: gr.Request = None,
                progress=gr.Progress()):
         """Both models over a whole labelled set: confusion matrices, per-class accuracy with 95 % Wilson
         intervals, the images only one model gets right, reliability diagrams and temperature scaling.
@@ -136,7 +136,8 @@ class TrustTab:
     def cell_b(self, key, evt: gr.SelectData):
         return self.cell(key, 1, *evt.index)
 
-    def corruptions(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None, progress=gr.Progress()):
+    def trust_corruptions(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None,
+                          progress=gr.Progress()):
         """Both models on the 15 common corruptions (CIFAR-10-C's types, imagecorruptions 1.1.2) at 5 severities
         of the first N CIFAR test images: accuracy per corruption and severity, the mean, and the corruption
         error relative to model A (Hendrycks & Dietterich's CE, A as the baseline). The shipped pair's table on
@@ -176,7 +177,7 @@ class TrustTab:
                                          + ["A CE", "B CE"])
         return summary, figure, pd.DataFrame(rows, columns=header), files
 
-    def faithfulness(self, ref_a: str, ref_b: str, request: gr.Request = None, progress=gr.Progress()):
+    def trust_faithfulness(self, ref_a: str, ref_b: str, request: gr.Request = None, progress=gr.Progress()):
         """Which map to trust: deletion and insertion areas of attention rollout, last-layer attention,
         occlusion and a random ranking on the first test images, for both models; and the randomisation check
         (layers re-initialised top down; Spearman correlation of each map with the trained model's).
@@ -255,13 +256,14 @@ def build(app: AppState, page: Page) -> TrustTab:
                                    elem_id="trust-faithfulness-table", elem_classes="trust-table")
         faith_files = gr.File(label="download the faithfulness numbers", file_count="multiple")
 
-    run_btn.click(tab.report, [page.slot_a, page.slot_b, source, zip_file, count],
+    run_btn.click(tab.trust_report, [page.slot_a, page.slot_b, source, zip_file, count],
                   [summary, confusion, table_a, table_b, classes, reliability, calibration, only_a, only_b, files, key],
                   api_name="trust_report", concurrency_limit=2)
     table_a.select(tab.cell_a, [key], [cell, cell_text], api_name="trust_cell_a")
     table_b.select(tab.cell_b, [key], [cell, cell_text], api_name="trust_cell_b")
-    corr_btn.click(tab.corruptions, [page.slot_a, page.slot_b, count], [corr_text, corr_plot, corr_table, corr_files],
-                   api_name="trust_corruptions", concurrency_limit=1)
-    faith_btn.click(tab.faithfulness, [page.slot_a, page.slot_b], [faith_text, faith_plot, faith_table, faith_files],
-                    api_name="trust_faithfulness", concurrency_limit=1)
+    corr_btn.click(tab.trust_corruptions, [page.slot_a, page.slot_b, count],
+                   [corr_text, corr_plot, corr_table, corr_files], api_name="trust_corruptions", concurrency_limit=1)
+    faith_btn.click(tab.trust_faithfulness, [page.slot_a, page.slot_b],
+                    [faith_text, faith_plot, faith_table, faith_files], api_name="trust_faithfulness",
+                    concurrency_limit=1)
     return tab

@@ -193,7 +193,8 @@ def test_a_pair_fine_tune_on_a_zip_loads_both_results_into_the_slots(client, app
     # both results load into the slots, and every tab compares them
     ref_a, card_a = client.predict(slot_a, api_name="/load_model_a")
     ref_b, card_b = client.predict(slot_b, api_name="/load_model_b")
-    assert (ref_a, ref_b) == (slot_a, slot_b) and "**e2e-pair-A**" in card_a and "**e2e-pair-B**" in card_b
+    assert (ref_a, ref_b) == (slot_a, slot_b)
+    assert "**fine-tuned · e2e-pair-A**" in card_a and "**fine-tuned · e2e-pair-B**" in card_b
     label_a, label_b, _ = client.predict(handle_file(_sample(client)), ref_a, ref_b, api_name="/compare")
     assert set(_labels(label_a)) == set(_labels(label_b)) == {"cat", "dog", "ship"}
 
