@@ -224,6 +224,7 @@ def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fi
         headings = page.locator("#label-a, #label-b").all_inner_texts()
         assert all("top-3" in h and "top-5" not in h for h in headings), headings
         open_tab(page, "Fine-tune")
+        page.wait_for_selector("#ft-results table thead", timeout=30_000)  # the tab draws its tables on return
         headers = page.locator("#ft-results table thead").all_inner_texts()
         assert headers and not any("top-5" in h for h in headers), headers
         page.locator("#ft-plots").scroll_into_view_if_needed()
