@@ -174,3 +174,11 @@ def class_zip(path: Path, images: np.ndarray, labels: np.ndarray, names: list[st
             Image.fromarray(image).save(buffer, format="PNG")
             z.writestr(f"set/{names[label]}/{i:04d}.png", buffer.getvalue())
     return path
+
+
+def shipped_copy(folder: Path) -> Path:
+    """A copy of the shipped checkpoints (the study's and the ablation's included, no fine-tuned runs or hidden
+    caches) under `folder`/checkpoints, for an app that may write beside them."""
+    root = folder / "checkpoints"
+    shutil.copytree(ROOT / "checkpoints", root, ignore=shutil.ignore_patterns("finetuned", ".*"))
+    return root

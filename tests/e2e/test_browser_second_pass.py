@@ -6,14 +6,13 @@ what it is doing, with a counter that keeps moving, and a report that fits its c
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 
 from explorer.ui.context import UNREADABLE
 from tests.e2e.pages import open_tab, visit
 from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip
-from tests.helpers import ROOT, start_app, stop
+from tests.helpers import shipped_copy, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -50,8 +49,7 @@ MESSAGES = """(mark) => [...document.querySelectorAll('.prose')]
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, data_dir):
     """The app on copies of the shipped checkpoints, the small-data study's included."""
-    root = tmp_path_factory.mktemp("second-pass") / "checkpoints"
-    shutil.copytree(ROOT / "checkpoints", root, ignore=shutil.ignore_patterns("finetuned", ".*"))
+    root = shipped_copy(tmp_path_factory.mktemp("second-pass"))
     proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
     yield url, root
     stop(proc)

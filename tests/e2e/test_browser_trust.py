@@ -6,12 +6,11 @@ and, at 800 px, every table inside its box and every figure at 0.75 of its drawn
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 
 from tests.e2e.pages import MEASURE, visit
-from tests.helpers import ROOT, start_app, stop
+from tests.helpers import shipped_copy, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -27,8 +26,7 @@ ROWS = """(selector) => [...document.querySelectorAll(selector + ' .virtual-row'
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, data_dir):
     """The app on copies of the shipped checkpoints; its CIFAR folder holds the bundled 1,000 test images."""
-    root = tmp_path_factory.mktemp("trust") / "checkpoints"
-    shutil.copytree(ROOT / "checkpoints", root, ignore=shutil.ignore_patterns("finetuned", ".*"))
+    root = shipped_copy(tmp_path_factory.mktemp("trust"))
     proc, url, log = start_app(root, data_dir=data_dir, timeout=300)
     yield url, log
     stop(proc)
