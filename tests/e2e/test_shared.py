@@ -91,7 +91,8 @@ def test_visitors_own_their_runs_queue_and_cancel(shared_app, tmp_path):
     # B reloads the page (same browser id): its run is still there, and downloads as a loadable zip
     cb2, same, slot_choices = visitor(url, idb)
     assert same == idb and mine in choices_of({"choices": slot_choices})
-    path = cb2.predict(mine, api_name="/download_checkpoint")
+    shown = cb2.predict(mine, api_name="/download_checkpoint")  # the File component, made visible
+    path = shown["value"] if isinstance(shown, dict) else shown
     with zipfile.ZipFile(path) as z:
         z.extractall(tmp_path)
         assert sorted(n.split("/", 1)[1] for n in z.namelist()) == [
@@ -130,7 +131,7 @@ def test_the_shipped_checkpoints_and_hub_ids_stay_open(shared_app):
     client, _, choices = visitor(url)
     assert sorted(choices_of({"choices": choices})) == [B, A]
     ref, card = client.predict(B, api_name="/load_model_b")
-    assert ref == B and "**tiny-spt_lsa**" in card
+    assert ref == B and f"**{B}** (`tiny-spt_lsa`)" in card, card  # the folder's label, then the card's name
     # a Hub id is tried (offline here: the cache answers), and its failure names no server path
     ref, card = client.predict("someone/not-cached", api_name="/load_model_a")
     assert "not in the local Hugging Face cache" in card and str(ROOT) not in card
