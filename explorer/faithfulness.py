@@ -271,6 +271,57 @@ def faithfulness_report(pairs, images: np.ndarray, names=None, count: int = IMAG
                               min(randomisation_count, len(images)), fractions.tolist(), STEP, seed)
 
 
+def shipped_for(digest: str, path: str | Path = SHIPPED) -> tuple[ModelFaithfulness, str, int] | None:
+    """One model's part of the shipped report (its areas, the report's dataset and image count), when
+    `digest` is the weights' SHA-256 of one of the models it was computed for; else None."""
+    try:
+        report = FaithfulnessReport.from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not digest or digest not in report.weights:
+        return None
+    return report.models[report.weights.index(digest)], report.dataset, report.count
+
+
+# What a reader calls each kind of map beside the picture that shows it.
+SHOWN_AS = {"rollout": "attention rollout", "last-layer attention": "last-layer attention (mean of heads)",
+            "occlusion": "occlusion", "random": "a random ranking (for scale)"}
+
+
+def note(measured: list, kinds: tuple[str, ...], where: str = "") -> str:
+    """Markdown beside a picture of maps: how faithful each of `kinds` measured for each model, with the
+    random ranking for scale. `measured`: per model, (tag, label, (ModelFaithfulness, dataset, count) or
+    None); `where`: how to measure a model not measured yet."""
+    done = [(tag, m) for tag, _, m in measured if m is not None]
+    lines = []
+    if done:
+        dataset, count = done[0][1][1], done[0][1][2]
+        over = dataset if str(count) in dataset else f"the first {count} {dataset} test images"
+        header = "| map | " + " | ".join(f"{tag}: deletion ↓ | {tag}: insertion ↑" for tag, _ in done) + " |"
+        lines += [f"**How faithful these maps measured** (deletion and insertion areas over {over}; "
+                  f"docs/trust.md):", "", header, "|---|" + "---:|" * (2 * len(done))]
+        for kind in (*kinds, "random"):
+            lines.append(f"| {SHOWN_AS[kind]} | " + " | ".join(
+                f"{m[0].deletion_auc[kind]:.3f} | {m[0].insertion_auc[kind]:.3f}" for _, m in done) + " |")
+        verdicts: dict[str, list[str]] = {}
+        for tag, m in done:
+            better = [SHOWN_AS[k] for k in kinds if m[0].deletion_auc[k] < m[0].deletion_auc["random"]
+                      and m[0].insertion_auc[k] > m[0].insertion_auc["random"]]
+            worse = [SHOWN_AS[k] for k in kinds if SHOWN_AS[k] not in better]
+            verdict = ((f"{' and '.join(better)} beat{'s' if len(better) == 1 else ''} a random ranking on both "
+                        f"curves" if better else "") + ("; " if better and worse else "")
+                       + (f"{' and '.join(worse)} not on both: read {'it' if len(worse) == 1 else 'them'} with "
+                          f"care" if worse else "") + ".")
+            verdicts.setdefault(verdict, []).append(tag)
+        for verdict, tags in verdicts.items():
+            lines += ["", f"{' and '.join(tags)}: {verdict}"]
+    missing = [f"{tag}: {label}" for tag, label, m in measured if m is None]
+    if missing:
+        lines += ["", f"_How faithful the maps are is not measured yet for {'; '.join(missing)}."
+                      + (f" {where[0].upper()}{where[1:]}." if where else "") + "_"]
+    return "\n".join(lines).strip()
+
+
 def shipped(digests: list[str], path: str | Path = SHIPPED) -> FaithfulnessReport | None:
     """The report computed once for the shipped pair, when `digests` are its weights'; else None."""
     try:

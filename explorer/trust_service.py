@@ -22,6 +22,10 @@ class TrustService:
     reports: trust.ReportCache = field(default_factory=trust.ReportCache)
     tables: trust.ReportCache = field(default_factory=trust.ReportCache)
     faithful: trust.ReportCache = field(default_factory=trust.ReportCache)
+    # A model's own part of any faithfulness report computed here, by its identity: what the Attention and
+    # Evidence tabs show beside its maps (with the report's dataset and image count).
+    by_model: trust.ReportCache = field(default_factory=lambda: trust.ReportCache(64))
+    digests: trust.ReportCache = field(default_factory=lambda: trust.ReportCache(64))  # identity -> weights' SHA-256
 
     def report(self, models, data: trust.LabelledSet, progress=None) -> tuple[trust.TrustReport, bool]:
         """(the pair's report on `data`, whether it came from the cache)."""
@@ -60,4 +64,18 @@ class TrustService:
             return found, "cache"
         report = faithfulness.faithfulness_report(models, images, count=count, dataset=dataset, progress=progress)
         self.faithful.put(key, report)
+        for model, measured in zip(models, report.models, strict=True):
+            self.by_model.put(model.identity, (measured, report.dataset, report.count))
         return report, "computed"
+
+    def measured(self, model) -> tuple[faithfulness.ModelFaithfulness, str, int] | None:
+        """How faithful `model`'s maps measured, if they have been: (its curves and areas, on what, on how
+        many images), from a report computed here or the shipped one; None when never measured."""
+        found = self.by_model.get(model.identity)
+        if found is None:
+            digest = self.digests.get(model.identity)
+            if digest is None:
+                digest = corruptions.weights_digest(model.folder)
+                self.digests.put(model.identity, digest)
+            found = faithfulness.shipped_for(digest)
+        return found

@@ -103,3 +103,37 @@ def test_shipped_report_is_the_shipped_pairs():
         # Occlusion ranks by the quantity deletion measures: on trained models it beats a random ranking.
         assert m.deletion_auc["occlusion"] < m.deletion_auc["random"]
         assert m.rank_correlation["rollout"][0] == pytest.approx(1.0)
+
+
+def _measured(name, deletion, insertion):
+    kinds = list(deletion)
+    return ff.ModelFaithfulness(name, {}, {}, deletion, insertion, dict.fromkeys(kinds, 0.0),
+                                dict.fromkeys(kinds, 0.0))
+
+
+def test_note_gives_each_map_against_a_random_ranking_and_what_is_not_measured():
+    a = _measured("a", {"rollout": 0.2, "last-layer attention": 0.5, "random": 0.4},
+                  {"rollout": 0.6, "last-layer attention": 0.45, "random": 0.5})
+    text = ff.note([("A", "a", (a, "cifar10", 32)), ("B", "b", None)], ("rollout", "last-layer attention"),
+                   "measure it there")
+    assert "over the first 32 cifar10 test images" in text
+    assert "| attention rollout | 0.200 | 0.600 |" in text
+    assert "| a random ranking (for scale) | 0.400 | 0.500 |" in text
+    assert ("A: attention rollout beats a random ranking on both curves; last-layer attention (mean of heads) "
+            "not on both: read it with care.") in text
+    assert text.endswith("_How faithful the maps are is not measured yet for B: b. Measure it there._")
+    both = ff.note([("A", "a", (a, "the first 32 test images", 32)), ("B", "b", (a, "x", 32))], ("rollout",))
+    assert "over the first 32 test images;" in both and "A and B: attention rollout beats" in both
+    neither = ff.note([("A", "a", None), ("B", "b", None)], ("occlusion",))
+    assert neither == "_How faithful the maps are is not measured yet for A: a; B: b._"
+
+
+def test_shipped_for_finds_one_model_by_its_weights():
+    from explorer.corruptions import weights_digest
+    if not ff.SHIPPED.is_file():
+        pytest.skip("not computed yet: python tools/make_trust_results.py faithfulness")
+    digest = weights_digest(ROOT / "checkpoints" / "cifar10-spt_lsa")
+    measured, dataset, count = ff.shipped_for(digest)
+    assert measured.name == "cifar10-spt_lsa" and count == 32 and "32" in dataset
+    assert ff.shipped_for(weights_digest(ROOT / "checkpoints" / "cifar10-lsa")) is None
+    assert ff.shipped_for("") is None

@@ -62,3 +62,29 @@ def test_the_tab_is_on_the_page_with_named_events(tiny_checkpoints, data_dir, tm
     demo = build_demo(AppState(root=root, data_dir=str(data_dir)))
     names = {d.get("api_name") for d in demo.config["dependencies"]}
     assert {"trust_report", "trust_cell_a", "trust_cell_b", "trust_corruptions", "trust_faithfulness"} <= names
+
+
+def test_faithfulness_is_measured_then_shown_beside_the_maps(tab):
+    from explorer.ui.trust import map_note
+    note = map_note(tab.app, ("rollout", "last-layer attention"))
+    before = note("cifar10-vanilla", "cifar10-spt_lsa")
+    label_a, label_b = (tab.app.model(ref).label for ref in ("cifar10-vanilla", "cifar10-spt_lsa"))
+    assert f"not measured yet for A: {label_a}; B: {label_b}." in before
+    assert "|" not in before and "Which map to trust" in before
+    summary, figure, table, files = tab.trust_faithfulness("cifar10-vanilla", "cifar10-spt_lsa",
+                                                           progress=no_progress)
+    assert "32 images" in summary and "(computed)" in summary and figure.ndim == 3
+    assert len(table) == 8 and {Path(f).name for f in files} >= {"faithfulness.csv", "faithfulness.png"}
+    shown = {(r["model"], r["map"]): r for _, r in table.iterrows()}
+    after = note("cifar10-vanilla", "cifar10-spt_lsa")
+    assert "not measured" not in after
+    # The note's numbers are the table's, row by row, for both models; occlusion belongs to Evidence's note.
+    rollout = next(line for line in after.splitlines() if line.startswith("| attention rollout"))
+    cells = [c.strip() for c in rollout.strip("|").split("|")][1:]
+    assert cells == [shown[(m, "rollout")][col] for m in (label_a, label_b)
+                     for col in ("deletion AUC (lower is better)", "insertion AUC (higher is better)")]
+    assert "occlusion" not in after and "random ranking" in after
+    occlusion = map_note(tab.app, ("occlusion",))("cifar10-spt_lsa", "cifar10-vanilla")
+    assert "| occlusion |" in occlusion and "attention rollout" not in occlusion
+    again = tab.trust_faithfulness("cifar10-vanilla", "cifar10-spt_lsa", progress=no_progress)
+    assert "(cache)" in again[0]

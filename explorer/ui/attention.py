@@ -16,6 +16,7 @@ from explorer.checkpoints import CheckpointError
 from explorer.ui import what_if
 from explorer.ui.context import UNLISTED, AppState, Page, initial, quiet
 from explorer.ui.pictures import PLOT_MIN, as_pictures, drawn, picture
+from explorer.ui.trust import map_note
 from explorer.workbench import HEAD_ALL, HEAD_MEAN, PARTS, analyze_pair, query_patch, side_by_side_pictures, square
 
 QUERY_PICKER = 224
@@ -185,6 +186,7 @@ def build(app: AppState, page: Page) -> AttentionTab:
     first = (page.first, *page.refs, layers - 1, HEAD_ALL, 16.0, 16.0)
     maps0, rollout0, caption0, cell0 = initial(tab.attention, *first, default=(None, None, "", None))
     locality0 = initial(tab.locality, page.first, *page.refs, SCOPES[0], default=(None, None, None))
+    note = map_note(app, ("rollout", "last-layer attention"))
     with gr.Tab("Attention", id="attention") as attention_tab:
         with gr.Row():
             with gr.Column(scale=1, min_width=240):
@@ -204,6 +206,7 @@ def build(app: AppState, page: Page) -> AttentionTab:
             with gr.Column(scale=3):
                 caption = gr.Markdown(caption0, elem_id="attn-caption")
                 rollout = picture("attention rollout: A | B", elem_id="rollout", value=rollout0)
+                faithful = gr.Markdown(initial(note, *page.refs, default=""), elem_id="attn-faithfulness")
         maps = picture("from the query: the chosen layer, then every layer × head · A | B", elem_id="maps",
                        value=maps0)
         with gr.Accordion("Locality: mean attention distance and entropy", open=True):
@@ -230,6 +233,8 @@ def build(app: AppState, page: Page) -> AttentionTab:
     gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn,
           **UNLISTED)
     gr.on(page.new_models(), tab.choices, [*page.loaded, layer, head], [layer, head], api_name=False)
+    gr.on(page.new_models(), note, list(page.loaded), [faithful], api_name=False)
+    page.from_tabs.map_notes.append((faithful, note))
     page.upload.change(tab.query_picker, [page.upload], [picker], api_name=False)
     picker.select(tab.pick_query, inputs[:5], [qy, qx, *query_outputs], api_name=False, **attn)
     cell.change(None, [cell], None, js=OUTLINE_JS)

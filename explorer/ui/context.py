@@ -24,6 +24,7 @@ from explorer.finetune.runner import FineTuneRunner
 from explorer.inputs import DecodedImages, ImageInputError
 from explorer.samples import TestImages
 from explorer.settings import Settings
+from explorer.trust_service import TrustService
 from explorer.visitors import FINETUNED, RunStore, SharedLimits, new_visitor_id, owner_key, shared_mode
 from explorer.workbench import ModelStore, ResultCache
 
@@ -68,6 +69,9 @@ class TabComponents:
     finetune_runs: gr.Dropdown | None = None  # the visitor's fine-tuned checkpoints: listed as a page opens
     query_cell: gr.JSON | None = None         # Attention's query patch: the page draws its outline ...
     outline_js: str | None = None             # ... with this script, once the page has loaded
+    # Notes beside a kind of map (how faithful it measured), each with the handler that writes it: redrawn
+    # when the Trust tab has measured the pair.
+    map_notes: list = field(default_factory=list)
 
 
 @dataclass
@@ -180,6 +184,7 @@ class AppState:
         self.store = ModelStore(self.root, cache_dir=hub_cache,
                                 max_hub_bytes=int(self.shared_limits.max_hub_mb * 1e6) if self.shared else None)
         self.cache = ResultCache()
+        self.trust = TrustService()  # the Trust tab's reports; its faithfulness is shown beside the maps
         self.plots = plots.PlotCache()
         self.images = DecodedImages(max_pixels=settings.max_pixels, max_bytes=settings.max_upload_mb * 2**20)
         self.tests = TestImages(self.data_dir, settings=settings)

@@ -14,6 +14,7 @@ from explorer.formatting import pct
 from explorer.render_evidence import plot_shift_robustness
 from explorer.ui.context import AppState, NotApplicable, Page, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
+from explorer.ui.trust import map_note
 from explorer.workbench import picture_title
 
 TOP1, LABEL = "each model's top-1", "the true label"
@@ -178,6 +179,7 @@ def build(app: AppState, page: Page) -> EvidenceTab:
     fill0 = next(iter(FILLS))
     occ0, occ_text0 = initial(tab.evidence, page.first, *page.refs, TOP1, fill0, 1, default=(None, ""))
     strip0 = initial(tab.shift_strip, page.first, *page.refs, 4, "zero")
+    note = map_note(app, ("occlusion",))
     with gr.Tab(TAB, id="evidence") as evidence_tab:
         gr.Markdown(TEXT, elem_id="evidence-text")
         with gr.Row():
@@ -187,6 +189,7 @@ def build(app: AppState, page: Page) -> EvidenceTab:
         occ_btn = gr.Button("Show evidence", variant="primary", elem_id="evidence-btn")
         occ_text = gr.Markdown(occ_text0, elem_id="evidence-summary")
         occ_map = picture("occlusion: the drop in probability per patch · A | B", elem_id="occlusion", value=occ0)
+        faithful = gr.Markdown(initial(note, *page.refs, default=""), elem_id="evidence-faithfulness")
         with gr.Row():
             count = gr.Slider(50, 1000, value=200, step=50, label="test images (the first N)")
             max_shift = gr.Slider(1, 8, value=4, step=1, label="largest shift S (pixels)")
@@ -218,4 +221,6 @@ def build(app: AppState, page: Page) -> EvidenceTab:
                   [rob_plot, rob_table, rob_text], api_name="robustness", concurrency_limit=2)
     gr.on(page.new_models(), lambda: (None, None, OTHER_MODELS), None, [rob_plot, rob_table, rob_text],
           api_name=False, queue=False)
+    gr.on(page.new_models(), note, list(page.loaded), [faithful], api_name=False)
+    page.from_tabs.map_notes.append((faithful, note))
     return tab

@@ -13,7 +13,6 @@ import pandas as pd
 from explorer import corruptions, faithfulness, render_trust, trust
 from explorer.data import DatasetError
 from explorer.formatting import pct
-from explorer.trust_service import TrustService
 from explorer.ui.context import AppState, Page
 
 TAB = "Trust"
@@ -47,7 +46,7 @@ def _interval(c: trust.ClassAccuracy) -> str:
 class TrustTab:
     def __init__(self, app: AppState):
         self.app = app
-        self.service = TrustService()
+        self.service = app.trust
 
     def _set(self, source: str, zip_file, count, ref_b: str, names: list[str], request, progress):
         if source == ZIP:
@@ -205,6 +204,22 @@ class TrustTab:
         return summary, figure, pd.DataFrame(shown, columns=FAITH_COLUMNS), files
 
 
+MEASURE_HERE = "the Trust tab's **Which map to trust** measures both slots' models"
+
+
+def map_note(app: AppState, kinds: tuple[str, ...]):
+    """A handler writing how faithful each of `kinds` of map measured for the slots' models (the shipped
+    pair's numbers ship with the app; other models' once the Trust tab has measured them)."""
+    def note(ref_a: str, ref_b: str, request: gr.Request = None) -> str:
+        try:
+            models = app.pair(ref_a, ref_b, request)
+        except gr.Error:
+            return ""
+        return faithfulness.note([(tag, m.label, app.trust.measured(m)) for tag, m in zip("AB", models, strict=True)],
+                                 kinds, MEASURE_HERE)
+    return note
+
+
 def _range(interval) -> str:
     return f"95 % interval {100 * interval[0]:.1f}–{100 * interval[1]:.1f} %"
 
@@ -263,7 +278,9 @@ def build(app: AppState, page: Page) -> TrustTab:
     table_b.select(tab.cell_b, [key], [cell, cell_text], api_name="trust_cell_b")
     corr_btn.click(tab.trust_corruptions, [page.slot_a, page.slot_b, count],
                    [corr_text, corr_plot, corr_table, corr_files], api_name="trust_corruptions", concurrency_limit=1)
-    faith_btn.click(tab.trust_faithfulness, [page.slot_a, page.slot_b],
-                    [faith_text, faith_plot, faith_table, faith_files], api_name="trust_faithfulness",
-                    concurrency_limit=1)
+    measured = faith_btn.click(tab.trust_faithfulness, [page.slot_a, page.slot_b],
+                               [faith_text, faith_plot, faith_table, faith_files], api_name="trust_faithfulness",
+                               concurrency_limit=1)
+    for shown, write in page.from_tabs.map_notes:  # the Attention and Evidence tabs' notes now have numbers
+        measured.success(write, [page.slot_a, page.slot_b], [shown], api_name=False)
     return tab
