@@ -40,6 +40,44 @@ KNOWN = ("cat", "deer", "dog", "frog", "horse")
 NEW_CLASSES = 10
 SIX_CLASSES = 6
 ROWS = ("base", "probe", "default", "frozen", "scratch", "old")
+# Margins (in McNemar standard errors) a fine-tuned epoch must clear over its start: the default recipe
+# runs with the app's FT_MARGIN_Z; the others are scored from the same runs (see watch_settle).
+MARGINS = (1.0, 1.5, 2.0, 2.5)
+
+
+def watch_settle(test_x: np.ndarray, test_y: np.ndarray, seen: dict):
+    """Wraps the fine-tune's settle so that, before it decides, the test top-1 of both candidates (the
+    fine-tuned epoch validation chose, and the fallback: the start's backbone with its fallback head) and
+    the epoch's paired gain on the validation images are put in `seen`. A stricter margin than the run's
+    only turns a kept epoch into its fallback, whose test top-1 is then known: the margin sweep is exact."""
+    import explorer.finetune.tuning as tuning
+    from explorer.finetune.linear import paired_gain
+    from explorer.models import HEAD
+    from explorer.predict import predict_logits
+    original = tuning.settle
+
+    def settle(model, record, start_weights, choice, val):
+        seen.clear()
+        if choice is not None and record["training"]["kept_epoch"]:
+            top1 = lambda: float((predict_logits(model, test_x).argmax(-1) == test_y).mean())  # noqa: E731
+            tuned, epoch = model.get_weights(), top1()
+            gained, lost = paired_gain(predict_logits(model, val[0]).argmax(-1) == val[1], choice.start_correct)
+            model.set_weights(start_weights)
+            model.get_layer(HEAD).set_weights(list(choice.fallback))
+            seen.update(epoch=epoch, fallback=top1(), gained=gained, lost=lost)
+            model.set_weights(tuned)
+        return original(model, record, start_weights, choice, val)
+
+    tuning.settle = settle
+    return original
+
+
+def kept_at(margin: float, top1: float, seen: dict) -> float:
+    """The default run's test top-1 had it needed `margin` standard errors (at least the run's own)."""
+    from explorer.finetune.linear import clearly_better
+    if not seen:
+        return top1
+    return seen["epoch"] if clearly_better(seen["gained"], seen["lost"], margin) else seen["fallback"]
 
 
 def _png(image: np.ndarray) -> bytes:
@@ -74,18 +112,21 @@ def _superclass_zip(folder: Path, x: np.ndarray, y: np.ndarray, coarse: list[str
 
 
 def draw_zips(folder: Path, data: Path, draw: int) -> dict[str, Path]:
-    """The known-classes, new-classes and six-classes zips of draw `draw` (see the module's docstring)."""
+    """The known-classes, new-classes and six-classes zips of draw `draw` (see the module's docstring); from
+    draw 5 on only new and six (the known zips have used every test image of their classes by then)."""
     test = _unpickle(data / "cifar-10-batches-py" / "test_batch")
     names = [n.decode() for n in _unpickle(data / "cifar-10-batches-py" / "batches.meta")[b"label_names"]]
     x, y = _pixels(test), np.asarray(test[b"labels"])
+    zips = {}
     keep = []
     for c in KNOWN:
         members = np.flatnonzero(y == names.index(c))
         order = members[np.random.default_rng([7, names.index(c)]).permutation(len(members))]
         keep.append(order[200 * draw:200 * (draw + 1)])
     keep = np.sort(np.concatenate(keep))
-    known = _write_zip(folder / f"cifar10-5-known-d{draw}.zip", x[keep],
-                       np.asarray([KNOWN.index(names[i]) for i in y[keep]]), list(KNOWN))
+    if len(keep):
+        zips["known"] = _write_zip(folder / f"cifar10-5-known-d{draw}.zip", x[keep],
+                                   np.asarray([KNOWN.index(names[i]) for i in y[keep]]), list(KNOWN))
     c100 = data / "cifar-100-python"
     coarse = [n.decode() for n in _unpickle(c100 / "meta")[b"coarse_label_names"]]
     xs, ys = [], []
@@ -94,20 +135,25 @@ def draw_zips(folder: Path, data: Path, draw: int) -> dict[str, Path]:
         xs.append(_pixels(batch))
         ys.append(np.asarray(batch[b"coarse_labels"]))
     x, y = np.concatenate(xs), np.concatenate(ys)
-    return {"known": known, "new": _superclass_zip(folder, x, y, coarse, NEW_CLASSES, 11, draw, "new"),
+    return {**zips, "new": _superclass_zip(folder, x, y, coarse, NEW_CLASSES, 11, draw, "new"),
             "six": _superclass_zip(folder, x, y, coarse, SIX_CLASSES, 13, draw, "six")}
 
 
 def probe_accuracy(model, ds) -> float:
     """Logistic regression on the frozen pooled features of all training images; its L2 chosen on a 10 %
     validation split of them, then refitted on all of them."""
-    from explorer.batches import split_validation
     from explorer.finetune.head import pooled_features
+    return probe_on_features(pooled_features(model, ds.x_train), ds.y_train, pooled_features(model, ds.x_test),
+                             ds.y_test, ds.num_classes)
+
+
+def probe_on_features(features, labels, test, test_labels, num_classes: int) -> float:
+    """probe_accuracy on features already pooled."""
+    from explorer.batches import split_validation
     from explorer.finetune.linear import fit_logistic, fit_probe
-    features, test = pooled_features(model, ds.x_train), pooled_features(model, ds.x_test)
-    (fx, fy), (vx, vy) = split_validation(features, ds.y_train, 0.1, 0)
-    l2 = fit_probe(fx, fy, ds.num_classes, vx, vy).l2
-    return fit_logistic(features, ds.y_train, ds.num_classes, l2).accuracy(test, ds.y_test)
+    (fx, fy), (vx, vy) = split_validation(features, labels, 0.1, 0)
+    l2 = fit_probe(fx, fy, num_classes, vx, vy).l2
+    return fit_logistic(features, labels, num_classes, l2).accuracy(test, test_labels)
 
 
 def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, out: Path,
@@ -140,12 +186,26 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
 
     def run(row, tc, scratch=False):
         start = time.perf_counter()
+        seen: dict = {}
         if scratch:
             result = train_new(config, card.preset, ds, tc, out, f"{ref}-{row}", verbose=0)
         else:
-            result = fine_tune(base, ds, tc, out, f"{ref}-{row}", verbose=0)
+            original = watch_settle(ds.x_test, ds.y_test, seen)
+            try:
+                result = fine_tune(base, ds, tc, out, f"{ref}-{row}", verbose=0)
+            finally:
+                import explorer.finetune.tuning
+                explorer.finetune.tuning.settle = original
         kept = result["training"].get("kept_epoch")
         record(row, result["metrics"]["test_top1"], time.perf_counter() - start)
+        if row == "default":
+            top1 = result["metrics"]["test_top1"]
+            results[(zip_name, ref, "margins")] = ({m: kept_at(m, top1, seen) for m in MARGINS}, None)
+            if seen:
+                spread = np.sqrt(seen["gained"] + seen["lost"]) or 1.0
+                print(f"    epoch vs fallback: test {100 * seen['epoch']:.1f} % vs {100 * seen['fallback']:.1f} %; "
+                      f"validation +{seen['gained']} -{seen['lost']} ({(seen['gained'] - seen['lost']) / spread:.2f} "
+                      f"standard errors)", flush=True)
         t = result["training"]
         print(f"    {t['planned_epochs']} epochs x batch {t['batch_size']}, lr {t['recipe']['learning_rate']:g}, "
               f"{t['steps']} steps, {t['images_per_second']} images/s", flush=True)
@@ -217,6 +277,22 @@ def main():
                 print(f"| {zip_name} | {ref} | {100 * np.mean([b for _, b in pairs]):.1f} % | "
                       f"{100 * np.mean([a for a, _ in pairs]):.1f} % | {np.mean(gaps):+.2f} | {min(gaps):+.2f} |")
         print("goals: default mean >= probe mean; no draw under -1.50")
+        print("\nThe same runs had a fine-tuned epoch needed more standard errors over its start (the run used "
+              "FT_MARGIN_Z): default - probe, mean / worst draw / draws under -1.5")
+        print("| zip | model | " + " | ".join(f"z >= {m:g}" for m in MARGINS) + " |")
+        print("|---|---|" + "---|" * len(MARGINS))
+        every = {m: [] for m in MARGINS}
+        for zip_name in args.zips.split(","):
+            for ref in args.models.split(","):
+                cells = []
+                for m in MARGINS:
+                    gaps = [100 * (results[(f"{zip_name}-d{d}", ref, "margins")][0][m]
+                                   - results[(f"{zip_name}-d{d}", ref, "probe")][0]) for d in range(args.draws)]
+                    every[m] += gaps
+                    cells.append(f"{np.mean(gaps):+.2f} / {min(gaps):+.1f} / {sum(g < -1.5 for g in gaps)}")
+                print(f"| {zip_name} | {ref} | " + " | ".join(cells) + " |")
+        print("| **all** | | " + " | ".join(f"**{np.mean(g):+.2f} / {min(g):+.1f} / {sum(x < -1.5 for x in g)}**"
+                                           for g in every.values()) + " |")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,13 @@ cross-validation (explorer.finetune.linear.cross_validated_probe) gives every L2
 correctness and log-loss; each rule picks an L2 from those, and the probe at that L2, refitted on every
 training image (as the fine-tune's fallback is), is scored on the zip's test images. Printed: every draw, the
 mean per kind and model, and the mean over all draws, for each rule and for the best L2 in hindsight (the
-oracle, which no rule can see). Accuracy only: timings here would mean nothing beside other work.
+oracle, which no rule can see); and each rule against the quality bench's reference probe
+(finetune_quality.probe_accuracy: L2 chosen on one 10 % split): the mean difference, the worst draw and the
+draws more than 1.5 points under it (the quality bench's goal). `--first-draw 5` judges the rules on draws
+the quality bench never reports (new and six only: the known zips run out of images after draw 4).
+Accuracy only: timings here would mean nothing beside other work.
 
-    python bench/probe_l2.py [--draws 5]
+    python bench/probe_l2.py [--draws 5] [--first-draw 0]
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from _common import ROOT, data_dir
-from finetune_quality import draw_zips
+from finetune_quality import draw_zips, probe_on_features
 
 KINDS = ("known", "new", "six")
 MODELS = ("cifar10-vanilla", "cifar10-spt_lsa")
@@ -35,14 +39,21 @@ def _within(values: dict[float, np.ndarray], best: float, k: float, higher_is_be
     return best
 
 
-def rules(choice) -> dict[str, float]:
-    """Each rule's L2 from one cross-validation's out-of-fold correctness and log-loss per L2."""
+def rules(choice, repeats) -> dict[str, float]:
+    """Each rule's L2 from one cross-validation's out-of-fold correctness and log-loss per L2 (`choice`),
+    and from `repeats`, cross-validations with other fold seeds."""
     from explorer.finetune.linear import choose_l2
     correct = {k: v.astype(float) for k, v in choice.correct_by_l2.items()}
     loss = choice.loss_by_l2
     top = max(correct, key=lambda l2: (correct[l2].mean(), l2))
     low = min(loss, key=lambda l2: (loss[l2].mean(), -l2))
+    every = [choice, *repeats]
+    pooled_correct = {l2: np.concatenate([c.correct_by_l2[l2] for c in every]) for l2 in correct}
+    pooled_loss = {l2: np.concatenate([c.loss_by_l2[l2] for c in every]) for l2 in correct}
     return {"most right, then log-loss (used)": choose_l2(choice.correct_by_l2, loss),
+            f"same, {len(every)} fold draws pooled": choose_l2(pooled_correct, pooled_loss),
+            f"lowest log-loss, {len(every)} fold draws pooled": min(pooled_loss,
+                                                                    key=lambda l2: (pooled_loss[l2].mean(), -l2)),
             "most right, 1 SE stronger": _within(correct, top, 1.0, True),
             "most right, 0.5 SE stronger": _within(correct, top, 0.5, True),
             "lowest log-loss": low,
@@ -52,6 +63,9 @@ def rules(choice) -> dict[str, float]:
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--draws", type=int, default=5)
+    p.add_argument("--first-draw", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=2, help="extra cross-validations (other fold seeds) for the "
+                                                          "pooled rules")
     args = p.parse_args()
     from explorer.checkpoints import load_checkpoint
     from explorer.finetune.head import pooled_features
@@ -59,10 +73,11 @@ def main():
     from explorer.folders import read_image_zip
     models = {ref: load_checkpoint(ROOT / "checkpoints" / ref)[0] for ref in MODELS}
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    versus: dict[tuple[str, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for draw in range(args.draws):
+        for draw in range(args.first_draw, args.first_draw + args.draws):
             zips = draw_zips(Path(tmp), Path(data_dir()), draw)
-            for kind in KINDS:
+            for kind in (k for k in KINDS if k in zips):
                 ds = read_image_zip(zips[kind])
                 for ref, model in models.items():
                     x = ds.x_train
@@ -73,13 +88,17 @@ def main():
                     fit_x, fit_y = both, np.concatenate([ds.y_train, ds.y_train])
                     by_l2 = {l2: 100 * fit_logistic(fit_x, fit_y, ds.num_classes, l2).accuracy(test, ds.y_test)
                              for l2 in L2_GRID}
-                    picked = rules(choice)
+                    repeats = [cross_validated_probe(plain, ds.y_train, ds.num_classes, extra=mirror, seed=s)
+                               for s in range(1, 1 + args.repeats)]
+                    picked = rules(choice, repeats)
                     row = {name: by_l2[l2] for name, l2 in picked.items()}
                     row["oracle"] = max(by_l2.values())
                     results.setdefault((kind, ref), []).append(row)
+                    reference = 100 * probe_on_features(plain, ds.y_train, test, ds.y_test, ds.num_classes)
+                    versus.setdefault((kind, ref), []).append({n: v - reference for n, v in row.items()})
                     print(f"{kind:5s} d{draw} {ref:16s} {len(x)} train / {len(ds.x_test)} test: "
                           + "; ".join(f"{name} {by_l2[l2]:.1f} % (L2 {l2:g})" for name, l2 in picked.items())
-                          + f"; oracle {row['oracle']:.1f} %", flush=True)
+                          + f"; oracle {row['oracle']:.1f} %; reference probe {reference:.1f} %", flush=True)
     names = list(next(iter(results.values()))[0])
     print("\n| zip | model | " + " | ".join(names) + " |")
     print("|---|---|" + "---:|" * len(names))
@@ -88,6 +107,16 @@ def main():
     every = [r for rows in results.values() for r in rows]
     print(f"| **all {len(every)}** | | " + " | ".join(f"**{np.mean([r[n] for r in every]):.2f}**" for n in names)
           + " |")
+    print("\nAgainst the quality bench's reference probe: mean difference / worst draw / draws under -1.5")
+    print("\n| zip | model | " + " | ".join(names) + " |")
+    print("|---|---|" + "---:|" * len(names))
+    def cell(rows, n):
+        gaps = [r[n] for r in rows]
+        return f"{np.mean(gaps):+.2f} / {min(gaps):+.1f} / {sum(g < -1.5 for g in gaps)}"
+    for (kind, ref), rows in versus.items():
+        print(f"| {kind} | {ref} | " + " | ".join(cell(rows, n) for n in names) + " |")
+    every = [r for rows in versus.values() for r in rows]
+    print(f"| **all {len(every)}** | | " + " | ".join(f"**{cell(every, n)}**" for n in names) + " |")
 
 
 if __name__ == "__main__":
