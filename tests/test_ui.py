@@ -113,6 +113,24 @@ def test_load_failure_keeps_the_previous_model(ex, tmp_path):
         shutil.rmtree(broken)
 
 
+def test_a_link_reopens_its_models_and_tab_and_a_plain_open_changes_nothing(ex):
+    slots = Slots(ex, FinetuneTab(ex), {"attention": "Attention"})
+    plain = slots.reopen(B, A, A, B, "attention", False)
+    assert all(u == {"__type__": "update"} for u in plain)
+    # From a link: the view's models (B in slot A, A in slot B) loaded, the tab opened, everything redrawn.
+    ref_a, ref_b, held_a, held_b, card_a, card_b, tabs, label, redraw = slots.reopen(B, A, A, B, "attention", True)
+    assert (ref_a, ref_b, held_a, held_b) == (B, A, B, A)
+    assert "`spt_lsa`" in card_a and "`vanilla`" in card_b
+    assert tabs.selected == "attention" and label == "Attention" and redraw
+    assert slots.reopen(A, B, A, B, "", True)[-1] != redraw  # every reopening redraws, models changed or not
+    # A model the link names that does not load: the page's default in its slot, and the card says why.
+    ref_a, ref_b, held_a, held_b, card_a, card_b, tabs, label, _ = slots.reopen(A, "nobody/nothing@main", A, B,
+                                                                                "no-such-tab", True)
+    assert (ref_a, held_a, card_a) == ({"__type__": "update"},) * 3
+    assert ref_b == held_b == ex.initial_refs()[1] and "the link's model B could not be opened" in card_b
+    assert "`spt_lsa`" in card_b and tabs == label == {"__type__": "update"}
+
+
 def test_new_checkpoints_appear_without_a_restart(ex):
     extra = ex.root / "finetuned" / "later-run"
     shutil.copytree(ex.root / A, extra)

@@ -87,11 +87,13 @@ class Page:
     tab: gr.State | None = None       # the label of the tab this visitor has open (set by the shell)
     loaded: tuple = ()                # States that change when a slot has loaded another model
     cards: tuple = ()                 # the slots' cards (what each loaded model is)
+    reopened: gr.State | None = None  # changes when a link to a view has reopened it: everything is redrawn
 
     def new_input(self) -> list:
         """The events after which an image's analysis is out of date: a new image, or another model loaded
-        into a slot (a failed load keeps the slot's model, and its analysis)."""
-        return [self.upload.change, *self.new_models()]
+        into a slot (a failed load keeps the slot's model, and its analysis), or a view reopened from a link
+        (what a link saves is what the page showed, not always what its last answers were)."""
+        return [self.upload.change, *self.new_models(), *([self.reopened.change] if self.reopened else [])]
 
     def held(self, inputs: list) -> list:
         """`inputs` with each slot's dropdown replaced by the State holding the model it has loaded. An event

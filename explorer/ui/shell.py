@@ -3,6 +3,8 @@ the page does when a visitor arrives, refreshes the model lists or leaves."""
 
 from __future__ import annotations
 
+import uuid
+
 import gradio as gr
 
 from explorer.checkpoints import CheckpointError
@@ -90,9 +92,10 @@ class Slots:
     """The model slots' handlers: a card per model, loading with the previous model kept on failure; the
     lists of models (the slots', the Fine-tune tab's) as they are now."""
 
-    def __init__(self, app: AppState, finetune: FinetuneTab):
+    def __init__(self, app: AppState, finetune: FinetuneTab, tab_labels: dict[str, str] | None = None):
         self.app = app
         self.finetune = finetune  # the Fine-tune tab, whose list of the visitor's runs follows the slots' lists
+        self.tab_labels = tab_labels or {}  # each tab's label by its id: the tab a link reopens
 
     def card_markdown(self, ref: str | None, error: str | None = None, request=None) -> str:
         return card_markdown(self.app, ref, error, request)
@@ -137,6 +140,34 @@ class Slots:
         return (gr.update(choices=choices), gr.update(choices=choices), gr.update(choices=base_choices(choices)),
                 self.finetune.mine(request))
 
+    def reopen(self, a: str | None, b: str | None, loaded_a: str | None, loaded_b: str | None, tab: str | None,
+               linked: bool = False, request: gr.Request = None):
+        """A page opens. From a link to a view (Gradio's deep link: `linked`), its slots hold the models the
+        view showed and `tab` the tab that was open: the models are loaded into the slots and their States,
+        the tab is opened, and `reopened` changes so that every analysis is redone for the models and image
+        now on the page. A model this visitor may not have (someone's fine-tuned run in a shared
+        Space) or one that no longer loads is replaced by the page's default, and its card says why. A
+        plain page open changes nothing."""
+        keep = gr.update()
+        if not linked:
+            return (keep,) * 9
+        cards, refs, states = [keep, keep], [keep, keep], [keep, keep]
+        for i, (tag, ref, held) in enumerate(zip("AB", (a, b), (loaded_a, loaded_b), strict=True)):
+            if not ref or ref == held:
+                continue
+            try:
+                self.app.model(ref, request)
+                card = self.card_markdown(ref, request=request)
+            except (CheckpointError, ValueError, OSError) as e:
+                why, ref = self.app.safe(e), self.app.initial_refs()[i]
+                card = self.card_markdown(ref, error=f"the link's model {tag} could not be opened: {why}",
+                                          request=request)
+            if ref:
+                self.app.shown(request, tag, ref)
+            refs[i], states[i], cards[i] = ref, ref, card
+        label = self.tab_labels.get(tab or "")
+        return (*refs, *states, *cards, gr.Tabs(selected=tab) if label else keep, label or keep, uuid.uuid4().hex)
+
     def visit(self, browser_id, request: gr.Request = None):
         """A page opens (shared mode): the visitor's id (a new one when the browser has none), their lists."""
         visitor = self.app.arrive(browser_id, request)
@@ -173,16 +204,23 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
             # the whole width for their tab buttons, tables and pictures.
             with gr.Column(scale=3, min_width=TABS_MIN):
                 page = Page(slot_a, slot_b, upload, refs, first.path if first else None, tab=gr.State("Compare"),
-                            loaded=loaded, cards=(card_a, card_b))
+                            loaded=loaded, cards=(card_a, card_b), reopened=gr.State(0))
                 tabs, finetune_tab = _tabs(app, page)
 
-        tabs.select(open_tab, None, [page.tab], api_name=False, queue=False)
+        # The open tab's id, kept where Gradio's deep link saves what the page shows (a State is not).
+        shown_tab = gr.Textbox("", visible=False, elem_id="open-tab")
+        tabs.select(tab_opener(tabs), None, [page.tab, shown_tab], api_name=False, queue=False)
         for btn, a, b in pair_btns:
             btn.click(_pick(a, b), None, [slot_a, slot_b], api_name=False, queue=False)
-        slots = Slots(app, finetune_tab)
+        slots = Slots(app, finetune_tab, {i: label for label, i in tab_ids(tabs).items()})
         _wire_slots(slots, page, refresh_btn)
         gr.api(_models_tool(app), api_name="models")
-        _wire_page_open(app, demo, slots, page, visitor)
+        # A link to a view reopens its models and tab once the visitor is known (whose runs they may open).
+        from_link = gr.Checkbox(False, visible=False)  # set by the page itself (FROM_LINK): a State would not be
+        _wire_page_open(app, demo, slots, page, visitor).then(
+            slots.reopen, [page.slot_a, page.slot_b, *page.loaded, shown_tab, from_link],
+            [page.slot_a, page.slot_b, *page.loaded, *page.cards, tabs, page.tab, page.reopened], api_name=False,
+            js=FROM_LINK)
     return demo
 
 
@@ -205,6 +243,9 @@ def _toolbar(app: AppState, ref_b: str | None) -> tuple[gr.Button, list[tuple[gr
     pairs, pair_btns = app.ablation_pairs(ref_b), []
     with gr.Row(equal_height=True):
         refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm", scale=0, min_width=220)
+        # Gradio's deep link: what the page shows is saved, and the copied link reopens it (see Slots.reopen).
+        gr.DeepLinkButton("Copy a link to this view", copied_value="Link copied", size="sm", scale=0,
+                          min_width=220)
         if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots
             gr.Markdown("**Ablation pairs** (A | B):", elem_id="pairs-label", scale=0, min_width=190)
             pair_btns = [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
@@ -251,22 +292,38 @@ def _models_tool(app: AppState):
     return models
 
 
-def _wire_page_open(app: AppState, demo: gr.Blocks, slots: Slots, page: Page, visitor) -> None:
+def _wire_page_open(app: AppState, demo: gr.Blocks, slots: Slots, page: Page, visitor):
     """What the page does as it opens (the query's outline drawn; the lists as they are now, and in shared
-    mode the visitor's id) and, in shared mode, as it closes."""
+    mode the visitor's id) and, in shared mode, as it closes. Returns the event that lists the models."""
     from_tabs = page.from_tabs
     demo.load(None, [from_tabs.query_cell], None, js=from_tabs.outline_js)
     lists = [page.slot_a, page.slot_b, from_tabs.finetune_base, from_tabs.finetune_runs]
     if app.shared:
-        demo.load(slots.visit, [visitor], [visitor, *lists], api_name="visitor", **UNLISTED)
+        opened = demo.load(slots.visit, [visitor], [visitor, *lists], api_name="visitor", **UNLISTED)
         demo.unload(app.leave)
-    else:  # the page was built when the app started: runs made since then are listed as it opens
-        demo.load(slots.lists, None, lists, api_name=False, queue=False)
+        return opened
+    # The page was built when the app started: runs made since then are listed as it opens.
+    return demo.load(slots.lists, None, lists, api_name=False, queue=False)
 
 
-def open_tab(evt: gr.SelectData) -> str:
-    """The label of the tab the visitor just opened (a tab that works only when looked at reads it)."""
-    return evt.value
+# The reopen handler's last input: whether the page was opened from a link to a view (Gradio's deep link).
+FROM_LINK = "(...args) => [...args.slice(0, -1), new URLSearchParams(location.search).has('deep_link')]"
+
+
+def tab_ids(tabs: gr.Tabs) -> dict[str, str]:
+    """Each tab's id by its label."""
+    return {child.label: child.id for child in tabs.children if isinstance(child, gr.Tab)}
+
+
+def tab_opener(tabs: gr.Tabs):
+    """The handler of a tab's opening: (its label, for a tab that works only when looked at; its id, for the
+    page's link to reopen it)."""
+    ids = tab_ids(tabs)
+
+    def open_tab(evt: gr.SelectData) -> tuple[str, str]:
+        return evt.value, ids.get(evt.value, "")
+
+    return open_tab
 
 
 def mcp_server(settings: Settings, enabled: bool = True) -> bool | None:

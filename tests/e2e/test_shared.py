@@ -137,6 +137,31 @@ def test_the_shipped_checkpoints_and_hub_ids_stay_open(shared_app):
     assert "not in the local Hugging Face cache" in card and str(ROOT) not in card
 
 
+def test_a_visitors_long_trust_computation_does_not_hold_up_anothers_clicks(shared_app, tmp_path, cifar10):
+    from gradio_client import handle_file
+    from PIL import Image
+    url, _, _ = shared_app
+    (cx, _, _), (cy, _, _) = visitor(url), visitor(url)
+    image = tmp_path / "x.png"
+    Image.fromarray(cifar10.x_test[5]).save(image)
+    # X asks for the corruption table of the pair (15 corruptions x 5 severities of 100 images)...
+    long = cx.submit(A, B, 100, api_name="/trust_corruptions")
+    deadline = time.time() + 120
+    while not long.status().code.name == "PROCESSING" and time.time() < deadline:
+        time.sleep(0.2)
+    assert long.status().code.name == "PROCESSING"
+    # ... and Y's clicks are answered while it runs, not after it.
+    for _ in range(3):
+        top_a, top_b, verdict = cy.predict(handle_file(str(image)), A, B, api_name="/compare")
+        assert "both say" in verdict or "disagree" in verdict
+        maps, rollout, caption, cell = cy.predict(handle_file(str(image)), A, B, 1, "all heads", 16.0, 16.0,
+                                                  api_name="/attention")
+        assert cell["grid"] > 0
+    assert not long.done(), "X's table finished before Y's clicks were answered: nothing was measured"
+    summary = long.result(timeout=900)[0]
+    assert "mCE" in summary or "corruption error" in summary, summary
+
+
 @pytest.fixture(scope="module")
 def app_with_a_hub(tmp_path_factory, tiny_checkpoints, data_dir):
     """A shared app whose Hub is a real HTTP server on 127.0.0.1 (tests/hub_server.py), reached by the real
