@@ -16,11 +16,13 @@ from explorer import plots
 from explorer.checkpoints import CheckpointError, read_card
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import DatasetError
+from explorer.finetune import head, tuning
 from explorer.finetune.backend import hardware
 from explorer.finetune.plan import ZIP, JobError, job_data, plan_job
 from explorer.finetune.queue import Busy, QueueFull
 from explorer.finetune.report import report
 from explorer.finetune.state import CancelAnswer
+from explorer.formatting import rate
 from explorer.reports import small_splits, without_top5
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import AppState, Page, expected, reporter, shares
@@ -49,19 +51,25 @@ def base_choices(slot_choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(PAIR, PAIR), (SCRATCH, SCRATCH)] + list(slot_choices)
 CURVES_EVERY_S = 10.0
 REPORTS_KEPT = 256
-HELP = """\
+def help_text(where: str, epochs: int, images: int) -> str:
+    """The tab's help: what a run does, with the default recipe's numbers read from the recipe's constants."""
+    return f"""\
 Fine-tunes **both slots' models on the same data, split and recipe** (one after the other), or one
 checkpoint alone, in a separate training process ({where}); the new checkpoints go into the model slots,
 so every tab then compares them. Upload a zip with one folder of images per class; it is split 80/20 into
 training and held-out test images. **The default recipe** (every number at 0): the head starts where it can
 already score (the base's own rows when your classes are among its classes, or a logistic regression on
-the frozen features where that does better on validation), then the whole model trains (AdamW, warmup +
-cosine, crop + flip; peak learning rate 5e-4, or 1e-4 for classes the base knows) for up to 500 steps and
-4,000 images, with a batch size scaled to your data, keeping the epoch that does best on a 10 % validation
-split (the starting head included). The training process stays up between runs with its models compiled:
-a repeat run of the same shape starts at once. On 2 CPU cores a first run costs most: starting the process
-and compiling both models took about two minutes for a pair on 60 images (a busy host); a repeat run of a
-pair takes about half a minute. Limits here: {epochs} epochs, {images:,} images."""
+the frozen features where that does better in 5-fold cross-validation), then the whole model trains (AdamW,
+warmup + cosine, crop + flip; peak learning rate {rate(tuning.FT_LEARNING_RATE)}, or
+{rate(tuning.FT_LEARNING_RATE_KNOWN)} for classes the base knows) for up to {tuning.FT_TARGET_STEPS:,} steps
+and {tuning.FT_IMAGE_BUDGET:,} images, with a batch size scaled to your data. The best epoch on a 10 %
+validation split is kept only when it beats its start clearly there (a net gain of over
+{head.FT_MARGIN_Z:g} standard error in images right); otherwise the run keeps the start (the base's rows,
+or the logistic regression refitted on every labelled image) and says why. The training process stays up
+between runs with its models compiled: a repeat run of the same shape starts at once. On 2 CPU cores a
+first run costs most: starting the process and compiling both models took about two minutes for a pair on
+60 images (a busy host); a repeat run of a pair takes about half a minute. Limits here: {epochs} epochs,
+{images:,} images."""
 
 
 def keep_progress(progress, fraction: float, desc: str, seconds: float, until=None) -> None:
@@ -348,7 +356,7 @@ def build(app: AppState, page: Page) -> FinetuneTab:
                     gr.DuplicateButton("Duplicate this Space to fine-tune on your own hardware", size="sm",
                                        scale=0, elem_id="duplicate")
         hw = hardware(app.runner.settings)
-        gr.Markdown(HELP.format(where=training_where(hw), epochs=app.limits.max_epochs, images=app.limits.max_images))
+        gr.Markdown(help_text(training_where(hw), app.limits.max_epochs, app.limits.max_images))
         gr.Markdown(hardware_note(hw), elem_id="ft-hardware")
         with gr.Row():
             base = gr.Dropdown(base_choices(choices), value=PAIR, label="fine-tune",

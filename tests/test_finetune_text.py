@@ -1,0 +1,28 @@
+"""The Fine-tune tab's help states the recipe's numbers from the constants the recipe uses."""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer.finetune import head, tuning
+from explorer.formatting import rate
+from explorer.ui.finetune import help_text
+
+
+def test_rate_is_written_as_people_write_it():
+    assert [rate(x) for x in (5e-4, 1e-4, 1e-3, 0.05, 0.1, 0.0)] == ["5e-4", "1e-4", "1e-3", "0.05", "0.1", "0"]
+
+
+def test_the_help_follows_the_recipes_constants(monkeypatch):
+    text = help_text("here", 30, 5000)
+    assert "5e-4, or\n1e-4 for classes the base knows" in text and "500 steps" in text and "4,000 images" in text
+    assert "over\n1 standard error" in text and "Limits here: 30 epochs,\n5,000 images." in text
+    monkeypatch.setattr(tuning, "FT_TARGET_STEPS", 750)
+    monkeypatch.setattr(head, "FT_MARGIN_Z", 1.5)
+    text = help_text("here", 30, 5000)
+    assert "750 steps" in text and "over\n1.5 standard error" in text
+
+
+@pytest.mark.parametrize("value", [tuning.FT_LEARNING_RATE, tuning.FT_LEARNING_RATE_KNOWN])
+def test_the_rates_round_trip(value):
+    assert float(rate(value)) == value
