@@ -95,9 +95,11 @@ def picture(fig: Figure) -> np.ndarray:
 
 
 def write_files(folder, summary: dict | None, pictures: dict[str, np.ndarray], corruption_rows=None,
-                corruption_header=None, faithfulness_rows=None, faithfulness_header=None) -> list[str]:
+                corruption_header=None, faithfulness_rows=None, faithfulness_header=None,
+                cards: dict[str, dict] | None = None) -> list[str]:
     """What the tab shows, as files in `folder`: trust.json (every number), confusion CSVs (one per model),
-    corruptions.csv, faithfulness.csv and each picture as PNG. Returns the paths."""
+    corruptions.csv, faithfulness.csv, each picture as PNG, and each model's card (`cards`: {"A": card's
+    JSON, ...}) as card_A.json, card_B.json. Returns the paths."""
     from PIL import Image
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,4 +130,8 @@ def write_files(folder, summary: dict | None, pictures: dict[str, np.ndarray], c
             path = folder / f"{name}.png"
             Image.fromarray(np.asarray(array)).save(path)
             out.append(path)
+    for tag, card in (cards or {}).items():
+        path = folder / f"card_{tag}.json"
+        path.write_text(json.dumps(card, indent=1))
+        out.append(path)
     return [str(p) for p in out]

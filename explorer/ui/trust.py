@@ -81,9 +81,9 @@ class TrustTab:
             raise gr.Error("the two models predict different classes; compare models of one dataset")
         data = self._set(source, zip_file, count, ref_b, b.class_names, request, progress)
         report, cached = self.service.report([a, b], data, lambda f, m: progress(f, desc=m))
-        return self._show(report, cached, ((a.identity, b.identity), data.key))
+        return self._show(report, cached, ((a.identity, b.identity), data.key), _cards(a, b))
 
-    def _show(self, report: trust.TrustReport, cached: bool, key):
+    def _show(self, report: trust.TrustReport, cached: bool, key, cards: dict[str, dict]):
         names, (ma, mb) = report.data.class_names, report.models
         titles = [f"{tag}: {m.name} · top-1 {pct(m.accuracy)}" for tag, m in zip("AB", report.models, strict=True)]
         confusion = render_trust.picture(render_trust.confusion_figure([ma.confusion, mb.confusion], names, titles))
@@ -107,7 +107,8 @@ class TrustTab:
                    f"the other {c.held_count:,}.")
         folder = tempfile.mkdtemp(prefix="trust-", dir=self.app.downloads_dir)
         files = render_trust.write_files(folder, report.summary(), {"confusion": confusion,
-                                                                    "reliability": reliability})
+                                                                    "reliability": reliability},
+                                         cards=cards)
         return (summary, confusion, tables[0], tables[1], classes, reliability, cal, galleries[0], galleries[1],
                 files, key)
 
@@ -170,7 +171,8 @@ class TrustTab:
                    f"{100 * table.relative_mce(1):.1f} %.")
         figure = render_trust.picture(render_trust.corruption_figure(table))
         folder = tempfile.mkdtemp(prefix="corruptions-", dir=self.app.downloads_dir)
-        files = render_trust.write_files(folder, None, {"corruptions": figure}, corruption_rows=table.rows(),
+        files = render_trust.write_files(folder, None, {"corruptions": figure}, cards=_cards(a, b),
+                                         corruption_rows=table.rows(),
                                          corruption_header=["corruption"] + [f"{t} s{s}" for t in "AB" for s in
                                                                              [*table.severities, "mean"]]
                                          + ["A CE", "B CE"])
@@ -200,7 +202,7 @@ class TrustTab:
         figure = render_trust.picture(render_trust.faithfulness_figure(report, faithfulness.KINDS))
         folder = tempfile.mkdtemp(prefix="faithfulness-", dir=self.app.downloads_dir)
         files = render_trust.write_files(folder, None, {"faithfulness": figure}, faithfulness_rows=rows,
-                                         faithfulness_header=FAITH_COLUMNS)
+                                         faithfulness_header=FAITH_COLUMNS, cards=_cards(a, b))
         return summary, figure, pd.DataFrame(shown, columns=FAITH_COLUMNS), files
 
 
@@ -218,6 +220,11 @@ def map_note(app: AppState, kinds: tuple[str, ...]):
         return faithfulness.note([(tag, m.label, app.trust.measured(m)) for tag, m in zip("AB", models, strict=True)],
                                  kinds, MEASURE_HERE)
     return note
+
+
+def _cards(a, b) -> dict[str, dict]:
+    """Both slots' cards, as their checkpoints hold them (with the label the page shows)."""
+    return {tag: {"label": m.label, **m.card.to_json()} for tag, m in zip("AB", (a, b), strict=True)}
 
 
 def _range(interval) -> str:
