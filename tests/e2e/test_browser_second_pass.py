@@ -79,7 +79,12 @@ def test_every_shipped_model_is_in_the_slot_lists_under_a_label_of_its_own(brows
         options = slot_options(page, "Model B")
         assert len(options) == len(set(options)), sorted(o for o in options if options.count(o) > 1)
         heads = [o for o in options if "tau per head" in o]
-        assert len(heads) == 4, options  # SPT + LSA and LSA alone, at 1,000 and 2,500 images
+        # Every per-head checkpoint the app was given (the study's SPT + LSA and LSA alone at 1,000 and 2,500
+        # images, and those of other recipes as the grid keeps them), each listed once.
+        shipped = [c for c in (app[1] / "study").iterdir() if "_head" in c.name and (c / "explorer.json").is_file()]
+        assert len(heads) == len(shipped) >= 4, (options, shipped)
+        assert {"small data · 1,000 images · SPT + LSA · tau per head",
+                "small data · 2,500 images · LSA alone · tau per head"} <= set(heads), heads
         choose(page, "Model B", "small data · 1,000 images · SPT + LSA · tau per head")
         page.wait_for_function("() => /cifar10-1000-spt_lsa_head/.test(document.querySelector('#card-b').innerText)",
                                timeout=60_000)
