@@ -31,7 +31,13 @@ PROGRESS_EVERY_S = 0.25
 
 
 class Cancelled(Exception):
-    """The run was cancelled; nothing was saved."""
+    """The run was cancelled; nothing was saved. Raised without a message, it says so in the one wording
+    every place that cancels uses."""
+
+    MESSAGE = "training was cancelled; no checkpoint was written"
+
+    def __init__(self, message: str = MESSAGE):
+        super().__init__(message)
 
 
 class Recorder(keras.callbacks.Callback):
@@ -181,7 +187,7 @@ def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
                 callbacks=callbacks, validation_freq=recipe.validation_every)
     wall = time.perf_counter() - began + state.wall_before
     if state.cancelled or (cancel is not None and cancel.is_set()):
-        raise Cancelled("training was cancelled; no checkpoint was written")
+        raise Cancelled()
     kept, metrics = _keep_best(model, history, state, start)
     training = _training_summary(recipe, history, state, start, kept, wall, compiled, batch_size=batch_size,
                                  train_images=len(x_train), validation_images=len(val[0]) if val is not None else 0,

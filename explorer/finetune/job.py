@@ -49,7 +49,7 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
             emit({**event, "member": i})
 
         if cancel is not None and cancel.is_set():
-            raise Cancelled("training was cancelled; no checkpoint was written")
+            raise Cancelled()
         began = time.perf_counter()
         known = base_rows(m.get("classes") or [], ds.class_names) is not None
         recipe = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)

@@ -83,7 +83,7 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
         progress({"kind": "phase", "phase": "choosing the head"})
     model, start, choice = choose_head(model, card.class_names or [], dataset, recipe, base_head, features)
     if cancel is not None and cancel.is_set():
-        raise Cancelled("training was cancelled; no checkpoint was written")
+        raise Cancelled()
     start_weights = model.get_weights() if choice is not None else None
     record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
                  start=start, base={"name": card.name, "created": card.created,
