@@ -23,6 +23,7 @@ A map that stays close to 1 as the layers it should depend on are randomised doe
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,14 +272,20 @@ def faithfulness_report(pairs, images: np.ndarray, names=None, count: int = IMAG
                               min(randomisation_count, len(images)), fractions.tolist(), STEP, seed)
 
 
+@functools.lru_cache(maxsize=4)
+def _read_shipped(path: str) -> FaithfulnessReport | None:
+    """The shipped report at `path`, read once (it ships with the app and does not change while it runs)."""
+    try:
+        return FaithfulnessReport.from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def shipped_for(digest: str, path: str | Path = SHIPPED) -> tuple[ModelFaithfulness, str, int] | None:
     """One model's part of the shipped report (its areas, the report's dataset and image count), when
     `digest` is the weights' SHA-256 of one of the models it was computed for; else None."""
-    try:
-        report = FaithfulnessReport.from_json(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not digest or digest not in report.weights:
+    report = _read_shipped(str(path))
+    if report is None or not digest or digest not in report.weights:
         return None
     return report.models[report.weights.index(digest)], report.dataset, report.count
 
@@ -324,8 +331,5 @@ def note(measured: list, kinds: tuple[str, ...], where: str = "") -> str:
 
 def shipped(digests: list[str], path: str | Path = SHIPPED) -> FaithfulnessReport | None:
     """The report computed once for the shipped pair, when `digests` are its weights'; else None."""
-    try:
-        report = FaithfulnessReport.from_json(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return report if list(digests) == report.weights else None
+    report = _read_shipped(str(path))
+    return report if report is not None and list(digests) == report.weights else None
