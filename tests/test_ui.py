@@ -613,7 +613,7 @@ def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_
     state.members[0].history = [{"epoch": 1, "loss": 1.0, "tau": []}]  # A (vanilla) trains first: no tau
     changed = tab._run_outputs(state, plan, A, B)
     out = tab.outputs  # a run going on changes its status and plots, nothing else
-    assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 13
+    assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 14
     assert changed[out.curves]["visible"] and changed[out.tau]["visible"]  # hidden until a run draws them
     tau = changed[out.tau]["value"]
     texts = [t.get_text() for t in tau.axes[0].texts]

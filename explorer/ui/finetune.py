@@ -32,6 +32,7 @@ from explorer.ui.finetune_text import (
     hardware_note,
     headline,
     plain,
+    progress_bar,
     queue_status,
     refused_status,
     run_fraction,
@@ -72,20 +73,6 @@ first run costs most: starting the process and compiling both models took about 
 {images:,} images."""
 
 
-def keep_progress(progress, fraction: float, desc: str, seconds: float, until=None) -> None:
-    """Shows `desc` at `fraction` on the progress bar for `seconds` (or until the future `until` is done).
-    The page hides the bar whenever one of the run's outputs arrives, and shows it again at the next progress
-    message; an output that takes the server a while to send (a plot) can arrive after the progress sent
-    with it, so the progress is sent again every tenth of a second."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not (until is not None and until.done()):
-        progress(fraction, desc=desc)
-        if until is not None:
-            concurrent.futures.wait([until], timeout=0.1)
-        else:
-            time.sleep(0.1)
-
-
 @dataclass
 class RunOutputs:
     """What a Start changes: the tab's status line, plots and report, the fine-tune dropdown, and the page's
@@ -101,11 +88,13 @@ class RunOutputs:
     slots: tuple[gr.Dropdown, gr.Dropdown]
     loaded: tuple[gr.State, gr.State]
     cards: tuple[gr.Markdown, gr.Markdown]
+    bar: gr.HTML  # the run's progress bar, above the status line
 
     def components(self) -> list:
-        """The /finetune endpoint's outputs, in the order an API caller receives them."""
+        """The /finetune endpoint's outputs, in the order an API caller receives them (the bar last: its
+        percentage is the status line's)."""
         return [self.status, self.curves, self.tau, self.results, self.per_class, self.gallery, *self.slots,
-                self.base, *self.loaded, *self.cards]
+                self.base, *self.loaded, *self.cards, self.bar]
 
 
 class FinetuneTab:
@@ -172,7 +161,7 @@ class FinetuneTab:
                 except (Busy, JobError) as e:
                     raise gr.Error(str(e)) from None
             if run_id is not None:
-                yield from self._follow_run(run_id, plan, a, b, progress, request)
+                yield from self._follow_run(run_id, plan, a, b, request)
         finally:
             app.protect_bases(key, None)
 
@@ -203,7 +192,7 @@ class FinetuneTab:
             if "run_id" not in started:
                 runner.leave(ticket)
 
-    def _follow_run(self, run_id, plan, a, b, progress, request):
+    def _follow_run(self, run_id, plan, a, b, request):
         # The curves are redrawn at most every CURVES_EVERY_S during a run: Gradio turns each matplotlib
         # figure into a PNG in this process (~0.25 s for the two, holding the GIL), which would otherwise
         # land on other visitors' requests at every epoch of a fast run.
@@ -214,30 +203,33 @@ class FinetuneTab:
                 return
             epochs_seen = tuple(len(x.history) for x in state.members)
             if not state.running:
-                yield from self._final_outputs(state, plan, a, b, progress, request)
+                yield from self._final_outputs(state, plan, a, b, request)
                 return
             # Every half second, whatever the run is doing, the bar and the status line move on, both by
             # the same measure of the run taken at the same moment.
             now = time.time()
+            bar = {self.outputs.bar: progress_bar(run_fraction(state, now), plain(headline(state)))}
             if epochs_seen != shown and time.monotonic() - drawn >= CURVES_EVERY_S:
                 shown, drawn = epochs_seen, time.monotonic()
-                yield self._run_outputs(state, plan, a, b, request=request, now=now)
+                yield self._run_outputs(state, plan, a, b, request=request, now=now) | bar
             else:
-                yield {self.outputs.status: run_status(state, self.app.root, now=now)}
-            keep_progress(progress, run_fraction(state, now), plain(headline(state)), 0.5)
+                yield {self.outputs.status: run_status(state, self.app.root, now=now)} | bar
+            time.sleep(0.5)
 
-    def _final_outputs(self, state, plan, a, b, progress, request):
+    def _final_outputs(self, state, plan, a, b, request):
         """The ended run's outputs; a done run's new models load into the slots meanwhile (seconds), the
         status line saying so with its counter moving."""
+        done = {self.outputs.bar: ""}  # the run has ended: no bar
         if state.status != "done":
-            yield self._run_outputs(state, plan, a, b, final=True, request=request)
+            yield self._run_outputs(state, plan, a, b, final=True, request=request) | done
             return
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             final = pool.submit(self._run_outputs, state, plan, a, b, True, request)
             while not final.done():
-                yield {self.outputs.status: run_status(state, self.app.root, loading=time.time() - state.started)}
-                keep_progress(progress, 1.0, plain(LOADING_SLOTS), 0.5, until=final)
-            yield final.result()
+                yield {self.outputs.status: run_status(state, self.app.root, loading=time.time() - state.started),
+                       self.outputs.bar: progress_bar(1.0, plain(LOADING_SLOTS))}
+                concurrent.futures.wait([final], timeout=0.5)
+            yield final.result() | done
 
     def _lsa_labels(self, plan) -> list[str]:
         """The labels of the run's models that have LSA layers (whose tau the tau plot follows)."""
@@ -379,8 +371,9 @@ def build(app: AppState, page: Page) -> FinetuneTab:
         with gr.Row():
             start = gr.Button("Start", variant="primary", elem_id="ft-start")
             cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
-        # Gradio draws a run's progress over the component it is shown on: here its own box, above the status
-        # line, so that both stay readable.
+        # A run's progress bar, drawn by the run's own updates (each with the status line it agrees with), in a
+        # box of its own above the status line; Gradio's progress (reading a zip, downloading CIFAR before a
+        # run starts) shows over this box too, never over the status line.
         progress_box = gr.HTML("", elem_id="ft-progress")
         status = gr.Markdown("No run yet.", elem_id="ft-status")
         # The report comes when a run is done, right under the status line that ends with what qualifies it
@@ -412,7 +405,7 @@ def build(app: AppState, page: Page) -> FinetuneTab:
     data.change(lambda d: gr.update(visible=d == ZIP), [data], [zip_file], api_name=False, queue=False)
     page.from_tabs.finetune_base, page.from_tabs.finetune_runs = base, mine
     tab.outputs = RunOutputs(status, curves, tau, results, per_class, gallery, base, slots=(page.slot_a, page.slot_b),
-                             loaded=page.loaded, cards=page.cards)
+                             loaded=page.loaded, cards=page.cards, bar=progress_box)
 
     # A Start first takes an earlier run's report off the page; this run's shows once it has ended.
     # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.

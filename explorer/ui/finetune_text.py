@@ -3,6 +3,7 @@ line, a place in the queue, what a Cancel did, and where runs train."""
 
 from __future__ import annotations
 
+import html
 import os
 import time
 from pathlib import Path
@@ -85,6 +86,17 @@ def run_fraction(s: RunState, now: float | None = None) -> float:
 def percent(fraction: float) -> str:
     """The run's progress as the status line and the bar show it."""
     return f"{100 * fraction:.1f} %"
+
+
+def progress_bar(fraction: float, desc: str) -> str:
+    """The run's progress bar (HTML): `desc` and the percentage over a bar filled to `fraction`. Drawn by the
+    run's own updates, each sent with the status line it agrees with, so that it never blanks: Gradio's
+    overlay is hidden whenever an output arrives, until its next progress message."""
+    fraction = min(1.0, max(0.0, fraction))
+    return (f'<div class="ft-bar" role="progressbar" aria-valuemin="0" aria-valuemax="100" '
+            f'aria-valuenow="{100 * fraction:.1f}" aria-label="fine-tune progress">'
+            f'<div class="ft-bar-fill" style="width: {100 * fraction:.1f}%"></div></div>'
+            f'<div class="ft-bar-text">{html.escape(desc)} · {percent(fraction)}</div>')
 
 
 def run_status(s: RunState, root: str | os.PathLike, loading: float | None = None, now: float | None = None) -> str:

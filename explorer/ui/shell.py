@@ -67,8 +67,14 @@ footer {display: none !important}
 @media (max-width: 900px) {.tab-container button {padding-left: 10px !important; padding-right: 10px !important}}
 /* The Trust tab's tables: a confusion table's eleven columns within the tabs' width of an 800 px window. */
 @media (max-width: 900px) {.trust-table table {font-size: 13px}}
-/* A fine-tune's progress (Gradio's overlay) in a box of its own above the status line, never over it. */
+/* A fine-tune's progress in a box of its own above the status line, never over it: the run's bar, or Gradio's
+   overlay while a Start reads its data. */
 #ft-progress {min-height: 64px; position: relative}
+#ft-progress .ft-bar {height: 8px; border-radius: 4px; background: var(--neutral-200); overflow: hidden;
+    margin-top: 8px}
+#ft-progress .ft-bar-fill {height: 100%; background: var(--color-accent); transition: width 0.4s linear}
+#ft-progress .ft-bar-text {margin-top: 6px; font-size: var(--text-sm); color: var(--body-text-color-subdued);
+    font-variant-numeric: tabular-nums}
 """
 
 

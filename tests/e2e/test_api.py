@@ -171,11 +171,12 @@ def _class_zip(path, cifar10, classes, per_class):
 def test_a_pair_fine_tune_on_a_zip_loads_both_results_into_the_slots(client, app_checkpoints, cifar10, tmp_path):
     before = set(list_checkpoints(app_checkpoints))
     data = _class_zip(tmp_path / "three.zip", cifar10, ["cat", "dog", "ship"], 20)
-    status, curves, tau, results, per_class, gallery, slot_a, slot_b, _, card_a, card_b = client.predict(
+    status, curves, tau, results, per_class, gallery, slot_a, slot_b, _, card_a, card_b, bar = client.predict(
         PAIR, "tiny", "spt_lsa", ZIP, handle_file(data), 0, 0, 0, 0, False, "e2e-pair", A, B, api_name="/finetune")
     assert "**done**" in status and "on **CPU**" in status, status
     assert "`finetuned/e2e-pair-A`" in status and "`finetuned/e2e-pair-B`" in status
     assert "head: base rows" in status  # cat, dog and ship are CIFAR-10 classes: the base's rows
+    assert bar == "", bar  # the run has ended: its progress bar is gone
     slot_a, slot_b = (u["value"] if isinstance(u, dict) else u for u in (slot_a, slot_b))  # gr.update()s
     assert (slot_a, slot_b) == ("finetuned/e2e-pair-A", "finetuned/e2e-pair-B")
     # The slots' cards come with them (three classes: no top-5, which would always be 100 %).

@@ -27,8 +27,8 @@ WATCH_SLOT = """() => {
         window.__slotSamples.push([box ? box.value : '', card ? card.innerText : '']);
     }, 25);
 }"""
-# Every 100 ms during a run: whether Gradio's progress shows in its own box, and whether anything of it
-# lies over the status line.
+# Every 100 ms during a run: whether the run's progress bar shows in its own box, and whether anything of it
+# or of Gradio's progress (shown while a Start reads its data) lies over the status line.
 WATCH_PROGRESS = """() => {
     window.__progress = {own: 0, overStatus: 0, statusText: 0};
     const visible = (e) => { const r = e.getBoundingClientRect(), s = getComputedStyle(e);
@@ -38,7 +38,8 @@ WATCH_PROGRESS = """() => {
         const status = document.querySelector('#ft-status');
         if (!status) return;
         const box = status.getBoundingClientRect();
-        const marks = [...document.querySelectorAll('.progress-text, .eta-bar, .progress-level, .meta-text')]
+        const marks = [...document.querySelectorAll(
+            '.ft-bar, .ft-bar-text, .progress-text, .eta-bar, .progress-level, .meta-text')]
             .filter(visible);
         if (marks.some((m) => m.closest('#ft-progress'))) window.__progress.own += 1;
         if (marks.some((m) => overlaps(m.getBoundingClientRect(), box))) window.__progress.overStatus += 1;

@@ -212,15 +212,13 @@ def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fi
         later = [next(((tb, b) for tb, b in counters if tb - ta >= 3000), None) for ta, _ in counters]
         frozen = [(a, nxt[1]) for (_, a), nxt in zip(counters, later, strict=True) if nxt and nxt[1] <= a]
         assert counters and not frozen, f"the elapsed counter stood still: {frozen[:3]}"
-        # The progress box, once it shows, stays until the run is done: a redraw of the curves (every 10 s
-        # at most) may hide it for one sample, never for two in a row (the page hides it when an output
-        # arrives, until the next progress message).
+        # The progress bar, once it shows, stays until the run is done: it comes with every update of the status
+        # line (Gradio's own overlay was hidden whenever an output arrived: a blink every few seconds).
         first = next(i for i, s in enumerate(running) if s[2])
         last = max(i for i, s in enumerate(running) if s[2])
         blanks = [i for i in range(first, last) if not running[i][2]]
         seconds = (running[last][0] - running[first][0]) / 1000
-        assert not [i for i in blanks if i + 1 in blanks], f"the progress box blanked for 0.4 s or more: {blanks}"
-        assert len(blanks) <= 1 + seconds / 5, f"the progress box blanked {len(blanks)} times in {seconds:.0f} s"
+        assert not blanks, f"the progress bar blanked {len(blanks)} times in {seconds:.0f} s: {blanks[:10]}"
 
         # The report: three classes, so no top-5 anywhere; its plots legible at 800 px.
         open_tab(page, "Compare")
