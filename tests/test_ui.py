@@ -433,21 +433,6 @@ def test_bad_hub_ids_answer_fast_and_keep_the_model(ex, ref):
     assert (slot, prev) == (A, A) and "could not load" in card and "`vanilla`" in card
 
 
-def test_the_image_cache_encodes_a_picture_once_and_losslessly(tmp_path):
-    from gradio import processing_utils as pu
-
-    from explorer.ui.pictures import install_image_cache
-    install_image_cache()
-    pixels = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)
-    first = pu.save_img_array_to_cache(pixels, str(tmp_path), format="png")
-    np.testing.assert_array_equal(np.asarray(Image.open(first)), pixels)
-    mtime = Path(first).stat().st_mtime_ns
-    assert pu.save_img_array_to_cache(pixels.copy(), str(tmp_path), format="png") == first
-    assert Path(first).stat().st_mtime_ns == mtime
-    other = pu.save_img_array_to_cache(255 - pixels, str(tmp_path), format="png")
-    assert other != first and np.array_equal(np.asarray(Image.open(other)), 255 - pixels)
-
-
 def test_the_first_visit_opens_analysed_without_a_model_call_per_visitor(ex):
     from explorer.samples import examples
     first = examples()[0]

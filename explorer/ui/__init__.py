@@ -18,8 +18,9 @@ the public ones (the explorer's questions) are also MCP tools, the page's own wi
     finetune.py   Fine-tune: a run in a worker process, its queue on a shared instance, its report
     finetune_text.py  the words for what the fine-tuning back end reports: a run's status, a place in the
                   queue, what a Cancel did, where runs train
-    pictures.py   the output image component and Gradio's image cache made atomic and fast
-    tools.py      the MCP tools (the public endpoints): Gradio's MCP server fixed for outputs and schemas
+    pictures.py   the output image component; handlers whose figures come out as pictures
+    gradio_patches.py  every change to Gradio's own code: the MCP tool list, outputs and schemas, and the
+                  image cache made atomic and fast (each pinned by a test of Gradio's behaviour under it)
 
 Handlers are methods of one small class per tab, callable without a server; the work is below the UI
 (workbench, reports, samples, catalog, finetune).

@@ -10,12 +10,10 @@ import gradio as gr
 from explorer.checkpoints import CheckpointError
 from explorer.samples import examples
 from explorer.settings import Settings
-from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau, trust
+from explorer.ui import attention, compare, data_size, evidence, finetune, gradio_patches, images, patches, tau, trust
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import UNLISTED, AppState, Page
 from explorer.ui.finetune import FinetuneTab, base_choices
-from explorer.ui.pictures import install_image_cache
-from explorer.ui.tools import install_mcp_outputs, install_mcp_schemas, install_tool_list
 from explorer.visitors import REFUSED
 
 CSS = """
@@ -188,10 +186,7 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
     """The page on `app` (a new AppState when none is given): the header, the model slots, the image column
     and the tabs, wired; and what the page does when a visitor arrives, refreshes the lists or leaves."""
     app = app or AppState()
-    install_image_cache()
-    install_tool_list()
-    install_mcp_outputs()
-    install_mcp_schemas()
+    gradio_patches.install()
     choices, refs = app.slot_choices(), app.initial_refs()
     found = examples()
     first = found[0] if found and all(refs) else None

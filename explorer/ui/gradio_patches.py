@@ -1,9 +1,37 @@
-"""The MCP tools: Gradio serves the public endpoints (the explorer's questions, each documented in its
-handler's docstring) as tools at /gradio_api/mcp/; the page's own wiring is unlisted (context.UNLISTED).
-Installed here: which public endpoints are not tools, and two fixes to Gradio's MCP server (each output
-its own content; input schemas a client can satisfy)."""
+"""Every change this app makes to Gradio's own code, in one place, each pinned to the Gradio it was written
+against (6.31) by a test in tests/test_gradio_patches.py that fails when Gradio's behaviour under it changes:
+
+- the MCP tool list leaves out the endpoints that are not tools (NOT_TOOLS);
+- the MCP server answers each output of a tool as its own content;
+- the MCP input schemas are ones a client can satisfy;
+- the image cache writes atomically, encodes PNG fast and encodes a picture once.
+
+`install()` applies them all (idempotent); ORIGINALS keeps what each replaced, for the tests."""
 
 from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from explorer import render
+
+GRADIO_VERSION = "6.31"  # the Gradio these patches were written against (requirements.txt pins it)
+ORIGINALS: dict[str, Callable] = {}  # what each patch replaced, by its name
+
+
+def install() -> None:
+    """Applies every patch (once: a second call changes nothing)."""
+    install_image_cache()
+    install_tool_list()
+    install_mcp_outputs()
+    install_mcp_schemas()
+
 
 # Public API endpoints that are not MCP tools: a fine-tune run is long and belongs to one visitor's page
 # and its queue, and MCP calls all come through one Gradio session, so one assistant's Cancel would be
@@ -19,7 +47,7 @@ def install_tool_list() -> None:
     server = gradio_mcp.GradioMCPServer
     if getattr(server.get_tool_to_endpoint, "_explorer", False):
         return
-    original = server.get_tool_to_endpoint
+    original = ORIGINALS["get_tool_to_endpoint"] = server.get_tool_to_endpoint
 
     def get_tool_to_endpoint(self) -> dict[str, str]:
         return {tool: endpoint for tool, endpoint in original(self).items() if endpoint not in NOT_TOOLS}
@@ -39,6 +67,7 @@ def install_mcp_outputs() -> None:
     server = gradio_mcp.GradioMCPServer
     if getattr(server._execute_tool_without_progress, "_explorer", False):
         return
+    ORIGINALS["_execute_tool_without_progress"] = server._execute_tool_without_progress
 
     async def without_progress(self, job) -> list:
         output = None
@@ -69,7 +98,7 @@ def install_mcp_schemas() -> None:
     server = gradio_mcp.GradioMCPServer
     if getattr(server.get_input_schema, "_explorer", False):
         return
-    original = server.get_input_schema
+    original = ORIGINALS["get_input_schema"] = server.get_input_schema
 
     def get_input_schema(self, tool_name: str, parameters: dict[str, str] | None = None):
         schema, filedata_positions = original(self, tool_name, parameters)
@@ -90,3 +119,55 @@ def install_mcp_schemas() -> None:
 
     get_input_schema._explorer = True
     server.get_input_schema = get_input_schema
+
+
+def install_image_cache() -> None:
+    """Makes Gradio's image cache write atomically, encode PNG fast, and encode a picture only once.
+
+    Gradio names a cached output image by the hash of its bytes and rewrites the file in place on every
+    request, so two sessions producing the same picture at once can serve a half-rewritten file
+    ("Too much data for declared Content-Length"). Its file cache already renames into place; this
+    gives the image cache the same behaviour (and skips rewriting identical bytes). Our RGB pictures are
+    encoded by `render.encode_png`: the same pixels as Gradio's PNG, ~7x faster, for ~35 % more bytes; and
+    a picture whose pixels were encoded before (the same view asked again, by any session) is served from
+    the file written then.
+    """
+    import hashlib
+
+    from gradio import processing_utils as pu
+    if getattr(pu.save_pil_to_cache, "_explorer_atomic", False):
+        return
+    ORIGINALS["save_pil_to_cache"] = pu.save_pil_to_cache
+    written: OrderedDict[tuple, str] = OrderedDict()
+    lock = threading.Lock()
+
+    def encode(img, format):
+        if format.lower() == "png" and img.mode == "RGB" and not img.info:
+            return render.encode_png(np.asarray(img))
+        return pu.encode_pil_to_bytes(img, format)
+
+    def save_pil_to_cache(img, cache_dir, name="image", format="webp"):
+        key = (str(cache_dir), name, format.lower(), img.mode, img.size,
+               hashlib.blake2b(img.tobytes(), digest_size=16).digest())
+        with lock:
+            path = written.get(key)
+            if path is not None:
+                written.move_to_end(key)
+        if path is not None and os.path.exists(path):
+            return path
+        data = encode(img, format)
+        folder = Path(cache_dir) / pu.hash_bytes(data)
+        folder.mkdir(exist_ok=True, parents=True)
+        path = (folder / f"{name}.{format}").resolve()
+        if not (path.exists() and path.stat().st_size == len(data)):
+            tmp = folder / f".{name}.{threading.get_ident()}.{time.monotonic_ns()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        with lock:
+            written[key] = str(path)
+            while len(written) > 1024:
+                written.popitem(last=False)
+        return str(path)
+
+    save_pil_to_cache._explorer_atomic = True
+    pu.save_pil_to_cache = save_pil_to_cache

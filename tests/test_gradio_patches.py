@@ -1,0 +1,139 @@
+"""explorer.ui.gradio_patches: each patch does what it says, and each test of Gradio's own behaviour under a
+patch fails when a Gradio upgrade changes it (the patch is then wrong or no longer needed: read it again)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import gradio as gr
+import numpy as np
+import pytest
+from gradio import processing_utils as pu
+from gradio.mcp import GradioMCPServer
+from gradio_client.client import Job
+from gradio_client.utils import OutputUpdate
+from PIL import Image
+
+from explorer import render
+from explorer.ui import gradio_patches
+from explorer.ui.gradio_patches import NOT_TOOLS, ORIGINALS
+
+gradio_patches.install()
+
+
+def layer_view(layer: int, model: str) -> str:
+    """One layer of a model.
+
+    Args:
+        layer: which layer
+        model: which model
+    """
+    return f"{model}:{layer}"
+
+
+def finetune(model: str) -> str:
+    """Fine-tunes a model.
+
+    Args:
+        model: which model
+    """
+    return model
+
+
+@pytest.fixture(scope="module")
+def server():
+    """Gradio's MCP server on a page with a numeric dropdown, a dropdown taking any value, and /finetune."""
+    with gr.Blocks() as demo:
+        layer = gr.Dropdown([0, 1, 2, 3], value=0)
+        model = gr.Dropdown(["a", "b"], value="a", allow_custom_value=True)
+        out = gr.Textbox()
+        gr.Button().click(layer_view, [layer, model], out, api_name="layer_view")
+        gr.Button().click(finetune, [model], out, api_name="finetune")
+    return GradioMCPServer(demo)
+
+
+def test_install_twice_patches_once():
+    before = {name: fn for name, fn in ORIGINALS.items()}
+    gradio_patches.install()
+    assert ORIGINALS == before and set(ORIGINALS) == {"get_tool_to_endpoint", "_execute_tool_without_progress",
+                                                      "get_input_schema", "save_pil_to_cache"}
+
+
+def test_gradio_makes_every_public_endpoint_a_tool_and_the_patch_leaves_out_the_run_endpoints(server):
+    assert "/finetune" in NOT_TOOLS
+    assert ORIGINALS["get_tool_to_endpoint"](server) == {"layer_view": "/layer_view", "finetune": "/finetune"}, \
+        "Gradio no longer lists every public endpoint as a tool: install_tool_list may be wrong or unneeded"
+    assert server.get_tool_to_endpoint() == {"layer_view": "/layer_view"}
+
+
+def test_gradio_types_a_numeric_dropdown_as_a_string_enum_and_the_patch_makes_it_callable(server):
+    schema, _ = ORIGINALS["get_input_schema"](server, "layer_view")
+    layer, model = schema["properties"]["layer"], schema["properties"]["model"]
+    assert (layer["type"], layer["enum"]) == ("string", [0, 1, 2, 3]) and model["enum"] == ["a", "b"], \
+        f"Gradio's dropdown schema changed ({schema}): install_mcp_schemas may be wrong or unneeded"
+    schema, _ = server.get_input_schema("layer_view")
+    layer, model = schema["properties"]["layer"], schema["properties"]["model"]
+    assert layer == {"type": "integer", "enum": [0, 1, 2, 3]}
+    assert "enum" not in model and model["type"] == "string"  # a slot takes any Hub id or later run
+
+
+class FakeJob(Job):
+    """A finished job of two outputs, as gradio_client's Job gives them: `result()`, and its updates when
+    iterated (`async for`), the last the final OutputUpdate."""
+
+    def __init__(self, outputs: list, success: bool = True):  # no Job.__init__: no client behind it
+        self._outputs, self._success = outputs, success
+
+    def result(self, timeout=None):
+        return tuple(self._outputs)
+
+    def exception(self, timeout=None):
+        return None
+
+    def __aiter__(self):
+        async def updates():
+            yield OutputUpdate(outputs={"data": self._outputs[:1]}, success=True, final=False)
+            data = {"data": self._outputs} if self._success else {"title": "Error", "error": "bad layer"}
+            yield OutputUpdate(outputs=data, success=self._success, final=True)
+        return updates()
+
+
+def test_gradio_answers_a_tools_outputs_as_one_item_and_the_patch_as_one_each(server):
+    job = FakeJob(["a text", "/tmp/a-picture.png"])
+    original = ORIGINALS["_execute_tool_without_progress"]
+    assert asyncio.run(original(server, job)) == [("a text", "/tmp/a-picture.png")], \
+        "Gradio's MCP path without a progress token changed: install_mcp_outputs may be wrong or unneeded"
+    assert asyncio.run(server._execute_tool_without_progress(job)) == ["a text", "/tmp/a-picture.png"]
+    with pytest.raises(RuntimeError, match="Error: bad layer"):
+        asyncio.run(server._execute_tool_without_progress(FakeJob(["x"], success=False)))
+    # What the patch reads: gradio_client's jobs iterate their updates, the final output with these fields.
+    assert hasattr(Job, "__aiter__") and {"outputs", "success", "type", "final"} <= set(OutputUpdate.__annotations__)
+
+
+def test_an_image_output_goes_through_the_patched_cache_and_is_written_once(tmp_path):
+    pixels = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)
+    # Gradio's Image reaches the cache through processing_utils' module attribute: the patched one encodes
+    # with render.encode_png (other bytes than PIL's encoder).
+    image = gr.Image(format="png")
+    image.GRADIO_CACHE = str(tmp_path)
+    first = image.postprocess(pixels).path
+    assert Path(first).read_bytes() == render.encode_png(pixels), \
+        "gr.Image no longer saves through processing_utils.save_pil_to_cache: install_image_cache does nothing"
+    np.testing.assert_array_equal(np.asarray(Image.open(first)), pixels)
+    mtime = Path(first).stat().st_mtime_ns
+    assert pu.save_img_array_to_cache(pixels.copy(), str(tmp_path), format="png") == first
+    assert Path(first).stat().st_mtime_ns == mtime  # the same picture again: not rewritten
+    other = pu.save_img_array_to_cache(255 - pixels, str(tmp_path), format="png")
+    assert other != first and np.array_equal(np.asarray(Image.open(other)), 255 - pixels)
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_the_patched_cache_names_a_file_as_gradio_does(tmp_path):
+    """Gradio serves a cached file from where it names it (its folder the hash of the bytes): a picture the
+    patch encodes as Gradio would (not RGB) lands at Gradio's own path."""
+    grey = Image.fromarray(np.arange(48 * 40, dtype=np.uint32).reshape(48, 40).astype(np.uint8), mode="L")
+    ours = pu.save_pil_to_cache(grey, str(tmp_path / "ours"), format="png")
+    gradios = ORIGINALS["save_pil_to_cache"](grey, str(tmp_path / "gradio"), format="png")
+    assert Path(ours).relative_to(tmp_path / "ours") == Path(gradios).relative_to(tmp_path / "gradio"), \
+        "Gradio names its cached images otherwise: install_image_cache must follow"
