@@ -150,6 +150,11 @@ def freeze_backbone(model: keras.Model, frozen: bool = True) -> keras.Model:
     return model
 
 
+def features_model(model: keras.Model) -> keras.Model:
+    """The model up to its classifier head (sharing its weights): what the head sees, for one image a vector."""
+    return keras.Model(model.inputs, model.get_layer(HEAD).input, name=f"{model.name}_features")
+
+
 def replace_head(model: keras.Model, num_classes: int, freeze: bool = False) -> keras.Model:
     """The same backbone (shared weights) with a fresh classifier for `num_classes` classes."""
     logits = keras.layers.Dense(num_classes, name=HEAD)(model.get_layer(HEAD).input)

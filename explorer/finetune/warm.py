@@ -15,17 +15,15 @@ class WarmModel:
     its trained weights, its optimizer state) reaches the next."""
 
     def __init__(self, base: str | Path, num_classes: int, frozen: bool):
-        import keras
-
         from explorer.checkpoints import load_checkpoint
-        from explorer.models import HEAD, freeze_backbone, replace_head
+        from explorer.models import HEAD, features_model, freeze_backbone, replace_head
         model, self.card = load_checkpoint(base)
         head = model.get_layer(HEAD)
         self.base_head = tuple(np.asarray(w) for w in head.get_weights())
         if model.output_shape[-1] != num_classes:
             model = replace_head(model, num_classes)
         self.model = freeze_backbone(model, frozen)
-        self.features = keras.Model(model.inputs, model.get_layer(HEAD).input)
+        self.features = features_model(model)
         head_weights = {id(v) for v in self.model.get_layer(HEAD).weights}
         self._backbone = [v for v in self.model.weights if id(v) not in head_weights]
         self._saved = [np.asarray(v.numpy()) for v in self._backbone]
@@ -48,10 +46,8 @@ class WarmModels:
 
     @staticmethod
     def _key(base: str | Path, num_classes: int, frozen: bool) -> tuple:
-        folder = Path(base).resolve()
-        stamps = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.iterdir())
-                       if p.is_file()) if folder.is_dir() else ()
-        return str(folder), stamps, int(num_classes), bool(frozen)
+        from explorer.checkpoints import checkpoint_identity  # the app's caches name a checkpoint so too
+        return checkpoint_identity(base), int(num_classes), bool(frozen)
 
     def get(self, base: str | Path, num_classes: int, frozen: bool) -> WarmModel:
         key = self._key(base, num_classes, frozen)
