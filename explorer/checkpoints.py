@@ -41,7 +41,10 @@ OPTIMIZER_GROUP = "optimizer"
 FORMAT = "explorer-vit-checkpoint"
 FORMAT_VERSION = 1
 _TMP_PREFIX = ".tmp-"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+# A checkpoint's folder name (the Hub's limit for a repository's name): the one rule for every name a
+# checkpoint gets, typed (a run's name), derived (a base's name and the data's) or made unique (-2, -3).
+NAME_MAX = 96
+_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{NAME_MAX - 1}}}$")
 
 # Layer classes a checkpoint of ours may contain; anything else is refused before Keras builds it.
 _OUR_LAYERS = {"ImagePreprocessing", "ShiftedPatchTokenization", "PatchEncoder", "LocalitySelfAttention",
@@ -73,11 +76,18 @@ def versions() -> dict:
     return out
 
 
-def validate_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
-        raise CheckpointError(f"checkpoint name {name!r} must be 1-96 letters, digits, '.', '_' or '-', "
-                              f"starting with a letter or digit")
+def validate_name(name: str, room: int = 0) -> str:
+    """`name` if it is a checkpoint's name with `room` characters to spare (for a suffix such as -A)."""
+    if (not isinstance(name, str) or not _NAME.match(name) or ".." in name
+            or len(name) > NAME_MAX - room):
+        raise CheckpointError(f"checkpoint name {name!r} must be 1-{NAME_MAX - room} letters, digits, '.', '_' "
+                              f"or '-', starting with a letter or digit")
     return name
+
+
+def name_within(name: str, suffix: str = "") -> str:
+    """`name` + `suffix`, `name` cut so that the whole is within NAME_MAX (for names made from others)."""
+    return name[:NAME_MAX - len(suffix)].rstrip("-._") + suffix
 
 
 def unique_dir(parent: str | os.PathLike, name: str) -> Path:
@@ -86,7 +96,7 @@ def unique_dir(parent: str | os.PathLike, name: str) -> Path:
     candidate, n = parent / name, 1
     while candidate.exists():
         n += 1
-        candidate = parent / f"{name}-{n}"
+        candidate = parent / name_within(name, f"-{n}")
     return candidate
 
 

@@ -72,6 +72,16 @@ def test_never_overwrites(tiny_checkpoints, tmp_path):
         unique_dir(tmp_path, "../escape")
 
 
+def test_a_name_made_unique_stays_a_checkpoint_name(tmp_path):
+    from explorer.checkpoints import NAME_MAX, unique_dir, validate_name
+    name = "n" * NAME_MAX
+    (tmp_path / name).mkdir()
+    second = unique_dir(tmp_path, name)
+    assert second.name == "n" * (NAME_MAX - 2) + "-2" and validate_name(second.name)
+    with pytest.raises(CheckpointError, match=f"1-{NAME_MAX}"):
+        validate_name(name + "n")
+
+
 def test_update_card_merges(tiny_checkpoints, tmp_path):
     folder = shutil.copytree(tiny_checkpoints["vanilla"], tmp_path / "c")
     before = read_card(folder)

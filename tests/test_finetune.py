@@ -190,6 +190,24 @@ def test_plans_refuse_bad_requests(tiny_checkpoints, cifar10, changes, message):
                  limits=Limits(), **kwargs)
 
 
+def test_every_name_a_plan_gives_is_a_checkpoint_name(tiny_checkpoints, cifar10):
+    """One name rule (checkpoints.NAME_MAX): a typed run name leaves room for -A and -B; a name made from a
+    long base's name and the data's is cut to fit, never refused when the checkpoint is written."""
+    from explorer.checkpoints import NAME_MAX, validate_name
+    longest = "r" * (NAME_MAX - 2)
+    plan = plan_job(_members(tiny_checkpoints, "A", "B"), cifar10, images=100, name=longest)
+    assert [m.name for m in plan.members] == [longest + "-A", longest + "-B"]
+    with pytest.raises(JobError, match=f"run name.*at most {NAME_MAX - 2}"):
+        plan_job(_members(tiny_checkpoints, "A", "B"), cifar10, images=100, name=longest + "r")
+    members = _members(tiny_checkpoints, "A", "B")
+    for _, _, _, card in members:
+        card.name = "b" * NAME_MAX  # a base named as long as a name may be, both the same
+    plan = plan_job(members, cifar10, images=100)
+    names = [m.name for m in plan.members]
+    assert names[0] != names[1] and all(validate_name(n) == n for n in names), names
+    assert names[0].endswith("-A") and names[1].endswith("-B")
+
+
 def test_a_pair_plan_shares_one_split_and_names_both(tiny_checkpoints, cifar10):
     plan = plan_job(_members(tiny_checkpoints, "A", "B"), cifar10, images=100, name="mine")
     assert [m.name for m in plan.members] == ["mine-A", "mine-B"]

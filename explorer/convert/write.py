@@ -38,10 +38,11 @@ def build_model(mapping: Mapping):
 
 
 def _default_name(origin: dict, model_path: Path) -> str:
+    from explorer.checkpoints import name_within
     base = origin["source"].replace("/", "-") if origin.get("revision") else (
         model_path.stem if model_path.is_file() else model_path.name)
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-._") or "keras-io-example"
-    return name[:96]
+    return name_within(name)
 
 
 def convert(source: str | os.PathLike, out_dir: str | os.PathLike = "checkpoints", name: str | None = None,

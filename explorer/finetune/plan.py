@@ -3,16 +3,15 @@ recipe, one or two members: base checkpoints, or a new model), and the data a re
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from explorer.checkpoints import NAME_MAX, CheckpointError, name_within, validate_name
 from explorer.config import PRESETS, VARIANTS
 from explorer.data import Dataset
 from explorer.settings import Settings
 
 ZIP = "zip of class folders"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class JobError(ValueError):
@@ -93,8 +92,12 @@ def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs
     learning_rate = check_number("learning rate", learning_rate, 1e-6, 1.0, integer=False, auto=True)
     batch_size = check_number("batch size", batch_size, 1, 1024, auto=True)
     images = check_number("images", images, 2, limits.max_images, auto=True)
-    if name and not _NAME.match(name):
-        raise JobError("the run name may hold letters, digits, '.', '_' and '-' only (at most 64)")
+    if name:
+        try:
+            validate_name(name, room=len("-A"))  # a pair's checkpoints are the name tagged -A and -B
+        except CheckpointError:
+            raise JobError(f"the run name may hold letters, digits, '.', '_' and '-' only, starting with a "
+                           f"letter or digit (at most {NAME_MAX - 2})") from None
     planned, size = _members(members, dataset.name, name, scratch)
     if dataset.x_train.shape[1:3] != (size, size):
         raise JobError(f"the images are {dataset.x_train.shape[1]}x{dataset.x_train.shape[2]} but the "
@@ -126,7 +129,7 @@ def _members(members: list[tuple[str, str, str, dict]], data_name: str, name: st
         preset, variant = scratch
         if preset not in PRESETS or variant not in VARIANTS:
             raise JobError(f"choose a preset from {sorted(PRESETS)} and a variant from {list(VARIANTS)}")
-        return [Member("", None, name or f"{data_name}-{variant}", f"{variant} {preset} (new)", preset,
+        return [Member("", None, name or name_within(f"{data_name}-{variant}"), f"{variant} {preset} (new)", preset,
                        variant)], PRESETS[preset].image_size
     if not 1 <= len(members) <= 2:
         raise JobError("a fine-tune takes one or two base models")
@@ -138,10 +141,10 @@ def _members(members: list[tuple[str, str, str, dict]], data_name: str, name: st
     for tag, label, folder, card in members:
         base_name = card.name or Path(folder).name
         suffix = f"-{tag}" if len(members) == 2 and name else ""
-        planned.append(Member(tag, str(folder), (name + suffix) if name else f"{base_name}-ft-{data_name}",
+        planned.append(Member(tag, str(folder), (name + suffix) if name else name_within(f"{base_name}-ft-{data_name}"),
                               label, classes=list(card.class_names or [])))
     if len(planned) == 2 and planned[0].name == planned[1].name:
-        planned[0].name, planned[1].name = f"{planned[0].name}-A", f"{planned[1].name}-B"
+        planned[0].name, planned[1].name = name_within(planned[0].name, "-A"), name_within(planned[1].name, "-B")
     return planned, sizes.pop()
 
 
