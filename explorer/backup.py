@@ -25,6 +25,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from explorer import atomic
 from explorer.fit_state import BackupMetadata, FitState
 
 RUN = "run.json"
@@ -77,7 +78,7 @@ def check(folder: str | os.PathLike, identity: dict) -> int:
         if folder.is_dir() and any(p.name.endswith(".weights.h5") for p in folder.iterdir()):
             raise BackupError(f"backup {folder} holds weights but no {RUN}: not a backup of this tool")
         folder.mkdir(parents=True, exist_ok=True)
-        _write_json(run, identity)
+        atomic.write_text(run, json.dumps(identity, indent=1))
         return 0
     try:
         saved = json.loads(run.read_text())
@@ -101,20 +102,6 @@ def read_metadata(folder: str | os.PathLike) -> BackupMetadata | None:
         return BackupMetadata.from_json(meta) if meta else None
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise BackupError(f"backup {folder}: {METADATA} cannot be read ({type(e).__name__}: {e})") from None
-
-
-def _write_json(path: Path, value) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(value, indent=1))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 class TrainingBackup(keras.callbacks.BackupAndRestore):
@@ -167,23 +154,19 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         self.folder.mkdir(parents=True, exist_ok=True)
         epoch = self._current_epoch
         name = f"epoch-{epoch:04d}.weights.h5"
-        tmp = self.folder / f".tmp-{name}"
-        self.model.save_weights(str(tmp), overwrite=True)
-        _fsync(tmp)
-        os.replace(tmp, self.folder / name)
+        with atomic.replacing(self.folder / name) as tmp:
+            # Keras asks a weights file's name to end in .weights.h5
+            self.model.save_weights(str(tmp), overwrite=True)
         wall = self.state.wall_before + time.perf_counter() - self.state.start
         best, best_name = self.state.best, None
         if best is not None:
             best_name = f"best-{best.epoch:04d}.npz"
             if not (self.folder / best_name).is_file():
-                tmp = self.folder / f".tmp-{best_name}"
-                with open(tmp, "wb") as f:
+                with atomic.replacing(self.folder / best_name) as tmp, open(tmp, "wb") as f:
                     np.savez(f, **{f"w{i}": w for i, w in enumerate(best.weights)})
-                _fsync(tmp)
-                os.replace(tmp, self.folder / best_name)
         saved = BackupMetadata(epoch=epoch, weights=name, history=self.history, steps=self.state.steps,
                                wall_time_s=wall, best=best, best_file=best_name)
-        _write_json(self.folder / METADATA, saved.to_json())
+        atomic.write_text(self.folder / METADATA, json.dumps(saved.to_json(), indent=1))
         keep = {name, best_name}
         for path in self.folder.iterdir():
             if path.name.startswith(("epoch-", "best-", ".tmp-")) and path.name not in keep:

@@ -27,12 +27,11 @@ import importlib.metadata as _metadata
 import json
 import os
 import re
-import shutil
 import sys
-import uuid
 from pathlib import Path
 
-from explorer import hub
+from explorer import atomic, hub
+from explorer.atomic import clean_stale  # noqa: F401 (the fine-tune runner cleans its folder with it)
 from explorer.card import CARD, Card, model_card
 
 MODEL_FILES = ("config.json", "metadata.json", "model.weights.h5")
@@ -40,7 +39,6 @@ MODEL_FILES = ("config.json", "metadata.json", "model.weights.h5")
 OPTIMIZER_GROUP = "optimizer"
 FORMAT = "explorer-vit-checkpoint"
 FORMAT_VERSION = 1
-_TMP_PREFIX = ".tmp-"
 # A checkpoint's folder name (the Hub's limit for a repository's name): the one rule for every name a
 # checkpoint gets, typed (a run's name), derived (a base's name and the data's) or made unique (-2, -3).
 NAME_MAX = 96
@@ -100,17 +98,6 @@ def unique_dir(parent: str | os.PathLike, name: str) -> Path:
     return candidate
 
 
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
-def _fsync_tree(folder: Path) -> None:
-    for path in folder.iterdir():
-        if path.is_file():
-            _fsync(path)
-
-
 def _model_alone(model):
     """`model` without its optimizer and compile config: a new Functional over the same layers (so the same
     weights), which saves as the model alone while the caller's model stays compiled."""
@@ -134,57 +121,25 @@ def write_checkpoint(model, folder: str | os.PathLike, card: Card) -> Path:
         raise CheckpointError(f"{folder} already exists; checkpoints are never overwritten")
     folder.parent.mkdir(parents=True, exist_ok=True)
     clean_stale(folder.parent)
-    tmp = folder.parent / f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}-{folder.name}"
     card = dataclasses.replace(card, format=FORMAT, format_version=FORMAT_VERSION, name=folder.name,
                                parameters=int(model.count_params()), versions=versions(),
                                created=card.created or _now())
     try:
-        keras.saving.save_model(_model_alone(model), str(tmp), zipped=False)
-        (tmp / CARD).write_text(json.dumps(card.to_json(), indent=2, sort_keys=False))
-        (tmp / "README.md").write_text(model_card(card))
-        _fsync_tree(tmp)
-        os.rename(tmp, folder)
+        with atomic.replacing(folder) as tmp:  # a folder: never replaces one already there
+            keras.saving.save_model(_model_alone(model), str(tmp), zipped=False)
+            (tmp / CARD).write_text(json.dumps(card.to_json(), indent=2, sort_keys=False))
+            (tmp / "README.md").write_text(model_card(card))
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointError(f"could not write checkpoint {folder.name}: {e.strerror or e}; nothing was "
                               f"saved") from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clean_stale(parent: str | os.PathLike) -> list[Path]:
-    """Removes temporary folders left by writers that died (killed mid-write); returns them."""
-    removed = []
-    parent = Path(parent)
-    if not parent.is_dir():
-        return removed
-    for path in parent.glob(f"{_TMP_PREFIX}*"):
-        pid = path.name[len(_TMP_PREFIX):].split("-", 1)[0]
-        if path.is_dir() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
 
 
 def write_card(folder: str | os.PathLike, card: Card) -> None:
     """Replaces a checkpoint's card and model card with `card`'s, each file atomically."""
     folder = Path(folder)
     for name, text in ((CARD, json.dumps(card.to_json(), indent=2)), ("README.md", model_card(card))):
-        tmp = folder / f"{_TMP_PREFIX}{name}"
-        tmp.write_text(text)
-        os.replace(tmp, folder / name)
+        atomic.write_text(folder / name, text, durable=False)
 
 
 def update_card(folder: str | os.PathLike, **changes) -> Card:
@@ -347,18 +302,10 @@ def make_lean(folder: str | os.PathLike) -> bool:
         return False
     if compiled:
         # Keras writes config.json with json.dumps' defaults, so only the compile config's text changes.
-        tmp = folder / f"{_TMP_PREFIX}config.json"
-        tmp.write_text(json.dumps({**config, "compile_config": {}}))
-        _fsync(tmp)
-        os.replace(tmp, folder / "config.json")
+        atomic.write_text(folder / "config.json", json.dumps({**config, "compile_config": {}}))
     if fat:
-        tmp = folder / f"{_TMP_PREFIX}{weights.name}"
-        try:
+        with atomic.replacing(weights) as tmp:
             _copy_without_optimizer(weights, tmp)
-            _fsync(tmp)
-            os.replace(tmp, weights)
-        finally:
-            tmp.unlink(missing_ok=True)
     return True
 
 

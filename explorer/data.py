@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer import atomic
 from explorer.settings import Settings
 
 DATASETS = ("cifar10", "cifar100")
@@ -266,25 +267,19 @@ def what_to_do(name: str, settings: Settings | None = None) -> str:
 
 
 def _fetch(url: str, target: Path, progress: Progress | None, timeout: float) -> None:
-    tmp = target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as f:
-            total = int(response.headers.get("Content-Length") or 0) or None
-            done = 0
-            while chunk := response.read(2**20):
-                f.write(chunk)
-                done += len(chunk)
-                if progress:
-                    size = f" of {total / 2**20:.0f}" if total else ""
-                    progress(done / total if total else None,
-                             f"downloading {target.name}: {done / 2**20:.0f}{size} MiB")
-            if total and done != total:
-                raise DatasetError(f"the download of {url} stopped after {done:,} of {total:,} bytes; try again")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with (atomic.replacing(target) as tmp, urllib.request.urlopen(url, timeout=timeout) as response,
+          open(tmp, "wb") as f):
+        total = int(response.headers.get("Content-Length") or 0) or None
+        done = 0
+        while chunk := response.read(2**20):
+            f.write(chunk)
+            done += len(chunk)
+            if progress:
+                size = f" of {total / 2**20:.0f}" if total else ""
+                progress(done / total if total else None,
+                         f"downloading {target.name}: {done / 2**20:.0f}{size} MiB")
+        if total and done != total:
+            raise DatasetError(f"the download of {url} stopped after {done:,} of {total:,} bytes; try again")
 
 
 def _sha256(path: Path) -> str:

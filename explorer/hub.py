@@ -18,10 +18,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from explorer import atomic
 from explorer.settings import Settings
 
 # Hub rules: owner and name of letters, digits, '-', '_', '.', no '--' or '..', at most 96 characters.
@@ -156,9 +156,7 @@ def _remember_ref(cache_dir: str | None, repo_id: str, revision: str, commit: st
     if revision == commit or (path.is_file() and path.read_text() == commit):
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(commit)
-    os.replace(tmp, path)
+    atomic.write_text(path, commit, durable=False)
 
 
 def download(ref: str, cache_dir: str | None = None, max_bytes: int | None = None,

@@ -21,12 +21,12 @@ import json
 import os
 import sys
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from explorer import atomic
 from explorer.data import Dataset, DatasetError, load_cifar
 
 FORMAT = "explorer-packed-cifar"
@@ -151,16 +151,12 @@ def pack(data_dir: str | os.PathLike | None, out_path: str | os.PathLike, qualit
                        f"{split}_labels": y.astype(np.int16)})
     header = Header(name, quality, subsampling, packed, ds.source, ds.note)
     arrays["header"] = np.asarray(header.to_json())
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.part")
     try:
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with atomic.replacing(out_path) as tmp, open(tmp, "wb") as f:
             np.savez(f, **arrays)
-        os.replace(tmp, out_path)
     except OSError as e:
         raise DatasetError(f"cannot write {out_path} ({e.strerror or e})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return header
 
 

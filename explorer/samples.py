@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer import atomic
 from explorer.data import DatasetError, find_cifar, keras_cache_dir, load_cifar, load_test_set, sample_set
 from explorer.settings import Settings
 
@@ -128,10 +129,9 @@ class TestImages:
         index = int(rng.choice(candidates))
         label = ds.class_names[ds.y_test[index]]
         path = self.samples_dir / f"{name}-test-{index:05d}-{label}.png"
-        if not path.exists():  # written under a temporary name: concurrent samplers never see half a file
-            tmp = path.with_name(f".{threading.get_ident()}-{path.name}")
-            Image.fromarray(ds.x_test[index]).save(tmp, format="PNG")
-            os.replace(tmp, path)
+        if not path.exists():  # written whole: concurrent samplers never see half a file
+            with atomic.replacing(path, durable=False) as tmp:
+                Image.fromarray(ds.x_test[index]).save(tmp, format="PNG")
         return Sample(str(path), ds.x_test[index], label, index, name)
 
     def identify(self, file) -> tuple[str, int, str] | None:

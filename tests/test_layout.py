@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 # (every module of it sits there) unless one of its modules is named on its own, as the fine-tune math is:
 # explorer.train runs it, and the rest of explorer/finetune runs explorer.train.
 LAYERS = [
-    {"config", "schedules", "inputs", "render", "plots", "render_evidence", "render_trust", "hub",
+    {"atomic", "config", "schedules", "inputs", "render", "plots", "render_evidence", "render_trust", "hub",
      "ablation", "compiled", "study_report", "settings", "card", "formatting", "fit_state", "devices", "predict",
      "finetune.linear"},
     {"layers", "data", "packed"},

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from explorer import render
+from explorer import atomic, render
 
 GRADIO_VERSION = "6.31"  # the Gradio these patches were written against (requirements.txt pins it)
 ORIGINALS: dict[str, Callable] = {}  # what each patch replaced, by its name
@@ -160,9 +159,7 @@ def install_image_cache() -> None:
         folder.mkdir(exist_ok=True, parents=True)
         path = (folder / f"{name}.{format}").resolve()
         if not (path.exists() and path.stat().st_size == len(data)):
-            tmp = folder / f".{name}.{threading.get_ident()}.{time.monotonic_ns()}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            atomic.write_bytes(path, data, durable=False)
         with lock:
             written[key] = str(path)
             while len(written) > 1024:
