@@ -13,7 +13,8 @@ from explorer.settings import Settings
 from explorer.ui import attention, compare, data_size, evidence, finetune, images, patches, tau, trust
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import UNLISTED, AppState, Page
-from explorer.ui.finetune import FinetuneTab, base_choices
+from explorer.ui.finetune import FinetuneTab
+from explorer.ui.finetune_run import base_choices
 from explorer.ui.pictures import install_image_cache
 from explorer.ui.tools import install_mcp_outputs, install_mcp_schemas, install_tool_list
 from explorer.visitors import REFUSED
