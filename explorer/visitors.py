@@ -23,6 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer import atomic
 from explorer.card import Run
 from explorer.checkpoints import CheckpointError, list_checkpoints, read_card, update_card
 from explorer.hub import looks_like_repo_id
@@ -185,10 +186,8 @@ class RunStore:
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
         target = dest / f"{folder.name}.zip"
-        tmp = dest / f".tmp-{secrets.token_hex(4)}-{folder.name}.zip"
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        with atomic.replacing(target, durable=False) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
             for path in sorted(folder.rglob("*")):
                 if path.is_file() and not path.name.startswith("."):
                     z.write(path, f"{folder.name}/{path.relative_to(folder)}")
-        os.replace(tmp, target)
         return target

@@ -526,8 +526,9 @@ def test_the_run_status_says_which_model_was_kept_and_why():
 def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifar10, tiny_checkpoints):
     """Every phase of a model's fine-tune reaches `progress` in order, and the status line's headline says
     what the run is doing at each event (never a bare "step 0/0" before the first step)."""
+    from explorer.finetune.follow import run_fraction
     from explorer.finetune.state import MemberState, RunState, apply_event
-    from explorer.ui.finetune_text import run_fraction, run_status
+    from explorer.ui.finetune_text import run_status
     x, y = pick(cifar10, ["cat", "dog", "ship"], 12)
     ds = read_image_zip(class_zip(tmp_path / "three.zip", x, y, ["cat", "dog", "ship"]))
     events = []

@@ -6,7 +6,7 @@ import pytest
 
 from explorer.finetune import head, tuning
 from explorer.formatting import rate
-from explorer.ui.finetune import help_text
+from explorer.ui.finetune_text import help_text
 
 
 def test_rate_is_written_as_people_write_it():

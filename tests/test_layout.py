@@ -19,13 +19,15 @@ LAYERS = [
      "ablation", "compiled", "study_report", "settings", "card", "formatting", "fit_state", "devices", "predict",
      "finetune.linear"},
     {"layers", "data", "packed"},
-    {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "catalog", "recipe"},
+    {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "sharing", "catalog",
+     "recipe"},
     {"device_batches"},
     {"probe", "fitting", "backup", "convert"},
     {"finetune.head", "finetune.tuning", "evaluate", "evidence"},
     {"train", "window", "robustness", "workbench", "reports", "samples", "study", "mechanisms", "trust",
      "corruptions", "faithfulness", "trust_service"},
     {"finetune"},
+    {"app_state"},
     {"ui"},
 ]
 
@@ -35,7 +37,7 @@ LAYERS = [
 PROCESSES = {
     "both": {"plan", "jobfolder", "backend", "report"},
     "worker": {"serve", "job", "warm", "compiling"},
-    "app": {"runner", "queue", "state", "supervisor", "handle"},
+    "app": {"runner", "queue", "state", "supervisor", "handle", "follow"},
     "fine-tune": {"tuning", "head", "linear"},
 }
 MAY_IMPORT = {"both": {"both"}, "worker": {"worker", "both", "fine-tune"}, "app": {"app", "both"},

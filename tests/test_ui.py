@@ -596,8 +596,8 @@ def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_
     state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
                      description=plan.description, started=1.0)
     state.members[0].history = [{"epoch": 1, "loss": 1.0, "tau": []}]  # A (vanilla) trains first: no tau
-    changed = tab._run_outputs(state, plan, A, B)
-    out = tab.outputs  # a run going on changes its status and plots, nothing else
+    changed = tab.view.run_outputs(state, plan, A, B)
+    out = tab.view.outputs  # a run going on changes its status and plots, nothing else
     assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 14
     assert changed[out.curves]["visible"] and changed[out.tau]["visible"]  # hidden until a run draws them
     tau = changed[out.tau]["value"]
@@ -605,5 +605,5 @@ def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_
     assert texts and NO_LSA_TEXT not in texts and plan.members[1].label in texts[0], texts
     alone = tab.finetune_plan(**_form(what=A, epochs=1, images=64))
     state.members = [MemberState("A", alone.members[0].label)]
-    tau = tab._run_outputs(state, alone, A, B)[tab.outputs.tau]["value"]
+    tau = tab.view.run_outputs(state, alone, A, B)[tab.view.outputs.tau]["value"]
     assert [t.get_text() for t in tau.axes[0].texts] == ["no LSA layers in the models being fine-tuned"]

@@ -20,6 +20,8 @@ What the worker runs:
 What the app runs:
     runner.py      FineTuneRunner: one run at a time, its owner, Cancel, the hang watch, publishing
     queue.py       shared mode's first-come queue of Starts
+    follow.py      a Start followed: its wait for a turn and its run as generators of typed updates, how far
+                   a run has come, which slots its checkpoints go into
     state.py       a run's state as the worker reports it, and what a Cancel did
     supervisor.py  the worker process kept, started and replaced
     handle.py      the worker process as the app holds it: its command line, commands sent, events heard

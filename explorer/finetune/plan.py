@@ -62,6 +62,21 @@ class Plan:
                 "description": self.description}
 
 
+def lsa_labels(plan: Plan) -> list[str]:
+    """The labels of the plan's models that have LSA layers (whose tau a run's tau plot follows): a new
+    model's variant, or its base's as its card says (a base whose card cannot be read counts as without)."""
+    from explorer.checkpoints import CheckpointError, read_card
+    labels = []
+    for m in plan.members:
+        try:
+            variant = m.variant or read_card(m.base).variant
+        except (CheckpointError, OSError, ValueError):
+            continue
+        if variant in ("lsa", "spt_lsa"):
+            labels.append(m.label)
+    return labels
+
+
 def check_number(name: str, value, low, high, integer: bool = True, auto: bool = False):
     """`value` as an int (or float) within [low, high]; with `auto`, None or 0 means "the recipe decides"."""
     if auto and (value is None or value == 0):

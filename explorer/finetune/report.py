@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from explorer.formatting import pct
+from explorer.reports import small_splits, without_top5
 
 
 @dataclass
@@ -20,6 +21,7 @@ class Report:
     summary: str = ""
     columns: list[str] = field(default_factory=list)
     per_class_columns: list[str] = field(default_factory=list)
+    note: str = ""                   # the held-out splits too small to read a percentage from (run_report)
 
 
 def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> Report:
@@ -54,3 +56,14 @@ def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> R
                    "judge the models on.")
     columns = ["model", "test top-1", "test top-5", "device", "images/s", "train time"]
     return Report(rows, per_class, disagree, summary, columns, per_class_columns)
+
+
+def run_report(state, plan) -> Report:
+    """The report of a done run (a finetune.state.RunState) on its plan's test images, as the page shows it:
+    without top-5 columns for fewer than six classes, with a note on held-out splits too small to trust."""
+    names = plan.dataset.class_names
+    rep = report([m.__dict__ for m in state.members], plan.dataset.y_test, names)
+    rep.columns, rep.rows = without_top5(rep.columns, rep.rows, len(names))
+    validation = max(((m.training or {}).get("validation_images") or 0 for m in state.members), default=0)
+    rep.note = small_splits({"validation": validation, "test": len(plan.dataset.y_test)})
+    return rep

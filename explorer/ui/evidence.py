@@ -10,9 +10,10 @@ import gradio as gr
 import pandas as pd
 
 from explorer import evidence, robustness
+from explorer.app_state import NotApplicable
 from explorer.formatting import pct
 from explorer.render_evidence import plot_shift_robustness
-from explorer.ui.context import AppState, NotApplicable, Page, initial, quiet, shares
+from explorer.ui.context import AppState, Page, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
 from explorer.ui.trust import map_note
 from explorer.workbench import picture_title

@@ -1,16 +1,18 @@
-"""The Fine-tune tab's words for what the fine-tuning back end reports (explorer.finetune): a run's status
-line, a place in the queue, what a Cancel did, and where runs train."""
+"""The Fine-tune tab's words: its help, and what the fine-tuning back end (explorer.finetune) reports, said for
+the page: a run's status line and progress bar, a place in the queue, what a Cancel did, where runs train."""
 
 from __future__ import annotations
 
 import html
 import os
-import time
 from pathlib import Path
 
+from explorer.finetune import head, tuning
 from explorer.finetune.backend import Hardware
+from explorer.finetune.follow import run_fraction
 from explorer.finetune.queue import QueuePlace
 from explorer.finetune.state import CancelAnswer, Phase, RunState
+from explorer.formatting import rate
 
 CANCEL_ANSWERS = {
     CancelAnswer.CANCELLED: "Cancelled: the training process was stopped and nothing was saved.",
@@ -50,37 +52,6 @@ def headline(s: RunState) -> str:
 def plain(markdown: str) -> str:
     """A headline without its Markdown (for the progress bar's line)."""
     return markdown.replace("**", "")
-
-
-# Each model's share of the bar, by phase: what precedes its steps (loading, choosing the head, compiling),
-# its steps, then evaluating and saving. A phase without steps moves on with time towards its end (half the
-# way in PHASE_HALF_S seconds), and a step that takes long (an epoch's end: validation, its first compile)
-# towards the next step (half the way in STEP_HALF_S), so that the bar and the status line never stand still.
-# The first model waits while the training process starts.
-# The first model waits while the training process starts. On 2 CPU cores what precedes the steps takes
-# about as long as the steps of a small run, whence its share.
-SPANS = {Phase.WAITING: (0.0, 0.1), Phase.LOADING: (0.1, 0.15), Phase.HEAD: (0.15, 0.25),
-         Phase.COMPILING: (0.25, 0.4), Phase.TRAINING: (0.4, 0.94), Phase.EVALUATING: (0.94, 0.98),
-         Phase.SAVING: (0.98, 1.0), Phase.DONE: (1.0, 1.0)}
-PHASE_HALF_S = 10.0
-STEP_HALF_S = 2.0
-
-
-def run_fraction(s: RunState, now: float | None = None) -> float:
-    """How far the run has come, from 0 to 1, the one measure of the bar and the status line: its models in
-    turn, each through its phases, by its steps while it trains and by time in the phases without steps."""
-    if not s.members:
-        return 0.0
-    m = s.members[s.current]
-    lo, hi = SPANS[m.phase]
-    since = m.since or s.started
-    waited = max(0.0, (now if now is not None else time.time()) - since) if since else 0.0
-    if m.phase == Phase.TRAINING and m.total_steps:
-        steps = m.step + (1.0 - 0.5 ** (waited / STEP_HALF_S))
-        own = lo + (hi - lo) * min(1.0, steps / m.total_steps)
-    else:
-        own = lo + (hi - lo) * (1.0 - 0.5 ** (waited / PHASE_HALF_S))
-    return min(1.0, (s.current + own) / len(s.members))
 
 
 def percent(fraction: float) -> str:
@@ -148,6 +119,27 @@ def queue_status(where: QueuePlace, description: str) -> str:
     return (f"**waiting** · another visitor's run is going on · your place in the queue: **{where.place} of "
             f"{where.length}** · {wait} · {description} starts by itself when its turn comes; keep this page open "
             f"(Cancel leaves the queue)")
+
+
+def help_text(where: str, epochs: int, images: int) -> str:
+    """The tab's help: what a run does, with the default recipe's numbers read from the recipe's constants."""
+    return f"""\
+Fine-tunes **both slots' models on the same data, split and recipe** (one after the other), or one
+checkpoint alone, in a separate training process ({where}); the new checkpoints go into the model slots,
+so every tab then compares them. Upload a zip with one folder of images per class; it is split 80/20 into
+training and held-out test images. **The default recipe** (every number at 0): the head starts where it can
+already score (the base's own rows when your classes are among its classes, or a logistic regression on
+the frozen features where that does better in 5-fold cross-validation), then the whole model trains (AdamW,
+warmup + cosine, crop + flip; peak learning rate {rate(tuning.FT_LEARNING_RATE)}, or
+{rate(tuning.FT_LEARNING_RATE_KNOWN)} for classes the base knows) for up to {tuning.FT_TARGET_STEPS:,} steps
+and {tuning.FT_IMAGE_BUDGET:,} images, with a batch size scaled to your data. The best epoch on a 10 %
+validation split is kept only when it beats its start clearly there (a net gain of over
+{head.FT_MARGIN_Z:g} standard error in images right); otherwise the run keeps the start (the base's rows,
+or the logistic regression refitted on every labelled image) and says why. The training process stays up
+between runs with its models compiled: a repeat run of the same shape starts at once. On 2 CPU cores a
+first run costs most: starting the process and compiling both models took about two minutes for a pair on
+60 images (a busy host); a repeat run of a pair takes about half a minute. Limits here: {epochs} epochs,
+{images:,} images."""
 
 
 def training_where(hw: Hardware) -> str:

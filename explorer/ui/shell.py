@@ -13,7 +13,8 @@ from explorer.settings import Settings
 from explorer.ui import attention, compare, data_size, evidence, finetune, gradio_patches, images, patches, tau, trust
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import UNLISTED, AppState, Page
-from explorer.ui.finetune import FinetuneTab, base_choices
+from explorer.ui.finetune import FinetuneTab
+from explorer.ui.finetune_run import base_choices
 from explorer.visitors import REFUSED
 
 CSS = """

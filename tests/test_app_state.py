@@ -1,0 +1,47 @@
+"""The state every tab shares, without Gradio: a session's visitor, what they may reach, and a refusal's
+text without the server's paths."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from explorer.app_state import ExplorerState
+from explorer.checkpoints import CheckpointError, update_card
+from explorer.settings import Settings
+from explorer.visitors import REFUSED, owner_key
+
+
+@pytest.fixture
+def shared(tmp_path, tiny_checkpoints) -> ExplorerState:
+    root = tmp_path / "checkpoints"
+    shutil.copytree(tiny_checkpoints["vanilla"], root / "shipped")
+    return ExplorerState(root=root, data_dir=None, shared=True, settings=Settings.from_env({}))
+
+
+def test_a_sessions_visitor_reaches_the_shipped_models_and_their_own_runs_only(shared):
+    mine = shared.arrive("m" * 24, "tab-1")
+    shared.arrive("t" * 24, "tab-2")
+    for visitor, name in ((mine, "mine"), ("t" * 24, "theirs")):
+        folder = shared.runs.out_dir(owner_key(visitor)) / name
+        shutil.copytree(shared.root / "shipped", folder)
+        update_card(folder, run={"id": name, "owner": owner_key(visitor), "ended": 1e12})
+    own = f"finetuned/{owner_key(mine)}/mine"
+    assert shared.owner("tab-1") == owner_key(mine) and shared.owner(None) is None
+    assert shared.choices("tab-1") == [own, "shipped"] and shared.my_runs("tab-1") == [own]
+    assert shared.model(own, "tab-1").name == shared.model("shipped", "tab-2").name
+    theirs = f"finetuned/{owner_key('t' * 24)}/theirs"
+    with pytest.raises(CheckpointError, match=re.escape(REFUSED)):
+        shared.model(theirs, "tab-1")
+    # What a page's slot shows is kept; the page closed, its visitor is a session of its own again.
+    shared.shown("tab-1", "A", own)
+    assert shared.visitors.shown_refs() == {own}
+    shared.leave("tab-1")
+    assert shared.owner("tab-1") == owner_key("session:tab-1") and shared.visitors.shown_refs() == set()
+
+
+def test_a_refusal_shown_in_shared_mode_names_no_server_path(shared):
+    error = OSError(f"cannot read {shared.root.resolve()}/finetuned/x/model.keras or /srv/app/secret/file.txt")
+    assert shared.safe(error) == "cannot read checkpoints/finetuned/x/model.keras or file.txt"
