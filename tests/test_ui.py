@@ -83,6 +83,22 @@ def test_empty_checkpoint_folder_says_what_to_do(tmp_path):
     build_demo(empty)  # the app still builds and serves
 
 
+def test_a_closed_page_releases_its_slots_as_gradio_calls_the_unload_handler(tmp_path, tiny_checkpoints):
+    """demo.unload calls app.leave with no inputs: Gradio hands it the request (the page's session) only
+    through a parameter typed gr.Request, so it is called here as Gradio calls it."""
+    from gradio.helpers import special_args
+
+    from explorer.settings import Settings
+    root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints)
+    app = AppState(root=root, data_dir=None, shared=True, settings=Settings.from_env({}))
+    app.arrive("v" * 24, SimpleNamespace(session_hash="tab-1"))
+    app.shown(SimpleNamespace(session_hash="tab-1"), "A", "cifar10-vanilla")
+    assert app.visitors.shown_refs() == {"cifar10-vanilla"}
+    inputs, *_ = special_args(app.leave, [], request=gr.Request(session_hash="tab-1"))
+    app.leave(*inputs)
+    assert app.visitors.shown_refs() == set()
+
+
 def test_compare_returns_both_top5_and_the_true_label(ex, image_file, cifar10):
     top_a, top_b, verdict = ui(ex).compare.compare(image_file, A, B)
     assert len(top_a) == 5 and len(top_b) == 5 and set(top_a) <= set(cifar10.class_names)

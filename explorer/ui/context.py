@@ -146,6 +146,11 @@ class AppState(ExplorerState):
         """The session id Gradio gives the request's page (None for a call outside a request)."""
         return getattr(request, "session_hash", None)
 
+    def leave(self, request: gr.Request = None) -> None:
+        """A page closed (demo.unload): its slots no longer keep runs from expiring. Typed gr.Request: Gradio
+        gives a handler the request only through a parameter of that type."""
+        super().leave(request)
+
     def pair(self, a: str, b: str, request=None):
         """Both slots' models, or a gr.Error saying why not."""
         try:
