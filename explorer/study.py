@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer import atomic
 from explorer.card import Card
 from explorer.config import VARIANTS
 from explorer.settings import Settings
@@ -343,9 +344,7 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
         card = update_card(folder, metrics={"train_top1": train_accuracy(folder, grid, data_dir)})
     record = record_path(grid, trial)
     record.parent.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(card.to_json(), indent=1))
-    os.replace(tmp, record)
+    atomic.write_text(record, json.dumps(card.to_json(), indent=1))
     if not grid.kept(trial):
         shutil.rmtree(folder, ignore_errors=True)
     return result_row(card, trial, grid.recipe_name(trial))
@@ -384,13 +383,11 @@ def write_results(grid: Grid) -> Path:
     rows = collect(grid)
     for path in (grid.results_csv, grid.keep_dir / "results.csv"):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as f:
+        with atomic.replacing(path) as tmp, open(tmp, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS)
             writer.writeheader()
             for row in rows:
                 writer.writerow({k: ("" if row[k] is None else row[k]) for k in RESULT_COLUMNS})
-        os.replace(tmp, path)
     return grid.results_csv
 
 

@@ -28,11 +28,12 @@ import argparse
 import datetime as _dt
 import hashlib
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
+
+from explorer import atomic
 
 # What a lent device machine sends back (the device tool's limits), and the parts a large file is cut into.
 RETURN_FILES = 8
@@ -184,11 +185,9 @@ def collect(returned: Path, state: Path) -> str:
     """Makes `state` what a window sent back (`returned`): its backup parts or its checkpoint, and the log."""
     if not (returned / WINDOWS).is_file():
         raise WindowError(f"{returned} is not what a window writes (it has no {WINDOWS})")
-    tmp = state.with_name(f".tmp-{state.name}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(returned, tmp)
-    shutil.rmtree(state, ignore_errors=True)
-    os.replace(tmp, state)
+    with atomic.replacing(state) as tmp:
+        shutil.copytree(returned, tmp)
+        shutil.rmtree(state, ignore_errors=True)  # the old state goes only once the new one is whole
     last = json.loads(_windows(state)[-1])
     if last["finished"]:
         return f"{state}: done after {last['window']} windows; the checkpoint is in {state / 'checkpoint'}"
