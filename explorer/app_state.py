@@ -21,13 +21,12 @@ from explorer.finetune.plan import Limits, Plan, job_data, plan_job
 from explorer.finetune.runner import FineTuneRunner
 from explorer.inputs import DecodedImages
 from explorer.samples import TestImages
-from explorer.settings import Settings
+from explorer.settings import PROJECT, Settings
 from explorer.sharing import Visitors, browser_secret
 from explorer.trust_service import TrustService
 from explorer.visitors import FINETUNED, RunStore, SharedLimits, shared_mode
 from explorer.workbench import ModelStore, ResultCache
 
-PROJECT = Path(__file__).resolve().parents[1]
 DEFAULT_A = "cifar10-vanilla"
 DEFAULT_B = "cifar10-spt_lsa"
 

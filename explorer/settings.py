@@ -19,6 +19,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+# The folder holding the explorer package (a clone's root, a Space's folder): the one place the default
+# checkpoints, the data beside it and a child process's import path are found from.
+PROJECT = Path(__file__).resolve().parents[1]
 
 ON = ("1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")

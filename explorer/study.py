@@ -33,7 +33,7 @@ from pathlib import Path
 from explorer import atomic
 from explorer.card import Card
 from explorer.config import VARIANTS
-from explorer.settings import Settings
+from explorer.settings import PROJECT, Settings
 from explorer.study_report import study_variant
 
 # The study's variants: the model variants with the keras.io example's one temperature per LSA layer, and the
@@ -41,7 +41,6 @@ from explorer.study_report import study_variant
 STUDY_VARIANTS = {**{v: (v, "layer") for v in VARIANTS}, "lsa_head": ("lsa", "head"),
                   "spt_lsa_head": ("spt_lsa", "head")}
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GRID = "study/grid.json"
 RESULT_COLUMNS = ("train_images", "variant", "recipe", "seed", "epochs", "steps", "test_top1", "test_top5",
                   "val_top1", "train_top1", "wall_seconds", "images_per_second", "test_images", "trial")
@@ -466,7 +465,7 @@ def run_grid(grid: Grid, address: str | None = None, cpus: int | None = None, th
         def on_trial_complete(self, iteration, trials, trial, **info):
             write_results(grid)
 
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    env = {"PYTHONPATH": os.pathsep.join([str(PROJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3"),
            "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "tensorflow"),
            "OMP_NUM_THREADS": str(threads)}
