@@ -79,97 +79,129 @@ def _recipe_help() -> str:
     return "; ".join(lines)
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m explorer.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="cifar-small", choices=sorted(PRESETS))
-    p.add_argument("--variant", default="spt_lsa", choices=VARIANTS)
-    p.add_argument("--tau-mode", choices=("layer", "head"),
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """The model flags: a new model of a preset and variant, or a checkpoint fine-tuned or continued."""
+    g = p.add_argument_group("model", "a new model of a preset and variant, or a checkpoint fine-tuned or continued")
+    g.add_argument("--preset", default="cifar-small", choices=sorted(PRESETS))
+    g.add_argument("--variant", default="spt_lsa", choices=VARIANTS)
+    g.add_argument("--tau-mode", choices=("layer", "head"),
                    help="LSA temperature per layer or per head (default: the preset's; layer, head for paper)")
-    p.add_argument("--drop-path", type=float, metavar="RATE",
+    g.add_argument("--drop-path", type=float, metavar="RATE",
                    help="stochastic depth of the last block, growing linearly from 0 at the first (default: the "
                         "preset's; 0, 0.1 for paper)")
-    p.add_argument("--recipe", choices=sorted(RECIPES),
-                   help="a named recipe: its values replace the defaults below, and flags given explicitly win "
-                        "over it (" + _recipe_help() + ")")
-    p.add_argument("--base", help="checkpoint folder or Hub id to fine-tune instead of a fresh model")
-    p.add_argument("--continue", dest="extend", action="store_true",
+    g.add_argument("--base", help="checkpoint folder or Hub id to fine-tune instead of a fresh model")
+    g.add_argument("--continue", dest="extend", action="store_true",
                    help="with --base: a second stage of the base's own training (same data and split); "
                         "the new checkpoint's history and epochs include the base's")
-    p.add_argument("--dataset", default="cifar10",
+    g.add_argument("--freeze-backbone", action="store_true")
+
+
+def _data_args(p: argparse.ArgumentParser) -> None:
+    """The data flags: the images and their splits."""
+    g = p.add_argument_group("data", "the images and their splits")
+    g.add_argument("--dataset", default="cifar10",
                    help="cifar10, cifar100, a folder of class folders, or a zip of them")
-    p.add_argument("--data-dir", help="folder holding the CIFAR pickles (else $EXPLORER_DATA_DIR, "
+    g.add_argument("--data-dir", help="folder holding the CIFAR pickles (else $EXPLORER_DATA_DIR, "
                                       "~/.keras/datasets, then a download)")
-    p.add_argument("--out", default="checkpoints", help="where the checkpoint folder is written")
-    p.add_argument("--name", help="checkpoint folder name (default: <dataset>-<variant>)")
-    p.add_argument("--epochs", type=int, help="default: " + _default_help("epochs"))
-    p.add_argument("--batch-size", type=int, help="default: " + _default_help("batch_size"))
-    p.add_argument("--lr", type=float, help="default: " + _default_help("learning_rate"))
-    p.add_argument("--weight-decay", type=float, help="default: " + _default_help("weight_decay"))
-    p.add_argument("--warmup", type=float, help="default: " + _default_help("warmup_fraction"))
-    p.add_argument("--label-smoothing", type=float, help="default: " + _default_help("label_smoothing"))
-    p.add_argument("--val-fraction", type=float, help="default: " + _default_help("validation_fraction"))
-    p.add_argument("--no-augment", action="store_true", help="no random crop and flip")
-    p.add_argument("--mixup", type=float, metavar="ALPHA",
+    g.add_argument("--subset", type=int, help="train on this many images only")
+    g.add_argument("--train-on-all", action="store_true",
+                   help="a folder or zip: train on every image, holding none out (no test score); without it a "
+                        "held-out fifth too small to judge the model is refused before training")
+    g.add_argument("--balanced-subset", type=int, metavar="N",
+                   help="after the validation split, train on N images, as many of each class, each size's "
+                        "images part of every larger size's (drawn with --split-seed; the small-data study)")
+    g.add_argument("--split-seed", type=int, help="seed of the validation split and of --subset or "
+                                                 "--balanced-subset (default: --seed)")
+    g.add_argument("--val-fraction", type=float, help="default: " + _default_help("validation_fraction"))
+    g.add_argument("--test-subset", type=int, help="evaluate on this many test images only")
+
+
+def _recipe_args(p: argparse.ArgumentParser) -> None:
+    """The recipe flags: the optimisation (a named --recipe, or each value)."""
+    g = p.add_argument_group("recipe", "the optimisation (a named --recipe, or each value)")
+    g.add_argument("--recipe", choices=sorted(RECIPES),
+                   help="a named recipe: its values replace the defaults below, and flags given explicitly win "
+                        "over it (" + _recipe_help() + ")")
+    g.add_argument("--epochs", type=int, help="default: " + _default_help("epochs"))
+    g.add_argument("--batch-size", type=int, help="default: " + _default_help("batch_size"))
+    g.add_argument("--lr", type=float, help="default: " + _default_help("learning_rate"))
+    g.add_argument("--weight-decay", type=float, help="default: " + _default_help("weight_decay"))
+    g.add_argument("--warmup", type=float, help="default: " + _default_help("warmup_fraction"))
+    g.add_argument("--label-smoothing", type=float, help="default: " + _default_help("label_smoothing"))
+    g.add_argument("--seed", type=int, default=0)
+
+
+def _augmentation_args(p: argparse.ArgumentParser) -> None:
+    """The augmentation flags: what each training image goes through."""
+    g = p.add_argument_group("augmentation", "what each training image goes through")
+    g.add_argument("--no-augment", action="store_true", help="no random crop and flip")
+    g.add_argument("--mixup", type=float, metavar="ALPHA",
                    help="mixup with lam ~ Beta(ALPHA, ALPHA) (0 = off; 0.2-0.8 is usual; default 0)")
-    p.add_argument("--cutmix", type=float, metavar="ALPHA",
+    g.add_argument("--cutmix", type=float, metavar="ALPHA",
                    help="CutMix with lam ~ Beta(ALPHA, ALPHA) (0 = off; 1.0 is usual; default 0); with --mixup "
                         "too, each mixed batch uses one of the two at random")
-    p.add_argument("--mix-prob", type=float,
+    g.add_argument("--mix-prob", type=float,
                    help="fraction of batches that are mixed when --mixup or --cutmix is on (default 1)")
-    p.add_argument("--randaugment", type=float, metavar="FACTOR",
+    g.add_argument("--randaugment", type=float, metavar="FACTOR",
                    help="Keras' RandAugment inside the training step, at this strength (its factor, 0-1; 0 = off, "
                         "the default): the stand-in for AutoAugment's CIFAR policy, which Keras does not have. Two "
                         "of its eleven operations per batch, each image at its own magnitude; after crop, flip "
                         "and mix")
-    p.add_argument("--random-erasing", type=float, metavar="PROB",
+    g.add_argument("--random-erasing", type=float, metavar="PROB",
                    help="inside the training step, after RandAugment: erase one box of 2-40 %% of the image with "
                         "this probability (0 = off, the default)")
-    p.add_argument("--repeats", type=int, metavar="N",
+    g.add_argument("--repeats", type=int, metavar="N",
                    help="repeated augmentation: each epoch passes over the training images N times, each pass "
                         "shuffled and augmented anew (default 1)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--subset", type=int, help="train on this many images only")
-    p.add_argument("--train-on-all", action="store_true",
-                   help="a folder or zip: train on every image, holding none out (no test score); without it a "
-                        "held-out fifth too small to judge the model is refused before training")
-    p.add_argument("--balanced-subset", type=int, metavar="N",
-                   help="after the validation split, train on N images, as many of each class, each size's "
-                        "images part of every larger size's (drawn with --split-seed; the small-data study)")
-    p.add_argument("--split-seed", type=int, help="seed of the validation split and of --subset or "
-                                                 "--balanced-subset (default: --seed)")
-    p.add_argument("--val-every", type=int, default=1, metavar="N",
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    """The run flags: where it runs, how long, and what it writes."""
+    g = p.add_argument_group("run", "where it runs, how long, and what it writes")
+    g.add_argument("--out", default="checkpoints", help="where the checkpoint folder is written")
+    g.add_argument("--name", help="checkpoint folder name (default: <dataset>-<variant>)")
+    g.add_argument("--val-every", type=int, default=1, metavar="N",
                    help="validate after every N-th epoch and after the last (default: 1)")
-    p.add_argument("--test-subset", type=int, help="evaluate on this many test images only")
-    p.add_argument("--max-seconds", type=float, help="stop after this much training time")
-    p.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
-    p.add_argument("--time-limit", type=float, metavar="SECONDS",
+    g.add_argument("--max-seconds", type=float, help="stop after this much training time")
+    g.add_argument("--max-steps", type=int, help="stop after this many optimizer steps")
+    g.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="a window's budget for training (needs --backup): stop at the end of the last epoch that "
                         "fits, keep the backup and write no checkpoint; the same command resumes from it")
-    p.add_argument("--precision", choices=("float32", "mixed_bfloat16"),
-                   help="compute precision of a new model's training (default float32; mixed_bfloat16: bfloat16 "
-                        "compute with float32 variables, temperatures, softmax, norms and loss; the checkpoint is "
-                        "float32)")
-    p.add_argument("--device-data", action="store_true",
-                   help="a new model's training images on the device as uint8, with crop, flip and mix inside the "
-                        "compiled step (the same draws as without it)")
-    p.add_argument("--steps-per-call", type=int, metavar="K",
-                   help="with --device-data on JAX: K training steps per call into the compiled step (default 1)")
-    p.add_argument("--fast", action="store_true",
-                   help="the GPU path: --precision mixed_bfloat16 --device-data --steps-per-call 16, unless given")
-    p.add_argument("--freeze-backbone", action="store_true")
-    p.add_argument("--threads", type=int, help="CPU threads for TensorFlow (default: all)")
-    p.add_argument("--distribute", action="store_true",
-                   help="train data-parallel over every device Keras' JAX backend sees (KERAS_BACKEND=jax): "
-                        "each batch split evenly between them, so the batch size must be a multiple of "
-                        "their number")
-    p.add_argument("--backup", metavar="DIR",
+    g.add_argument("--backup", metavar="DIR",
                    help="folder where the run's state is kept after every epoch: the same command run again "
                         "resumes from the last completed epoch (a backup of another run is refused); "
                         "removed once the checkpoint is written")
-    p.add_argument("--verbose", type=int, choices=(0, 1, 2),
+    g.add_argument("--verbose", type=int, choices=(0, 1, 2),
                    help="Keras' progress: 1 a bar redrawn as it goes, 2 one line per epoch, 0 none (default: 1 on "
                         "a terminal, 2 when the output goes to a file or a pipe)")
+
+
+def _devices_args(p: argparse.ArgumentParser) -> None:
+    """The devices flags: the compute."""
+    g = p.add_argument_group("devices", "the compute")
+    g.add_argument("--precision", choices=("float32", "mixed_bfloat16"),
+                   help="compute precision of a new model's training (default float32; mixed_bfloat16: bfloat16 "
+                        "compute with float32 variables, temperatures, softmax, norms and loss; the checkpoint is "
+                        "float32)")
+    g.add_argument("--device-data", action="store_true",
+                   help="a new model's training images on the device as uint8, with crop, flip and mix inside the "
+                        "compiled step (the same draws as without it)")
+    g.add_argument("--steps-per-call", type=int, metavar="K",
+                   help="with --device-data on JAX: K training steps per call into the compiled step (default 1)")
+    g.add_argument("--fast", action="store_true",
+                   help="the GPU path: --precision mixed_bfloat16 --device-data --steps-per-call 16, unless given")
+    g.add_argument("--threads", type=int, help="CPU threads for TensorFlow (default: all)")
+    g.add_argument("--distribute", action="store_true",
+                   help="train data-parallel over every device Keras' JAX backend sees (KERAS_BACKEND=jax): "
+                        "each batch split evenly between them, so the batch size must be a multiple of "
+                        "their number")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m explorer.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for add in (_model_args, _data_args, _recipe_args, _augmentation_args, _run_args, _devices_args):
+        add(p)
     args = p.parse_args(argv)
     if args.extend and not args.base:
         p.error("--continue needs --base: the checkpoint whose training it continues")
