@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from explorer.finetune.backend import Hardware
+from explorer.finetune.protocol import Phase
 from explorer.finetune.queue import QueuePlace
-from explorer.finetune.state import CancelAnswer, Phase, RunState
+from explorer.finetune.state import CancelAnswer, RunState
 
 CANCEL_ANSWERS = {
     CancelAnswer.CANCELLED: "Cancelled: the training process was stopped and nothing was saved.",
