@@ -196,17 +196,17 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
             finally:
                 import explorer.finetune.tuning
                 explorer.finetune.tuning.settle = original
-        kept = result["training"].get("kept_epoch")
-        record(row, result["metrics"]["test_top1"], time.perf_counter() - start)
+        kept = result.training.get("kept_epoch")
+        record(row, result.metrics["test_top1"], time.perf_counter() - start)
         if row == "default":
-            top1 = result["metrics"]["test_top1"]
+            top1 = result.metrics["test_top1"]
             results[(zip_name, ref, "margins")] = ({m: kept_at(m, top1, seen) for m in MARGINS}, None)
             if seen:
                 spread = np.sqrt(seen["gained"] + seen["lost"]) or 1.0
                 print(f"    epoch vs fallback: test {100 * seen['epoch']:.1f} % vs {100 * seen['fallback']:.1f} %; "
                       f"validation +{seen['gained']} -{seen['lost']} ({(seen['gained'] - seen['lost']) / spread:.2f} "
                       f"standard errors)", flush=True)
-        t = result["training"]
+        t = result.training
         print(f"    {t['planned_epochs']} epochs x batch {t['batch_size']}, lr {t['recipe']['learning_rate']:g}, "
               f"{t['steps']} steps, {t['images_per_second']} images/s", flush=True)
         ran = t.get("epochs_trained", t["epochs"])

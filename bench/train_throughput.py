@@ -47,6 +47,7 @@ def main():
 
     from explorer.config import get_preset
     from explorer.data import load_cifar
+    from explorer.finetune.protocol import BatchEnd
     from explorer.fitting import fit
     from explorer.models import build_vit
     from explorer.recipe import TrainConfig
@@ -62,7 +63,7 @@ def main():
         model = build_vit(config, ds.num_classes)
         fit(model, ds.subset(train=n, test=0), TrainConfig(epochs=1, batch_size=args.batch_size,
                                                             validation_fraction=0.0, max_steps=args.steps),
-            verbose=0, progress=lambda e: timer.tick() if e["kind"] == "batch" else None)
+            verbose=0, progress=lambda e: timer.tick() if isinstance(e, BatchEnd) else None)
         return timer.rate(args.batch_size), model.count_params()
 
     def seed():

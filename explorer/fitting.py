@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import keras
@@ -21,6 +21,7 @@ from explorer.batches import make_batches, training_split
 from explorer.card import Card, Data, Epoch, Lineage, Metrics, Training
 from explorer.data import Dataset
 from explorer.devices import check_batch_split, data_parallel_devices, device_name
+from explorer.finetune.protocol import BatchEnd, EpochEnd, MemberEvent, Phase, PhaseBegun
 from explorer.fit_state import BestEpoch, FitState
 from explorer.models import tau_values
 from explorer.predict import accuracy_metrics, predict_logits
@@ -52,12 +53,12 @@ class Recorder(keras.callbacks.Callback):
         state: the run's FitState, updated in place.
         batches: the training PyDataset (explorer.batches or explorer.device_batches).
         validation: the validation batches, or None.
-        progress: called with every event, or None.
+        progress: called with every event (protocol.BatchEnd, EpochEnd), or None.
         cancel: set to stop the run after its current step, or None.
     """
 
     def __init__(self, target, recipe: TrainConfig, history: list, state: FitState, batches, validation,
-                 progress: Callable[[dict], None] | None, cancel: threading.Event | None):
+                 progress: Callable[[MemberEvent], None] | None, cancel: threading.Event | None):
         super().__init__()
         self.target, self.recipe, self.history, self.state = target, recipe, history, state
         self.batches, self.validation, self.progress, self.cancel = batches, validation, progress, cancel
@@ -86,9 +87,8 @@ class Recorder(keras.callbacks.Callback):
         if self.progress is not None and (elapsed - state.reported >= PROGRESS_EVERY_S
                                           or batch + 1 == len(self.batches) or self.model.stop_training):
             state.reported = elapsed
-            self.progress({"kind": "batch", "step": state.steps,
-                           "total_steps": self.batches.steps * self.recipe.epochs, "epoch": state.epoch,
-                           "loss": float((logs or {}).get("loss", float("nan"))), "elapsed": elapsed})
+            self.progress(BatchEnd(state.steps, self.batches.steps * self.recipe.epochs, state.epoch,
+                                   float((logs or {}).get("loss", float("nan"))), elapsed))
 
     def _stop_at_limits(self, elapsed: float) -> None:
         """Stops training after this step at a cancel, or at the recipe's step or time limits."""
@@ -125,7 +125,7 @@ class Recorder(keras.callbacks.Callback):
         if self.recipe.keep_best and "val_top1" in record and (state.best is None or state.best.beaten_by(record)):
             state.best = BestEpoch(epoch + 1, record["val_top1"], record.get("val_loss"), self.target.get_weights())
         if self.progress is not None:
-            self.progress({"kind": "epoch", **record})
+            self.progress(EpochEnd(dict(record)))
 
     def _last_batch_end(self) -> float:
         state = self.state
@@ -143,7 +143,7 @@ class Recorder(keras.callbacks.Callback):
 
 
 def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
-        progress: Callable[[dict], None] | None = None, cancel: threading.Event | None = None,
+        progress: Callable[[MemberEvent], None] | None = None, cancel: threading.Event | None = None,
         backup: str | os.PathLike | None = None, start: dict | None = None, base: dict | None = None,
         reuse: bool = False) -> dict:
     """Trains `model` in place on `dataset` with the recipe; returns the run's record (no saving).
@@ -179,8 +179,8 @@ def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
                                progress, cancel, backup)
     if progress is not None:
         if start is not None:
-            progress({"kind": "epoch", "epoch": 0, **start})
-        progress({"kind": "phase", "phase": "compiling"})  # until the first batch's event
+            progress(EpochEnd({"epoch": 0, **start}))
+        progress(PhaseBegun(Phase.COMPILING))  # until the first batch's event
     began = time.perf_counter()
     # shuffle=False: the batches shuffle themselves, by (seed, epoch), not by Python's global random state.
     trainee.fit(train_batches, validation_data=val_batches, epochs=recipe.epochs, verbose=verbose, shuffle=False,
@@ -268,7 +268,7 @@ def _check_backup(backup, model, dataset: Dataset, recipe: TrainConfig, base: di
 
 
 def _run_callbacks(model, trainee, block, recipe: TrainConfig, history: list, state: FitState, train_batches,
-                   val_batches, progress: Callable[[dict], None] | None, cancel: threading.Event | None,
+                   val_batches, progress: Callable[[MemberEvent], None] | None, cancel: threading.Event | None,
                    backup) -> list:
     """The run's callbacks in their order: the reseeding of in-step draws, the recorder, the backup."""
     callbacks = [Recorder(model, recipe, history, state, train_batches, val_batches, progress, cancel)]
@@ -341,13 +341,29 @@ def _run_card(record: dict, config, preset: str | None, dataset: Dataset, metric
                 training=Training.from_json(record["training"]), base=base)
 
 
+@dataclass
+class RunResult:
+    """A run as its caller gets it back: where its checkpoint went (None when the recipe's time limit stopped
+    the run first: `backup` then holds where it got to, and `stopped_by` says "time_limit"), its metrics
+    (with the test images', once evaluated), fit's history and training record, and the class predicted
+    for each test image."""
+
+    checkpoint: str | None
+    metrics: dict
+    history: list
+    training: dict
+    test_predictions: list = field(default_factory=list)
+    backup: str | None = None
+    stopped_by: str | None = None
+
+
 def finish_run(model, record, config, preset, dataset, out_dir, name, base: Lineage | None,
-               progress: Callable[[dict], None] | None = None) -> dict:
+               progress: Callable[[MemberEvent], None] | None = None) -> RunResult:
     """The trained model evaluated on the test images and written as a checkpoint, with its card; `progress`
     hears each of the two phases begin."""
     from explorer.checkpoints import unique_dir, write_checkpoint
     if progress is not None:
-        progress({"kind": "phase", "phase": "evaluating"})
+        progress(PhaseBegun(Phase.EVALUATING))
     logits = predict_logits(model, dataset.x_test) if len(dataset.x_test) else None
     test = accuracy_metrics(logits, dataset.y_test) if logits is not None else None
     metrics = dict(record["metrics"])
@@ -356,8 +372,7 @@ def finish_run(model, record, config, preset, dataset, out_dir, name, base: Line
                        test_count=test["count"])
     card = _run_card(record, config, preset, dataset, metrics, base)
     if progress is not None:
-        progress({"kind": "phase", "phase": "saving"})
+        progress(PhaseBegun(Phase.SAVING))
     folder = write_checkpoint(model, unique_dir(out_dir, name), card)
-    return {"checkpoint": str(folder), "metrics": metrics, "history": record["history"],
-            "training": record["training"],
-            "test_predictions": logits.argmax(-1).tolist() if logits is not None else []}
+    return RunResult(str(folder), metrics, record["history"], record["training"],
+                     logits.argmax(-1).tolist() if logits is not None else [])

@@ -29,7 +29,7 @@ from explorer.finetune.tuning import (
     fine_tune,
     fine_tune_recipe,
 )
-from explorer.fitting import drop_backup, finish_run, fit
+from explorer.fitting import RunResult, drop_backup, finish_run, fit
 from explorer.folders import held_out_problem, load_dataset
 from explorer.recipe import RECIPES, TrainConfig
 from explorer.settings import Settings
@@ -37,7 +37,7 @@ from explorer.settings import Settings
 
 def train_new(config: ViTConfig, preset: str, dataset: Dataset, recipe: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
-              backup: str | None = None) -> dict:
+              backup: str | None = None) -> RunResult:
     """Builds a fresh model, trains it, evaluates on the test split and writes a checkpoint (a float32 model,
     whatever precision it trained at). A run stopped by the recipe's time limit writes none: its backup holds
     where it got to, and the same call resumes from it."""
@@ -49,8 +49,8 @@ def train_new(config: ViTConfig, preset: str, dataset: Dataset, recipe: TrainCon
     record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
                  base={"preset": preset})
     if record["stopped_by"] == "time_limit":
-        return {"checkpoint": None, "backup": str(backup) if backup else None, "metrics": record["metrics"],
-                "history": record["history"], "training": record["training"], "stopped_by": "time_limit"}
+        return RunResult(None, record["metrics"], record["history"], record["training"],
+                         backup=str(backup) if backup else None, stopped_by="time_limit")
     model = float32_copy(model, config, dataset.num_classes)
     result = finish_run(model, record, config, preset, dataset, out_dir,
                      name or f"{dataset.name}-{config.variant}", base=None, progress=progress)
@@ -297,15 +297,15 @@ def main(argv=None, settings: Settings | None = None) -> int:
     except (BackupError, CheckpointError, DatasetError, DistributionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    m = result["metrics"]
-    if result.get("stopped_by") == "time_limit":
-        print(f"time limit: {result['training']['epochs']} of {recipe.epochs} epochs done; backup kept in "
-              f"{result['backup']} (the same command resumes)", flush=True)
+    m = result.metrics
+    if result.stopped_by == "time_limit":
+        print(f"time limit: {result.training['epochs']} of {recipe.epochs} epochs done; backup kept in "
+              f"{result.backup} (the same command resumes)", flush=True)
         return 0
-    training = result["training"]
+    training = result.training
     if training.get("kept_model"):
         print(training["decision"], flush=True)
-    print(f"wrote {result['checkpoint']}: test top-1 {m.get('test_top1', float('nan')):.4f}, "
+    print(f"wrote {result.checkpoint}: test top-1 {m.get('test_top1', float('nan')):.4f}, "
           f"top-5 {m.get('test_top5', float('nan')):.4f}", flush=True)
     return 0
 

@@ -150,18 +150,18 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
     import dataclasses
     recipe = dataclasses.replace(recipe, time_limit=limit)
     result = train.train_new(config, targs.preset, dataset, recipe, work, state.name, verbose=0, backup=backup)
-    training = result["training"]
+    training = result.training
     record = {"window": len(_windows(state)) + 1, "started": _dt.datetime.fromtimestamp(
                   time.time() - (time.perf_counter() - started), _dt.UTC).replace(microsecond=0).isoformat(),
               "ended": _now(), "device": training["device"], "budget_s": args.budget,
               "epochs_before": before, "epochs_after": training["epochs"], "planned_epochs": recipe.epochs,
-              "finished": result.get("checkpoint") is not None,
+              "finished": result.checkpoint is not None,
               "images_per_second": training["images_per_second"], "wall_s": round(time.perf_counter() - started, 1),
               "command": train_argv}
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     if record["finished"]:
-        split_files(Path(result["checkpoint"]), out / "checkpoint")
+        split_files(Path(result.checkpoint), out / "checkpoint")
     else:
         split_files(backup, out / "backup")
     lines = _windows(state) + [json.dumps(record)]

@@ -98,7 +98,7 @@ def tiny_checkpoints(tmp_path_factory, cifar10):
         result = train_new(tiny_config(variant=variant), "tiny", small,
                            TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25), out,
                            name=f"tiny-{variant}", verbose=0)
-        paths[variant] = Path(result["checkpoint"])
+        paths[variant] = Path(result.checkpoint)
     return paths
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from explorer.backup import METADATA, RUN, BackupError, check, run_identity
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
+from explorer.finetune.protocol import EpochEnd
 from explorer.fitting import Cancelled, fit
 from explorer.models import build_vit
 from explorer.recipe import TrainConfig
@@ -145,7 +146,7 @@ def test_a_run_with_stochastic_depth_and_in_step_augmentation_resumes_as_if_neve
     def stop_in_the_second_epoch(event):
         # Batch events are throttled (PROGRESS_EVERY_S), so on a fast host none may come between an epoch's
         # first and last step: cancel when the first epoch is recorded; the run stops after the next step.
-        if event["kind"] == "epoch" and event["epoch"] == 1:
+        if isinstance(event, EpochEnd) and event.record["epoch"] == 1:
             cancel.set()
 
     with pytest.raises(Cancelled):

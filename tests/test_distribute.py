@@ -20,14 +20,14 @@ from tests.helpers import ROOT
 # The CLI in a process of its own, recording what the run's finish_run was given and returned: the test
 # predictions and logits of the trained model, and the devices its weights live on.
 _RUN = """
-import json, sys
+import dataclasses, json, sys
 from explorer import predict, train
 finish, seen = train.finish_run, {}
 def record(model, record, config, preset, dataset, *args, **kwargs):
-    seen.update(finish(model, record, config, preset, dataset, *args, **kwargs),
-                logits=predict.predict_logits(model, dataset.x_test).tolist(),
+    result = finish(model, record, config, preset, dataset, *args, **kwargs)
+    seen.update(dataclasses.asdict(result), logits=predict.predict_logits(model, dataset.x_test).tolist(),
                 weight_devices=sorted(str(d) for d in model.weights[0].value.sharding.device_set))
-    return seen
+    return result
 train.finish_run = record
 code = train.main(sys.argv[2:])
 with open(sys.argv[1], "w") as f:

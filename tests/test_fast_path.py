@@ -144,11 +144,11 @@ def test_a_mixed_precision_run_trains_and_ends_as_float32(tmp_path):
     recipe = TrainConfig(epochs=2, batch_size=32, precision="mixed_bfloat16", device_data=True, **MIXED)
     result = train_new(tiny_config(variant="spt_lsa"), "tiny", data, recipe, tmp_path, "mixed", verbose=0)
     from explorer.checkpoints import load_folder
-    model, card = load_folder(result["checkpoint"])
+    model, card = load_folder(result.checkpoint)
     assert model.dtype_policy.name == "float32"
     assert all(layer.dtype_policy.name == "float32" for layer in model.layers)
     assert card.training.recipe["precision"] == "mixed_bfloat16"
-    assert np.isfinite([e["loss"] for e in result["history"]]).all()
+    assert np.isfinite([e["loss"] for e in result.history]).all()
 
 
 class _Clock:

@@ -18,6 +18,7 @@ from explorer.finetune.backend import choose_backend
 from explorer.finetune.head import choose_head
 from explorer.finetune.job import recipe_for
 from explorer.finetune.plan import JobError, Limits, plan_job
+from explorer.finetune.protocol import BatchEnd, MemberStarted, Phase, PhaseBegun, Started
 from explorer.finetune.queue import Busy
 from explorer.finetune.report import report
 from explorer.finetune.runner import FineTuneRunner
@@ -150,15 +151,15 @@ def test_the_default_recipe_learns_a_tiny_zip_far_above_chance(tmp_path, cifar10
     ds = read_image_zip(class_zip(tmp_path / "tiny.zip", x, y, ["one", "two", "three"]))
     recipe = fine_tune_recipe(len(ds.x_train))
     result = fine_tune(SHIPPED, ds, recipe, tmp_path / "out", "tiny-run", verbose=0)
-    assert result["metrics"]["test_top1"] >= 0.75, result["metrics"]
-    assert result["training"]["start"]["head"].startswith("linear probe")
-    assert result["training"]["steps"] >= 150
+    assert result.metrics["test_top1"] >= 0.75, result.metrics
+    assert result.training["start"]["head"].startswith("linear probe")
+    assert result.training["steps"] >= 150
     # Which model the run kept, and why, is in the card and its model card.
-    card = read_card(result["checkpoint"])
+    card = read_card(result.checkpoint)
     assert card.training.kept_model and card.training.decision and card.training.start.why
     assert card.training.kept_model.startswith(("fine-tuned, epoch", "the linear probe on all"))
     assert card.training.decision.startswith("Kept ") and card.training.decision in \
-        (Path(result["checkpoint"]) / "README.md").read_text()
+        (Path(result.checkpoint) / "README.md").read_text()
     # The card's epochs are the kept model's: none when the run kept its start.
     assert card.training.epochs_trained == card.training.planned_epochs
     assert card.training.epochs == card.training.kept_epoch
@@ -220,6 +221,20 @@ def test_a_pair_plan_shares_one_split_and_names_both(tiny_checkpoints, cifar10):
         plan_job(_members(tiny_checkpoints, "A"), Dataset("small", np.zeros((4, 16, 16, 3), np.uint8),
                                                          np.array([0, 1, 0, 1]), np.zeros((0, 16, 16, 3), np.uint8),
                                                          np.zeros(0, int), ["a", "b"]))
+
+
+def test_the_worker_reads_back_the_plan_the_app_wrote(tiny_checkpoints, cifar10, tmp_path):
+    from explorer.finetune.jobfolder import read_job, write_job
+    for plan in (plan_job(_members(tiny_checkpoints, "A", "B"), cifar10, images=100, epochs=2, freeze=True),
+                 plan_job([], cifar10, images=100, scratch=("tiny", "spt_lsa"), name="new")):
+        write_job(plan, tmp_path / plan.members[0].name)
+        back = read_job(tmp_path / plan.members[0].name)
+        assert (back.members, back.recipe, back.description, back.scratch) == \
+            (plan.members, plan.recipe, plan.description, plan.scratch)
+        for part in ("x_train", "y_train", "x_test", "y_test"):
+            np.testing.assert_array_equal(getattr(back.dataset, part), getattr(plan.dataset, part))
+        assert (back.dataset.name, back.dataset.class_names, back.dataset.source, back.dataset.note) == \
+            (plan.dataset.name, plan.dataset.class_names, plan.dataset.source, plan.dataset.note)
 
 
 # --- the worker's backend --------------------------------------------------------------------------
@@ -311,7 +326,7 @@ def test_cancel_kills_the_worker_at_once_and_saves_nothing(tiny_checkpoints, cif
     began = time.time()
     assert runner.cancel_as() == "cancelled"
     # a progress line still in the pipe after the kill (a race seen in CI) does not undo the cancel
-    apply_event(runner._state, {"kind": "batch", "member": 0, "step": 1, "total_steps": 2, "loss": 1.0})
+    apply_event(runner._state, BatchEnd(1, 2, 0, 1.0, 0.1, member=0))
     runner.wait(30)
     assert time.time() - began < 10
     s = runner.snapshot()
@@ -526,15 +541,17 @@ def test_the_run_status_says_which_model_was_kept_and_why():
 def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifar10, tiny_checkpoints):
     """Every phase of a model's fine-tune reaches `progress` in order, and the status line's headline says
     what the run is doing at each event (never a bare "step 0/0" before the first step)."""
+    from dataclasses import replace
+
     from explorer.finetune.follow import run_fraction
-    from explorer.finetune.state import MemberState, RunState, apply_event
+    from explorer.finetune.state import MemberState, RunState
     from explorer.ui.finetune_text import run_status
     x, y = pick(cifar10, ["cat", "dog", "ship"], 12)
     ds = read_image_zip(class_zip(tmp_path / "three.zip", x, y, ["cat", "dog", "ship"]))
     events = []
     fine_tune(tiny_checkpoints["vanilla"], ds, TrainConfig(epochs=1, batch_size=8), tmp_path / "out", "phases",
               verbose=0, progress=events.append)
-    kinds = [e["phase"] if e["kind"] == "phase" else e["kind"] for e in events]
+    kinds = [e.phase if isinstance(e, PhaseBegun) else e.KIND for e in events]
     first_batch = kinds.index("batch")
     assert kinds[:first_batch] == ["choosing the head", "epoch", "compiling"], kinds
     assert [k for k in kinds[first_batch:] if k not in ("batch", "epoch")] == ["evaluating", "evaluating", "saving"]
@@ -542,8 +559,8 @@ def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifa
     s = RunState(running=True, status="starting", description="fine-tune", started=1.0,
                  members=[MemberState("A", "A: tiny-vanilla"), MemberState("B", "B: tiny-spt_lsa")])
     said = [run_status(s, tmp_path).split("\n")[0]]
-    apply_event(s, {"kind": "started", "device": "CPU", "backend": "jax"})
-    for event in [{"kind": "member", "member": 0}] + [{**e, "member": 0} for e in events]:
+    apply_event(s, Started("CPU", "jax"))
+    for event in [MemberStarted(member=0)] + [replace(e, member=0) for e in events]:
         apply_event(s, event)
         said.append(run_status(s, tmp_path).split("\n")[0])
         assert "step 0/0" not in run_status(s, tmp_path)
@@ -555,13 +572,13 @@ def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifa
     saving = s.members[0].since
     assert 0.49 == run_fraction(s, saving) < run_fraction(s, saving + 5) < run_fraction(s, saving + 60) <= 0.5
     assert " · 49." in run_status(s, tmp_path, now=saving + 1).split("\n")[0]
-    apply_event(s, {"kind": "member", "member": 1})
+    apply_event(s, MemberStarted(member=1))
     # B's loading starts its half of the bar and moves on with time, never back.
     loading = s.members[1].since
     assert run_status(s, tmp_path).startswith("**loading** B")
     last = run_fraction(s, loading + 60)
     assert 0.5 < run_fraction(s, loading) < run_fraction(s, loading + 5) < last < 0.6
-    apply_event(s, {"kind": "phase", "member": 1, "phase": "choosing the head"})
+    apply_event(s, PhaseBegun(Phase.HEAD, member=1))
     assert run_fraction(s, s.members[1].since) >= last
     assert run_status(s, tmp_path, loading=12.0).startswith("**loading** the new models into the slots")
     assert " · 12 s" in run_status(s, tmp_path, loading=12.0)

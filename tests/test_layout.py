@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 LAYERS = [
     {"atomic", "config", "schedules", "inputs", "render", "plots", "render_evidence", "render_trust", "hub",
      "ablation", "compiled", "study_report", "settings", "card", "formatting", "fit_state", "devices", "predict",
-     "finetune.linear"},
+     "finetune.linear", "finetune.protocol"},
     {"layers", "data", "packed"},
     {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "sharing", "catalog",
      "recipe"},
@@ -33,15 +33,17 @@ LAYERS = [
 
 # The files of explorer/finetune by the process that runs them (its __init__ lists them so): what the worker
 # runs and what the app runs import nothing of each other (the app starts the worker by its module's name),
-# what both read imports neither, and the fine-tune itself imports nothing of the processes around it.
+# what both read imports neither, and the fine-tune itself imports nothing of the processes around it; what
+# the two processes send each other (the protocol) imports nothing, and every file may import it.
 PROCESSES = {
+    "protocol": {"protocol"},
     "both": {"plan", "jobfolder", "backend", "report"},
     "worker": {"serve", "job", "warm", "compiling"},
     "app": {"runner", "queue", "state", "supervisor", "handle", "follow"},
     "fine-tune": {"tuning", "head", "linear"},
 }
-MAY_IMPORT = {"both": {"both"}, "worker": {"worker", "both", "fine-tune"}, "app": {"app", "both"},
-              "fine-tune": {"fine-tune"}}
+MAY_IMPORT = {"protocol": set(), "both": {"both", "protocol"}, "worker": {"worker", "both", "fine-tune", "protocol"},
+              "app": {"app", "both", "protocol"}, "fine-tune": {"fine-tune", "protocol"}}
 
 # The most lines a module, a class and a function (or method) of explorer/finetune may have.
 LIMITS = {"module": 450, "class": 250, "function": 60}

@@ -13,6 +13,7 @@ from PIL import Image
 from explorer.batches import make_batches, split_validation
 from explorer.card import Card, describe_augmentation
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
+from explorer.finetune.protocol import BatchEnd
 from explorer.finetune.tuning import continued_record, fine_tune
 from explorer.fitting import Cancelled, fit
 from explorer.models import build_vit, tau_values
@@ -63,7 +64,7 @@ def test_cancel_raises_and_writes_nothing(cifar10, tmp_path):
     cancel = threading.Event()
 
     def progress(event):
-        if event["kind"] == "batch" and event["step"] >= 2:  # progress is throttled: not every step
+        if isinstance(event, BatchEnd) and event.step >= 2:  # progress is throttled: not every step
             cancel.set()
 
     with pytest.raises(Cancelled):
@@ -128,7 +129,7 @@ def test_train_new_checkpoint_predicts_like_the_trained_model(cifar10, tmp_path,
                            TrainConfig(epochs=1, batch_size=64), tmp_path, verbose=0)
     finally:
         train_module.finish_run = original
-    loaded, _ = load_checkpoint(result["checkpoint"])
+    loaded, _ = load_checkpoint(result.checkpoint)
     np.testing.assert_allclose(predict_logits(loaded, images), predict_logits(model_holder["model"], images),
                                atol=1e-5)
 
@@ -142,7 +143,7 @@ def test_fine_tune_to_a_new_class_count_with_a_frozen_backbone(tiny_checkpoints,
                  three.y_test[keep_test], three.class_names[:3])
     result = fine_tune(tiny_checkpoints["spt_lsa"], ds, TrainConfig(epochs=1, batch_size=32,
                                                                     freeze_backbone=True), tmp_path, verbose=0)
-    model, card = load_checkpoint(result["checkpoint"])
+    model, card = load_checkpoint(result.checkpoint)
     assert model.output_shape == (None, 3) and card.class_names == three.class_names[:3]
     assert card.base.name == base_card.name and card.variant == "spt_lsa"
     # the frozen backbone kept its weights, tau included
@@ -155,7 +156,7 @@ def test_fine_tune_to_a_new_class_count_with_a_frozen_backbone(tiny_checkpoints,
 def test_fine_tune_same_classes_keeps_the_head(tiny_checkpoints, cifar10, tmp_path):
     result = fine_tune(tiny_checkpoints["vanilla"], cifar10.subset(train=128, test=16),
                        TrainConfig(epochs=1, batch_size=64), tmp_path, verbose=0)
-    model, card = load_checkpoint(result["checkpoint"])
+    model, card = load_checkpoint(result.checkpoint)
     assert model.output_shape == (None, 10) and card.base.name == "tiny-vanilla"
 
 
@@ -181,7 +182,7 @@ def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tm
                        TrainConfig(epochs=2, batch_size=64, validation_fraction=0.25, learning_rate=5e-4,
                                    cutmix_alpha=1.0, mix_prob=0.5),
                        tmp_path, verbose=0, extend=True)
-    model, card = load_checkpoint(result["checkpoint"])
+    model, card = load_checkpoint(result.checkpoint)
     assert card.name == "tiny-spt_lsa-3ep"
     assert [e.epoch for e in card.history] == [1, 2, 3]
     assert [e.stage for e in card.history] == [1, 2, 2]

@@ -12,6 +12,8 @@ What both processes read:
                    into place by the app, all or nothing
     backend.py     the worker's Keras backend, chosen without importing a framework; the machine's facts
     report.py      the side-by-side report of a finished job
+    protocol.py    what they send each other as JSON lines: the app's commands, the worker's events (one
+                   dataclass per kind), the phases of a run's model
 What the worker runs:
     serve.py       its main loop (`--serve`: commands in, events out) or one job (`JOB_DIR`); __main__.py
     job.py         one job: each member trained in turn, its events; the warm-up
@@ -22,7 +24,7 @@ What the app runs:
     queue.py       shared mode's first-come queue of Starts
     follow.py      a Start followed: its wait for a turn and its run as generators of typed updates, how far
                    a run has come, which slots its checkpoints go into
-    state.py       a run's state as the worker reports it, and what a Cancel did
+    state.py       a run's state as the worker's events change it, and what a Cancel did
     supervisor.py  the worker process kept, started and replaced
     handle.py      the worker process as the app holds it: its command line, commands sent, events heard
 The fine-tune itself (the worker runs it, and so does `python -m explorer.train --base`):

@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+from explorer.finetune.protocol import Message, ProtocolError, decode_event, encode
+
 # The worker's entry: explorer/finetune/__main__.py, whose --serve is serve.main's long-lived loop.
 WORKER_MODULE = "explorer.finetune"
 
@@ -31,7 +33,8 @@ def worker_command(priority: str, which=shutil.which) -> list[str]:
 
 class Worker:
     """The long-lived training process (`python -m explorer.finetune --serve`) on one Keras `backend`. Its
-    events (JSON lines) go to `on_event(worker, event)`, its end to `on_exit(worker, code)`."""
+    events (protocol.py's, one JSON line each) go to `on_event(worker, event)`, its end to
+    `on_exit(worker, code)`."""
 
     def __init__(self, command: list[str], env: dict, cwd: str, log_path: Path, on_event, on_exit,
                  backend: str = ""):
@@ -57,11 +60,11 @@ class Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def send(self, command: dict) -> bool:
-        import json
+    def send(self, command: Message) -> bool:
+        """Writes `command` (one of protocol.py's commands) to the worker; whether its input took it."""
         try:
             with self._send_lock:
-                self.proc.stdin.write((json.dumps(command) + "\n").encode())
+                self.proc.stdin.write(encode(command).encode())
                 self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
@@ -93,12 +96,11 @@ class Worker:
             return 0
 
     def _read(self) -> None:
-        import json
         for line in self.proc.stdout:
             self.last_heard = time.time()
             try:
-                event = json.loads(line)
-            except ValueError:
+                event = decode_event(line)
+            except ProtocolError:  # a line that is no event is passed over: the run goes on or ends by its events
                 continue
             self._on_event(self, event)
         code = self.proc.wait()

@@ -5,11 +5,13 @@ anyone asks."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from explorer.finetune.jobfolder import read_job, staging
+from explorer.finetune.protocol import Done, MemberDone, MemberEvent, MemberStarted, Started
 
 
 def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: bool = False):
@@ -31,8 +33,9 @@ def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: b
 
 def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
     """Trains every member of the job in `job_dir` in turn, writing checkpoints to its staging folder and
-    reporting each step through `emit(event)`. `warm` (warm.WarmModels): a long-lived worker's models,
-    reused with their compiled steps; `cancel` (a threading.Event) stops the job at the next step."""
+    reporting each step through `emit(event)` (an event of protocol.py). `warm` (warm.WarmModels): a
+    long-lived worker's models, reused with their compiled steps; `cancel` (a threading.Event) stops the job
+    at the next step."""
     import keras
 
     from explorer.config import get_preset
@@ -41,30 +44,30 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
     from explorer.finetune.tuning import fine_tune
     from explorer.fitting import Cancelled
     from explorer.train import train_new
-    job, ds = read_job(job_dir)
-    emit({"kind": "started", "device": device_name(), "backend": keras.backend.backend()})
+    plan = read_job(job_dir)
+    ds = plan.dataset
+    emit(Started(device_name(), keras.backend.backend()))
     out = staging(job_dir)
-    for i, m in enumerate(job["members"]):
-        def progress(event, i=i):
-            emit({**event, "member": i})
+    for i, m in enumerate(plan.members):
+        def progress(event: MemberEvent, i=i) -> None:
+            emit(replace(event, member=i))
 
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         began = time.perf_counter()
-        known = base_rows(m.get("classes") or [], ds.class_names) is not None
-        recipe = recipe_for(job["recipe"], len(ds.x_train), job["scratch"], known_classes=known)
-        emit({"kind": "member", "member": i, "recipe": dict(recipe.__dict__)})
-        if m["base"] is None:
-            config = get_preset(m["preset"], variant=m["variant"])
-            result = train_new(config, m["preset"], ds, recipe, out, m["name"], verbose=0, progress=progress,
+        known = base_rows(m.classes or [], ds.class_names) is not None
+        recipe = recipe_for(plan.recipe, len(ds.x_train), plan.scratch, known_classes=known)
+        emit(MemberStarted(dict(recipe.__dict__), member=i))
+        if m.base is None:
+            config = get_preset(m.preset, variant=m.variant)
+            result = train_new(config, m.preset, ds, recipe, out, m.name, verbose=0, progress=progress,
                                cancel=cancel)
         else:
-            result = fine_tune(m["base"], ds, recipe, out, m["name"], verbose=0, progress=progress, cancel=cancel,
+            result = fine_tune(m.base, ds, recipe, out, m.name, verbose=0, progress=progress, cancel=cancel,
                                warm=warm)
-        emit({"kind": "member_done", "member": i, "folder": Path(result["checkpoint"]).name,
-              "metrics": result["metrics"], "training": result["training"],
-              "predictions": result["test_predictions"], "seconds": round(time.perf_counter() - began, 3)})
-    emit({"kind": "done"})
+        emit(MemberDone(Path(result.checkpoint).name, result.metrics, result.training, result.test_predictions,
+                        round(time.perf_counter() - began, 3), member=i))
+    emit(Done())
 
 
 def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.data import Dataset
 from explorer.finetune.plan import Plan
 
 
@@ -34,13 +33,10 @@ def write_job(plan: Plan, job_dir: Path) -> None:
     (job_dir / "job.json").write_text(json.dumps(plan.to_json(), indent=1))
 
 
-def read_job(job_dir: Path) -> tuple[dict, Dataset]:
-    job = json.loads((job_dir / "job.json").read_text())
+def read_job(job_dir: Path) -> Plan:
+    """The plan write_job wrote into `job_dir`, its images read back."""
     with np.load(job_dir / "data.npz") as data:
-        d = job["dataset"]
-        ds = Dataset(d["name"], data["x_train"], data["y_train"], data["x_test"], data["y_test"],
-                     d["class_names"], d.get("source", ""), d.get("note", ""))
-    return job, ds
+        return Plan.from_json(json.loads((job_dir / "job.json").read_text()), dict(data))
 
 
 def publish(job_dir: Path, folders: list[str | None], out: Path) -> list[Path]:

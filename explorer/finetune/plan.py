@@ -56,10 +56,21 @@ class Plan:
     scratch: bool = False
 
     def to_json(self) -> dict:
+        """The plan without its images (jobfolder.py keeps those beside it): its dataset by name, classes,
+        source and note."""
         return {"members": [m.__dict__ for m in self.members], "recipe": self.recipe, "scratch": self.scratch,
                 "dataset": {"name": self.dataset.name, "class_names": list(self.dataset.class_names),
                             "source": self.dataset.source, "note": self.dataset.note},
                 "description": self.description}
+
+    @classmethod
+    def from_json(cls, data: dict, images: dict) -> Plan:
+        """The plan `to_json` wrote, with its images: `images` holds x_train, y_train, x_test and y_test."""
+        d = data["dataset"]
+        dataset = Dataset(d["name"], images["x_train"], images["y_train"], images["x_test"], images["y_test"],
+                          d["class_names"], d.get("source", ""), d.get("note", ""))
+        return cls([Member(**m) for m in data["members"]], dataset, dict(data["recipe"]), data["description"],
+                   scratch=data.get("scratch", False))
 
 
 def lsa_labels(plan: Plan) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from explorer.finetune.backend import choose_backend
 from explorer.finetune.handle import Worker
 from explorer.finetune.jobfolder import new_job_dir, publish, write_job
+from explorer.finetune.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Warm
 from explorer.finetune.queue import Busy, QueuePlace, StartQueue, Ticket, wait_estimate
 from explorer.finetune.state import CancelAnswer, EndedRuns, MemberState, RunState, apply_event, crash_message
 from explorer.finetune.supervisor import Supervisor
@@ -98,7 +99,7 @@ class FineTuneRunner:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             w = self.supervisor.ensure(backend)
             if bases and shapes:
-                w.send({"kind": "warm", "bases": [str(b) for b in bases], "shapes": shapes})
+                w.send(Warm([str(b) for b in bases], shapes))
 
     def start(self, plan, owner: str | None = None, out_dir: str | os.PathLike | None = None,
               ticket: Ticket | None = None) -> int:
@@ -129,7 +130,7 @@ class FineTuneRunner:
                 worker = self.supervisor.ensure(backend)
                 self._job_log_at = worker.log_size()
                 worker.last_heard = time.time()
-                if not worker.send({"kind": "job", "id": self._state.run_id, "dir": str(job_dir)}):
+                if not worker.send(RunJob(self._state.run_id, str(job_dir))):
                     raise RuntimeError("the worker's input is closed")
             except Exception as e:
                 self._finish_locked("failed", f"the training process could not start: {type(e).__name__}: {e}")
@@ -138,29 +139,28 @@ class FineTuneRunner:
                              daemon=True).start()
             return self._state.run_id
 
-    def _on_worker_event(self, worker: Worker, event: dict) -> None:
-        kind = event.get("kind")
+    def _on_worker_event(self, worker: Worker, event: Event) -> None:
         with self._lock:
             current = (worker is self.supervisor.current and self._state.running
-                       and event.get("job") == self._state.run_id)
+                       and event.job == self._state.run_id)
             if not current:
                 return
-            if kind != "job_end":
+            if not isinstance(event, JobEnd):
                 apply_event(self._state, event)
                 return
-            self._state.worker = {k: event.get(k) for k in ("loads", "compiles", "cache_hits")}
-            self._state.worker["pid"] = worker.pid
-            cancelled, job_dir, outcome = self._state.cancelling, self._job_dir, event.get("outcome")
+            self._state.worker = {"loads": event.loads, "compiles": event.compiles, "cache_hits": event.cache_hits,
+                                  "pid": worker.pid}
+            cancelled, job_dir, outcome = self._state.cancelling, self._job_dir, event.outcome
         if cancelled:
             self._finish("cancelled")
-        elif outcome == "done":
+        elif outcome == Outcome.DONE:
             try:
                 self._publish(job_dir)
             except Exception as e:  # e.g. the disk filled up while moving: nothing is left half-moved
                 self._finish("failed", f"{type(e).__name__}: {e}")
         else:
-            self._finish("cancelled" if outcome == "cancelled" else "failed",
-                         None if outcome == "cancelled" else "the training process reported an error")
+            self._finish("cancelled" if outcome == Outcome.CANCELLED else "failed",
+                         None if outcome == Outcome.CANCELLED else "the training process reported an error")
 
     def _on_worker_exit(self, worker: Worker, code: int) -> None:
         with self._lock:
@@ -244,7 +244,7 @@ class FineTuneRunner:
                 return CancelAnswer.LEFT
             else:
                 return CancelAnswer.NOT_YOURS if self._state.running else CancelAnswer.NONE
-        if worker is None or not worker.send({"kind": "cancel", "id": run_id}):
+        if worker is None or not worker.send(Cancel(run_id)):
             self._finish("cancelled")
             return CancelAnswer.CANCELLED
 

@@ -6,15 +6,32 @@ output; anything else it prints goes to its standard error, the app's log of it.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from explorer.finetune.compiling import CompileCounter, use_compile_cache
 from explorer.finetune.job import run_job, warm_up
+from explorer.finetune.protocol import (
+    Cancel,
+    Event,
+    Exiting,
+    Failed,
+    JobEnd,
+    Outcome,
+    Ping,
+    Pong,
+    ProtocolError,
+    Ready,
+    RunJob,
+    Warm,
+    Warmed,
+    decode_command,
+    encode,
+)
 from explorer.settings import Settings
 
 
@@ -33,15 +50,15 @@ def _exit_with_parent() -> None:
 
 
 def _event_stream():
-    """emit(event): events go to the original standard output as JSON lines; anything else that prints goes
-    to the log (stderr)."""
+    """emit(event): events (protocol.py's) go to the original standard output as JSON lines; anything else
+    that prints goes to the log (stderr)."""
     import threading
     events = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     lock = threading.Lock()
 
-    def emit(event: dict) -> None:
-        line = json.dumps(event, default=float) + "\n"
+    def emit(event: Event) -> None:
+        line = encode(event)
         with lock:
             events.write(line)
             events.flush()
@@ -51,11 +68,12 @@ def _event_stream():
 
 def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb: float = 512.0,
           models: int = 4) -> int:
-    """The long-lived worker: takes commands from `commands` (a queue of dicts; None when its input closed)
-    and answers through `emit`, keeping Keras imported and the models it trained from (with their compiled
-    steps) between jobs. Commands: {"kind": "job", "id", "dir"}, {"kind": "warm", "bases", "shapes"},
-    {"kind": "ping", "id"}. Ends after `idle_s` without a command (its memory goes back) or when its input
-    closes. It keeps up to `models` models; `cache_dir` holds at most `cache_mb` of compiled steps."""
+    """The long-lived worker: takes commands from `commands` (a queue of (command, its cancel event) pairs,
+    the command a protocol.RunJob, Warm or Ping, the event a job's threading.Event and None for the others;
+    None when its input closed) and answers through `emit`, keeping Keras imported and the models it trained
+    from (with their compiled steps) between jobs. Ends after `idle_s` without a command (its memory goes
+    back) or when its input closes. It keeps up to `models` models; `cache_dir` holds at most `cache_mb` of
+    compiled steps."""
     import queue
 
     began = time.perf_counter()
@@ -66,72 +84,70 @@ def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb:
     use_compile_cache(cache_dir, cache_mb)
     counter = CompileCounter()
     warm = WarmModels(size=models)
-    emit({"kind": "ready", "device": device_name(), "backend": keras.backend.backend(), "pid": os.getpid(),
-          "imports_s": round(time.perf_counter() - began, 3)})
+    emit(Ready(device_name(), keras.backend.backend(), os.getpid(), round(time.perf_counter() - began, 3)))
     while True:
         try:
-            command = commands.get(timeout=idle_s)
+            queued = commands.get(timeout=idle_s)
         except queue.Empty:
-            emit({"kind": "exit", "why": f"idle for {idle_s:g} s"})
+            emit(Exiting(f"idle for {idle_s:g} s"))
             return 0
-        if command is None:
+        if queued is None:
             return 0
-        kind = command.get("kind")
-        if kind == "ping":
-            emit({"kind": "pong", "id": command.get("id")})
-        elif kind == "warm":
+        command, cancel = queued
+        if isinstance(command, Ping):
+            emit(Pong(command.id))
+        elif isinstance(command, Warm):
             began = time.perf_counter()
             try:
-                warm_up(warm, command.get("bases") or [], command.get("shapes") or [])
-                emit({"kind": "warmed", "seconds": round(time.perf_counter() - began, 3)})
+                warm_up(warm, command.bases, command.shapes)
+                emit(Warmed(seconds=round(time.perf_counter() - began, 3)))
             except Exception as e:  # noqa: BLE001  (a failed warm-up costs speed, never a run)
-                emit({"kind": "warmed", "error": f"{type(e).__name__}: {e}"})
-        elif kind == "job":
-            _serve_job(command, emit, warm, counter)
+                emit(Warmed(error=f"{type(e).__name__}: {e}"))
+        elif isinstance(command, RunJob):
+            _serve_job(command, cancel, emit, warm, counter)
 
 
-def _serve_job(command: dict, emit, warm, counter: CompileCounter) -> None:
-    """One job command: its events tagged with its id, and a last event (job_end) with how it ended, how
-    many models the worker has loaded, and what it compiled for this job."""
+def _serve_job(command: RunJob, cancel, emit, warm, counter: CompileCounter) -> None:
+    """One job command (`cancel`: the threading.Event that stops it): its events tagged with its id, and a
+    last event (JobEnd) with how it ended, how many models the worker has loaded, and what it compiled for
+    this job."""
     from explorer.fitting import Cancelled
-    job_id, cancel = command["id"], command["cancel"]
     compiles, hits = counter.counts()
 
-    def tagged(event):
-        emit({**event, "job": job_id})
+    def tagged(event: Event) -> None:
+        emit(replace(event, job=command.id))
 
     try:
-        run_job(Path(command["dir"]), tagged, warm, cancel)
-        outcome = "done"
+        run_job(Path(command.dir), tagged, warm, cancel)
+        outcome = Outcome.DONE
     except Cancelled:
-        outcome = "cancelled"
+        outcome = Outcome.CANCELLED
     except BaseException as e:  # whatever it is, the app hears it and the worker serves on
-        tagged({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+        tagged(Failed(f"{type(e).__name__}: {e}"))
         traceback.print_exc()
-        outcome = "error"
+        outcome = Outcome.ERROR
     now = counter.counts()
-    tagged({"kind": "job_end", "outcome": outcome, "loads": warm.loads,
-            "compiles": None if compiles is None else now[0] - compiles,
-            "cache_hits": None if hits is None else now[1] - hits})
+    tagged(JobEnd(outcome, warm.loads, None if compiles is None else now[0] - compiles,
+                  None if hits is None else now[1] - hits))
 
 
 def _read_commands(stream, commands, cancels: dict) -> None:
-    """The worker's input: a "cancel" sets that job's event at once (the job stops at its next step); every
-    other command waits in `commands` for the main loop. None when the input closes (the app is gone)."""
+    """The worker's input: a Cancel sets that job's event at once (the job stops at its next step); every
+    other command waits in `commands` for the main loop, a RunJob with its cancel event (see serve). None
+    when the input closes (the app is gone)."""
+    import threading
     for line in stream:
         try:
-            command = json.loads(line)
-        except ValueError:
+            command = decode_command(line)
+        except ProtocolError:
             continue
-        if command.get("kind") == "cancel":
-            event = cancels.get(command.get("id"))
+        if isinstance(command, Cancel):
+            event = cancels.get(command.id)
             if event is not None:
                 event.set()
             continue
-        if command.get("kind") == "job":
-            import threading
-            command["cancel"] = cancels.setdefault(command["id"], threading.Event())
-        commands.put(command)
+        commands.put((command, cancels.setdefault(command.id, threading.Event())
+                      if isinstance(command, RunJob) else None))
     commands.put(None)
 
 
@@ -158,7 +174,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
     try:
         run_job(Path(argv[0]), emit)
     except BaseException as e:  # whatever it is, the app hears it and keeps serving
-        emit({"kind": "error", "error": f"{type(e).__name__}: {e}"})
+        emit(Failed(f"{type(e).__name__}: {e}"))
         traceback.print_exc()
         return 1
     return 0

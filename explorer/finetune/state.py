@@ -8,6 +8,19 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from explorer.finetune.protocol import (
+    BatchEnd,
+    EpochEnd,
+    Event,
+    Failed,
+    MemberDone,
+    MemberEvent,
+    MemberStarted,
+    Phase,
+    PhaseBegun,
+    Started,
+)
+
 ENDED_KEPT = 16  # the ended runs whose final state EndedRuns keeps
 
 
@@ -18,19 +31,6 @@ class CancelAnswer(StrEnum):
     LEFT = "left"            # they were waiting in the queue, and left it
     NOT_YOURS = "not yours"  # another visitor's run is going on, and goes on
     NONE = "none"            # nothing was going on
-
-
-class Phase(StrEnum):
-    """What the worker is doing with one model of a run (its "phase" events, and the kinds around them)."""
-
-    WAITING = "waiting"            # a model after the one in training
-    LOADING = "loading"            # its checkpoint (a warm worker's model: at once)
-    HEAD = "choosing the head"     # the base's rows or a linear probe, judged on validation
-    COMPILING = "compiling"        # the training step, until its first batch ends
-    TRAINING = "training"
-    EVALUATING = "evaluating"      # the kept epoch, then the held-out test images
-    SAVING = "saving"              # its checkpoint
-    DONE = "done"
 
 
 @dataclass
@@ -94,34 +94,34 @@ class EndedRuns:
         return copy.deepcopy(self._runs[run_id]) if run_id in self._runs else None
 
 
-def apply_event(s: RunState, event: dict) -> None:
-    """One of the worker's progress events (started, member, phase, batch, epoch, member_done, error) on `s`."""
-    kind = event.get("kind")
+def apply_event(s: RunState, event: Event) -> None:
+    """One of the worker's events (protocol.py: started, member, phase, batch, epoch, member_done, error) on
+    `s`; the others leave it as it is."""
     # Lines still in the pipe after a Cancel must not turn "cancelled" back into "training".
-    if kind in ("member", "batch") and s.status == "starting":
+    if isinstance(event, (MemberStarted, BatchEnd)) and s.status == "starting":
         s.status = "training"
-    member = s.members[event["member"]] if "member" in event else None
+    member = s.members[event.member] if isinstance(event, MemberEvent) and event.member is not None else None
     before = member.phase if member is not None else None
-    if kind == "started":
-        s.device, s.backend = event["device"], event["backend"]
+    if isinstance(event, Started):
+        s.device, s.backend = event.device, event.backend
         s.ready_at = time.time()
-    elif kind == "member":
-        s.current = event["member"]
-        member.recipe, member.phase = event.get("recipe"), Phase.LOADING
-    elif kind == "phase":
-        member.phase = Phase(event["phase"])
-    elif kind == "batch":
-        member.step, member.total_steps = event["step"], event["total_steps"]
-        member.last_loss, member.phase = event["loss"], Phase.TRAINING
-    elif kind == "epoch":
-        member.history = member.history + [{k: v for k, v in event.items() if k not in ("kind", "member")}]
-    elif kind == "member_done":
-        member.folder, member.metrics = event["folder"], event["metrics"]
-        member.training, member.predictions = event["training"], event["predictions"]
-        member.seconds, member.phase = event.get("seconds"), Phase.DONE
-    elif kind == "error":
-        s.error = event["error"]
-    if member is not None and (member.phase != before or kind == "batch"):
+    elif isinstance(event, MemberStarted):
+        s.current = event.member
+        member.recipe, member.phase = event.recipe, Phase.LOADING
+    elif isinstance(event, PhaseBegun):
+        member.phase = event.phase
+    elif isinstance(event, BatchEnd):
+        member.step, member.total_steps = event.step, event.total_steps
+        member.last_loss, member.phase = event.loss, Phase.TRAINING
+    elif isinstance(event, EpochEnd):
+        member.history = member.history + [dict(event.record)]
+    elif isinstance(event, MemberDone):
+        member.folder, member.metrics = event.folder, event.metrics
+        member.training, member.predictions = event.training, event.predictions
+        member.seconds, member.phase = event.seconds, Phase.DONE
+    elif isinstance(event, Failed):
+        s.error = event.error
+    if member is not None and (member.phase != before or isinstance(event, BatchEnd)):
         member.since = time.time()
 
 

@@ -17,9 +17,9 @@ class Supervisor:
 
     The worker runs at `priority` (EXPLORER_WORKER_PRIORITY), ends after `idle_s` without work
     (EXPLORER_WORKER_IDLE_S), and keeps JAX's compiled steps in `compile_cache`; it is started with
-    `environ` (default: the app's environment) and these settings. Its events and its end go to
-    `on_event(worker, event)` and `on_exit(worker, code)`; its standard error to a log file of its own.
-    The runner calls `ensure` and changes `current` under its own lock."""
+    `environ` (default: the app's environment) and these settings. Its events (protocol.py's) and its end
+    go to `on_event(worker, event)` and `on_exit(worker, code)`; its standard error to a log file of its
+    own. The runner calls `ensure` and changes `current` under its own lock."""
 
     def __init__(self, settings: Settings, environ: dict | None, priority: str, idle_s: float,
                  compile_cache: Path, on_event, on_exit):

@@ -13,7 +13,8 @@ from explorer.card import Card, Lineage
 from explorer.config import ViTConfig
 from explorer.data import Dataset, DatasetError
 from explorer.finetune.head import choose_head, settle
-from explorer.fitting import Cancelled, drop_backup, finish_run, fit
+from explorer.finetune.protocol import Phase, PhaseBegun
+from explorer.fitting import Cancelled, RunResult, drop_backup, finish_run, fit
 from explorer.recipe import TrainConfig
 
 # The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
@@ -56,7 +57,7 @@ def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int |
 
 def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: str | Path,
               name: str | None = None, verbose: int = 1, progress=None, cancel=None,
-              backup: str | None = None, extend: bool = False, warm=None) -> dict:
+              backup: str | None = None, extend: bool = False, warm=None) -> RunResult:
     """Continues training a checkpoint on `dataset`; its head is chosen by `choose_head` first.
 
     With `extend`, this is a second stage of the base's own training rather than a fine-tune: the
@@ -80,7 +81,7 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
     if extend:
         check_continuation(card, dataset, recipe)
     if progress is not None:
-        progress({"kind": "phase", "phase": "choosing the head"})
+        progress(PhaseBegun(Phase.HEAD))
     model, start, choice = choose_head(model, card.class_names or [], dataset, recipe, base_head, features)
     if cancel is not None and cancel.is_set():
         raise Cancelled()
@@ -90,7 +91,7 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
                                     "epochs": len(card.history or []), "continued": extend},
                  reuse=warm is not None)
     if progress is not None:
-        progress({"kind": "phase", "phase": "evaluating"})
+        progress(PhaseBegun(Phase.EVALUATING))
     if not extend:
         settle(model, record, start_weights, choice, training_split(dataset, recipe)[1])
     record["training"]["timing"]["prepare_s"] = round(time.perf_counter() - began - record["training"]["wall_time_s"],

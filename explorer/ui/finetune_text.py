@@ -10,8 +10,9 @@ from pathlib import Path
 from explorer.finetune import head, tuning
 from explorer.finetune.backend import Hardware
 from explorer.finetune.follow import run_fraction
+from explorer.finetune.protocol import Phase
 from explorer.finetune.queue import QueuePlace
-from explorer.finetune.state import CancelAnswer, Phase, RunState
+from explorer.finetune.state import CancelAnswer, RunState
 from explorer.formatting import rate
 
 CANCEL_ANSWERS = {

@@ -182,7 +182,7 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
     other = train_new(tiny_config(variant="vanilla"), "tiny", cifar10.subset(train=256, test=64, seed=7),
                       TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25, seed=7), tmp_path / "o",
                       name="cifar10-1000-vanilla", verbose=0)
-    shutil.copytree(other["checkpoint"], root / "study" / "cifar10-1000-vanilla")
+    shutil.copytree(other.checkpoint, root / "study" / "cifar10-1000-vanilla")
     shutil.copytree(tiny_checkpoints["spt_lsa"], root / "study" / "cifar10-1000-spt_lsa")
     for variant in ("vanilla", "spt_lsa"):
         update_card(root / "study" / f"cifar10-1000-{variant}", dataset={"train_images": 1000})
