@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from explorer import atomic, hub
-from explorer.atomic import clean_stale  # noqa: F401 (the fine-tune runner cleans its folder with it)
+from explorer.atomic import clean_stale
 from explorer.card import CARD, Card, model_card
 
 MODEL_FILES = ("config.json", "metadata.json", "model.weights.h5")

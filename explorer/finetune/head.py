@@ -31,11 +31,9 @@ def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
 def pooled_features(model, x: np.ndarray, batch_size: int | None = None, features=None) -> np.ndarray:
     """What the classifier head sees (the pooled, normalised tokens) for uint8 images `x`; `features`: the
     model up to its head, when one is at hand (its compiled predict step is reused)."""
-    import keras
-
-    from explorer.models import HEAD
+    from explorer.models import features_model
     from explorer.predict import PREDICT_BATCH
-    features = features or keras.Model(model.inputs, model.get_layer(HEAD).input)
+    features = features or features_model(model)
     return predict_logits(features, x, batch_size or PREDICT_BATCH)
 
 
@@ -76,14 +74,13 @@ def choose_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
     head of the dataset's size (a WarmModel), whose weights are then all set here; `features`: the model up
     to its head.
     """
-    import keras
 
-    from explorer.models import HEAD, freeze_backbone
+    from explorer.models import HEAD, features_model, freeze_backbone
     n = dataset.num_classes
     (x_fit, y_fit), val = training_split(dataset, recipe)
     model, how, features = _start_head(model, base_classes, dataset, recipe, base_head, features)
     head = model.get_layer(HEAD)
-    features = features or keras.Model(model.inputs, head.input)
+    features = features or features_model(model)
     choice = None
     if recipe.head_init == "auto" and val is not None:
         choice = _cross_validated_head(model, features, how, (x_fit, y_fit), val, n, recipe.seed)

@@ -106,7 +106,7 @@ class FineTuneRunner:
         """Starts the job `plan` (a plan.Plan) unless one is going on (or, with a `ticket`, unless it
         is not first in the queue); its checkpoints go to `out_dir` (default: the runner's). Returns
         the run id."""
-        from explorer.checkpoints import clean_stale
+        from explorer.atomic import clean_stale
         backend, reason = choose_backend(self.settings)
         with self._lock:
             if self._state.running:

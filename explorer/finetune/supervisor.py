@@ -7,9 +7,7 @@ import os
 from pathlib import Path
 
 from explorer.finetune.handle import Worker, worker_command
-from explorer.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[2]  # the repository: the worker imports explorer from here
+from explorer.settings import PROJECT, Settings  # PROJECT: the worker imports explorer from there
 
 
 class Supervisor:
@@ -38,7 +36,7 @@ class Supervisor:
                "EXPLORER_COMPILE_CACHE_MB": str(self.settings.compile_cache_mb),
                "EXPLORER_WORKER_MODELS": str(self.settings.worker_models)}
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT), env.get("PYTHONPATH", "")) if p)
         return env
 
     def ensure(self, backend: str) -> Worker:
@@ -52,7 +50,7 @@ class Supervisor:
             import tempfile
             self._log_dir = Path(tempfile.mkdtemp(prefix="explorer-worker-"))
         log = self._log_dir / f"worker-{self.started + 1}.log"  # its standard error
-        self.current = Worker(worker_command(self.priority), self.env(backend), str(ROOT), log, self._on_event,
+        self.current = Worker(worker_command(self.priority), self.env(backend), str(PROJECT), log, self._on_event,
                               self._on_exit, backend)
         self.started += 1
         return self.current
