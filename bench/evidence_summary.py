@@ -99,8 +99,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=1024, help="images per forward call")
     args = p.parse_args()
 
+    from explorer.app.workbench import ModelStore
     from explorer.data import load_cifar
-    from explorer.workbench import ModelStore
     ds = load_cifar("cifar10", data_dir(), download=False)
     x, y = ds.x_test[:args.limit], ds.y_test[:args.limit]
     occlusion_count = min(len(x), args.occlusion_limit or len(x))

@@ -50,8 +50,8 @@ def watch_settle(test_x: np.ndarray, test_y: np.ndarray, seen: dict):
     fine-tuned epoch validation chose, and the fallback: the start's backbone with its fallback head) and
     the epoch's paired gain on the validation images are put in `seen`. A stricter margin than the run's
     only turns a kept epoch into its fallback, whose test top-1 is then known: the margin sweep is exact."""
-    import explorer.finetune.tuning as tuning
-    from explorer.finetune.linear import paired_gain
+    import explorer.tuning as tuning
+    from explorer.linear_probe import paired_gain
     from explorer.models import HEAD
     from explorer.predict import predict_logits
     original = tuning.settle
@@ -74,7 +74,7 @@ def watch_settle(test_x: np.ndarray, test_y: np.ndarray, seen: dict):
 
 def kept_at(margin: float, top1: float, seen: dict) -> float:
     """The default run's test top-1 had it needed `margin` standard errors (at least the run's own)."""
-    from explorer.finetune.linear import clearly_better
+    from explorer.linear_probe import clearly_better
     if not seen:
         return top1
     return seen["epoch"] if clearly_better(seen["gained"], seen["lost"], margin) else seen["fallback"]
@@ -142,7 +142,7 @@ def draw_zips(folder: Path, data: Path, draw: int) -> dict[str, Path]:
 def probe_accuracy(model, ds) -> float:
     """Logistic regression on the frozen pooled features of all training images; its L2 chosen on a 10 %
     validation split of them, then refitted on all of them."""
-    from explorer.finetune.head import pooled_features
+    from explorer.head import pooled_features
     return probe_on_features(pooled_features(model, ds.x_train), ds.y_train, pooled_features(model, ds.x_test),
                              ds.y_test, ds.num_classes)
 
@@ -150,7 +150,7 @@ def probe_accuracy(model, ds) -> float:
 def probe_on_features(features, labels, test, test_labels, num_classes: int) -> float:
     """probe_accuracy on features already pooled."""
     from explorer.batches import split_validation
-    from explorer.finetune.linear import fit_logistic, fit_probe
+    from explorer.linear_probe import fit_logistic, fit_probe
     (fx, fy), (vx, vy) = split_validation(features, labels, 0.1, 0)
     l2 = fit_probe(fx, fy, num_classes, vx, vy).l2
     return fit_logistic(features, labels, num_classes, l2).accuracy(test, test_labels)
@@ -161,11 +161,11 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
     """The rows asked for of one shipped model on one zip, each printed and kept in `results`."""
     from explorer.checkpoints import load_checkpoint
     from explorer.config import ViTConfig
-    from explorer.finetune.head import base_rows
-    from explorer.finetune.tuning import fine_tune, fine_tune_recipe
+    from explorer.head import base_rows
     from explorer.predict import accuracy_metrics, predict_logits
     from explorer.recipe import TrainConfig
-    from explorer.train import train_new
+    from explorer.training import train_new
+    from explorer.tuning import fine_tune, fine_tune_recipe
     base = ROOT / "checkpoints" / ref
     model, card = load_checkpoint(base)
     config = ViTConfig.from_dict(card.config)
@@ -194,8 +194,8 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
             try:
                 result = fine_tune(base, ds, tc, out, f"{ref}-{row}", verbose=0)
             finally:
-                import explorer.finetune.tuning
-                explorer.finetune.tuning.settle = original
+                import explorer.tuning
+                explorer.tuning.settle = original
         kept = result.training.get("kept_epoch")
         record(row, result.metrics["test_top1"], time.perf_counter() - start)
         if row == "default":
@@ -245,12 +245,12 @@ def main():
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    import explorer.finetune.tuning
+    import explorer.tuning
     from explorer.folders import read_image_zip
     if args.steps:
-        explorer.finetune.tuning.FT_TARGET_STEPS = args.steps
+        explorer.tuning.FT_TARGET_STEPS = args.steps
     if args.budget:
-        explorer.finetune.tuning.FT_IMAGE_BUDGET = args.budget
+        explorer.tuning.FT_IMAGE_BUDGET = args.budget
 
     results: dict[tuple[str, str, str], tuple[float, float]] = {}
     began = time.perf_counter()

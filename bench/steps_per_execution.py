@@ -2,7 +2,7 @@
 
 Issue #43 asks to try `steps_per_execution` (several training steps per call into the compiled function, so
 that Python, the callbacks and the host-device hand-over run once per k steps instead of once per step).
-This runs what the fine-tune worker runs (explorer.finetune.tuning.fine_tune with a WarmModels cache, as
+This runs what the fine-tune worker runs (explorer.tuning.fine_tune with a WarmModels cache, as
 `python -m explorer.finetune --serve` does) on the 800-image zip of bench/finetune_speed.py, for each k: a
 first run (tracing and compiling the k-step function: the cost a new job shape pays; the process's own
 first-time costs are paid before, by a run that is not compared) and then `--repeats`
@@ -43,11 +43,11 @@ def main():
     os.environ["KERAS_BACKEND"] = args.backend
     sys.path.insert(0, str(ROOT))
     from explorer import fitting
-    from explorer.finetune.head import base_rows
-    from explorer.finetune.job import recipe_for
     from explorer.finetune.plan import ZIP, Limits, job_data
-    from explorer.finetune.tuning import fine_tune
     from explorer.finetune.warm import WarmModels
+    from explorer.head import base_rows
+    from explorer.training import recipe_for
+    from explorer.tuning import fine_tune
     from finetune_speed import build_zips
 
     chosen = {"k": 1}

@@ -47,9 +47,9 @@ def main():
 
     from explorer.config import get_preset
     from explorer.data import load_cifar
-    from explorer.finetune.protocol import BatchEnd
     from explorer.fitting import fit
     from explorer.models import build_vit
+    from explorer.protocol import BatchEnd
     from explorer.recipe import TrainConfig
     from seed_vit_small_ds import build_seed_model, compile_seed
 

@@ -21,10 +21,10 @@ from explorer.batches import make_batches, training_split
 from explorer.card import Card, Data, Epoch, Lineage, Metrics, Training
 from explorer.data import Dataset
 from explorer.devices import check_batch_split, data_parallel_devices, device_name
-from explorer.finetune.protocol import BatchEnd, EpochEnd, MemberEvent, Phase, PhaseBegun
 from explorer.fit_state import BestEpoch, FitState
 from explorer.models import tau_values
 from explorer.predict import accuracy_metrics, predict_logits
+from explorer.protocol import BatchEnd, EpochEnd, MemberEvent, Phase, PhaseBegun
 from explorer.recipe import TrainConfig, compile_for_run
 
 # Progress (a batch event) at most this often: each report waits for the device to finish its step.

@@ -1,6 +1,6 @@
 """`python -m explorer.train`: a new model trained with the keras.io recipe (its schedule really driving
 AdamW; the recipe is explorer.recipe, the loop explorer.fitting), or a checkpoint fine-tuned or continued
-(explorer.finetune.tuning).
+(explorer.tuning); the training functions are explorer.training's: this module parses and calls.
 
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
     KERAS_BACKEND=jax python -m explorer.train --preset paper --recipe paper --variant vanilla   # on a GPU
@@ -14,49 +14,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
-from explorer.data import DATASETS, Dataset, DatasetError
+from explorer.data import DATASETS, DatasetError
 from explorer.devices import DistributionError, check_batch_split, device_name, distribute_over_devices
-from explorer.finetune.head import base_rows
-from explorer.finetune.tuning import (
-    FT_IMAGE_BUDGET,
-    FT_LEARNING_RATE,
-    FT_LEARNING_RATE_KNOWN,
-    FT_TARGET_STEPS,
-    FT_WEIGHT_DECAY,
-    fine_tune,
-    fine_tune_recipe,
-)
-from explorer.fitting import RunResult, drop_backup, finish_run, fit
 from explorer.folders import held_out_problem, load_dataset
 from explorer.recipe import RECIPES, TrainConfig
 from explorer.settings import Settings
-
-
-def train_new(config: ViTConfig, preset: str, dataset: Dataset, recipe: TrainConfig, out_dir: str | Path,
-              name: str | None = None, verbose: int = 1, progress=None, cancel=None,
-              backup: str | None = None) -> RunResult:
-    """Builds a fresh model, trains it, evaluates on the test split and writes a checkpoint (a float32 model,
-    whatever precision it trained at). A run stopped by the recipe's time limit writes none: its backup holds
-    where it got to, and the same call resumes from it."""
-    import keras
-
-    from explorer.models import build_vit, float32_copy
-    keras.utils.set_random_seed(recipe.seed)
-    model = build_vit(config, dataset.num_classes, precision=recipe.precision)
-    record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
-                 base={"preset": preset})
-    if record["stopped_by"] == "time_limit":
-        return RunResult(None, record["metrics"], record["history"], record["training"],
-                         backup=str(backup) if backup else None, stopped_by="time_limit")
-    model = float32_copy(model, config, dataset.num_classes)
-    result = finish_run(model, record, config, preset, dataset, out_dir,
-                     name or f"{dataset.name}-{config.variant}", base=None, progress=progress)
-    drop_backup(backup, record)
-    return result
-
+from explorer.training import fine_tune, knows_classes, recipe_for, train_new
+from explorer.tuning import FT_IMAGE_BUDGET, FT_LEARNING_RATE, FT_LEARNING_RATE_KNOWN, FT_TARGET_STEPS, FT_WEIGHT_DECAY
 
 # --fast's steps per call into the compiled step: the host's Python between calls is paid once per 16 steps.
 FAST_STEPS_PER_CALL = 16
@@ -284,8 +250,8 @@ def main(argv=None, settings: Settings | None = None) -> int:
             from explorer.checkpoints import read_card, resolve
             n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
             base_classes = read_card(resolve(args.base)).class_names or []  # the card; the model once
-            recipe = fine_tune_recipe(n, known_classes=base_rows(base_classes, dataset.class_names) is not None,
-                                  **given)
+            recipe = recipe_for(given, n, scratch=False,
+                                known_classes=knows_classes(base_classes, dataset.class_names))
             print(f"recipe: {recipe.epochs} epochs of batch {recipe.batch_size}, learning rate {recipe.learning_rate}, "
                   f"head {recipe.head_init}{', backbone frozen' if recipe.freeze_backbone else ''}", flush=True)
         if args.base:

@@ -125,6 +125,7 @@ def _parse(argv):
 def run_window(args, train_argv: list[str], started: float) -> dict:
     """Trains within the window and writes `args.out`; returns the window's record."""
     from explorer import train
+    from explorer.training import train_new
     state, out = Path(args.state), Path(args.out)
     if (state / "checkpoint").is_dir():
         raise WindowError(f"{state} holds a finished checkpoint: this run is done")
@@ -149,7 +150,7 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
                           f"{args.reserve:g} s and {time.perf_counter() - started:.0f} s of starting")
     import dataclasses
     recipe = dataclasses.replace(recipe, time_limit=limit)
-    result = train.train_new(config, targs.preset, dataset, recipe, work, state.name, verbose=0, backup=backup)
+    result = train_new(config, targs.preset, dataset, recipe, work, state.name, verbose=0, backup=backup)
     training = result.training
     record = {"window": len(_windows(state)) + 1, "started": _dt.datetime.fromtimestamp(
                   time.time() - (time.perf_counter() - started), _dt.UTC).replace(microsecond=0).isoformat(),

@@ -90,7 +90,7 @@ def images(cifar10) -> np.ndarray:
 def tiny_checkpoints(tmp_path_factory, cifar10):
     """A tiny vanilla and a tiny SPT/LSA checkpoint, trained for a few steps on real CIFAR-10."""
     from explorer.recipe import TrainConfig
-    from explorer.train import train_new
+    from explorer.training import train_new
     out = tmp_path_factory.mktemp("ckpts")
     small = cifar10.subset(train=256, test=64, seed=1)
     paths = {}

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from explorer.app_state import ExplorerState
+from explorer.app.state import ExplorerState
 from explorer.checkpoints import CheckpointError, update_card
 from explorer.settings import Settings
 from explorer.visitors import REFUSED, owner_key

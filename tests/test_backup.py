@@ -14,9 +14,9 @@ import pytest
 
 from explorer.backup import METADATA, RUN, BackupError, check, run_identity
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.finetune.protocol import EpochEnd
 from explorer.fitting import Cancelled, fit
 from explorer.models import build_vit
+from explorer.protocol import EpochEnd
 from explorer.recipe import TrainConfig
 from tests.helpers import ROOT, tiny_config
 

@@ -21,14 +21,14 @@ from tests.helpers import ROOT
 # predictions and logits of the trained model, and the devices its weights live on.
 _RUN = """
 import dataclasses, json, sys
-from explorer import predict, train
-finish, seen = train.finish_run, {}
+from explorer import predict, train, training
+finish, seen = training.finish_run, {}
 def record(model, record, config, preset, dataset, *args, **kwargs):
     result = finish(model, record, config, preset, dataset, *args, **kwargs)
     seen.update(dataclasses.asdict(result), logits=predict.predict_logits(model, dataset.x_test).tolist(),
                 weight_devices=sorted(str(d) for d in model.weights[0].value.sharding.device_set))
     return result
-train.finish_run = record
+training.finish_run = record
 code = train.main(sys.argv[2:])
 with open(sys.argv[1], "w") as f:
     json.dump(seen, f)

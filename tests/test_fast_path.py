@@ -139,7 +139,7 @@ def test_training_on_the_device_trains_what_the_numpy_batches_train():
 
 
 def test_a_mixed_precision_run_trains_and_ends_as_float32(tmp_path):
-    from explorer.train import train_new
+    from explorer.training import train_new
     data = _dataset()
     recipe = TrainConfig(epochs=2, batch_size=32, precision="mixed_bfloat16", device_data=True, **MIXED)
     result = train_new(tiny_config(variant="spt_lsa"), "tiny", data, recipe, tmp_path, "mixed", verbose=0)

@@ -19,7 +19,7 @@ from explorer.checkpoints import CheckpointError, clean_stale, list_checkpoints,
 from explorer.finetune.plan import plan_job
 from explorer.finetune.runner import FineTuneRunner
 from explorer.recipe import TrainConfig
-from explorer.train import train_new
+from explorer.training import train_new
 from tests.helpers import ROOT, tiny_config
 
 pytestmark = pytest.mark.slow

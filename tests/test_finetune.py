@@ -15,19 +15,19 @@ from explorer.batches import make_batches, training_split
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
 from explorer.data import Dataset
 from explorer.finetune.backend import choose_backend
-from explorer.finetune.head import choose_head
-from explorer.finetune.job import recipe_for
 from explorer.finetune.plan import JobError, Limits, plan_job
-from explorer.finetune.protocol import BatchEnd, MemberStarted, Phase, PhaseBegun, Started
 from explorer.finetune.queue import Busy
 from explorer.finetune.report import report
 from explorer.finetune.runner import FineTuneRunner
 from explorer.finetune.state import apply_event
-from explorer.finetune.tuning import fine_tune, fine_tune_recipe
 from explorer.folders import read_image_zip
+from explorer.head import choose_head
 from explorer.predict import accuracy_metrics, predict_logits
+from explorer.protocol import BatchEnd, MemberStarted, Phase, PhaseBegun, Started
 from explorer.recipe import TrainConfig
 from explorer.settings import Settings
+from explorer.training import recipe_for
+from explorer.tuning import fine_tune, fine_tune_recipe
 from tests.helpers import ROOT, class_zip, worker_pid
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
@@ -57,7 +57,7 @@ def _card(folder):
 def test_short_recipe_scales_the_batch_to_the_data():
     small, large = fine_tune_recipe(200), fine_tune_recipe(50_000)
     assert small.batch_size == 16 and large.batch_size == 128
-    from explorer.finetune.tuning import FT_IMAGE_BUDGET, FT_TARGET_STEPS
+    from explorer.tuning import FT_IMAGE_BUDGET, FT_TARGET_STEPS
     for n in (60, 200, 800, 5000):
         recipe = fine_tune_recipe(n)
         per_epoch = -(-round(n * 0.9) // recipe.batch_size)
@@ -107,8 +107,8 @@ def test_the_probe_replaces_the_base_rows_only_where_it_does_better_out_of_fold(
     """Linear probing, then fine-tuning: known classes start from the base's rows or from the probe, whichever
     scores higher on every labelled image (the probe out of fold, 5-fold cross-validation); rows win ties.
     The start's validation top-1 is reported as epoch 0 either way."""
-    from explorer.finetune.head import pooled_features
-    from explorer.finetune.linear import LinearHead, cross_validated_probe
+    from explorer.head import pooled_features
+    from explorer.linear_probe import LinearHead, cross_validated_probe
     model, card = load_checkpoint(tiny_checkpoints[variant])
     classes = ["cat", "dog", "horse", "deer"]
     x, y = pick(cifar10, classes, 60)
@@ -585,7 +585,7 @@ def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifa
 
 
 def test_paired_gain_and_a_clear_gain():
-    from explorer.finetune.linear import clearly_better, paired_gain
+    from explorer.linear_probe import clearly_better, paired_gain
     new = np.array([1, 1, 1, 0, 0, 1], bool)
     old = np.array([1, 0, 0, 1, 0, 1], bool)
     assert paired_gain(new, old) == (2, 1)
@@ -596,7 +596,7 @@ def test_paired_gain_and_a_clear_gain():
 
 
 def test_cross_validation_judges_every_image_out_of_fold():
-    from explorer.finetune.linear import cross_validated_probe
+    from explorer.linear_probe import cross_validated_probe
     rng = np.random.default_rng(0)
     centres = rng.normal(0, 3, (3, 8))
     y = np.repeat(np.arange(3), 40)
@@ -609,13 +609,13 @@ def test_cross_validation_judges_every_image_out_of_fold():
 
 
 def _choice(start_correct, fallback):
-    from explorer.finetune.head import HeadChoice
+    from explorer.head import HeadChoice
     return HeadChoice("linear probe (L2 0.01)", "why", fallback, "the linear probe on all 40 labelled images",
                       np.asarray(start_correct, bool), "the linear classifier on the base's features")
 
 
 def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(tiny_checkpoints, cifar10):
-    from explorer.finetune.head import settle
+    from explorer.head import settle
     from explorer.models import HEAD
     model, _ = load_checkpoint(tiny_checkpoints["vanilla"])
     x, y = cifar10.x_test[:40], cifar10.y_test[:40]

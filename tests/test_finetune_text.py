@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.finetune import head, tuning
+from explorer import head, tuning
 from explorer.formatting import rate
 from explorer.ui.finetune_text import help_text
 

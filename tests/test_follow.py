@@ -10,9 +10,9 @@ import pytest
 
 from explorer.finetune import follow
 from explorer.finetune.plan import JobError
-from explorer.finetune.protocol import Phase
 from explorer.finetune.queue import Busy, QueueFull, QueuePlace, Ticket
 from explorer.finetune.state import MemberState, RunState
+from explorer.protocol import Phase
 
 
 class Clock:

@@ -11,39 +11,36 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
-# Lower layers first: a module may import only modules of its own layer or below. A package is one entry
-# (every module of it sits there) unless one of its modules is named on its own, as the fine-tune math is:
-# explorer.train runs it, and the rest of explorer/finetune runs explorer.train.
+# Lower layers first: a module may import only modules of its own layer or below. A package is one entry:
+# every module of it sits there.
 LAYERS = [
     {"atomic", "config", "schedules", "inputs", "render", "plots", "render_evidence", "render_trust", "hub",
      "ablation", "compiled", "study_report", "settings", "card", "formatting", "fit_state", "devices", "predict",
-     "finetune.linear", "finetune.protocol"},
+     "linear_probe", "protocol"},
     {"layers", "data", "packed"},
     {"models", "augment", "batches", "step_augment", "folders", "checkpoints", "visitors", "sharing", "catalog",
      "recipe"},
     {"device_batches"},
     {"probe", "fitting", "backup", "convert"},
-    {"finetune.head", "finetune.tuning", "evaluate", "evidence"},
-    {"train", "window", "robustness", "workbench", "reports", "samples", "study", "mechanisms", "trust",
+    {"head", "tuning", "evaluate", "evidence"},
+    {"training"},
+    {"train", "window", "robustness", "reports", "samples", "study", "mechanisms", "trust",
      "corruptions", "faithfulness", "trust_service"},
     {"finetune"},
-    {"app_state"},
+    {"app"},
     {"ui"},
 ]
 
 # The files of explorer/finetune by the process that runs them (its __init__ lists them so): what the worker
 # runs and what the app runs import nothing of each other (the app starts the worker by its module's name),
-# what both read imports neither, and the fine-tune itself imports nothing of the processes around it; what
-# the two processes send each other (the protocol) imports nothing, and every file may import it.
+# and what both read imports neither. What the two processes send each other is explorer.protocol, and what
+# a job trains is explorer.training: both below the package.
 PROCESSES = {
-    "protocol": {"protocol"},
     "both": {"plan", "jobfolder", "backend", "report"},
     "worker": {"serve", "job", "warm", "compiling"},
     "app": {"runner", "queue", "state", "supervisor", "handle", "follow"},
-    "fine-tune": {"tuning", "head", "linear"},
 }
-MAY_IMPORT = {"protocol": set(), "both": {"both", "protocol"}, "worker": {"worker", "both", "fine-tune", "protocol"},
-              "app": {"app", "both", "protocol"}, "fine-tune": {"fine-tune", "protocol"}}
+MAY_IMPORT = {"both": {"both"}, "worker": {"worker", "both"}, "app": {"app", "both"}}
 
 # The most lines a module, a class and a function (or method) of explorer/finetune may have.
 LIMITS = {"module": 450, "class": 250, "function": 60}
@@ -129,6 +126,26 @@ def test_the_cycle_finder_finds_one(tmp_path):
     assert cycle(graph(tmp_path)) == ["a", "b", "c", "a"]
     (tmp_path / "c.py").write_text("import numpy\n")
     assert cycle(graph(tmp_path)) is None
+
+
+def packages(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The (package, package) pairs one imports the other by: a module's package is its first part under
+    explorer (finetune, ui, convert), the top-level modules' is explorer itself."""
+    subpackages = {name.split(".")[0] for name in edges if "." in name}
+
+    def package(name: str) -> str:
+        return name.split(".")[0] if name.split(".")[0] in subpackages else "explorer"
+    return {(package(a), package(b)) for a, uses in edges.items() for b in uses if package(a) != package(b)}
+
+
+def test_no_two_packages_import_each_other():
+    pairs = packages(graph())
+    assert sorted((a, b) for a, b in pairs if (b, a) in pairs) == []
+
+
+def test_the_package_check_finds_two_that_import_each_other():
+    assert packages({"train": {"finetune.head"}, "finetune.job": {"train"}, "finetune.head": set()}) == {
+        ("explorer", "finetune"), ("finetune", "explorer")}
 
 
 def test_every_module_named_in_a_layer_exists():

@@ -29,14 +29,14 @@ def test_the_readme_layout_names_every_module_and_nothing_that_is_gone():
     assert not missing, f"README.md's Layout does not name explorer/{missing}"
     gone = sorted(n for n in named if not (EXPLORER / n).is_file())
     assert not gone, f"README.md's Layout names explorer/{gone}, which does not exist"
-    for package in ("convert", "finetune", "ui"):
+    for package in ("app", "convert", "finetune", "ui"):
         listed = re.search(rf"explorer/{package}/\s+(.*?)(?=\nexplorer/|\n\S|\Z)", block, re.S)
         assert listed, f"README.md's Layout has no entry for explorer/{package}/"
         absent = sorted(m for m in _modules(EXPLORER / package) if m not in listed.group(1))
         assert not absent, f"README.md's entry for explorer/{package}/ does not name {absent}"
 
 
-@pytest.mark.parametrize("package", ["ui", "finetune"])
+@pytest.mark.parametrize("package", ["app", "ui", "finetune"])
 def test_the_package_lists_its_modules(package):
     doc = (EXPLORER / package / "__init__.py").read_text().split('"""')[1]
     listed = set(re.findall(r"^ {4}(\w+\.py)\b", doc, re.M))

@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from explorer.finetune.protocol import (
+from explorer.finetune.state import MemberState, RunState, apply_event
+from explorer.protocol import (
     COMMANDS,
     EVENTS,
     BatchEnd,
@@ -38,7 +39,6 @@ from explorer.finetune.protocol import (
     decode_event,
     encode,
 )
-from explorer.finetune.state import MemberState, RunState, apply_event
 
 EPOCH = {"epoch": 2, "time_s": 1.5, "learning_rate": 0.001, "loss": 0.7, "top1": 0.6, "val_top1": 0.55,
          "tau": [[2.0, 2.1]]}

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from explorer import reports
+from explorer.app.workbench import ModelStore, ResultCache
 from explorer.probe import attention_entropy, mean_attention_distance
-from explorer.workbench import ModelStore, ResultCache
 
 
 @pytest.fixture(scope="module")

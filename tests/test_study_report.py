@@ -106,9 +106,9 @@ def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, 
     import numpy as np
 
     from explorer import mechanisms
+    from explorer.app.workbench import ModelStore
     from explorer.probe import Probe
     from explorer.reports import locality
-    from explorer.workbench import ModelStore
     store = ModelStore(tiny_checkpoints["vanilla"].parent)
     image = cifar10.x_test[:1]
     for variant in ("vanilla", "spt_lsa"):

@@ -13,14 +13,14 @@ from PIL import Image
 from explorer.batches import make_batches, split_validation
 from explorer.card import Card, describe_augmentation
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.finetune.protocol import BatchEnd
-from explorer.finetune.tuning import continued_record, fine_tune
 from explorer.fitting import Cancelled, fit
 from explorer.models import build_vit, tau_values
 from explorer.predict import accuracy_metrics, predict_logits
+from explorer.protocol import BatchEnd
 from explorer.recipe import RECIPES, TrainConfig
 from explorer.schedules import WarmUpCosine
-from explorer.train import train_new
+from explorer.training import train_new
+from explorer.tuning import continued_record, fine_tune
 from tests.helpers import ROOT, tiny_config
 
 
@@ -116,7 +116,7 @@ def test_a_fine_tune_logged_to_a_file_reads_one_line_per_epoch(tmp_path, tiny_ch
 
 def test_train_new_checkpoint_predicts_like_the_trained_model(cifar10, tmp_path, images):
     model_holder = {}
-    import explorer.train as train_module
+    import explorer.training as train_module
     original = train_module.finish_run
 
     def spy(model, *args, **kwargs):

@@ -222,7 +222,7 @@ def test_patches_use_the_spt_models_patch_size(ex, image_file, cifar10):
 
 def test_attention_views_show_a_beside_b_and_the_query_maps_in_one_picture(ex, image_file):
     from explorer import render
-    from explorer.workbench import analyze_pair
+    from explorer.app.workbench import analyze_pair
     maps, rollout, caption, cell = ui(ex).attention.attention(image_file, A, B, 1, "mean of heads", 31.0, 0.0)
     assert "row 3, col 0" in caption and "A on the left" in caption
     assert cell == {"row": 3, "col": 0, "grid": 4}  # what the page outlines on the picker
@@ -308,7 +308,7 @@ def test_locality_and_tau(ex, image_file):
 def ablation_root(tmp_path_factory, tiny_checkpoints, cifar10):
     """Three corners of the 2x2 (vanilla, LSA alone, SPT/LSA) and a broken LSA checkpoint."""
     from explorer.recipe import TrainConfig
-    from explorer.train import train_new
+    from explorer.training import train_new
     from tests.helpers import tiny_config
     root = pair_folder(tmp_path_factory.mktemp("ablation") / "checkpoints", tiny_checkpoints)
     train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=32, seed=2),

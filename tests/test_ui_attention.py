@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
+from explorer.app.workbench import HEAD_ALL, HEAD_MEAN
 from explorer.ui import AppState
 from explorer.ui.attention import AttentionTab
-from explorer.workbench import HEAD_ALL, HEAD_MEAN
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from explorer.workbench import ModelStore, ResultCache, analyze_pair, what_if, what_if_setting
+from explorer.app.workbench import ModelStore, ResultCache, analyze_pair, what_if, what_if_setting
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def paper_shaped(tmp_path_factory):
 
 def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, images):
     from explorer import plots, render
-    from explorer.workbench import side_by_side_pictures, tile_layout
+    from explorer.app.workbench import side_by_side_pictures, tile_layout
     loaded, cache = paper_shaped, ResultCache()
     layers, heads, grid = 3, 12, 8
     [analysis] = analyze_pair([loaded], cache, images[0], images[0], layer=2, query_yx=(9, 20))

@@ -12,8 +12,6 @@ What both processes read:
                    into place by the app, all or nothing
     backend.py     the worker's Keras backend, chosen without importing a framework; the machine's facts
     report.py      the side-by-side report of a finished job
-    protocol.py    what they send each other as JSON lines: the app's commands, the worker's events (one
-                   dataclass per kind), the phases of a run's model
 What the worker runs:
     serve.py       its main loop (`--serve`: commands in, events out) or one job (`JOB_DIR`); __main__.py
     job.py         one job: each member trained in turn, its events; the warm-up
@@ -27,10 +25,9 @@ What the app runs:
     state.py       a run's state as the worker's events change it, and what a Cancel did
     supervisor.py  the worker process kept, started and replaced
     handle.py      the worker process as the app holds it: its command line, commands sent, events heard
-The fine-tune itself (the worker runs it, and so does `python -m explorer.train --base`):
-    tuning.py      the short recipe, fine_tune, a continued stage of a base's training
-    head.py        the head a fine-tune starts from (the base's rows or a linear probe), and the one it keeps
-    linear.py      logistic regression on frozen features (the linear probe), in numpy
+What they send each other is explorer.protocol (JSON lines: one dataclass per command and event), and what a
+job trains is explorer.training (train_new, fine_tune, the recipe's choice): both below this package, which
+only runs jobs, so `python -m explorer.train` reaches the same training without it.
 
 The page's words for all of this are in explorer/ui/finetune_text.py. Importing this package imports none
 of its modules.

@@ -11,24 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer.finetune.jobfolder import read_job, staging
-from explorer.finetune.protocol import Done, MemberDone, MemberEvent, MemberStarted, Started
-
-
-def recipe_for(plan_recipe: dict, n_images: int, scratch: bool, known_classes: bool = False):
-    """The TrainConfig of a job's member: the default fine-tune recipe (or, for a new model, the keras.io
-    recipe with as many steps) with the request's values on top. `known_classes`: the job's classes are all
-    classes of the member's base."""
-    import dataclasses
-
-    from explorer.finetune.tuning import fine_tune_recipe
-    from explorer.recipe import TrainConfig
-    given = {k: v for k, v in plan_recipe.items() if v is not None}
-    if scratch:
-        given.pop("freeze_backbone", None)
-        steps = fine_tune_recipe(n_images, **given)  # the same number of steps and batch size
-        return dataclasses.replace(steps, learning_rate=given.get("learning_rate", TrainConfig.learning_rate),
-                                   weight_decay=TrainConfig.weight_decay, keep_best=False)
-    return fine_tune_recipe(n_images, known_classes=known_classes, **given)
+from explorer.protocol import Done, MemberDone, MemberEvent, MemberStarted, Started
 
 
 def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
@@ -40,10 +23,8 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
 
     from explorer.config import get_preset
     from explorer.devices import device_name
-    from explorer.finetune.head import base_rows
-    from explorer.finetune.tuning import fine_tune
     from explorer.fitting import Cancelled
-    from explorer.train import train_new
+    from explorer.training import fine_tune, knows_classes, recipe_for, train_new
     plan = read_job(job_dir)
     ds = plan.dataset
     emit(Started(device_name(), keras.backend.backend()))
@@ -55,8 +36,8 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
         if cancel is not None and cancel.is_set():
             raise Cancelled()
         began = time.perf_counter()
-        known = base_rows(m.classes or [], ds.class_names) is not None
-        recipe = recipe_for(plan.recipe, len(ds.x_train), plan.scratch, known_classes=known)
+        recipe = recipe_for(plan.recipe, len(ds.x_train), plan.scratch,
+                            known_classes=knows_classes(m.classes, ds.class_names))
         emit(MemberStarted(dict(recipe.__dict__), member=i))
         if m.base is None:
             config = get_preset(m.preset, variant=m.variant)
@@ -78,7 +59,7 @@ def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
 
     from explorer.checkpoints import read_card
     from explorer.data import Dataset
-    from explorer.finetune.tuning import fine_tune
+    from explorer.training import fine_tune, recipe_for
     for base in bases:
         card = read_card(base)
         size = int((card.config or {}).get("image_size", 32))

@@ -14,10 +14,10 @@ from pathlib import Path
 from explorer.finetune.backend import choose_backend
 from explorer.finetune.handle import Worker
 from explorer.finetune.jobfolder import new_job_dir, publish, write_job
-from explorer.finetune.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Warm
 from explorer.finetune.queue import Busy, QueuePlace, StartQueue, Ticket, wait_estimate
 from explorer.finetune.state import CancelAnswer, EndedRuns, MemberState, RunState, apply_event, crash_message
 from explorer.finetune.supervisor import Supervisor
+from explorer.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Warm
 from explorer.settings import Settings
 
 

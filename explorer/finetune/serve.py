@@ -15,7 +15,7 @@ from pathlib import Path
 
 from explorer.finetune.compiling import CompileCounter, use_compile_cache
 from explorer.finetune.job import run_job, warm_up
-from explorer.finetune.protocol import (
+from explorer.protocol import (
     Cancel,
     Event,
     Exiting,

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from explorer.finetune.protocol import (
+from explorer.protocol import (
     BatchEnd,
     EpochEnd,
     Event,

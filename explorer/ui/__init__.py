@@ -3,7 +3,7 @@ components and wiring its events with an `api_name`, so every handler is callabl
 the public ones (the explorer's questions) are also MCP tools, the page's own wiring is unlisted.
 
     shell.py      build_demo: the page, the model slots and their handlers, a visitor's arrival (shared mode)
-    context.py    AppState: the state every tab shares (explorer.app_state) as a Gradio page reaches it;
+    context.py    AppState: the state every tab shares (explorer.app.state) as a Gradio page reaches it;
                   Page: the components every tab reads; TabComponents: those one tab makes for another
     cards.py      a model slot's card: what the loaded model is, or why it could not be loaded
     images.py     the image column: upload, preview, test samples, the bundled examples
@@ -25,7 +25,7 @@ the public ones (the explorer's questions) are also MCP tools, the page's own wi
                   image cache made atomic and fast (each pinned by a test of Gradio's behaviour under it)
 
 Handlers are methods of one small class per tab, callable without a server; the work is below the UI
-(app_state, sharing, workbench, reports, samples, catalog, finetune).
+(app.state, sharing, workbench, reports, samples, catalog, finetune).
 """
 
 from explorer.ui.context import AppState

@@ -6,10 +6,10 @@ import gradio as gr
 import pandas as pd
 
 from explorer import reports
-from explorer.app_state import NotApplicable
+from explorer.app.state import NotApplicable
+from explorer.app.workbench import square, top_k
 from explorer.inputs import original_size, resize_note
 from explorer.ui.context import AppState, Page, initial, quiet
-from explorer.workbench import square, top_k
 
 OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this pair._"
 

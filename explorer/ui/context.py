@@ -1,4 +1,4 @@
-"""What every tab shares: the app's state (explorer.app_state) as a Gradio page reaches it, in `AppState`; the
+"""What every tab shares: the app's state (explorer.app.state) as a Gradio page reaches it, in `AppState`; the
 page's common components, in `Page`, with those one tab makes for another part of the page in `TabComponents`;
 the errors the page shows, and what a tab does with them."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 import numpy as np
 
-from explorer.app_state import ExplorerState
+from explorer.app.state import ExplorerState
 from explorer.checkpoints import CheckpointError
 from explorer.data import DatasetError
 from explorer.inputs import ImageInputError
@@ -139,7 +139,7 @@ def initial(handler, *args, default=None):
 
 
 class AppState(ExplorerState):
-    """The app's state (explorer.app_state.ExplorerState) as the page's handlers reach it: each request's
+    """The app's state (explorer.app.state.ExplorerState) as the page's handlers reach it: each request's
     session read from Gradio's request, and a refusal raised as the gr.Error the page shows."""
 
     def session(self, request) -> str | None:

@@ -10,13 +10,13 @@ import gradio as gr
 import pandas as pd
 
 from explorer import evidence, robustness
-from explorer.app_state import NotApplicable
+from explorer.app.state import NotApplicable
+from explorer.app.workbench import picture_title
 from explorer.formatting import pct
 from explorer.render_evidence import plot_shift_robustness
 from explorer.ui.context import AppState, Page, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
 from explorer.ui.trust import map_note
-from explorer.workbench import picture_title
 
 TOP1, LABEL = "each model's top-1", "the true label"
 FILLS = {"the image's mean colour": "mean", "a blur of the image": "blur"}

@@ -9,6 +9,7 @@ import gradio as gr
 import pandas as pd
 
 from explorer import plots
+from explorer.app.workbench import square
 from explorer.checkpoints import CheckpointError
 from explorer.finetune import follow
 from explorer.finetune.plan import lsa_labels
@@ -25,7 +26,6 @@ from explorer.ui.finetune_text import (
     queue_status,
     run_status,
 )
-from explorer.workbench import square
 
 SCRATCH = "(a new model from scratch)"
 PAIR = "A and B (the two slots)"

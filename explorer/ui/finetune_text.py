@@ -7,13 +7,13 @@ import html
 import os
 from pathlib import Path
 
-from explorer.finetune import head, tuning
+from explorer import head, tuning
 from explorer.finetune.backend import Hardware
 from explorer.finetune.follow import run_fraction
-from explorer.finetune.protocol import Phase
 from explorer.finetune.queue import QueuePlace
 from explorer.finetune.state import CancelAnswer, RunState
 from explorer.formatting import rate
+from explorer.protocol import Phase
 
 CANCEL_ANSWERS = {
     CancelAnswer.CANCELLED: "Cancelled: the training process was stopped and nothing was saved.",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import gradio as gr
 
+from explorer.app.workbench import square
 from explorer.data import DatasetError
 from explorer.samples import Example, examples
 from explorer.ui.context import UNLISTED, AppState, reporter
 from explorer.ui.pictures import picture
-from explorer.workbench import square
 
 PREVIEW = 224
 CASES = {"both": "both right", "a": "only A right", "b": "only B right", "neither": "both wrong"}

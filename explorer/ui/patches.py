@@ -6,9 +6,9 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer import render
+from explorer.app.workbench import square
 from explorer.ui.context import AppState, Page, initial, quiet
 from explorer.ui.pictures import picture
-from explorer.workbench import square
 
 
 class PatchesTab:

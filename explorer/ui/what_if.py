@@ -6,10 +6,10 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer import render
+from explorer.app.workbench import picture_title, what_if, what_if_plot
 from explorer.formatting import pct
 from explorer.ui.context import AppState, Page
 from explorer.ui.pictures import picture
-from explorer.workbench import picture_title, what_if, what_if_plot
 
 # The tau factors, sqrt(2) apart, and the diagonal-mask choices (None: as the model learned).
 TAU_CHOICES = [("¼×", 0.25), ("0.35×", 0.35), ("½×", 0.5), ("0.71×", 0.71), ("1× (as learned)", 1.0),

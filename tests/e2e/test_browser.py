@@ -175,7 +175,7 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
     a model typed into a slot: B's model in A gives A the same top-5 as B."""
     from explorer.checkpoints import update_card
     from explorer.recipe import TrainConfig
-    from explorer.train import train_new
+    from explorer.training import train_new
     from tests.helpers import pair_folder, start_app, tiny_config
     root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints, dataset={"train_images": 45000})
     # The 1,000-image pair: another ViT (trained on other images), and the shipped SPT + LSA's weights.

@@ -10,7 +10,7 @@ import numpy as np
 
 from explorer.batches import training_split
 from explorer.data import Dataset
-from explorer.finetune.linear import clearly_better, paired_gain
+from explorer.linear_probe import clearly_better, paired_gain
 from explorer.predict import accuracy_metrics, predict_logits
 from explorer.recipe import TrainConfig
 
@@ -88,7 +88,7 @@ def choose_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
     elif recipe.head_init == "probe" or (recipe.head_init == "auto" and (how == "new" or recipe.freeze_backbone)):
         train_features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]), features=features)
         val_features = pooled_features(model, val[0], features=features) if val is not None else None
-        from explorer.finetune.linear import fit_probe
+        from explorer.linear_probe import fit_probe
         probe = fit_probe(train_features, np.concatenate([y_fit, y_fit]), n, val_features,
                           val[1] if val is not None else None)
         head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
@@ -138,7 +138,7 @@ def _start_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
 
 def _cross_validated_head(model, features, how: str, fit, val, n: int, seed: int) -> HeadChoice:
     """The "auto" decision on every labelled image (see choose_head); sets the start head on `model`."""
-    from explorer.finetune.linear import LinearHead, cross_validated_probe, fit_logistic
+    from explorer.linear_probe import LinearHead, cross_validated_probe, fit_logistic
     from explorer.models import HEAD
     head = model.get_layer(HEAD)
     x_all, y_all = np.concatenate([fit[0], val[0]]), np.concatenate([fit[1], val[1]])

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from explorer import catalog, hub, plots
+from explorer.app.workbench import ModelStore, ResultCache
 from explorer.checkpoints import CheckpointError
 from explorer.config import PRESETS
 from explorer.data import DatasetError
@@ -25,7 +26,6 @@ from explorer.settings import PROJECT, Settings
 from explorer.sharing import Visitors, browser_secret
 from explorer.trust_service import TrustService
 from explorer.visitors import FINETUNED, RunStore, SharedLimits, shared_mode
-from explorer.workbench import ModelStore, ResultCache
 
 DEFAULT_A = "cifar10-vanilla"
 DEFAULT_B = "cifar10-spt_lsa"

@@ -12,9 +12,9 @@ from explorer.batches import training_split
 from explorer.card import Card, Lineage
 from explorer.config import ViTConfig
 from explorer.data import Dataset, DatasetError
-from explorer.finetune.head import choose_head, settle
-from explorer.finetune.protocol import Phase, PhaseBegun
 from explorer.fitting import Cancelled, RunResult, drop_backup, finish_run, fit
+from explorer.head import choose_head, settle
+from explorer.protocol import Phase, PhaseBegun
 from explorer.recipe import TrainConfig
 
 # The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
