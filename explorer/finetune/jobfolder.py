@@ -1,8 +1,8 @@
 """The job folder, the one thing the app and its worker process share on disk: the app writes the plan
-(job.json) and its split images (data.npz) into a hidden folder under the checkpoints folder; the worker
-reads them and writes each member's checkpoint under staging/; once the whole job has succeeded the app
-moves them into place, all or nothing, and the folder goes. A folder left by a process that died is
-removed by the next run (checkpoints.clean_stale: its name starts with .tmp-)."""
+(job.json) and its split images (data.npz) into a hidden folder under the runner's folder
+(checkpoints/finetuned); the worker reads them and writes each member's checkpoint under staging/; once the
+whole job has succeeded the app moves them into place, all or nothing, and the folder goes. A folder left by
+a process that died is removed by the next run (atomic.clean_stale: its name starts with .tmp-)."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from explorer.settings import Settings
 
 def _exit_with_parent() -> None:
     """Ends this worker when the app that started it is gone (killed, or stopped without cancelling), so no
-    orphan keeps training; its half-done job folder is then removed by the next run (checkpoints.clean_stale)."""
+    orphan keeps training; its half-done job folder is then removed by the next run (atomic.clean_stale)."""
     import threading
     parent = os.getppid()
 
