@@ -237,6 +237,9 @@ def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fi
         if not disagree:
             assert not page.locator("#ft-gallery").is_visible()
             return
+        # Measured once every picture has loaded (before that its natural size is 0).
+        page.wait_for_function("""() => { const imgs = [...document.querySelectorAll('#ft-gallery img')];
+            return imgs.length > 0 && imgs.every((i) => i.complete && i.naturalWidth > 0); }""", timeout=30_000)
         painted = page.evaluate("""() => [...document.querySelectorAll('#ft-gallery img')].map((i) => {
             const r = i.getBoundingClientRect(), fit = getComputedStyle(i).objectFit;
             const s = Math.min(r.width / i.naturalWidth, r.height / i.naturalHeight);
