@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -102,3 +103,12 @@ def tiny_checkpoints(tmp_path_factory, cifar10):
     return paths
 
 
+
+
+@pytest.fixture
+def root(tmp_path, tiny_checkpoints):
+    """A checkpoints folder holding the tiny vanilla model as `shipped` (shared mode's tests)."""
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    shutil.copytree(tiny_checkpoints["vanilla"], root / "shipped")
+    return root

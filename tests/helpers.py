@@ -182,3 +182,14 @@ def shipped_copy(folder: Path) -> Path:
     root = folder / "checkpoints"
     shutil.copytree(ROOT / "checkpoints", root, ignore=shutil.ignore_patterns("finetuned", ".*"))
     return root
+
+
+def stored_run(store, owner: str, name: str, ended: float, run_id: str | None = None, source=None) -> str:
+    """A run of `owner`'s stored as a fine-tune stores one (a copy of `source`, by default the store's
+    shipped checkpoint, marked as the run's) that ended at `ended`; its reference."""
+    from explorer.checkpoints import update_card
+    folder = store.out_dir(owner) / name
+    shutil.copytree(source or store.root / "shipped", folder)
+    store.mark_run([folder], run_id or name, owner)
+    update_card(folder, run={"id": run_id or name, "owner": owner, "ended": ended})
+    return f"finetuned/{owner}/{name}"

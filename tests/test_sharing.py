@@ -6,27 +6,10 @@ from __future__ import annotations
 import shutil
 import time
 
-import pytest
-
-from explorer.checkpoints import read_card, update_card
+from explorer.checkpoints import read_card
 from explorer.sharing import VISITOR_ID, Visitors, browser_secret
 from explorer.visitors import RunStore, SharedLimits, new_visitor_id, owner_key
-
-
-@pytest.fixture
-def root(tmp_path, tiny_checkpoints):
-    root = tmp_path / "checkpoints"
-    root.mkdir()
-    shutil.copytree(tiny_checkpoints["vanilla"], root / "shipped")
-    return root
-
-
-def add_run(store: RunStore, owner: str, name: str, ended: float) -> str:
-    """A stored run of `owner`'s (a copy of the shipped checkpoint) that ended at `ended`; its reference."""
-    folder = store.out_dir(owner) / name
-    shutil.copytree(store.root / "shipped", folder)
-    update_card(folder, run={"id": name, "owner": owner, "ended": ended})
-    return f"finetuned/{owner}/{name}"
+from tests.helpers import stored_run as add_run
 
 
 def test_a_session_is_the_visitor_its_browser_says_or_one_of_its_own(root):

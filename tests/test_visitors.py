@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import time
 
 import pytest
@@ -11,23 +10,7 @@ import pytest
 from explorer.checkpoints import CheckpointError
 from explorer.settings import Settings
 from explorer.visitors import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
-
-
-@pytest.fixture
-def root(tmp_path, tiny_checkpoints):
-    root = tmp_path / "checkpoints"
-    root.mkdir()
-    shutil.copytree(tiny_checkpoints["vanilla"], root / "shipped")
-    return root
-
-
-def add_run(store: RunStore, owner: str, name: str, ended: float, run_id: str | None = None, source=None):
-    folder = store.out_dir(owner) / name
-    shutil.copytree(source or store.root / "shipped", folder)
-    store.mark_run([folder], run_id or name, owner)
-    from explorer.checkpoints import update_card
-    update_card(folder, run={"id": run_id or name, "owner": owner, "ended": ended})
-    return f"finetuned/{owner}/{name}"
+from tests.helpers import stored_run as add_run
 
 
 def limits_from(environ: dict) -> SharedLimits:
