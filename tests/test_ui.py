@@ -29,17 +29,19 @@ from tests.helpers import pair_folder
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 
 
-_UI: dict[int, SimpleNamespace] = {}
+# Each AppState's handlers, built once, keyed by the AppState itself (an id() could name a later AppState
+# once the first is gone).
+_UI: dict[AppState, SimpleNamespace] = {}
 
 
 def ui(ex: AppState) -> SimpleNamespace:
     """Every tab's handlers on `ex`, as the page wires them."""
-    if id(ex) not in _UI:
+    if ex not in _UI:
         finetune = FinetuneTab(ex)
-        _UI[id(ex)] = SimpleNamespace(slots=Slots(ex, finetune), images=ImagesColumn(ex), compare=CompareTab(ex),
-                                      patches=PatchesTab(ex), attention=AttentionTab(ex), what_if=WhatIfTab(ex),
-                                      tau=TauTab(ex), finetune=finetune, evidence=EvidenceTab(ex))
-    return _UI[id(ex)]
+        _UI[ex] = SimpleNamespace(slots=Slots(ex, finetune), images=ImagesColumn(ex), compare=CompareTab(ex),
+                                  patches=PatchesTab(ex), attention=AttentionTab(ex), what_if=WhatIfTab(ex),
+                                  tau=TauTab(ex), finetune=finetune, evidence=EvidenceTab(ex))
+    return _UI[ex]
 
 
 def built_finetune(ex: AppState) -> FinetuneTab:
