@@ -24,7 +24,7 @@ LAYERS = [
     {"probe", "fitting", "backup", "convert"},
     {"head", "tuning", "evaluate", "evidence"},
     {"training"},
-    {"train", "window", "robustness", "reports", "samples", "study", "mechanisms", "trust",
+    {"train", "robustness", "reports", "samples", "study", "mechanisms", "trust",
      "corruptions", "faithfulness", "trust_service"},
     {"finetune"},
     {"app"},

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from explorer import window
 from explorer.packed import pack
+from tools import window
 
 TRAIN = ["--preset", "tiny", "--variant", "spt_lsa", "--train-on-all", "--epochs", "3", "--batch-size", "32",
          "--val-fraction", "0.1", "--mixup", "1", "--cutmix", "1", "--mix-prob", "0.5", "--randaugment", "0.5",

@@ -6,7 +6,7 @@
 # It expects, carried beside the checkout: .whl/ (keras 3.15.1, namex, optree; pillow and h5py where the
 # device lacks them) and runs/cifar10-q90-train.npz (python -m explorer.packed pack ... --splits train).
 # What comes back under $OUT: fast_path.json (bench) and STATE's new contents under $OUT/state (window);
-# `python -m explorer.window collect <files_at>/state STATE` then puts them into the committed state.
+# `python tools/window.py collect <files_at>/state STATE` then puts them into the committed state.
 set -euo pipefail
 what=${1:-both}; state=${2:-paper/cifar10-vanilla}; variant=${3:-vanilla}; budget=${4:-420}
 started=$(date +%s)
@@ -25,6 +25,6 @@ if [[ $what == bench || $what == both ]]; then
 fi
 if [[ $what == window || $what == both ]]; then
   left=$((budget - ($(date +%s) - started)))
-  python -m explorer.window --state "$state" --out "$OUT/state" --budget "$left" --reserve 40 \
+  python tools/window.py --state "$state" --out "$OUT/state" --budget "$left" --reserve 40 \
     --preset paper --recipe paper --variant "$variant" --fast --dataset runs/cifar10-q90-train.npz
 fi

@@ -1,4 +1,4 @@
-"""`python -m explorer.window`: one GPU window's work on a new model's training: train, or resume from the
+"""`python tools/window.py`: one GPU window's work on a new model's training: train, or resume from the
 committed state, within a time budget; write what comes back within the device's return limits.
 
 A lent GPU machine comes for minutes, receives the project and sends back at most RETURN_FILES files of at
@@ -12,14 +12,14 @@ most RETURN_FILE_BYTES each. A window therefore:
    finished float32 checkpoint (`checkpoint/`), and `windows.jsonl`, one line per window (where, how fast,
    how far), and checks that it fits the return limits.
 
-Between windows, `python -m explorer.window collect RETURNED STATE` puts what came back into the state folder,
+Between windows, `python tools/window.py collect RETURNED STATE` puts what came back into the state folder,
 to be committed. A rehearsal on the CPU with tiny settings:
 
     python -m explorer.packed pack --data-dir ../shared/data --out runs/cifar10-q90-train.npz --splits train
-    python -m explorer.window --state runs/rehearsal --out runs/rehearsal-out --budget 60 --reserve 10 \\
+    python tools/window.py --state runs/rehearsal --out runs/rehearsal-out --budget 60 --reserve 10 \\
         --preset tiny --variant spt_lsa --dataset runs/cifar10-q90-train.npz --train-on-all --subset 2000 \\
         --epochs 6 --recipe paper --fast
-    python -m explorer.window collect runs/rehearsal-out runs/rehearsal     # then again, until it says done
+    python tools/window.py collect runs/rehearsal-out runs/rehearsal     # then again, until it says done
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from explorer import atomic
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: this repository's explorer
+from explorer import atomic  # noqa: E402
 
 # What a lent device machine sends back (the device tool's limits), and the parts a large file is cut into.
 RETURN_FILES = 8
@@ -109,7 +110,7 @@ def _now() -> str:
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m explorer.window", description=__doc__,
+    p = argparse.ArgumentParser(prog="python tools/window.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--state", required=True, help="the run's state folder (committed between windows)")
     p.add_argument("--out", required=True, help="where what comes back is written ($OUT on the device)")
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
     try:
         if argv[:1] == ["collect"]:
             if len(argv) != 3:
-                raise WindowError("usage: python -m explorer.window collect RETURNED STATE")
+                raise WindowError("usage: python tools/window.py collect RETURNED STATE")
             print(collect(Path(argv[1]), Path(argv[2])), flush=True)
             return 0
         args, train_argv = _parse(argv)
