@@ -58,7 +58,7 @@ def watch_settle(test_x: np.ndarray, test_y: np.ndarray, seen: dict):
 
     def settle(model, record, start_weights, choice, val):
         seen.clear()
-        if choice is not None and record["training"]["kept_epoch"]:
+        if choice is not None and record.training.kept_epoch:
             top1 = lambda: float((predict_logits(model, test_x).argmax(-1) == test_y).mean())  # noqa: E731
             tuned, epoch = model.get_weights(), top1()
             gained, lost = paired_gain(predict_logits(model, val[0]).argmax(-1) == val[1], choice.start_correct)
@@ -196,10 +196,10 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
             finally:
                 import explorer.tuning
                 explorer.tuning.settle = original
-        kept = result.training.get("kept_epoch")
-        record(row, result.metrics["test_top1"], time.perf_counter() - start)
+        kept = result.training.kept_epoch
+        record(row, result.metrics.test_top1, time.perf_counter() - start)
         if row == "default":
-            top1 = result.metrics["test_top1"]
+            top1 = result.metrics.test_top1
             results[(zip_name, ref, "margins")] = ({m: kept_at(m, top1, seen) for m in MARGINS}, None)
             if seen:
                 spread = np.sqrt(seen["gained"] + seen["lost"]) or 1.0
@@ -207,12 +207,14 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
                       f"validation +{seen['gained']} -{seen['lost']} ({(seen['gained'] - seen['lost']) / spread:.2f} "
                       f"standard errors)", flush=True)
         t = result.training
-        print(f"    {t['planned_epochs']} epochs x batch {t['batch_size']}, lr {t['recipe']['learning_rate']:g}, "
-              f"{t['steps']} steps, {t['images_per_second']} images/s", flush=True)
-        ran = t.get("epochs_trained", t["epochs"])
-        print(f"    kept epoch {kept} of {ran}, head {(t.get('start') or {}).get('head')}, start val "
-              f"{(t.get('start') or {}).get('val_top1')}, prepare {t['timing'].get('prepare_s')} s", flush=True)
-        print(f"    kept: {t.get('kept_model')}: {t.get('decision')}", flush=True)
+        print(f"    {t.planned_epochs} epochs x batch {t.batch_size}, lr {t.recipe['learning_rate']:g}, "
+              f"{t.steps} steps, {t.images_per_second} images/s", flush=True)
+        ran = t.epochs if t.epochs_trained is None else t.epochs_trained
+        from explorer.card import Start
+        start_head = t.start or Start()
+        print(f"    kept epoch {kept} of {ran}, head {start_head.head}, start val {start_head.val_top1}, "
+              f"prepare {t.timing.prepare_s if t.timing else None} s", flush=True)
+        print(f"    kept: {t.kept_model}: {t.decision}", flush=True)
 
     known = base_rows(card.class_names, ds.class_names) is not None
     recipe = fine_tune_recipe(n, learning_rate=lr, known_classes=known)

@@ -64,7 +64,7 @@ def phases(members) -> dict:
     out = dict.fromkeys(("prepare", "first step", "steps", "validation", "report"), 0.0)
     compiled = 0
     for m in members:
-        t = m.training or {}
+        t = m.training.to_json() if m.training else {}
         timing = t.get("timing") or {}
         fit = float(t.get("wall_time_s") or 0.0)
         total = float(m.seconds or 0.0)
@@ -91,7 +91,8 @@ def run_once(runner, plan, label: str) -> float:
     p = phases(s.members)
     new_worker = runner.supervisor.started > started_workers
     start = s.ready_at - began if s.ready_at else 0.0
-    top1 = " / ".join(f"{100 * m.metrics['test_top1']:.1f}" for m in s.members if "test_top1" in (m.metrics or {}))
+    top1 = " / ".join(f"{100 * m.metrics.test_top1:.1f}" for m in s.members
+                      if m.metrics and m.metrics.test_top1 is not None)
     print(f"{label:44s} {wall:6.1f} s | start {start:5.1f}{' (new worker)' if new_worker else '':13s} "
           f"prepare {p['prepare']:5.1f}  first step {p['first step']:5.1f}  steps {p['steps']:5.1f}  "
           f"validation {p['validation']:4.1f}  report {p['report']:4.1f} | compiled anew: {p['compiled']} of "

@@ -85,10 +85,10 @@ def main():
                 result = fine_tune(base, ds, recipe, tmp / f"out-{k}-{round_}", verbose=0, warm=warm[k])
                 wall = time.perf_counter() - began
                 times[k].append(wall)
-                timing = result.training["timing"]
+                timing = result.training.timing
                 print(f"k={k:3d} {'first' if round_ == 0 else 'warm ':5s} {wall:6.1f} s  (first step "
-                      f"{timing.get('first_step_s', 0):5.2f} s, fit {result.training['wall_time_s']:6.1f} s) "
-                      f"test top-1 {100 * result.metrics['test_top1']:.1f} %", flush=True)
+                      f"{timing.first_step_s or 0:5.2f} s, fit {result.training.wall_time_s:6.1f} s) "
+                      f"test top-1 {100 * result.metrics.test_top1:.1f} %", flush=True)
     one = times[ks[0]]
     print(f"\nratios to k={ks[0]} (below 1: faster)")
     for k in ks[1:]:

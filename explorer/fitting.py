@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from explorer.batches import make_batches, training_split
-from explorer.card import Card, Data, Epoch, Lineage, Metrics, Training
+from explorer.card import Card, Data, Epoch, Lineage, Metrics, Start, Training
 from explorer.data import Dataset
 from explorer.devices import check_batch_split, data_parallel_devices, device_name
 from explorer.fit_state import BestEpoch, FitState
@@ -125,7 +125,7 @@ class Recorder(keras.callbacks.Callback):
         if self.recipe.keep_best and "val_top1" in record and (state.best is None or state.best.beaten_by(record)):
             state.best = BestEpoch(epoch + 1, record["val_top1"], record.get("val_loss"), self.target.get_weights())
         if self.progress is not None:
-            self.progress(EpochEnd(dict(record)))
+            self.progress(EpochEnd(Epoch.from_json(record)))
 
     def _last_batch_end(self) -> float:
         state = self.state
@@ -144,8 +144,8 @@ class Recorder(keras.callbacks.Callback):
 
 def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
         progress: Callable[[MemberEvent], None] | None = None, cancel: threading.Event | None = None,
-        backup: str | os.PathLike | None = None, start: dict | None = None, base: dict | None = None,
-        reuse: bool = False) -> dict:
+        backup: str | os.PathLike | None = None, start: Start | None = None, base: dict | None = None,
+        reuse: bool = False) -> RunRecord:
     """Trains `model` in place on `dataset` with the recipe; returns the run's record (no saving).
 
     With `reuse` (a worker that keeps models between runs), the model's compiled steps from an earlier run of
@@ -172,14 +172,14 @@ def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
     state = FitState()
     if backup:
         _check_backup(backup, model, dataset, recipe, base)
-    if recipe.keep_best and start is not None and "val_top1" in start:
+    if recipe.keep_best and start is not None and start.val_top1 is not None:
         # Step 0 competes too: a run that never beats the head it started from keeps that head.
-        state.best = BestEpoch(0, start["val_top1"], start.get("val_loss"), model.get_weights())
+        state.best = BestEpoch(0, start.val_top1, None, model.get_weights())
     callbacks = _run_callbacks(model, trainee, block, recipe, history, state, train_batches, val_batches,
                                progress, cancel, backup)
     if progress is not None:
         if start is not None:
-            progress(EpochEnd({"epoch": 0, **start}))
+            progress(EpochEnd(Epoch.from_json({"epoch": 0, **start.to_json()})))
         progress(PhaseBegun(Phase.COMPILING))  # until the first batch's event
     began = time.perf_counter()
     # shuffle=False: the batches shuffle themselves, by (seed, epoch), not by Python's global random state.
@@ -192,8 +192,8 @@ def fit(model, dataset: Dataset, recipe: TrainConfig, verbose: int = 1,
     training = _training_summary(recipe, history, state, start, kept, wall, compiled, batch_size=batch_size,
                                  train_images=len(x_train), validation_images=len(val[0]) if val is not None else 0,
                                  devices=devices)
-    return {"history": history, "metrics": metrics, "steps": state.steps,
-            "stopped_by": state.stopped_by, "epochs_done": len(history), "training": training}
+    return RunRecord([Epoch.from_json(e) for e in history], Metrics.from_json(metrics), Training.from_json(training),
+                     state.stopped_by)
 
 
 def _run_batches(model, recipe: TrainConfig, train, val, num_classes: int, batch_size: int, devices: int,
@@ -283,7 +283,7 @@ def _run_callbacks(model, trainee, block, recipe: TrainConfig, history: list, st
     return callbacks
 
 
-def _keep_best(model, history: list, state: FitState, start: dict | None) -> tuple[int, dict]:
+def _keep_best(model, history: list, state: FitState, start: Start | None) -> tuple[int, dict]:
     """(the epoch the run ends with, its metrics): with keep_best, the best epoch's weights are put back."""
     best = state.best
     kept = len(history)
@@ -292,13 +292,13 @@ def _keep_best(model, history: list, state: FitState, start: dict | None) -> tup
         kept = best.epoch
     metrics = {}
     if history:
-        last = history[kept - 1] if kept >= 1 else start
+        last = history[kept - 1] if kept >= 1 else start.to_json() if start is not None else {}
         metrics.update({k: last[k] for k in ("top1", "top5", "loss") if k in last})
         metrics.update({k: last[k] for k in ("val_top1", "val_top5", "val_loss") if k in last})
     return kept, metrics
 
 
-def _training_summary(recipe: TrainConfig, history: list, state: FitState, start: dict | None, kept: int,
+def _training_summary(recipe: TrainConfig, history: list, state: FitState, start: Start | None, kept: int,
                       wall: float, compiled: bool, *, batch_size: int, train_images: int, validation_images: int,
                       devices: int) -> dict:
     """The record's "training": what ran, on what, and where the time went."""
@@ -307,7 +307,7 @@ def _training_summary(recipe: TrainConfig, history: list, state: FitState, start
             "wall_time_s": round(wall, 1),
             "images_per_second": round(images_seen / wall, 1) if wall > 0 else None,
             "train_images": int(train_images), "batch_size": batch_size,
-            "start": start, "kept_epoch": kept,
+            "start": start.to_json() if start is not None else None, "kept_epoch": kept,
             "validation_images": int(validation_images),
             "device": device_name() if devices == 1 else f"{devices} × {device_name()}",
             "devices": devices, "recipe": asdict(recipe),
@@ -319,45 +319,58 @@ def _training_summary(recipe: TrainConfig, history: list, state: FitState, start
                        "compiled": compiled}}
 
 
-def drop_backup(backup, record: dict) -> None:
+def drop_backup(backup, record: RunRecord) -> None:
     """A finished run's backup goes once its checkpoint is written: the same command then starts anew.
     A run stopped by --max-seconds keeps it, so the same command with more time goes on from there."""
-    if backup and record.get("stopped_by") not in ("max_seconds", "time_limit"):
+    if backup and record.stopped_by not in ("max_seconds", "time_limit"):
         from explorer.backup import remove
         remove(backup)
 
 
-def _run_card(record: dict, config, preset: str | None, dataset: Dataset, metrics: dict, base: Lineage | None) -> Card:
+def _run_card(record: RunRecord, config, preset: str | None, dataset: Dataset, metrics: Metrics,
+              base: Lineage | None) -> Card:
     """The card of a finished run: `record` is fit's, `metrics` its metrics with the test set's."""
     is_cifar = dataset.name in ("cifar10", "cifar100")
     data = Data(name=dataset.name, num_classes=dataset.num_classes,
                 source="CIFAR python-pickle folder" if is_cifar else Path(dataset.source).name,
-                train_images=record["training"]["train_images"],
-                validation_images=record["training"]["validation_images"],
+                train_images=record.training.train_images, validation_images=record.training.validation_images,
                 test_images=int(len(dataset.x_test)), note=dataset.note)
     return Card(variant=config.variant, preset=preset, config=config.to_dict(), dataset=data,
-                class_names=list(dataset.class_names), metrics=Metrics.from_json(metrics),
-                history=[Epoch.from_json(e) for e in record["history"]],
-                training=Training.from_json(record["training"]), base=base)
+                class_names=list(dataset.class_names), metrics=metrics, history=list(record.history),
+                training=record.training, base=base)
+
+
+@dataclass
+class RunRecord:
+    """What `fit` returns, in the card's own sections: every epoch's record, the metrics of the epoch kept
+    (training and validation), how the run went (`training`: what ran, on what, the head it started from,
+    the epoch kept, where the time went), and what stopped it before its last epoch ("max_steps",
+    "max_seconds", "time_limit"), if anything did. A fine-tune's head decision (explorer.head.settle) and a
+    continued run (explorer.tuning.continued_record) change it before finish_run writes it as the card."""
+
+    history: list[Epoch]
+    metrics: Metrics
+    training: Training
+    stopped_by: str | None = None
 
 
 @dataclass
 class RunResult:
     """A run as its caller gets it back: where its checkpoint went (None when the recipe's time limit stopped
     the run first: `backup` then holds where it got to, and `stopped_by` says "time_limit"), its metrics
-    (with the test images', once evaluated), fit's history and training record, and the class predicted
+    (with the test images', once evaluated), its history and training record, and the class predicted
     for each test image."""
 
     checkpoint: str | None
-    metrics: dict
-    history: list
-    training: dict
+    metrics: Metrics
+    history: list[Epoch]
+    training: Training
     test_predictions: list = field(default_factory=list)
     backup: str | None = None
     stopped_by: str | None = None
 
 
-def finish_run(model, record, config, preset, dataset, out_dir, name, base: Lineage | None,
+def finish_run(model, record: RunRecord, config, preset, dataset, out_dir, name, base: Lineage | None,
                progress: Callable[[MemberEvent], None] | None = None) -> RunResult:
     """The trained model evaluated on the test images and written as a checkpoint, with its card; `progress`
     hears each of the two phases begin."""
@@ -366,13 +379,13 @@ def finish_run(model, record, config, preset, dataset, out_dir, name, base: Line
         progress(PhaseBegun(Phase.EVALUATING))
     logits = predict_logits(model, dataset.x_test) if len(dataset.x_test) else None
     test = accuracy_metrics(logits, dataset.y_test) if logits is not None else None
-    metrics = dict(record["metrics"])
+    metrics = Metrics.from_json(record.metrics.to_json())
     if test is not None:
-        metrics.update(test_top1=test["top1"], test_top5=test["top5"], test_per_class=test["per_class"],
-                       test_count=test["count"])
+        metrics.test_top1, metrics.test_top5 = test["top1"], test["top5"]
+        metrics.test_per_class, metrics.test_count = test["per_class"], test["count"]
     card = _run_card(record, config, preset, dataset, metrics, base)
     if progress is not None:
         progress(PhaseBegun(Phase.SAVING))
     folder = write_checkpoint(model, unique_dir(out_dir, name), card)
-    return RunResult(str(folder), metrics, record["history"], record["training"],
+    return RunResult(str(folder), metrics, list(record.history), record.training,
                      logits.argmax(-1).tolist() if logits is not None else [])

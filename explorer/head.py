@@ -5,14 +5,19 @@ the run, the fine-tuned epoch kept only when it beats that start clearly on the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from explorer.batches import training_split
+from explorer.card import Start
 from explorer.data import Dataset
 from explorer.linear_probe import clearly_better, paired_gain
 from explorer.predict import accuracy_metrics, predict_logits
 from explorer.recipe import TrainConfig
+
+if TYPE_CHECKING:
+    from explorer.fitting import RunRecord
 
 # A fine-tuned epoch replaces the head it started from only when, on the same validation images, the images
 # it gains outnumber those it loses by this many standard errors (settle): a few hundred images judge a
@@ -94,13 +99,11 @@ def choose_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
         head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
         how = f"linear probe (L2 {probe.l2:g})"
     freeze_backbone(model, recipe.freeze_backbone)
-    start = {"head": how}
-    if choice is not None:
-        start["why"] = choice.why
+    start = Start(head=how, why=choice.why if choice is not None else None)
     if val is not None:
         logits = predict_logits(model, val[0])
         metrics = accuracy_metrics(logits, val[1])
-        start.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
+        start.val_top1, start.val_top5 = metrics["top1"], metrics["top5"]
         if choice is not None:
             choice.start_correct = logits.argmax(-1) == val[1]
     return model, start, choice
@@ -172,24 +175,24 @@ def _cross_validated_head(model, features, how: str, fit, val, n: int, seed: int
                       f"{labelled}")
 
 
-def settle(model, record: dict, start_weights: list, choice: HeadChoice | None, val) -> None:
+def settle(model, record: RunRecord, start_weights: list, choice: HeadChoice | None, val) -> None:
     """Keeps the fine-tuned epoch that validation chose only when it beats its start clearly on the same
     validation images (a paired comparison: a net gain of over FT_MARGIN_Z standard errors); else the
     model becomes the start's backbone with the fallback head (the probe refitted on every labelled image,
     or the base's head or rows). Either way the record says which model was kept (`kept_model`), why in
     plain words (`decision`) and the numbers behind it (`decision_detail`); `epochs` becomes the kept
     model's epochs of fine-tuning and `epochs_trained` says how many ran."""
-    training = record["training"]
-    kept = training["kept_epoch"]
-    ran = training["epochs"]
-    training["epochs_trained"] = ran
+    training = record.training
+    kept = training.kept_epoch
+    ran = training.epochs
+    training.epochs_trained = ran
     if choice is None:
-        training["kept_model"] = f"fine-tuned, epoch {kept}" if kept else "the start head"
-        training["decision"] = (f"Kept epoch {kept} of {ran}, the one with the best validation top-1."
-                                if val is not None and kept else
-                                "Kept the start head: no epoch did better on validation." if val is not None else
-                                f"Kept the last epoch ({ran}): there is no validation split to choose by.")
-        training["epochs"] = kept if val is not None else ran
+        training.kept_model = f"fine-tuned, epoch {kept}" if kept else "the start head"
+        training.decision = (f"Kept epoch {kept} of {ran}, the one with the best validation top-1."
+                             if val is not None and kept else
+                             "Kept the start head: no epoch did better on validation." if val is not None else
+                             f"Kept the last epoch ({ran}): there is no validation split to choose by.")
+        training.epochs = kept if val is not None else ran
         return
     n = len(val[1])
     if kept:
@@ -202,12 +205,12 @@ def settle(model, record: dict, start_weights: list, choice: HeadChoice | None, 
                       if spread else "")
                    + f"; over {FT_MARGIN_Z:g} needed. How the start was chosen: {choice.why}")
         if clearly_better(gained, lost, FT_MARGIN_Z):
-            training["kept_model"] = f"fine-tuned, epoch {kept}"
-            training["decision"] = (f"Kept the fine-tuned model (epoch {kept} of {ran}): on the {n} held-out "
-                                    f"validation images it did clearly better than where it started "
-                                    f"({gained - lost:+d} images).")
-            training["decision_detail"] = numbers
-            training["epochs"] = kept
+            training.kept_model = f"fine-tuned, epoch {kept}"
+            training.decision = (f"Kept the fine-tuned model (epoch {kept} of {ran}): on the {n} held-out "
+                                 f"validation images it did clearly better than where it started "
+                                 f"({gained - lost:+d} images).")
+            training.decision_detail = numbers
+            training.epochs = kept
             return
         why = (f"fine-tuning (its best epoch, {kept} of {ran}) was not clearly better on the {n} held-out "
                f"validation images ({gained - lost:+d} images), so the {ran} epochs were set aside")
@@ -215,14 +218,17 @@ def settle(model, record: dict, start_weights: list, choice: HeadChoice | None, 
     else:
         why = f"no fine-tuned epoch of {ran} scored above it on the {n} held-out validation images"
         detail = f"How the start was chosen: {choice.why}"
+    from explorer.card import Metrics
     from explorer.models import HEAD
     model.set_weights(start_weights)
     model.get_layer(HEAD).set_weights(list(choice.fallback))
-    start = training.get("start") or {}
-    record["metrics"] = {k: v for k, v in record["metrics"].items() if not k.startswith("val_")}
-    record["metrics"].update({k: start[k] for k in ("val_top1", "val_top5") if k in start})
-    training["kept_epoch"] = 0
-    training["epochs"] = 0
-    training["kept_model"] = choice.fallback_name
-    training["decision"] = f"Kept {choice.fallback_plain or choice.fallback_name}: {why}."
-    training["decision_detail"] = detail
+    start = training.start
+    metrics = {k: v for k, v in record.metrics.to_json().items() if not k.startswith("val_")}
+    metrics.update({k: getattr(start, k) for k in ("val_top1", "val_top5")
+                    if start is not None and getattr(start, k) is not None})
+    record.metrics = Metrics.from_json(metrics)
+    training.kept_epoch = 0
+    training.epochs = 0
+    training.kept_model = choice.fallback_name
+    training.decision = f"Kept {choice.fallback_plain or choice.fallback_name}: {why}."
+    training.decision_detail = detail

@@ -11,12 +11,26 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import ClassVar
 
+from explorer.card import Epoch, Metrics, Section, Training
+
 _OMITTED = "omitted when None"  # a field's metadata key: the line leaves the field out rather than send null
+
+
+_SECTION = "a card section"  # a field's metadata key: the card section (explorer.card) the field holds
 
 
 def _optional(kw_only: bool = False):
     """A field that defaults to None and is left out of the line while it is None."""
     return field(default=None, kw_only=kw_only, metadata={_OMITTED: True})
+
+
+def _section(cls: type[Section]):
+    """A field holding one of the card's sections: written as its JSON object, read back as the section."""
+    return field(metadata={_SECTION: cls})
+
+
+def _plain(value):
+    return value.to_json() if isinstance(value, Section) else value
 
 
 class Phase(StrEnum):
@@ -54,7 +68,7 @@ class Message:
     def to_json(self) -> dict:
         # The tags (job, member: keyword-only) after the message's own fields, where a reader of a log looks.
         ordered = sorted(fields(self), key=lambda f: f.kw_only)
-        return {"kind": self.KIND, **{f.name: getattr(self, f.name) for f in ordered
+        return {"kind": self.KIND, **{f.name: _plain(getattr(self, f.name)) for f in ordered
                                       if not (f.metadata.get(_OMITTED) and getattr(self, f.name) is None)}}
 
     @classmethod
@@ -64,6 +78,10 @@ class Message:
         unknown = set(given) - {f.name for f in fields(cls)}
         if unknown:
             raise ProtocolError(f"a {cls.KIND!r} line has no field {sorted(unknown)}: {data!r}")
+        for f in fields(cls):
+            section = f.metadata.get(_SECTION)
+            if section is not None and isinstance(given.get(f.name), dict):
+                given[f.name] = section.from_json(given[f.name])
         try:
             return cls(**given)
         except (TypeError, ValueError) as e:
@@ -208,21 +226,21 @@ class BatchEnd(MemberEvent):
 
 @dataclass(frozen=True)
 class EpochEnd(MemberEvent):
-    """An epoch's record as fit's history holds it ("epoch", "time_s", "learning_rate", the metrics,
-    "tau"); epoch 0 is where the run starts from (its head and that head's validation scores). On the line
-    the record's keys stand beside "kind", as the history's keys."""
+    """An epoch's record (the card's Epoch: "epoch", "time_s", "learning_rate", the metrics, "tau"); epoch 0
+    is where the run starts from (its head, in the record's extra "head" and "why", and that head's
+    validation scores). On the line the record's keys stand beside "kind", as a card's history has them."""
 
     KIND: ClassVar[str] = "epoch"
-    record: dict
+    record: Epoch
 
     def to_json(self) -> dict:
         tags = {k: v for k, v in (("member", self.member), ("job", self.job)) if v is not None}
-        return {"kind": self.KIND, **self.record, **tags}
+        return {"kind": self.KIND, **self.record.to_json(), **tags}
 
     @classmethod
     def from_json(cls, data: dict) -> EpochEnd:
         record = {k: v for k, v in data.items() if k not in ("kind", "member", "job")}
-        return cls(record, member=data.get("member"), job=data.get("job"))
+        return cls(Epoch.from_json(record), member=data.get("member"), job=data.get("job"))
 
 
 @dataclass(frozen=True)
@@ -232,9 +250,9 @@ class MemberDone(MemberEvent):
 
     KIND: ClassVar[str] = "member_done"
     folder: str
-    metrics: dict
-    training: dict
-    predictions: list
+    metrics: Metrics = _section(Metrics)
+    training: Training = _section(Training)
+    predictions: list = field(default_factory=list)
     seconds: float | None = None
 
 

@@ -265,14 +265,15 @@ def main(argv=None, settings: Settings | None = None) -> int:
         return 2
     m = result.metrics
     if result.stopped_by == "time_limit":
-        print(f"time limit: {result.training['epochs']} of {recipe.epochs} epochs done; backup kept in "
+        print(f"time limit: {result.training.epochs} of {recipe.epochs} epochs done; backup kept in "
               f"{result.backup} (the same command resumes)", flush=True)
         return 0
     training = result.training
-    if training.get("kept_model"):
-        print(training["decision"], flush=True)
-    print(f"wrote {result.checkpoint}: test top-1 {m.get('test_top1', float('nan')):.4f}, "
-          f"top-5 {m.get('test_top5', float('nan')):.4f}", flush=True)
+    if training.kept_model:
+        print(training.decision, flush=True)
+    nan = float("nan")
+    print(f"wrote {result.checkpoint}: test top-1 {nan if m.test_top1 is None else m.test_top1:.4f}, "
+          f"top-5 {nan if m.test_top5 is None else m.test_top5:.4f}", flush=True)
     return 0
 
 

@@ -30,8 +30,8 @@ def train_new(config: ViTConfig, preset: str, dataset: Dataset, recipe: TrainCon
     model = build_vit(config, dataset.num_classes, precision=recipe.precision)
     record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,
                  base={"preset": preset})
-    if record["stopped_by"] == "time_limit":
-        return RunResult(None, record["metrics"], record["history"], record["training"],
+    if record.stopped_by == "time_limit":
+        return RunResult(None, record.metrics, record.history, record.training,
                          backup=str(backup) if backup else None, stopped_by="time_limit")
     model = float32_copy(model, config, dataset.num_classes)
     result = finish_run(model, record, config, preset, dataset, out_dir,

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from explorer.batches import training_split
-from explorer.card import Card, Lineage
+from explorer.card import Card, Epoch, Lineage, Training
 from explorer.config import ViTConfig
 from explorer.data import Dataset, DatasetError
-from explorer.fitting import Cancelled, RunResult, drop_backup, finish_run, fit
+from explorer.fitting import Cancelled, RunRecord, RunResult, drop_backup, finish_run, fit
 from explorer.head import choose_head, settle
 from explorer.protocol import Phase, PhaseBegun
 from explorer.recipe import TrainConfig
@@ -94,13 +94,12 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
         progress(PhaseBegun(Phase.EVALUATING))
     if not extend:
         settle(model, record, start_weights, choice, training_split(dataset, recipe)[1])
-    record["training"]["timing"]["prepare_s"] = round(time.perf_counter() - began - record["training"]["wall_time_s"],
-                                                      3)
+    record.training.timing.prepare_s = round(time.perf_counter() - began - record.training.wall_time_s, 3)
     lineage = Lineage(name=card.name, source=str(base))
     if extend:
         record = continued_record(card, record)
         lineage.continued, lineage.epochs = True, len(card.history)
-    suffix = f"{record['training']['epochs']}ep" if extend else f"ft-{dataset.name}"
+    suffix = f"{record.training.epochs}ep" if extend else f"ft-{dataset.name}"
     result = finish_run(model, record, config, card.preset, dataset, out_dir,
                      name or f"{'model' if card.name is None else card.name}-{suffix}", base=lineage,
                      progress=progress)
@@ -143,16 +142,16 @@ def _stage(training: dict) -> dict:
                                          "recipe")}
 
 
-def continued_record(base_card: Card, record: dict) -> dict:
+def continued_record(base_card: Card, record: RunRecord) -> RunRecord:
     """`record` (a run that continued `base_card`'s training) as one run: the base's history then this
     run's, epochs numbered from the start and tagged with their stage; epochs, steps and wall time
     summed; images/s over the whole; `recipe` stays the first stage's, `stages` lists every stage."""
     before = [dict(e.to_json(), stage=1 if e.stage is None else e.stage) for e in base_card.history or []]
     first = base_card.training
     stages = [s.to_json() for s in first.stages] or [_stage(first.to_json())]
-    new = record["training"]
+    new = record.training.to_json()
     stages.append(_stage(new))
-    history = before + [dict(e, epoch=e["epoch"] + len(before), stage=len(stages)) for e in record["history"]]
+    history = before + [dict(e.to_json(), epoch=e.epoch + len(before), stage=len(stages)) for e in record.history]
     wall = sum(s.get("wall_time_s") or 0 for s in stages)
     images = sum((s.get("images_per_second") or 0) * (s.get("wall_time_s") or 0) for s in stages)
     devices = list(dict.fromkeys(s.get("device") for s in stages if s.get("device")))
@@ -162,4 +161,5 @@ def continued_record(base_card: Card, record: dict) -> dict:
                 "wall_time_s": round(wall, 1),
                 "images_per_second": round(images / wall, 1) if wall > 0 else None,
                 "device": "; ".join(devices), "recipe": stages[0]["recipe"], "stages": stages}
-    return {**record, "history": history, "training": training}
+    return RunRecord([Epoch.from_json(e) for e in history], record.metrics, Training.from_json(training),
+                     record.stopped_by)

@@ -100,8 +100,8 @@ def test_fit_resumes_in_process_and_refuses_a_different_model(cifar10, tmp_path)
     first = fit(build_vit(tiny_config(variant="lsa"), 10), data, recipe, verbose=0, backup=backup)
     again = fit(build_vit(tiny_config(variant="lsa"), 10), data, recipe, verbose=0, backup=backup)
     # Two epochs done: the second call restores them, trains none, and reports the same run.
-    assert again["steps"] == first["steps"] and again["history"] == first["history"]
-    assert again["metrics"] == first["metrics"] and again["training"]["kept_epoch"] == first["training"]["kept_epoch"]
+    assert again.training.steps == first.training.steps and again.history == first.history
+    assert again.metrics == first.metrics and again.training.kept_epoch == first.training.kept_epoch
     with pytest.raises(BackupError, match=r"different run: architecture was"):
         fit(build_vit(tiny_config(variant="vanilla"), 10), data, recipe, verbose=0, backup=backup)
 
@@ -146,7 +146,7 @@ def test_a_run_with_stochastic_depth_and_in_step_augmentation_resumes_as_if_neve
     def stop_in_the_second_epoch(event):
         # Batch events are throttled (PROGRESS_EVERY_S), so on a fast host none may come between an epoch's
         # first and last step: cancel when the first epoch is recorded; the run stops after the next step.
-        if isinstance(event, EpochEnd) and event.record["epoch"] == 1:
+        if isinstance(event, EpochEnd) and event.record.epoch == 1:
             cancel.set()
 
     with pytest.raises(Cancelled):

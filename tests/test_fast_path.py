@@ -132,10 +132,10 @@ def test_training_on_the_device_trains_what_the_numpy_batches_train():
     recipe = dict(epochs=2, batch_size=32, randaugment=0.5, random_erasing=0.25, **MIXED)
     host, host_record = _fit(TrainConfig(**recipe), data)
     device, device_record = _fit(TrainConfig(device_data=True, **recipe), data)
-    assert device_record["steps"] == host_record["steps"] == 12
+    assert device_record.training.steps == host_record.training.steps == 12
     for a, b in zip(host.get_weights(), device.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
-    assert device_record["history"][-1]["val_top1"] == host_record["history"][-1]["val_top1"]
+    assert device_record.history[-1].val_top1 == host_record.history[-1].val_top1
 
 
 def test_a_mixed_precision_run_trains_and_ends_as_float32(tmp_path):
@@ -148,7 +148,7 @@ def test_a_mixed_precision_run_trains_and_ends_as_float32(tmp_path):
     assert model.dtype_policy.name == "float32"
     assert all(layer.dtype_policy.name == "float32" for layer in model.layers)
     assert card.training.recipe["precision"] == "mixed_bfloat16"
-    assert np.isfinite([e["loss"] for e in result.history]).all()
+    assert np.isfinite([e.loss for e in result.history]).all()
 
 
 class _Clock:
@@ -171,18 +171,18 @@ def test_a_time_limit_stops_at_an_epoch_end_and_the_resumed_run_is_exact(tmp_pat
     recipe = dict(epochs=3, batch_size=32, device_data=True, randaugment=0.5, **MIXED)
     monkeypatch.setattr(fitting, "time", types.SimpleNamespace(perf_counter=_Clock().perf_counter))
     whole, whole_record = _fit(TrainConfig(**recipe), data)
-    first_epoch = whole_record["history"][0]["time_s"]
+    first_epoch = whole_record.history[0].time_s
     # Room for one epoch but not two: the run stops at the end of the first and keeps it.
     monkeypatch.setattr(fitting, "time", types.SimpleNamespace(perf_counter=_Clock().perf_counter))
     _, stopped = _fit(TrainConfig(time_limit=1.25 * first_epoch + 1, **recipe), data, backup=tmp_path / "b")
-    assert stopped["stopped_by"] == "time_limit" and stopped["epochs_done"] == 1
+    assert stopped.stopped_by == "time_limit" and len(stopped.history) == 1
     assert json.loads((tmp_path / "b" / METADATA).read_text())["epoch"] == 1
     monkeypatch.setattr(fitting, "time", types.SimpleNamespace(perf_counter=_Clock().perf_counter))
     resumed, record = _fit(TrainConfig(**recipe), data, backup=tmp_path / "b")
-    assert record["epochs_done"] == 3 and record["stopped_by"] is None
+    assert len(record.history) == 3 and record.stopped_by is None
     for a, b in zip(whole.get_weights(), resumed.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
-    assert [e["loss"] for e in record["history"]] == [e["loss"] for e in whole_record["history"]]
+    assert [e.loss for e in record.history] == [e.loss for e in whole_record.history]
 
 
 def test_the_recipe_refuses_what_the_fast_path_cannot_do():
@@ -212,7 +212,7 @@ def steps_per_call_report() -> dict:
     for name, recipe in runs.items():
         model, record = _fit(recipe, data)
         weights[name] = model.get_weights()
-        out[name] = {"steps": record["steps"], "loss": record["history"][-1]["loss"]}
+        out[name] = {"steps": record.training.steps, "loss": record.history[-1].loss}
     def apart(a, b):
         return max(float(np.abs(x - y).max()) for x, y in zip(weights[a], weights[b], strict=True))
 

@@ -97,7 +97,7 @@ def test_head_rows_give_the_base_predictions_at_step_0(tiny_checkpoints, cifar10
     rows = [card.class_names.index(c.lower()) for c in classes]
     # Without a validation split there is nothing to weigh the rows against: they are the start.
     prepared, start, _ = choose_head(model, card.class_names, ds, fine_tune_recipe(len(x), validation_fraction=0.0))
-    assert start["head"] == "base rows" and prepared.output_shape == (None, 3)
+    assert start.head == "base rows" and prepared.output_shape == (None, 3)
     np.testing.assert_allclose(predict_logits(prepared, x), base_logits[:, rows], rtol=1e-5, atol=1e-5)
 
 
@@ -123,13 +123,13 @@ def test_the_probe_replaces_the_base_rows_only_where_it_does_better_out_of_fold(
     probe = cross_validated_probe(plain, y_all, 4, extra=pooled_features(model, x_all[:, :, ::-1]),
                                   seed=recipe.seed)
     prepared, start, choice = choose_head(model, card.class_names, ds, recipe)
-    assert f"{100 * rows_all:.1f} %" in start["why"] and f"{100 * probe.accuracy:.1f} %" in start["why"]
+    assert f"{100 * rows_all:.1f} %" in start.why and f"{100 * probe.accuracy:.1f} %" in start.why
     if rows_all >= probe.accuracy:
-        assert start["head"] == "base rows" and choice.fallback_name == "the base's rows"
+        assert start.head == "base rows" and choice.fallback_name == "the base's rows"
     else:
-        assert start["head"].startswith("linear probe") and choice.fallback_name.startswith("the linear probe on all")
-    assert start["val_top1"] == pytest.approx(accuracy_metrics(predict_logits(prepared, vx), vy)["top1"])
-    assert choice.start_correct.sum() == round(start["val_top1"] * len(vy))
+        assert start.head.startswith("linear probe") and choice.fallback_name.startswith("the linear probe on all")
+    assert start.val_top1 == pytest.approx(accuracy_metrics(predict_logits(prepared, vx), vy)["top1"])
+    assert choice.start_correct.sum() == round(start.val_top1 * len(vy))
 
 
 def test_other_classes_start_from_a_linear_probe(tiny_checkpoints, cifar10):
@@ -137,7 +137,7 @@ def test_other_classes_start_from_a_linear_probe(tiny_checkpoints, cifar10):
     x, y = pick(cifar10, ["airplane", "frog"], 40)
     ds = Dataset("two", x, y, x[:10], y[:10], ["sky things", "green things"])
     prepared, start, _ = choose_head(model, card.class_names, ds, fine_tune_recipe(len(x)))
-    assert start["head"].startswith("linear probe") and start["val_top1"] > 0.5
+    assert start.head.startswith("linear probe") and start.val_top1 > 0.5
     frozen, _, _ = choose_head(load_checkpoint(tiny_checkpoints["vanilla"])[0], card.class_names, ds,
                              TrainConfig(head_init="new", freeze_backbone=True))
     assert [layer.name for layer in frozen.layers if layer.trainable and layer.weights] == ["head"]
@@ -151,9 +151,9 @@ def test_the_default_recipe_learns_a_tiny_zip_far_above_chance(tmp_path, cifar10
     ds = read_image_zip(class_zip(tmp_path / "tiny.zip", x, y, ["one", "two", "three"]))
     recipe = fine_tune_recipe(len(ds.x_train))
     result = fine_tune(SHIPPED, ds, recipe, tmp_path / "out", "tiny-run", verbose=0)
-    assert result.metrics["test_top1"] >= 0.75, result.metrics
-    assert result.training["start"]["head"].startswith("linear probe")
-    assert result.training["steps"] >= 150
+    assert result.metrics.test_top1 >= 0.75, result.metrics
+    assert result.training.start.head.startswith("linear probe")
+    assert result.training.steps >= 150
     # Which model the run kept, and why, is in the card and its model card.
     card = read_card(result.checkpoint)
     assert card.training.kept_model and card.training.decision and card.training.start.why
@@ -301,15 +301,15 @@ def test_a_pair_run_writes_two_loadable_checkpoints_from_one_split(tiny_checkpoi
                 card.dataset.test_images) == (144, 16, 40)
         assert card.training.device == "CPU" and card.training.images_per_second > 0
     for m in s.members:
-        assert [e["epoch"] for e in m.history] == [0, 1, 2] and len(m.predictions) == 40
+        assert [e.epoch for e in m.history] == [0, 1, 2] and len(m.predictions) == 40
         model, _ = load_checkpoint(m.checkpoint)
         logits = predict_logits(model, plan.dataset.x_test)
         assert logits.argmax(-1).tolist() == m.predictions
-    rep = report([m.__dict__ for m in s.members], plan.dataset.y_test, plan.dataset.class_names)
+    rep = report(s.members, plan.dataset.y_test, plan.dataset.class_names)
     differ = [i for i in range(40) if s.members[0].predictions[i] != s.members[1].predictions[i]]
     assert rep.disagree == differ and len(rep.rows) == 2 and len(rep.per_class) == 10
     assert rep.per_class_columns == ["class", "A top-1", "B top-1", "B − A (points)"]
-    assert [row[1] for row in rep.rows] == [f"{100 * m.metrics['test_top1']:.1f} %" for m in s.members]
+    assert [row[1] for row in rep.rows] == [f"{100 * m.metrics.test_top1:.1f} %" for m in s.members]
     assert _no_leftovers(out)
 
 
@@ -445,7 +445,9 @@ def test_training_on_all_images_says_there_is_no_test_score(tiny_checkpoints, ci
     assert len(ds.x_train) == 6 and len(ds.x_test) == 0
     plan = plan_job(_members(tiny_checkpoints, "A", "B"), ds, train_on_all=True)
     assert "no test: all trained on, no test score" in plan.description
-    members = [{"tag": t, "label": t, "metrics": {}, "training": {"wall_time_s": 1}, "predictions": []}
+    from explorer.card import Metrics, Training
+    from explorer.finetune.state import MemberState
+    members = [MemberState(t, t, metrics=Metrics(), training=Training(wall_time_s=1), predictions=[])
                for t in ("A", "B")]
     rep = report(members, np.zeros(0, int), ["cat", "dog", "ship"])
     assert rep.summary.startswith("**No test score**") and rep.rows[0][1] == "–"
@@ -522,14 +524,15 @@ def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_pa
 
 
 def test_the_run_status_says_which_model_was_kept_and_why():
+    from explorer.card import Epoch, Metrics, Training
     from explorer.finetune.state import MemberState, RunState
     from explorer.ui.finetune_text import run_status
     member = MemberState("A", "A: cifar10-vanilla", step=90, total_steps=90, checkpoint="/runs/a",
-                         metrics={"test_top1": 0.8}, history=[{"epoch": 0, "head": "base rows"}],
-                         training={"images_per_second": 100.0, "kept_model": "the base's rows",
-                                   "decision": "Kept the base model's own answers: no fine-tuned epoch of 3 "
-                                               "scored above it on the 8 held-out validation images.",
-                                   "decision_detail": "How the start was chosen: rows 60.0 %, probe 55.0 %"})
+                         metrics=Metrics(test_top1=0.8), history=[Epoch.from_json({"epoch": 0, "head": "base rows"})],
+                         training=Training(images_per_second=100.0, kept_model="the base's rows",
+                                           decision="Kept the base model's own answers: no fine-tuned epoch of 3 "
+                                                    "scored above it on the 8 held-out validation images.",
+                                           decision_detail="How the start was chosen: rows 60.0 %, probe 55.0 %"))
     text = run_status(RunState(status="done", members=[member], description="fine-tune"), "/runs")
     assert "kept: the base's rows" in text
     # The verdict in words on its own line; the numbers behind it one click away (a <details> block).
@@ -625,30 +628,32 @@ def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(ti
     fallback = tuple(np.full_like(w, 0.5) for w in model.get_layer(HEAD).get_weights())
 
     def record(kept):
-        return {"training": {"kept_epoch": kept, "epochs": 5, "start": {"val_top1": 0.25, "val_top5": 0.5}},
-                "metrics": {"val_top1": 0.9, "loss": 1.0}}
+        from explorer.card import Metrics, Start, Training
+        from explorer.fitting import RunRecord
+        return RunRecord([], Metrics.from_json({"val_top1": 0.9, "loss": 1.0}),
+                         Training(kept_epoch=kept, epochs=5, start=Start(val_top1=0.25, val_top5=0.5)))
 
     # The "fine-tuned" model is the base itself: judged against a start that was wrong everywhere it is right,
     # it is clearly better and stays.
     won = record(3)
     settle(model, won, start_weights, _choice(np.zeros(40, bool), fallback), (x, y))
-    t = won["training"]
-    assert t["kept_model"] == "fine-tuned, epoch 3" and (t["epochs"], t["epochs_trained"]) == (3, 5)
-    assert t["decision"] == ("Kept the fine-tuned model (epoch 3 of 5): on the 40 held-out validation images it "
+    t = won.training
+    assert t.kept_model == "fine-tuned, epoch 3" and (t.epochs, t.epochs_trained) == (3, 5)
+    assert t.decision == ("Kept the fine-tuned model (epoch 3 of 5): on the 40 held-out validation images it "
                              f"did clearly better than where it started ({correct.sum():+d} images).")
-    assert f"epoch 3 got {correct.sum()} right that the start got wrong and 0 wrong" in t["decision_detail"]
+    assert f"epoch 3 got {correct.sum()} right that the start got wrong and 0 wrong" in t.decision_detail
     # Against a start that got the same images right, it gains nothing: the start's backbone and the
     # fallback head come back, and the record says so.
     model.get_layer(HEAD).set_weights([w * 2 for w in model.get_layer(HEAD).get_weights()])
     level = record(2)
     settle(model, level, start_weights, _choice(correct, fallback), (x, y))
-    assert level["training"]["kept_model"] == "the linear probe on all 40 labelled images"
-    t = level["training"]
-    assert (t["kept_epoch"], t["epochs"], t["epochs_trained"]) == (0, 0, 5)
-    assert t["decision"].startswith("Kept the linear classifier") and "was not clearly better on the 40 held-out " \
-        "validation images (+0 images), so the 5 epochs were set aside" in t["decision"]
-    assert "McNemar" not in t["decision"] and "standard error" not in t["decision"]  # the numbers: in the detail
-    assert level["metrics"] == {"loss": 1.0, "val_top1": 0.25, "val_top5": 0.5}
+    assert level.training.kept_model == "the linear probe on all 40 labelled images"
+    t = level.training
+    assert (t.kept_epoch, t.epochs, t.epochs_trained) == (0, 0, 5)
+    assert t.decision.startswith("Kept the linear classifier") and "was not clearly better on the 40 held-out " \
+        "validation images (+0 images), so the 5 epochs were set aside" in t.decision
+    assert "McNemar" not in t.decision and "standard error" not in t.decision  # the numbers: in the detail
+    assert level.metrics.to_json() == {"loss": 1.0, "val_top1": 0.25, "val_top5": 0.5}
     for got, want in zip(model.get_layer(HEAD).get_weights(), fallback, strict=True):
         np.testing.assert_array_equal(got, want)
     n_head = len(model.get_layer(HEAD).get_weights())
@@ -657,5 +662,5 @@ def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(ti
     # When the start itself was kept (no epoch beat it), the fallback is what the run returns.
     none = record(0)
     settle(model, none, start_weights, _choice(correct, fallback), (x, y))
-    assert none["training"]["kept_model"].startswith("the linear probe") and "no fine-tuned epoch" in \
-        none["training"]["decision"]
+    assert none.training.kept_model.startswith("the linear probe") and "no fine-tuned epoch" in \
+        none.training.decision

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from explorer.card import Epoch
 from explorer.finetune import follow
 from explorer.finetune.plan import JobError
 from explorer.finetune.queue import Busy, QueueFull, QueuePlace, Ticket
@@ -101,9 +102,9 @@ def test_a_wait_given_up_or_refused_leaves_the_queue():
 
 
 def running(epochs: tuple[int, int], started: float, run_id: int = 5) -> RunState:
-    members = [MemberState("A", "A: one", Phase.TRAINING, [{"epoch": e} for e in range(epochs[0])], step=3,
+    members = [MemberState("A", "A: one", Phase.TRAINING, [Epoch(epoch=e) for e in range(epochs[0])], step=3,
                            total_steps=10, since=started),
-               MemberState("B", "B: two", history=[{"epoch": e} for e in range(epochs[1])])]
+               MemberState("B", "B: two", history=[Epoch(epoch=e) for e in range(epochs[1])])]
     return RunState(running=True, status="training", members=members, started=started, run_id=run_id,
                     device="CPU")
 

@@ -73,10 +73,10 @@ def test_a_pair_job_on_jax_predicts_in_the_app_what_the_worker_predicted(tiny_ch
         model, card = load_checkpoint(m.checkpoint)
         assert card.versions["backend"] == "jax" and card.training.device == "CPU"
         assert card.versions["jax"] == jax_version() and "tensorflow" not in card.versions
-        assert [e["epoch"] for e in m.history] == [0, 1, 2] and len(m.predictions) == len(x_test)
+        assert [e.epoch for e in m.history] == [0, 1, 2] and len(m.predictions) == len(x_test)
         logits = predict_logits(model, x_test)  # the app, on TensorFlow
         assert logits.argmax(-1).tolist() == m.predictions
         assert on_jax.argmax(-1).tolist() == m.predictions
         np.testing.assert_allclose(logits, on_jax, rtol=0, atol=1e-4)
         top1 = float(np.mean(logits.argmax(-1) == plan.dataset.y_test))
-        assert m.metrics["test_top1"] == pytest.approx(top1)
+        assert m.metrics.test_top1 == pytest.approx(top1)

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from explorer.card import Epoch, Metrics, Training
 from explorer.finetune.state import MemberState, RunState, apply_event
 from explorer.protocol import (
     COMMANDS,
@@ -63,10 +64,10 @@ MESSAGES = [
     (BatchEnd(12, 40, 1, 0.75, 3.25, member=0, job=3),
      {"kind": "batch", "step": 12, "total_steps": 40, "epoch": 1, "loss": 0.75, "elapsed": 3.25, "member": 0,
       "job": 3}),
-    (EpochEnd(EPOCH, member=0, job=3), {"kind": "epoch", **EPOCH, "member": 0, "job": 3}),
-    (EpochEnd({"epoch": 0, "head": "base rows", "val_top1": 0.5}, member=1),
+    (EpochEnd(Epoch.from_json(EPOCH), member=0, job=3), {"kind": "epoch", **EPOCH, "member": 0, "job": 3}),
+    (EpochEnd(Epoch.from_json({"epoch": 0, "head": "base rows", "val_top1": 0.5}), member=1),
      {"kind": "epoch", "epoch": 0, "head": "base rows", "val_top1": 0.5, "member": 1}),
-    (MemberDone("mine-A", {"test_top1": 0.8}, {"epochs": 2}, [0, 2, 1], 12.5, member=0, job=3),
+    (MemberDone("mine-A", Metrics(test_top1=0.8), Training(epochs=2), [0, 2, 1], 12.5, member=0, job=3),
      {"kind": "member_done", "folder": "mine-A", "metrics": {"test_top1": 0.8}, "training": {"epochs": 2},
       "predictions": [0, 2, 1], "seconds": 12.5, "member": 0, "job": 3}),
     (Done(job=3), {"kind": "done", "job": 3}),
@@ -92,7 +93,7 @@ def test_every_message_is_its_line_and_comes_back_as_itself(message, line):
 
 def test_numpy_numbers_go_out_as_plain_numbers():
     import numpy as np
-    line = encode(MemberDone("a", {"test_top1": np.float32(0.5)}, {}, [], np.float64(1.5), member=0))
+    line = encode(MemberDone("a", Metrics(test_top1=np.float32(0.5)), Training(), [], np.float64(1.5), member=0))
     assert json.loads(line)["metrics"] == {"test_top1": 0.5} and json.loads(line)["seconds"] == 1.5
 
 
@@ -140,7 +141,7 @@ def test_each_event_line_changes_the_run_as_it_says():
         _apply(s, {"kind": "phase", "phase": phase.value, "member": 1, "job": 3})
         assert b.phase is phase
     _apply(s, {"kind": "epoch", **EPOCH, "member": 1, "job": 3})
-    assert b.history == [EPOCH]  # the record alone: no kind, member or job
+    assert [e.to_json() for e in b.history] == [EPOCH]  # the record alone: no kind, member or job
     since = b.since
     _apply(s, {"kind": "batch", "step": 5, "total_steps": 8, "epoch": 2, "loss": 0.5, "elapsed": 1.0, "member": 1,
                "job": 3})
@@ -148,7 +149,7 @@ def test_each_event_line_changes_the_run_as_it_says():
     _apply(s, {"kind": "member_done", "member": 1, "folder": "x-B", "metrics": {"test_top1": 0.9},
                "training": {"epochs": 2}, "predictions": [1, 0], "seconds": 3.5, "job": 3})
     assert (b.folder, b.metrics, b.training, b.predictions, b.seconds, b.phase) == \
-        ("x-B", {"test_top1": 0.9}, {"epochs": 2}, [1, 0], 3.5, Phase.DONE)
+        ("x-B", Metrics(test_top1=0.9), Training(epochs=2), [1, 0], 3.5, Phase.DONE)
     _apply(s, {"kind": "error", "error": "RuntimeError: out of memory", "job": 3})
     assert s.error == "RuntimeError: out of memory"
     before = repr(s)

@@ -55,7 +55,7 @@ def in_step_report() -> dict:
             for cls, original in originals.items():
                 cls.call = original
         weights[kind], names[kind] = model.get_weights(), [layer.name for layer in model.layers]
-        assert record["steps"] == 2
+        assert record.training.steps == 2
     return {"backend": keras.backend.backend(), "calls": calls,
             "weights_differ": any(not np.array_equal(a, b) for a, b in zip(weights["plain"], weights["in_step"],
                                                                             strict=True)),

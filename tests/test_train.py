@@ -11,9 +11,9 @@ import pytest
 from PIL import Image
 
 from explorer.batches import make_batches, split_validation
-from explorer.card import Card, describe_augmentation
+from explorer.card import Card, Epoch, Metrics, Training, describe_augmentation
 from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.fitting import Cancelled, fit
+from explorer.fitting import Cancelled, RunRecord, fit
 from explorer.models import build_vit, tau_values
 from explorer.predict import accuracy_metrics, predict_logits
 from explorer.protocol import BatchEnd
@@ -36,10 +36,10 @@ def test_the_schedule_drives_the_optimizer(cifar10):
     model = build_vit(tiny_config(), 10)
     record = fit(model, cifar10.subset(train=256, test=0), TrainConfig(epochs=2, batch_size=64,
                                                                        validation_fraction=0), verbose=0)
-    lrs = [h["learning_rate"] for h in record["history"]]
+    lrs = [h.learning_rate for h in record.history]
     # 8 steps, 10 % warmup (0 steps -> cosine from the peak): the LR after epoch 1 is mid-cosine.
     assert lrs[0] == pytest.approx(0.5e-3, rel=0.05) and lrs[1] == pytest.approx(0, abs=1e-8)
-    assert "tau" in record["history"][0] and {"loss", "top1", "top5"} <= set(record["history"][0])
+    assert record.history[0].tau is not None and {"loss", "top1", "top5"} <= set(record.history[0].to_json())
 
 
 @pytest.mark.slow
@@ -47,17 +47,17 @@ def test_history_records_tau_of_every_layer(cifar10):
     model = build_vit(tiny_config(variant="spt_lsa", tau_mode="head"), 10)
     record = fit(model, cifar10.subset(train=128, test=0),
                  TrainConfig(epochs=2, batch_size=64, learning_rate=1e-2), verbose=0)
-    taus = [h["tau"] for h in record["history"]]
+    taus = [h.tau for h in record.history]
     assert len(taus[0]) == 2 and len(taus[0][0]) == 2
     assert taus[0] != taus[1]
-    assert {"val_loss", "val_top1", "val_top5"} <= set(record["history"][0])
+    assert {"val_loss", "val_top1", "val_top5"} <= set(record.history[0].to_json())
 
 
 def test_step_budget_stops_early(cifar10):
     model = build_vit(tiny_config(), 10)
     record = fit(model, cifar10.subset(train=512, test=0), TrainConfig(epochs=5, batch_size=32, max_steps=3,
                                                                        validation_fraction=0), verbose=0)
-    assert record["steps"] == 3 and record["stopped_by"] == "max_steps" and record["epochs_done"] == 1
+    assert record.training.steps == 3 and record.stopped_by == "max_steps" and len(record.history) == 1
 
 
 def test_cancel_raises_and_writes_nothing(cifar10, tmp_path):
@@ -310,21 +310,19 @@ def test_continued_record_accumulates_stages():
     base = {"history": [{"epoch": 1, "top1": 0.1}, {"epoch": 2, "top1": 0.2}],
             "training": {"epochs": 2, "steps": 20, "wall_time_s": 100.0, "images_per_second": 10.0,
                          "device": "CPU", "recipe": recipe(1e-3)}}
-    stage = lambda n, wall, ips: {"history": [{"epoch": i + 1, "top1": 0.5} for i in range(n)],  # noqa: E731
-                                  "metrics": {"top1": 0.5},
-                                  "training": {"epochs": n, "planned_epochs": n, "steps": 10 * n,
-                                               "wall_time_s": wall, "images_per_second": ips,
-                                               "device": "GPU", "recipe": recipe(5e-4)}}
+    stage = lambda n, wall, ips: RunRecord(  # noqa: E731
+        [Epoch(epoch=i + 1, top1=0.5) for i in range(n)], Metrics(top1=0.5),
+        Training(epochs=n, planned_epochs=n, steps=10 * n, wall_time_s=wall, images_per_second=ips, device="GPU",
+                 recipe=recipe(5e-4)))
     two = continued_record(Card.from_json(base), stage(1, 300.0, 30.0))
-    three = continued_record(Card.from_json({"history": two["history"], "training": two["training"]}),
-                             stage(2, 100.0, 10.0))
-    assert [e["epoch"] for e in three["history"]] == [1, 2, 3, 4, 5]
-    assert [e["stage"] for e in three["history"]] == [1, 1, 2, 3, 3]
-    t = three["training"]
-    assert (t["epochs"], t["planned_epochs"], t["steps"], t["wall_time_s"]) == (5, 5, 50, 500.0)
-    assert t["images_per_second"] == (1000 + 9000 + 1000) / 500
-    assert t["device"] == "CPU; GPU" and t["recipe"] == recipe(1e-3)
-    assert [s["recipe"]["learning_rate"] for s in t["stages"]] == [1e-3, 5e-4, 5e-4]
+    three = continued_record(Card(history=two.history, training=two.training), stage(2, 100.0, 10.0))
+    assert [e.epoch for e in three.history] == [1, 2, 3, 4, 5]
+    assert [e.stage for e in three.history] == [1, 1, 2, 3, 3]
+    t = three.training
+    assert (t.epochs, t.planned_epochs, t.steps, t.wall_time_s) == (5, 5, 50, 500.0)
+    assert t.images_per_second == (1000 + 9000 + 1000) / 500
+    assert t.device == "CPU; GPU" and t.recipe == recipe(1e-3)
+    assert [s.recipe["learning_rate"] for s in t.stages] == [1e-3, 5e-4, 5e-4]
     assert base["history"][0] == {"epoch": 1, "top1": 0.1}  # inputs untouched
 
 
@@ -357,7 +355,7 @@ def test_validation_counts_each_real_image_once(cifar10):
     assert len(x_val) == 2550 and len(x_val) % 512
     logits = predict_logits(model, x_val)
     exact = accuracy_metrics(logits, y_val)
-    last = record["history"][-1]
+    last = record.history[-1].to_json()
     assert 0.15 < exact["top1"] < 0.9  # trained a little: a repeat's right or wrong answer would show
     assert last["val_top1"] == pytest.approx(exact["top1"], abs=1e-6)
     assert last["val_top5"] == pytest.approx(exact["top5"], abs=1e-6)
@@ -373,11 +371,11 @@ def test_validation_every_n_epochs_and_after_the_last(cifar10):
     model = build_vit(tiny_config(), 10)
     record = fit(model, cifar10.subset(train=256, test=0),
                  TrainConfig(epochs=5, batch_size=64, validation_every=2), verbose=0)
-    assert ["val_top1" in h for h in record["history"]] == [False, True, False, True, True]
-    assert record["metrics"]["val_top1"] == record["history"][-1]["val_top1"]
+    assert [h.val_top1 is not None for h in record.history] == [False, True, False, True, True]
+    assert record.metrics.val_top1 == record.history[-1].val_top1
     stopped = fit(build_vit(tiny_config(), 10), cifar10.subset(train=256, test=0),
                   TrainConfig(epochs=5, batch_size=64, validation_every=4, max_steps=7), verbose=0)
-    assert stopped["epochs_done"] == 2 and "val_top1" in stopped["history"][-1]
+    assert len(stopped.history) == 2 and stopped.history[-1].val_top1 is not None
 
 
 def test_balanced_subsets_are_nested_balanced_and_leave_validation_alone(cifar10):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explorer.card import Epoch
 from explorer.data import DatasetError
 from explorer.finetune.plan import ZIP
 from explorer.ui import AppState, build_demo
@@ -613,7 +614,7 @@ def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_
     plan = tab.finetune_plan(**_form(epochs=1, images=64))
     state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
                      description=plan.description, started=1.0)
-    state.members[0].history = [{"epoch": 1, "loss": 1.0, "tau": []}]  # A (vanilla) trains first: no tau
+    state.members[0].history = [Epoch(epoch=1, loss=1.0, tau=[])]  # A (vanilla) trains first: no tau
     changed = tab.view.run_outputs(state, plan, A, B)
     out = tab.view.outputs  # a run going on changes its status and plots, nothing else
     assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 14

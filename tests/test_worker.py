@@ -65,12 +65,12 @@ def test_a_second_run_of_the_same_shape_reuses_the_worker_and_compiles_nothing(t
         assert first.worker["compiles"] > 0 and first.worker["loads"] == 2
         # the second run: no model loaded, no step compiled (JAX's own count of XLA compilations)
         assert second.worker["loads"] == 2 and second.worker["compiles"] == 0, second.worker
-        assert all(not m.training["timing"]["compiled"] for m in second.members)
+        assert all(not m.training.timing.compiled for m in second.members)
         # ... and it trains the same models: the base's weights and a fresh optimizer every run
         for a, b in zip(first.members, second.members, strict=True):
             assert a.predictions == b.predictions
-            assert a.metrics["test_top1"] == pytest.approx(b.metrics["test_top1"])
-            assert [e["loss"] for e in a.history[1:]] == pytest.approx([e["loss"] for e in b.history[1:]], rel=1e-4)
+            assert a.metrics.test_top1 == pytest.approx(b.metrics.test_top1)
+            assert [e.loss for e in a.history[1:]] == pytest.approx([e.loss for e in b.history[1:]], rel=1e-4)
         # a new worker (the app restarted) loads the steps from the compilation cache instead of compiling
         runner.shutdown()
         again = FineTuneRunner(tmp_path / "out", environ=_env(), compile_cache=tmp_path / "cache")
@@ -181,7 +181,7 @@ def test_one_visitors_run_carries_nothing_into_the_next_visitors(tiny_checkpoint
         alone = _run(fresh, y_plan, "Y", tmp_path / "fresh" / "Y")
         for a, b in zip(after_x.members, alone.members, strict=True):
             assert a.predictions == b.predictions
-            assert [e["loss"] for e in a.history[1:]] == pytest.approx([e["loss"] for e in b.history[1:]], rel=1e-4)
+            assert [e.loss for e in a.history[1:]] == pytest.approx([e.loss for e in b.history[1:]], rel=1e-4)
         assert [p.name for p in (tmp_path / "out" / "Y").iterdir()] and \
             all(p.name.startswith("y") for p in (tmp_path / "out" / "Y").iterdir())
         assert all(p.name.startswith("x") for p in (tmp_path / "out" / "X").iterdir())

@@ -155,10 +155,10 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
     training = result.training
     record = {"window": len(_windows(state)) + 1, "started": _dt.datetime.fromtimestamp(
                   time.time() - (time.perf_counter() - started), _dt.UTC).replace(microsecond=0).isoformat(),
-              "ended": _now(), "device": training["device"], "budget_s": args.budget,
-              "epochs_before": before, "epochs_after": training["epochs"], "planned_epochs": recipe.epochs,
+              "ended": _now(), "device": training.device, "budget_s": args.budget,
+              "epochs_before": before, "epochs_after": training.epochs, "planned_epochs": recipe.epochs,
               "finished": result.checkpoint is not None,
-              "images_per_second": training["images_per_second"], "wall_s": round(time.perf_counter() - started, 1),
+              "images_per_second": training.images_per_second, "wall_s": round(time.perf_counter() - started, 1),
               "command": train_argv}
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)

@@ -4,11 +4,16 @@ and the test images where the pair disagrees."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from explorer.card import Metrics, Training
 from explorer.formatting import pct
 from explorer.reports import small_splits, without_top5
+
+if TYPE_CHECKING:
+    from explorer.finetune.state import MemberState
 
 
 @dataclass
@@ -24,14 +29,14 @@ class Report:
     note: str = ""                   # the held-out splits too small to read a percentage from (run_report)
 
 
-def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> Report:
-    """`members`: dicts with tag, label, metrics, training, predictions (a finished MemberState)."""
+def report(members: list[MemberState], y_test: np.ndarray, class_names: list[str]) -> Report:
+    """`members`: a finished run's models (their label, tag, metrics, training and test predictions)."""
     rows = []
     for m in members:
-        t, met = m.get("training") or {}, m.get("metrics") or {}
-        rows.append([m["label"], pct(met.get("test_top1")), pct(met.get("test_top5")), t.get("device") or "–",
-                     t.get("images_per_second") or "–", f"{t.get('wall_time_s', 0):.0f} s"])
-    per_model = [(m.get("metrics") or {}).get("test_per_class") or [None] * len(class_names) for m in members]
+        t, met = m.training or Training(), m.metrics or Metrics()
+        rows.append([m.label, pct(met.test_top1), pct(met.test_top5), t.device or "–",
+                     t.images_per_second or "–", f"{t.wall_time_s or 0:.0f} s"])
+    per_model = [(m.metrics.test_per_class if m.metrics else None) or [None] * len(class_names) for m in members]
     per_class = []
     for i, c in enumerate(class_names):
         row = [c] + [pct(p[i]) for p in per_model]
@@ -39,16 +44,16 @@ def report(members: list[dict], y_test: np.ndarray, class_names: list[str]) -> R
             a, b = per_model[0][i], per_model[1][i]
             row.append("–" if a is None or b is None else f"{100 * (b - a):+.1f}")
         per_class.append(row)
-    tags = [m.get("tag") or m["label"] for m in members]
+    tags = [m.tag or m.label for m in members]
     per_class_columns = ["class"] + [f"{t} top-1" for t in tags] + (["B − A (points)"] if len(members) == 2 else [])
     disagree: list[int] = []
     summary = ""
-    if len(members) == 2 and all(m.get("predictions") is not None for m in members):
-        pa, pb = (np.asarray(m["predictions"]) for m in members)
+    if len(members) == 2 and all(m.predictions is not None for m in members):
+        pa, pb = (np.asarray(m.predictions) for m in members)
         y = np.asarray(y_test)
         diff = np.flatnonzero(pa != pb)
         disagree = diff.tolist()
-        a, b = (m["label"] for m in members)
+        a, b = (m.label for m in members)
         summary = (f"On {len(y)} test images they disagree on **{len(diff)}**: {a} right on "
                    f"{int((pa[diff] == y[diff]).sum())}, {b} right on {int((pb[diff] == y[diff]).sum())}.")
     if len(y_test) == 0:
@@ -62,8 +67,8 @@ def run_report(state, plan) -> Report:
     """The report of a done run (a finetune.state.RunState) on its plan's test images, as the page shows it:
     without top-5 columns for fewer than six classes, with a note on held-out splits too small to trust."""
     names = plan.dataset.class_names
-    rep = report([m.__dict__ for m in state.members], plan.dataset.y_test, names)
+    rep = report(state.members, plan.dataset.y_test, names)
     rep.columns, rep.rows = without_top5(rep.columns, rep.rows, len(names))
-    validation = max(((m.training or {}).get("validation_images") or 0 for m in state.members), default=0)
+    validation = max(((m.training.validation_images if m.training else 0) or 0 for m in state.members), default=0)
     rep.note = small_splits({"validation": validation, "test": len(plan.dataset.y_test)})
     return rep

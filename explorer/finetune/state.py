@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from explorer.card import Epoch, Metrics, Training
 from explorer.protocol import (
     BatchEnd,
     EpochEnd,
@@ -40,14 +41,14 @@ class MemberState:
     tag: str
     label: str
     phase: Phase = Phase.WAITING
-    history: list = field(default_factory=list)
+    history: list[Epoch] = field(default_factory=list)
     step: int = 0
     total_steps: int = 0
     last_loss: float | None = None
     checkpoint: str | None = None     # the final folder, once the whole run succeeded
     folder: str | None = None         # its name in the staging folder
-    metrics: dict | None = None
-    training: dict | None = None
+    metrics: Metrics | None = None
+    training: Training | None = None
     predictions: list | None = None
     recipe: dict | None = None
     seconds: float | None = None      # the worker's time for this model, from loading it to its checkpoint
@@ -114,7 +115,7 @@ def apply_event(s: RunState, event: Event) -> None:
         member.step, member.total_steps = event.step, event.total_steps
         member.last_loss, member.phase = event.loss, Phase.TRAINING
     elif isinstance(event, EpochEnd):
-        member.history = member.history + [dict(event.record)]
+        member.history = member.history + [event.record]
     elif isinstance(event, MemberDone):
         member.folder, member.metrics = event.folder, event.metrics
         member.training, member.predictions = event.training, event.predictions

@@ -97,12 +97,12 @@ class RunView:
         """Status, curves, tau; when the run is done also its report, and the slots, their cards and the
         page's loaded models holding its checkpoints, all in one update."""
         out = self.outputs
-        histories = {m.label: m.history for m in state.members}
+        histories = {m.label: [e.to_json() for e in m.history] for m in state.members}
         lsa = lsa_labels(plan)
         waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
                    f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
         status = run_status(state, self.app.root, now=now)
-        kept = {m.label: (m.training or {}).get("kept_epoch") for m in state.members if m.training}
+        kept = {m.label: m.training.kept_epoch for m in state.members if m.training}
         updates = {out.status: status,
                    out.curves: gr.update(value=plots.plot_training(histories, kept), visible=True),
                    out.tau: gr.update(value=plots.plot_tau_history(histories, empty=waiting), visible=True)}

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from explorer import head, tuning
+from explorer.card import Training
 from explorer.finetune.backend import Hardware
 from explorer.finetune.follow import run_fraction
 from explorer.finetune.queue import QueuePlace
@@ -83,20 +84,20 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
     far = f" · {percent(run_fraction(s, now))}" if s.running and loading is None else ""
     lines = [f"{doing}{far} · {s.description} · {where} · {elapsed:.0f} s"]
     for m in s.members:
-        t = m.training or {}
-        done = (f" · done: test top-1 **{100 * m.metrics['test_top1']:.1f} %**, "
-                f"{t.get('images_per_second')} images/s" if m.metrics and "test_top1" in m.metrics else "")
-        start = next((e for e in m.history if e.get("epoch") == 0), None)
-        head = f" · head: {start['head']}" if start and start.get("head") else ""
-        kept = f" · kept: {t['kept_model']}" if done and t.get("kept_model") else ""
+        t = m.training or Training()
+        done = (f" · done: test top-1 **{100 * m.metrics.test_top1:.1f} %**, "
+                f"{t.images_per_second} images/s" if m.metrics and m.metrics.test_top1 is not None else "")
+        start = next((e for e in m.history if e.epoch == 0), None)
+        head = f" · head: {start.extra['head']}" if start and start.extra.get("head") else ""
+        kept = f" · kept: {t.kept_model}" if done and t.kept_model else ""
         progress = (f"step {m.step}/{m.total_steps}" if m.total_steps else
                     BEFORE_STEPS.get(m.phase, m.phase.value))
         lines.append(f"{m.label}: {progress}"
                      + (f" · loss {m.last_loss:.3f}" if m.last_loss is not None else "") + head + done + kept)
-        if kept and t.get("decision"):
-            lines.append(f"{m.label}: {t['decision']}" + (
-                f"<details><summary>the numbers behind it</summary>{t['decision_detail']}</details>"
-                if t.get("decision_detail") else ""))
+        if kept and t.decision:
+            lines.append(f"{m.label}: {t.decision}" + (
+                f"<details><summary>the numbers behind it</summary>{t.decision_detail}</details>"
+                if t.decision_detail else ""))
     if s.status == "done" and loading is None:
         saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
         lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")
