@@ -22,12 +22,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build(settings=None):
     """The app: its state (the shipped pair loaded, the first visit analysed, the fine-tuning worker
-    starting in the background) and its Gradio page. `settings` (explorer.settings.Settings): by default the
+    starting in the background) and its Gradio page. `settings` (explorer.core.settings.Settings): by default the
     environment's, read here once (after the libraries' defaults below are set)."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from explorer.settings import Settings
+    from explorer.core.settings import Settings
     from explorer.ui import AppState, build_demo
     state = AppState(settings=Settings.from_env() if settings is None else settings)
     state.preload()

@@ -34,7 +34,7 @@ def fat_version(rel: str) -> tuple[str, bytes, bytes]:
     """(commit, model.weights.h5, config.json) of `rel` at the newest commit where it held its optimizer."""
     import h5py
 
-    from explorer.checkpoints import OPTIMIZER_GROUP
+    from explorer.checkpoints.store import OPTIMIZER_GROUP
     commits = subprocess.run(["git", "rev-list", "HEAD", "--", f"{rel}/model.weights.h5"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout.split()
     for commit in commits:
@@ -57,7 +57,7 @@ def main():
     import keras
     import numpy as np
 
-    from explorer.checkpoints import load_folder, make_lean
+    from explorer.checkpoints.store import load_folder, make_lean
 
     commit, weights, config = fat_version(args.checkpoint)
     with tempfile.TemporaryDirectory() as tmp:

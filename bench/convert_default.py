@@ -55,7 +55,7 @@ def main():
         import numpy as np
 
         import explorer  # noqa: F401  (registers our layers, as a user of the checkpoint does)
-        from explorer.models import tau_values
+        from explorer.model.models import tau_values
         start = time.perf_counter()
         model = keras.saving.load_model(folder)
         loaded = time.perf_counter() - start

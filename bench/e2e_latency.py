@@ -86,7 +86,7 @@ def main():
     from gradio_client import Client
     from PIL import Image
 
-    from explorer.data import load_cifar
+    from explorer.data.datasets import load_cifar
 
     images = load_cifar("cifar10", data_dir()).x_test[:args.n + 12]
     folder = Path(tempfile.mkdtemp())

@@ -26,7 +26,7 @@ def log(message: str) -> None:
 
 
 def summarise(loaded, x, y, occlusion_count: int, target: str, max_shift: int, padding: str, batch_size: int) -> dict:
-    from explorer import evidence, robustness
+    from explorer.analysis import evidence, robustness
     started = time.perf_counter()
     results = []
     chunk = max(1, batch_size // (loaded.config.num_patches + 1)) * 16
@@ -100,7 +100,7 @@ def main():
     args = p.parse_args()
 
     from explorer.app.workbench import ModelStore
-    from explorer.data import load_cifar
+    from explorer.data.datasets import load_cifar
     ds = load_cifar("cifar10", data_dir(), download=False)
     x, y = ds.x_test[:args.limit], ds.y_test[:args.limit]
     occlusion_count = min(len(x), args.occlusion_limit or len(x))

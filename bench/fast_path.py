@@ -3,7 +3,7 @@ the paper recipe's step (crop, flip, mixup/CutMix on half the batches, RandAugme
 chosen preset, each setting timed over whole epochs after a first epoch that compiles.
 
     host float32      numpy batches from the host, float32 (the loop as it trains the shipped models)
-    device float32    the images on the device, crop/flip/mix inside the step (explorer.device_batches)
+    device float32    the images on the device, crop/flip/mix inside the step (explorer.data.device_batches)
     device bf16       the same at mixed_bfloat16
     device bf16 xK    the same, K steps per call into the compiled step (JAX only; elsewhere as x1)
     ... batch 256     the last at a larger batch (its learning rate would follow the linear rule:
@@ -42,12 +42,12 @@ def main():
     import keras
     import numpy as np
 
-    from explorer.config import get_preset
-    from explorer.data import Dataset
-    from explorer.devices import device_name
-    from explorer.fitting import fit
-    from explorer.models import build_vit
-    from explorer.recipe import RECIPES, TrainConfig
+    from explorer.core.devices import device_name
+    from explorer.data.datasets import Dataset
+    from explorer.model.config import get_preset
+    from explorer.model.models import build_vit
+    from explorer.training.fitting import fit
+    from explorer.training.recipe import RECIPES, TrainConfig
 
     paper = {k: v for k, v in RECIPES["paper"].items() if k not in ("epochs", "batch_size", "repeats")}
     settings = {

@@ -50,10 +50,10 @@ def watch_settle(test_x: np.ndarray, test_y: np.ndarray, seen: dict):
     fine-tuned epoch validation chose, and the fallback: the start's backbone with its fallback head) and
     the epoch's paired gain on the validation images are put in `seen`. A stricter margin than the run's
     only turns a kept epoch into its fallback, whose test top-1 is then known: the margin sweep is exact."""
-    import explorer.tuning as tuning
-    from explorer.linear_probe import paired_gain
-    from explorer.models import HEAD
-    from explorer.predict import predict_logits
+    import explorer.training.tuning as tuning
+    from explorer.model.models import HEAD
+    from explorer.model.predict import predict_logits
+    from explorer.training.linear_probe import paired_gain
     original = tuning.settle
 
     def settle(model, record, start_weights, choice, val):
@@ -74,7 +74,7 @@ def watch_settle(test_x: np.ndarray, test_y: np.ndarray, seen: dict):
 
 def kept_at(margin: float, top1: float, seen: dict) -> float:
     """The default run's test top-1 had it needed `margin` standard errors (at least the run's own)."""
-    from explorer.linear_probe import clearly_better
+    from explorer.training.linear_probe import clearly_better
     if not seen:
         return top1
     return seen["epoch"] if clearly_better(seen["gained"], seen["lost"], margin) else seen["fallback"]
@@ -142,15 +142,15 @@ def draw_zips(folder: Path, data: Path, draw: int) -> dict[str, Path]:
 def probe_accuracy(model, ds) -> float:
     """Logistic regression on the frozen pooled features of all training images; its L2 chosen on a 10 %
     validation split of them, then refitted on all of them."""
-    from explorer.head import pooled_features
+    from explorer.training.head import pooled_features
     return probe_on_features(pooled_features(model, ds.x_train), ds.y_train, pooled_features(model, ds.x_test),
                              ds.y_test, ds.num_classes)
 
 
 def probe_on_features(features, labels, test, test_labels, num_classes: int) -> float:
     """probe_accuracy on features already pooled."""
-    from explorer.batches import split_validation
-    from explorer.linear_probe import fit_logistic, fit_probe
+    from explorer.data.batches import split_validation
+    from explorer.training.linear_probe import fit_logistic, fit_probe
     (fx, fy), (vx, vy) = split_validation(features, labels, 0.1, 0)
     l2 = fit_probe(fx, fy, num_classes, vx, vy).l2
     return fit_logistic(features, labels, num_classes, l2).accuracy(test, test_labels)
@@ -159,13 +159,13 @@ def probe_on_features(features, labels, test, test_labels, num_classes: int) -> 
 def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, out: Path,
                 results: dict[tuple[str, str, str], tuple[float, float]]) -> None:
     """The rows asked for of one shipped model on one zip, each printed and kept in `results`."""
-    from explorer.checkpoints import load_checkpoint
-    from explorer.config import ViTConfig
-    from explorer.head import base_rows
-    from explorer.predict import accuracy_metrics, predict_logits
-    from explorer.recipe import TrainConfig
-    from explorer.training import train_new
-    from explorer.tuning import fine_tune, fine_tune_recipe
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.model.config import ViTConfig
+    from explorer.model.predict import accuracy_metrics, predict_logits
+    from explorer.training.head import base_rows
+    from explorer.training.recipe import TrainConfig
+    from explorer.training.runs import train_new
+    from explorer.training.tuning import fine_tune, fine_tune_recipe
     base = ROOT / "checkpoints" / ref
     model, card = load_checkpoint(base)
     config = ViTConfig.from_dict(card.config)
@@ -194,8 +194,8 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
             try:
                 result = fine_tune(base, ds, tc, out, f"{ref}-{row}", verbose=0)
             finally:
-                import explorer.tuning
-                explorer.tuning.settle = original
+                import explorer.training.tuning
+                explorer.training.tuning.settle = original
         kept = result.training.kept_epoch
         record(row, result.metrics.test_top1, time.perf_counter() - start)
         if row == "default":
@@ -210,7 +210,7 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
         print(f"    {t.planned_epochs} epochs x batch {t.batch_size}, lr {t.recipe['learning_rate']:g}, "
               f"{t.steps} steps, {t.images_per_second} images/s", flush=True)
         ran = t.epochs if t.epochs_trained is None else t.epochs_trained
-        from explorer.card import Start
+        from explorer.core.card import Start
         start_head = t.start or Start()
         print(f"    kept epoch {kept} of {ran}, head {start_head.head}, start val {start_head.val_top1}, "
               f"prepare {t.timing.prepare_s if t.timing else None} s", flush=True)
@@ -247,12 +247,12 @@ def main():
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    import explorer.tuning
-    from explorer.folders import read_image_zip
+    import explorer.training.tuning
+    from explorer.data.folders import read_image_zip
     if args.steps:
-        explorer.tuning.FT_TARGET_STEPS = args.steps
+        explorer.training.tuning.FT_TARGET_STEPS = args.steps
     if args.budget:
-        explorer.tuning.FT_IMAGE_BUDGET = args.budget
+        explorer.training.tuning.FT_IMAGE_BUDGET = args.budget
 
     results: dict[tuple[str, str, str], tuple[float, float]] = {}
     began = time.perf_counter()

@@ -51,7 +51,7 @@ def build_zips(folder: Path, data: Path) -> dict[str, Path]:
 
 
 def plan_for(zip_path: Path, tiny: bool):
-    from explorer.checkpoints import read_card
+    from explorer.checkpoints.store import read_card
     from explorer.finetune.plan import ZIP, Limits, job_data, plan_job
     members = [(tag, f"{tag}: {ref}", str(ROOT / "checkpoints" / ref), read_card(ROOT / "checkpoints" / ref))
                for tag, ref in zip("AB", PAIR, strict=True)]

@@ -2,7 +2,7 @@
 
 For each draw of bench/finetune_quality.py's three kinds of zip (known, new, six) and both shipped models,
 the frozen pooled features of the training images and their mirrors are computed once; 5-fold
-cross-validation (explorer.linear_probe.cross_validated_probe) gives every L2 of L2_GRID its out-of-fold
+cross-validation (explorer.training.linear_probe.cross_validated_probe) gives every L2 of L2_GRID its out-of-fold
 correctness and log-loss; each rule picks an L2 from those, and the probe at that L2, refitted on every
 training image (as the fine-tune's fallback is), is scored on the zip's test images. Printed: every draw, the
 mean per kind and model, and the mean over all draws, for each rule and for the best L2 in hindsight (the
@@ -42,7 +42,7 @@ def _within(values: dict[float, np.ndarray], best: float, k: float, higher_is_be
 def rules(choice, repeats) -> dict[str, float]:
     """Each rule's L2 from one cross-validation's out-of-fold correctness and log-loss per L2 (`choice`),
     and from `repeats`, cross-validations with other fold seeds."""
-    from explorer.linear_probe import choose_l2
+    from explorer.training.linear_probe import choose_l2
     correct = {k: v.astype(float) for k, v in choice.correct_by_l2.items()}
     loss = choice.loss_by_l2
     top = max(correct, key=lambda l2: (correct[l2].mean(), l2))
@@ -67,10 +67,10 @@ def main():
     p.add_argument("--repeats", type=int, default=2, help="extra cross-validations (other fold seeds) for the "
                                                           "pooled rules")
     args = p.parse_args()
-    from explorer.checkpoints import load_checkpoint
-    from explorer.folders import read_image_zip
-    from explorer.head import pooled_features
-    from explorer.linear_probe import L2_GRID, cross_validated_probe, fit_logistic
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.data.folders import read_image_zip
+    from explorer.training.head import pooled_features
+    from explorer.training.linear_probe import L2_GRID, cross_validated_probe, fit_logistic
     models = {ref: load_checkpoint(ROOT / "checkpoints" / ref)[0] for ref in MODELS}
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     versus: dict[tuple[str, str], list[dict[str, float]]] = {}

@@ -26,9 +26,9 @@ def main():
     p.add_argument("--repeats", type=int, default=50)
     args = p.parse_args()
 
-    from explorer import evidence, render, robustness
+    from explorer.analysis import evidence, render, robustness
     from explorer.app.workbench import ModelStore, ResultCache, analyze_pair, side_by_side_pictures
-    from explorer.data import load_cifar
+    from explorer.data.datasets import load_cifar
     store = ModelStore(ROOT)
     models = [store.get(args.a), store.get(args.b)]
     images = load_cifar("cifar10", data_dir()).x_test[:args.repeats + 5]

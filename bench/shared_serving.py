@@ -32,7 +32,7 @@ CLASSES = ("cat", "dog", "ship")
 
 
 def images():
-    from explorer.data import sample_set
+    from explorer.data.datasets import sample_set
     return sample_set()
 
 

@@ -38,7 +38,7 @@ def load_times(checkpoints: str | None, names) -> None:
     start = time.perf_counter()
     import keras  # noqa: F401  (its import is start-up cost, not a checkpoint's)
 
-    from explorer.checkpoints import load_checkpoint
+    from explorer.checkpoints.store import load_checkpoint
     print(f"import keras + explorer: {time.perf_counter() - start:.1f} s")
     folder = Path(checkpoints) if checkpoints else ROOT / "checkpoints"
     for name in names:

@@ -2,7 +2,7 @@
 
 Issue #43 asks to try `steps_per_execution` (several training steps per call into the compiled function, so
 that Python, the callbacks and the host-device hand-over run once per k steps instead of once per step).
-This runs what the fine-tune worker runs (explorer.tuning.fine_tune with a WarmModels cache, as
+This runs what the fine-tune worker runs (explorer.training.tuning.fine_tune with a WarmModels cache, as
 `python -m explorer.finetune --serve` does) on the 800-image zip of bench/finetune_speed.py, for each k: a
 first run (tracing and compiling the k-step function: the cost a new job shape pays; the process's own
 first-time costs are paid before, by a run that is not compared) and then `--repeats`
@@ -42,12 +42,12 @@ def main():
         print(f"host: our training loop at {host_speed():.0f} images/s", flush=True)
     os.environ["KERAS_BACKEND"] = args.backend
     sys.path.insert(0, str(ROOT))
-    from explorer import fitting
     from explorer.finetune.plan import ZIP, Limits, job_data
     from explorer.finetune.warm import WarmModels
-    from explorer.head import base_rows
-    from explorer.training import recipe_for
-    from explorer.tuning import fine_tune
+    from explorer.training import fitting
+    from explorer.training.head import base_rows
+    from explorer.training.runs import recipe_for
+    from explorer.training.tuning import fine_tune
     from finetune_speed import build_zips
 
     chosen = {"k": 1}
@@ -66,7 +66,7 @@ def main():
         tmp = Path(tmp)
         zips = build_zips(tmp, Path(data_dir()))
         ds = job_data(ZIP, str(zips["800"]), None, Limits(), 32)
-        from explorer.checkpoints import read_card
+        from explorer.checkpoints.store import read_card
         known = base_rows(read_card(base).class_names or [], ds.class_names) is not None
         recipe = recipe_for({}, len(ds.x_train), False, known_classes=known)
         steps = -(-int(len(ds.x_train) * (1 - recipe.validation_fraction)) // recipe.batch_size)

@@ -1,4 +1,4 @@
-"""Training images/s: our loop (explorer.fitting.fit) against the seed's own loop (keras.io vit_small_ds,
+"""Training images/s: our loop (explorer.training.fitting.fit) against the seed's own loop (keras.io vit_small_ds,
 bench/seed_vit_small_ds.py) on the same preset geometry, data and batch size, measured in one run.
 
 Hosts of this kind are noisy (a neighbour's load comes and goes within a minute), so the two loops take
@@ -45,12 +45,12 @@ def main():
 
     import keras
 
-    from explorer.config import get_preset
-    from explorer.data import load_cifar
-    from explorer.fitting import fit
-    from explorer.models import build_vit
-    from explorer.protocol import BatchEnd
-    from explorer.recipe import TrainConfig
+    from explorer.core.protocol import BatchEnd
+    from explorer.data.datasets import load_cifar
+    from explorer.model.config import get_preset
+    from explorer.model.models import build_vit
+    from explorer.training.fitting import fit
+    from explorer.training.recipe import TrainConfig
     from seed_vit_small_ds import build_seed_model, compile_seed
 
     ds = load_cifar("cifar10", data_dir())
@@ -93,7 +93,7 @@ def main():
     ratios = [o / s for o, s in zip(rates["ours"], rates["seed"], strict=True)]
     print(f"seed loop (keras.io vit_small_ds): {statistics.median(rates['seed']):7.1f} images/s (median)   "
           f"params {params['seed']:,}")
-    print(f"our loop (explorer.fitting.fit):     {statistics.median(rates['ours']):7.1f} images/s (median)   "
+    print(f"our loop (explorer.training.fitting.fit):     {statistics.median(rates['ours']):7.1f} images/s (median)   "
           f"params {params['ours']:,}")
     print(f"ratio ours / seed = {statistics.median(ratios):.2f} (median of {len(ratios)} rounds: "
           f"{', '.join(f'{q:.2f}' for q in ratios)})  (goal >= 1.2)")

@@ -25,9 +25,9 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir")
     p.add_argument("--corruption-images", type=int, default=200)
     args = p.parse_args(argv)
-    from explorer import corruptions, faithfulness, trust
-    from explorer.checkpoints import load_checkpoint
-    from explorer.data import DatasetError, load_test_set
+    from explorer.analysis import corruptions, faithfulness, trust
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.data.datasets import DatasetError, load_test_set
     pair = [load_checkpoint(ROOT / "checkpoints" / n) for n in ("cifar10-vanilla", "cifar10-spt_lsa")]
     models = [m for m, _ in pair]
     for count in (1000, 10000):

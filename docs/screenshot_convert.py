@@ -27,8 +27,8 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from explorer.checkpoints import list_checkpoints  # noqa: E402
-from explorer.data import sample_set  # noqa: E402
+from explorer.checkpoints.store import list_checkpoints  # noqa: E402
+from explorer.data.datasets import sample_set  # noqa: E402
 from tests.e2e.test_browser import UPLOAD  # noqa: E402
 from tests.helpers import CHROMIUM, FLAGS, start_app  # noqa: E402
 from tests.hub_server import FakeHub  # noqa: E402

@@ -33,9 +33,9 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from explorer.checkpoints import list_checkpoints, read_card  # noqa: E402
-from explorer.config import ViTConfig  # noqa: E402
-from explorer.data import sample_set  # noqa: E402
+from explorer.checkpoints.store import list_checkpoints, read_card  # noqa: E402
+from explorer.data.datasets import sample_set  # noqa: E402
+from explorer.model.config import ViTConfig  # noqa: E402
 from tests.e2e.test_browser import UPLOAD  # noqa: E402
 from tests.helpers import CHROMIUM, FLAGS, start_app  # noqa: E402
 

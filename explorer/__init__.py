@@ -5,4 +5,5 @@ Importing the package registers its Keras objects (the layers and the learning-r
 thing an import does.
 """
 
-from explorer import layers, schedules  # noqa: F401  (registration only)
+from explorer.model import layers  # noqa: F401  (registration only)
+from explorer.training import schedules  # noqa: F401  (registration only)

@@ -1,6 +1,7 @@
 """`python -m explorer.train`: a new model trained with the keras.io recipe (its schedule really driving
-AdamW; the recipe is explorer.recipe, the loop explorer.fitting), or a checkpoint fine-tuned or continued
-(explorer.tuning); the training functions are explorer.training's: this module parses and calls.
+AdamW; the recipe is explorer.training.recipe, the loop explorer.training.fitting), or a checkpoint
+fine-tuned or continued (explorer.training.tuning); the training functions are explorer.training.runs's:
+this module parses and calls.
 
     python -m explorer.train --preset cifar-small --variant spt_lsa --dataset cifar10 --epochs 30
     KERAS_BACKEND=jax python -m explorer.train --preset paper --recipe paper --variant vanilla   # on a GPU
@@ -15,14 +16,20 @@ import argparse
 import os
 import sys
 
-from explorer.config import PRESETS, VARIANTS, ViTConfig, get_preset
-from explorer.data import DATASETS, DatasetError
-from explorer.devices import DistributionError, check_batch_split, device_name, distribute_over_devices
-from explorer.folders import held_out_problem, load_dataset
-from explorer.recipe import RECIPES, TrainConfig
-from explorer.settings import Settings
-from explorer.training import fine_tune, knows_classes, recipe_for, train_new
-from explorer.tuning import FT_IMAGE_BUDGET, FT_LEARNING_RATE, FT_LEARNING_RATE_KNOWN, FT_TARGET_STEPS, FT_WEIGHT_DECAY
+from explorer.core.devices import DistributionError, check_batch_split, device_name, distribute_over_devices
+from explorer.core.settings import Settings
+from explorer.data.datasets import DATASETS, DatasetError
+from explorer.data.folders import held_out_problem, load_dataset
+from explorer.model.config import PRESETS, VARIANTS, ViTConfig, get_preset
+from explorer.training.recipe import RECIPES, TrainConfig
+from explorer.training.runs import fine_tune, knows_classes, recipe_for, train_new
+from explorer.training.tuning import (
+    FT_IMAGE_BUDGET,
+    FT_LEARNING_RATE,
+    FT_LEARNING_RATE_KNOWN,
+    FT_TARGET_STEPS,
+    FT_WEIGHT_DECAY,
+)
 
 # --fast's steps per call into the compiled step: the host's Python between calls is paid once per 16 steps.
 FAST_STEPS_PER_CALL = 16
@@ -230,8 +237,8 @@ def main(argv=None, settings: Settings | None = None) -> int:
             tf.config.threading.set_inter_op_parallelism_threads(args.threads)
         except ImportError:
             pass
-    from explorer.backup import BackupError
-    from explorer.checkpoints import CheckpointError
+    from explorer.checkpoints.store import CheckpointError
+    from explorer.training.backup import BackupError
     verbose = args.verbose if args.verbose is not None else (1 if sys.stdout.isatty() else 2)
     try:
         devices = distribute_over_devices() if args.distribute else 1  # before any model is built
@@ -247,7 +254,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
               f"{dataset.num_classes} classes; device {device_name()}"
               + (f", data-parallel over {devices} devices" if args.distribute else ""), flush=True)
         if args.base and not args.extend:
-            from explorer.checkpoints import read_card, resolve
+            from explorer.checkpoints.store import read_card, resolve
             n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
             base_classes = read_card(resolve(args.base)).class_names or []  # the card; the model once
             recipe = recipe_for(given, n, scratch=False,

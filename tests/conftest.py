@@ -59,7 +59,7 @@ def data_dir(tmp_path_factory) -> Path:
     """A CIFAR folder as a user keeps one: CIFAR-10 in the original pickle layout (its test batch is the
     bundled sample, its training batches 2,000 images made from it) and a small CIFAR-100, with a README
     saying where the pixels come from."""
-    from explorer.data import sample_set
+    from explorer.data.datasets import sample_set
     base = tmp_path_factory.mktemp("data")
     sample = sample_set()
     x_train, y_train = training_images(sample)
@@ -78,7 +78,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def cifar10(data_dir):
-    from explorer.data import load_cifar
+    from explorer.data.datasets import load_cifar
     return load_cifar("cifar10", data_dir, download=False)
 
 
@@ -90,8 +90,8 @@ def images(cifar10) -> np.ndarray:
 @pytest.fixture(scope="session")
 def tiny_checkpoints(tmp_path_factory, cifar10):
     """A tiny vanilla and a tiny SPT/LSA checkpoint, trained for a few steps on real CIFAR-10."""
-    from explorer.recipe import TrainConfig
-    from explorer.training import train_new
+    from explorer.training.recipe import TrainConfig
+    from explorer.training.runs import train_new
     out = tmp_path_factory.mktemp("ckpts")
     small = cifar10.subset(train=256, test=64, seed=1)
     paths = {}

@@ -34,7 +34,7 @@ VARIANT_MODES = [("vanilla", "layer"), ("spt", "layer"), ("lsa", "layer"), ("lsa
 
 
 def tiny_config(**overrides):
-    from explorer.config import ViTConfig
+    from explorer.model.config import ViTConfig
     return ViTConfig(**{**TINY, **overrides})
 
 
@@ -95,7 +95,7 @@ def populate_hf_cache(cache_dir: Path, repo_id: str, folder: Path, commit: str,
 def pair_folder(root: Path, tiny_checkpoints: dict, **card) -> Path:
     """`root` holding the tiny checkpoints under the names of the shipped pair (cifar10-vanilla and
     cifar10-spt_lsa), their cards updated with `card` (update_card's sections) when given."""
-    from explorer.checkpoints import update_card
+    from explorer.checkpoints.store import update_card
     for variant, path in tiny_checkpoints.items():
         shutil.copytree(path, root / f"cifar10-{variant}")
         if card:
@@ -187,7 +187,7 @@ def shipped_copy(folder: Path) -> Path:
 def stored_run(store, owner: str, name: str, ended: float, run_id: str | None = None, source=None) -> str:
     """A run of `owner`'s stored as a fine-tune stores one (a copy of `source`, by default the store's
     shipped checkpoint, marked as the run's) that ended at `ended`; its reference."""
-    from explorer.checkpoints import update_card
+    from explorer.checkpoints.store import update_card
     folder = store.out_dir(owner) / name
     shutil.copytree(source or store.root / "shipped", folder)
     store.mark_run([folder], run_id or name, owner)

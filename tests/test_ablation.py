@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from explorer.ablation import ORDER, PAPER, AblationError, ablation_markdown, by_variant
-from explorer.card import Card, Metrics
+from explorer.core.card import Card, Metrics
+from explorer.model.ablation import ORDER, PAPER, AblationError, ablation_markdown, by_variant
 from tests.helpers import ROOT, tiny_config
 
 CLASSES = ["cat", "dog"]

@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from explorer.app.state import ExplorerState
-from explorer.checkpoints import CheckpointError, update_card
-from explorer.settings import Settings
-from explorer.visitors import REFUSED, owner_key
+from explorer.checkpoints.store import CheckpointError, update_card
+from explorer.checkpoints.visitors import REFUSED, owner_key
+from explorer.core.settings import Settings
 
 
 @pytest.fixture

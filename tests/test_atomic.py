@@ -1,4 +1,4 @@
-"""explorer.atomic: a file or folder is written whole or not at all, and what a dead writer left is cleaned."""
+"""explorer.core.atomic: a file or folder is written whole or not at all, and what a dead writer left is cleaned."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from explorer import atomic
+from explorer.core import atomic
 
 
 def test_a_file_is_replaced_whole_and_a_failed_write_changes_nothing(tmp_path):

@@ -12,12 +12,12 @@ import keras
 import numpy as np
 import pytest
 
-from explorer.backup import METADATA, RUN, BackupError, check, run_identity
-from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.fitting import Cancelled, fit
-from explorer.models import build_vit
-from explorer.protocol import EpochEnd
-from explorer.recipe import TrainConfig
+from explorer.checkpoints.store import list_checkpoints, load_checkpoint, read_card
+from explorer.core.protocol import EpochEnd
+from explorer.model.models import build_vit
+from explorer.training.backup import METADATA, RUN, BackupError, check, run_identity
+from explorer.training.fitting import Cancelled, fit
+from explorer.training.recipe import TrainConfig
 from tests.helpers import ROOT, tiny_config
 
 # Timings differ between runs; everything else in an epoch record must be equal.

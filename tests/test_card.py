@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from explorer.card import CARD, Card, Data, Epoch, Lineage, Metrics, Source, Start, Training, model_card
+from explorer.core.card import CARD, Card, Data, Epoch, Lineage, Metrics, Source, Start, Training, model_card
 from tests.helpers import ROOT
 
 # The shipped checkpoints' cards, the ablation's stages and the small-data study's records (indent 1).

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from explorer.card import Card, Data, Training
-from explorer.catalog import HUB_NOTE, ablation_pairs, grouped, label, listed_model, model_list, study_pairs
+from explorer.checkpoints.catalog import HUB_NOTE, ablation_pairs, grouped, label, listed_model, model_list, study_pairs
+from explorer.core.card import Card, Data, Training
 
 
 def card(variant: str, n: int, dataset: str = "cifar10") -> Card:
@@ -71,7 +71,7 @@ def test_every_shipped_model_is_listed_under_a_label_of_its_own():
     """The slots' lists over the real checkpoints folder: one label per model, so each can be chosen."""
     from pathlib import Path
 
-    from explorer.checkpoints import list_checkpoints, read_card
+    from explorer.checkpoints.store import list_checkpoints, read_card
     root = Path(__file__).resolve().parents[1] / "checkpoints"
     refs = [str(p.relative_to(root)) for p in list_checkpoints(root)]
     out = grouped(refs, {r: read_card(root / r) for r in refs})

@@ -6,7 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from explorer.checkpoints import (
+from explorer.checkpoints.hub import HubError, download, parse_ref
+from explorer.checkpoints.store import (
     CARD,
     Card,
     CheckpointError,
@@ -18,9 +19,8 @@ from explorer.checkpoints import (
     write_card,
     write_checkpoint,
 )
-from explorer.hub import HubError, download, parse_ref
-from explorer.models import build_vit
-from explorer.predict import predict_logits
+from explorer.model.models import build_vit
+from explorer.model.predict import predict_logits
 from tests.helpers import ROOT, populate_hf_cache, tiny_config
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -73,7 +73,7 @@ def test_never_overwrites(tiny_checkpoints, tmp_path):
 
 
 def test_a_name_made_unique_stays_a_checkpoint_name(tmp_path):
-    from explorer.checkpoints import NAME_MAX, unique_dir, validate_name
+    from explorer.checkpoints.store import NAME_MAX, unique_dir, validate_name
     name = "n" * NAME_MAX
     (tmp_path / name).mkdir()
     second = unique_dir(tmp_path, name)
@@ -122,7 +122,7 @@ def test_foreign_architecture_and_lambda_are_refused_without_running(tiny_checkp
                                                                      monkeypatch):
     import keras
 
-    import explorer.checkpoints as checkpoints
+    import explorer.checkpoints.store as checkpoints
     marker = tmp_path / "executed"
     # The Lambda would leave a file behind if Keras ever ran (or even built) its code.
     touch = eval(f"lambda x: __import__('pathlib').Path({str(marker)!r}).touch() or x")
@@ -212,7 +212,7 @@ def test_cached_repo_that_is_not_a_checkpoint(tmp_path):
 def test_hub_loading_through_hf_home_in_a_fresh_process(tmp_path, tiny_checkpoints):
     populate_hf_cache(tmp_path / "hf" / "hub", "someone/tiny-lsa", tiny_checkpoints["spt_lsa"], COMMIT)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
-    code = ("from explorer.checkpoints import load_checkpoint; m, c = load_checkpoint('someone/tiny-lsa@main');"
+    code = ("from explorer.checkpoints.store import load_checkpoint; m, c = load_checkpoint('someone/tiny-lsa@main');"
             "print(c.variant, m.count_params())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -258,10 +258,10 @@ def test_plain_keras_loads_hf_ids_from_the_cache_offline(tmp_path, tiny_checkpoi
 
 
 def test_hub_moves_folders_and_imports_nothing_of_ours():
-    code = ("import sys, explorer.hub; ours = sorted(m for m in sys.modules if m.startswith('explorer.'));"
+    code = ("import sys, explorer.checkpoints.hub; ours = sorted(m for m in sys.modules if m.startswith('explorer.'));"
             "print(ours)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     # the package registers its layers and schedule; hub itself needs no checkpoint code
-    assert "explorer.checkpoints" not in out.stdout and "'explorer.hub'" in out.stdout
+    assert "'explorer.checkpoints.store'" not in out.stdout and "'explorer.checkpoints.hub'" in out.stdout

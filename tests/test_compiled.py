@@ -7,10 +7,10 @@ import weakref
 
 import numpy as np
 
-from explorer import compiled
-from explorer.checkpoints import load_checkpoint
-from explorer.config import ViTConfig
-from explorer.probe import Probe
+from explorer.checkpoints.store import load_checkpoint
+from explorer.model import compiled
+from explorer.model.config import ViTConfig
+from explorer.model.probe import Probe
 
 
 def test_any_batch_size_gives_predict_on_batchs_numbers_from_one_trace(tiny_checkpoints, images):

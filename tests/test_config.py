@@ -1,6 +1,6 @@
 import pytest
 
-from explorer.config import PRESETS, ViTConfig, get_preset
+from explorer.model.config import PRESETS, ViTConfig, get_preset
 
 
 def test_presets_are_valid_and_round_trip():

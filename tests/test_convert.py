@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import pytest
 
-from explorer.checkpoints import load_checkpoint, read_card
+from explorer.checkpoints.store import load_checkpoint, read_card
 from explorer.convert import (
     CIFAR10_CLASSES,
     CIFAR100_CLASSES,
@@ -29,8 +29,8 @@ from explorer.convert import (
     read_keras_archive,
     read_savedmodel,
 )
-from explorer.layers import ImagePreprocessing
-from explorer.models import build_vit, tau_values
+from explorer.model.layers import ImagePreprocessing
+from explorer.model.models import build_vit, tau_values
 from tests.helpers import ROOT, tiny_config
 from tests.hub_server import FakeHub
 
@@ -384,8 +384,8 @@ def test_a_slot_converts_a_cached_hub_repo_once_and_the_cache_owns_the_result(ke
     from huggingface_hub import scan_cache_dir
 
     from explorer.app.workbench import ModelStore
+    from explorer.checkpoints.hub import prune_cache
     from explorer.convert import CONVERTED
-    from explorer.hub import prune_cache
     from tests.helpers import populate_hf_cache
 
     cache = tmp_path / "cache"
@@ -407,7 +407,7 @@ def test_a_slot_converts_a_cached_hub_repo_once_and_the_cache_owns_the_result(ke
 
 def test_a_cached_repo_that_cannot_be_mapped_keeps_nothing(keras2, tmp_path):
     from explorer.app.workbench import ModelStore
-    from explorer.checkpoints import CheckpointError
+    from explorer.checkpoints.store import CheckpointError
     from explorer.convert import CONVERTED
     from tests.helpers import populate_hf_cache
 

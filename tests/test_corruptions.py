@@ -1,4 +1,4 @@
-"""Tests of explorer.corruptions: the mended imagecorruptions package, the corruption error's arithmetic, and
+"""Tests of explorer.analysis.corruptions: the mended imagecorruptions package, the corruption error's arithmetic, and
 the table shipped for the shipped pair."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from explorer import corruptions as cc
-from explorer.models import build_vit
-from explorer.trust import predict
+from explorer.analysis import corruptions as cc
+from explorer.analysis.trust import predict
+from explorer.model.models import build_vit
 from tests.helpers import ROOT, tiny_config
 
 pytest.importorskip("imagecorruptions")
@@ -20,7 +20,7 @@ pytest.importorskip("imagecorruptions")
 
 @pytest.fixture(scope="module")
 def images():
-    from explorer.data import sample_set
+    from explorer.data.datasets import sample_set
     return sample_set().x_test[:4]
 
 
@@ -31,7 +31,8 @@ def test_the_fifteen_are_the_librarys_common_corruptions():
 
 
 def test_the_mends_are_still_needed():
-    """Fails when imagecorruptions or scikit-image change what explorer.corruptions mends: then drop the mend."""
+    """Fails when imagecorruptions or scikit-image change what explorer.analysis.corruptions mends: then drop the
+    mend."""
     import skimage.filters
     module = importlib.import_module("imagecorruptions.corruptions")
     cc._library()

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.augment import augment_batch, mix_batch
-from explorer.data import DatasetError, find_cifar, keras_cache_dir, load_cifar
-from explorer.folders import read_image_folder, read_image_zip
+from explorer.data.augment import augment_batch, mix_batch
+from explorer.data.datasets import DatasetError, find_cifar, keras_cache_dir, load_cifar
+from explorer.data.folders import read_image_folder, read_image_zip
 
 
 def test_cifar10_read_back_exactly_as_written(cifar10, data_dir):
-    from explorer.data import sample_set
+    from explorer.data.datasets import sample_set
     from tests.helpers import training_images
     x_train, y_train = training_images(sample_set())
     assert cifar10.x_train.shape == (2000, 32, 32, 3) and cifar10.x_train.dtype == np.uint8
@@ -203,7 +203,7 @@ def test_provenance_note_comes_from_the_datas_readme(cifar10, data_dir, tmp_path
 
 
 def test_the_bundled_sample_is_small_plain_and_complete():
-    from explorer.data import SAMPLE_FILE, sample_set
+    from explorer.data.datasets import SAMPLE_FILE, sample_set
     assert SAMPLE_FILE.stat().st_size <= 5 * 2**20
     with np.load(SAMPLE_FILE, allow_pickle=False) as z:  # plain arrays: no pickles inside
         assert set(z.files) == {"images", "labels", "class_names", "test_index", "note"}
@@ -218,7 +218,7 @@ def test_the_bundled_sample_is_small_plain_and_complete():
 
 
 def test_the_sample_stands_in_for_the_test_set_when_nothing_else_is_here(no_data, data_dir):
-    from explorer.data import load_test_set, sample_set
+    from explorer.data.datasets import load_test_set, sample_set
     assert load_test_set("cifar10", no_data, need=1000) is sample_set()
     assert not load_test_set("cifar10", data_dir, need=10).sample  # a real folder comes first
     with pytest.raises(DatasetError) as e:  # more than the sample, offline: what to do
@@ -234,7 +234,7 @@ def test_make_sample_set_regenerates_it_from_a_cifar_folder(data_dir, tmp_path):
     import subprocess
     import sys
 
-    from explorer.data import SAMPLE_FILE
+    from explorer.data.datasets import SAMPLE_FILE
     from tests.helpers import ROOT
     out = tmp_path / "sample.npz"
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "make_sample_set.py"),
@@ -284,7 +284,7 @@ def server(tmp_path, monkeypatch, no_data):
 
 
 def test_download_once_into_the_keras_cache_with_progress(server, no_data, data_dir):
-    from explorer.data import load_test_set
+    from explorer.data.datasets import load_test_set
     root, requests = server
     (root / "mirror").mkdir()
     _archive(data_dir, root / "mirror" / "cifar-10-python.tar.gz")
@@ -402,7 +402,7 @@ def test_an_archive_unpacks_without_tarfile_filters(no_data, data_dir, monkeypat
 
 
 def test_folders_split_each_class_and_say_when_the_test_part_is_too_small(tmp_path):
-    from explorer.folders import held_out_problem, images_per_class_needed
+    from explorer.data.folders import held_out_problem, images_per_class_needed
     for name, count in (("a", 10), ("b", 5), ("c", 3), ("d", 2)):
         (tmp_path / name).mkdir()
         for i in range(count):

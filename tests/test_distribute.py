@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from explorer.checkpoints import load_checkpoint
-from explorer.devices import DistributionError, check_batch_split, distribute_over_devices
-from explorer.predict import predict_logits
+from explorer.checkpoints.store import load_checkpoint
+from explorer.core.devices import DistributionError, check_batch_split, distribute_over_devices
+from explorer.model.predict import predict_logits
 from explorer.train import main
 from tests.helpers import ROOT
 
@@ -21,7 +21,9 @@ from tests.helpers import ROOT
 # predictions and logits of the trained model, and the devices its weights live on.
 _RUN = """
 import dataclasses, json, sys
-from explorer import predict, train, training
+from explorer.model import predict
+from explorer import train
+from explorer.training import runs as training
 finish, seen = training.finish_run, {}
 def record(model, record, config, preset, dataset, *args, **kwargs):
     result = finish(model, record, config, preset, dataset, *args, **kwargs)

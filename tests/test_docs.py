@@ -111,8 +111,8 @@ def test_the_readme_headline_tables_are_the_cards_and_the_study():
         cell = f"{label}: **{100 * top1:.2f} %**{gain}"
         assert f"| {cell} |" in readme, cell
 
-    from explorer import study_report
-    from explorer.study import read_results
+    from explorer.study import report as study_report
+    from explorer.study.report import read_results
     rows = read_results(ROOT / "study" / "results.csv")
     means, gaps = study_report.summary(rows), study_report.paired_gaps(rows)
     expected = []

@@ -5,8 +5,8 @@ import sys
 
 import numpy as np
 
-from explorer.checkpoints import read_card
-from explorer.evaluate import evaluate, format_table, markdown_table
+from explorer.analysis.evaluate import evaluate, format_table, markdown_table
+from explorer.checkpoints.store import read_card
 from tests.helpers import ROOT
 
 
@@ -35,9 +35,9 @@ def test_evaluate_side_by_side_and_store(tiny_checkpoints, tmp_path, data_dir):
 
 
 def test_flip_averages_each_image_with_its_mirror(tiny_checkpoints, data_dir):
-    from explorer.checkpoints import load_checkpoint
-    from explorer.predict import accuracy_metrics
-    from explorer.probe import softmax
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.model.predict import accuracy_metrics
+    from explorer.model.probe import softmax
 
     result = evaluate([str(tiny_checkpoints["spt_lsa"])], data_dir=str(data_dir), limit=64, flip=True)[0]
     model, _ = load_checkpoint(tiny_checkpoints["spt_lsa"])
@@ -59,10 +59,10 @@ def test_limit_does_not_store(tiny_checkpoints, tmp_path, data_dir):
 
 def test_locality_per_layer(tiny_checkpoints, data_dir):
     """Batched averages equal the one-batch numbers; tau only for LSA; the table gets the rows."""
-    from explorer.checkpoints import load_checkpoint
-    from explorer.config import ViTConfig
-    from explorer.evaluate import locality
-    from explorer.probe import Probe, attention_entropy, mean_attention_distance
+    from explorer.analysis.evaluate import locality
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.model.config import ViTConfig
+    from explorer.model.probe import Probe, attention_entropy, mean_attention_distance
 
     results = evaluate([str(p) for p in tiny_checkpoints.values()], data_dir=str(data_dir), limit=20,
                        store=False, locality_images=10)
@@ -85,7 +85,7 @@ def test_locality_per_layer(tiny_checkpoints, data_dir):
 
 
 def test_bad_image_counts_are_refused(capsys):
-    from explorer.evaluate import main
+    from explorer.analysis.evaluate import main
     for args in (["--locality", "-1"], ["--limit", "0"]):
         try:
             main(["checkpoints/cifar10-vanilla", *args])

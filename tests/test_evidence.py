@@ -1,4 +1,4 @@
-"""Tests of explorer.evidence: occlusion evidence and shift/flip robustness, on tiny real models."""
+"""Tests of explorer.analysis.evidence: occlusion evidence and shift/flip robustness, on tiny real models."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from explorer import evidence as ev
-from explorer import robustness as rb
-from explorer.models import build_vit
-from explorer.probe import Probe, softmax
+from explorer.analysis import evidence as ev
+from explorer.analysis import robustness as rb
+from explorer.model.models import build_vit
+from explorer.model.probe import Probe, softmax
 from tests.helpers import tiny_config
 
 RNG = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""Tests of explorer.faithfulness: deletion/insertion curves, their areas and the randomisation check, on tiny
+"""Tests of explorer.analysis.faithfulness: deletion/insertion curves, their areas and the randomisation check, on tiny
 real models, and the report shipped for the shipped pair."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from explorer import faithfulness as ff
-from explorer.evidence import fill_image, occlusion_batch
-from explorer.models import build_vit
-from explorer.probe import Probe
+from explorer.analysis import faithfulness as ff
+from explorer.analysis.evidence import fill_image, occlusion_batch
+from explorer.model.models import build_vit
+from explorer.model.probe import Probe
 from tests.helpers import ROOT, tiny_config
 
 
@@ -23,7 +23,7 @@ def probe():
 
 @pytest.fixture(scope="module")
 def images():
-    from explorer.data import sample_set
+    from explorer.data.datasets import sample_set
     return sample_set().x_test[:3]
 
 
@@ -91,7 +91,7 @@ def test_report_round_trips(probe, images):
 
 
 def test_shipped_report_is_the_shipped_pairs():
-    from explorer.corruptions import weights_digest
+    from explorer.analysis.corruptions import weights_digest
     if not ff.SHIPPED.is_file():
         pytest.skip("not computed yet: python tools/make_trust_results.py faithfulness")
     digests = [weights_digest(ROOT / "checkpoints" / n) for n in ("cifar10-vanilla", "cifar10-spt_lsa")]
@@ -129,7 +129,7 @@ def test_note_gives_each_map_against_a_random_ranking_and_what_is_not_measured()
 
 
 def test_shipped_for_finds_one_model_by_its_weights():
-    from explorer.corruptions import weights_digest
+    from explorer.analysis.corruptions import weights_digest
     if not ff.SHIPPED.is_file():
         pytest.skip("not computed yet: python tools/make_trust_results.py faithfulness")
     digest = weights_digest(ROOT / "checkpoints" / "cifar10-spt_lsa")

@@ -11,12 +11,12 @@ import keras
 import numpy as np
 import pytest
 
-from explorer.batches import make_batches
-from explorer.data import Dataset
-from explorer.device_batches import DeviceImages, make_device_batches
-from explorer.fitting import fit
-from explorer.models import build_vit, float32_copy
-from explorer.recipe import TrainConfig
+from explorer.data.batches import make_batches
+from explorer.data.datasets import Dataset
+from explorer.data.device_batches import DeviceImages, make_device_batches
+from explorer.model.models import build_vit, float32_copy
+from explorer.training.fitting import fit
+from explorer.training.recipe import TrainConfig
 from tests.helpers import run_on_jax, tiny_config
 
 MIXED = dict(mixup_alpha=1.0, cutmix_alpha=1.0, mix_prob=0.75)
@@ -139,11 +139,11 @@ def test_training_on_the_device_trains_what_the_numpy_batches_train():
 
 
 def test_a_mixed_precision_run_trains_and_ends_as_float32(tmp_path):
-    from explorer.training import train_new
+    from explorer.training.runs import train_new
     data = _dataset()
     recipe = TrainConfig(epochs=2, batch_size=32, precision="mixed_bfloat16", device_data=True, **MIXED)
     result = train_new(tiny_config(variant="spt_lsa"), "tiny", data, recipe, tmp_path, "mixed", verbose=0)
-    from explorer.checkpoints import load_folder
+    from explorer.checkpoints.store import load_folder
     model, card = load_folder(result.checkpoint)
     assert model.dtype_policy.name == "float32"
     assert all(layer.dtype_policy.name == "float32" for layer in model.layers)
@@ -165,8 +165,8 @@ class _Clock:
 
 @pytest.mark.slow  # about 10 s or more (pytest.ini)
 def test_a_time_limit_stops_at_an_epoch_end_and_the_resumed_run_is_exact(tmp_path, monkeypatch):
-    import explorer.fitting as fitting
-    from explorer.backup import METADATA
+    import explorer.training.fitting as fitting
+    from explorer.training.backup import METADATA
     data = _dataset()
     recipe = dict(epochs=3, batch_size=32, device_data=True, randaugment=0.5, **MIXED)
     monkeypatch.setattr(fitting, "time", types.SimpleNamespace(perf_counter=_Clock().perf_counter))

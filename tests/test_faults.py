@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from explorer.checkpoints import CheckpointError, clean_stale, list_checkpoints, load_checkpoint
+from explorer.checkpoints.store import CheckpointError, clean_stale, list_checkpoints, load_checkpoint
 from explorer.finetune.plan import plan_job
 from explorer.finetune.runner import FineTuneRunner
-from explorer.recipe import TrainConfig
-from explorer.training import train_new
+from explorer.training.recipe import TrainConfig
+from explorer.training.runs import train_new
 from tests.helpers import ROOT, tiny_config
 
 pytestmark = pytest.mark.slow

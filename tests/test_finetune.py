@@ -11,23 +11,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explorer.batches import make_batches, training_split
-from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.data import Dataset
+from explorer.checkpoints.store import list_checkpoints, load_checkpoint, read_card
+from explorer.core.protocol import BatchEnd, MemberStarted, Phase, PhaseBegun, Started
+from explorer.core.settings import Settings
+from explorer.data.batches import make_batches, training_split
+from explorer.data.datasets import Dataset
+from explorer.data.folders import read_image_zip
 from explorer.finetune.backend import choose_backend
 from explorer.finetune.plan import JobError, Limits, plan_job
 from explorer.finetune.queue import Busy
 from explorer.finetune.report import report
 from explorer.finetune.runner import FineTuneRunner
 from explorer.finetune.state import apply_event
-from explorer.folders import read_image_zip
-from explorer.head import choose_head
-from explorer.predict import accuracy_metrics, predict_logits
-from explorer.protocol import BatchEnd, MemberStarted, Phase, PhaseBegun, Started
-from explorer.recipe import TrainConfig
-from explorer.settings import Settings
-from explorer.training import recipe_for
-from explorer.tuning import fine_tune, fine_tune_recipe
+from explorer.model.predict import accuracy_metrics, predict_logits
+from explorer.training.head import choose_head
+from explorer.training.recipe import TrainConfig
+from explorer.training.runs import recipe_for
+from explorer.training.tuning import fine_tune, fine_tune_recipe
 from tests.helpers import ROOT, class_zip, worker_pid
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
@@ -57,7 +57,7 @@ def _card(folder):
 def test_short_recipe_scales_the_batch_to_the_data():
     small, large = fine_tune_recipe(200), fine_tune_recipe(50_000)
     assert small.batch_size == 16 and large.batch_size == 128
-    from explorer.tuning import FT_IMAGE_BUDGET, FT_TARGET_STEPS
+    from explorer.training.tuning import FT_IMAGE_BUDGET, FT_TARGET_STEPS
     for n in (60, 200, 800, 5000):
         recipe = fine_tune_recipe(n)
         per_epoch = -(-round(n * 0.9) // recipe.batch_size)
@@ -107,8 +107,8 @@ def test_the_probe_replaces_the_base_rows_only_where_it_does_better_out_of_fold(
     """Linear probing, then fine-tuning: known classes start from the base's rows or from the probe, whichever
     scores higher on every labelled image (the probe out of fold, 5-fold cross-validation); rows win ties.
     The start's validation top-1 is reported as epoch 0 either way."""
-    from explorer.head import pooled_features
-    from explorer.linear_probe import LinearHead, cross_validated_probe
+    from explorer.training.head import pooled_features
+    from explorer.training.linear_probe import LinearHead, cross_validated_probe
     model, card = load_checkpoint(tiny_checkpoints[variant])
     classes = ["cat", "dog", "horse", "deer"]
     x, y = pick(cifar10, classes, 60)
@@ -194,7 +194,7 @@ def test_plans_refuse_bad_requests(tiny_checkpoints, cifar10, changes, message):
 def test_every_name_a_plan_gives_is_a_checkpoint_name(tiny_checkpoints, cifar10):
     """One name rule (checkpoints.NAME_MAX): a typed run name leaves room for -A and -B; a name made from a
     long base's name and the data's is cut to fit, never refused when the checkpoint is written."""
-    from explorer.checkpoints import NAME_MAX, validate_name
+    from explorer.checkpoints.store import NAME_MAX, validate_name
     longest = "r" * (NAME_MAX - 2)
     plan = plan_job(_members(tiny_checkpoints, "A", "B"), cifar10, images=100, name=longest)
     assert [m.name for m in plan.members] == [longest + "-A", longest + "-B"]
@@ -445,7 +445,7 @@ def test_training_on_all_images_says_there_is_no_test_score(tiny_checkpoints, ci
     assert len(ds.x_train) == 6 and len(ds.x_test) == 0
     plan = plan_job(_members(tiny_checkpoints, "A", "B"), ds, train_on_all=True)
     assert "no test: all trained on, no test score" in plan.description
-    from explorer.card import Metrics, Training
+    from explorer.core.card import Metrics, Training
     from explorer.finetune.state import MemberState
     members = [MemberState(t, t, metrics=Metrics(), training=Training(wall_time_s=1), predictions=[])
                for t in ("A", "B")]
@@ -524,7 +524,7 @@ def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_pa
 
 
 def test_the_run_status_says_which_model_was_kept_and_why():
-    from explorer.card import Epoch, Metrics, Training
+    from explorer.core.card import Epoch, Metrics, Training
     from explorer.finetune.state import MemberState, RunState
     from explorer.ui.finetune_text import run_status
     member = MemberState("A", "A: cifar10-vanilla", step=90, total_steps=90, checkpoint="/runs/a",
@@ -588,7 +588,7 @@ def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifa
 
 
 def test_paired_gain_and_a_clear_gain():
-    from explorer.linear_probe import clearly_better, paired_gain
+    from explorer.training.linear_probe import clearly_better, paired_gain
     new = np.array([1, 1, 1, 0, 0, 1], bool)
     old = np.array([1, 0, 0, 1, 0, 1], bool)
     assert paired_gain(new, old) == (2, 1)
@@ -599,7 +599,7 @@ def test_paired_gain_and_a_clear_gain():
 
 
 def test_cross_validation_judges_every_image_out_of_fold():
-    from explorer.linear_probe import cross_validated_probe
+    from explorer.training.linear_probe import cross_validated_probe
     rng = np.random.default_rng(0)
     centres = rng.normal(0, 3, (3, 8))
     y = np.repeat(np.arange(3), 40)
@@ -612,14 +612,14 @@ def test_cross_validation_judges_every_image_out_of_fold():
 
 
 def _choice(start_correct, fallback):
-    from explorer.head import HeadChoice
+    from explorer.training.head import HeadChoice
     return HeadChoice("linear probe (L2 0.01)", "why", fallback, "the linear probe on all 40 labelled images",
                       np.asarray(start_correct, bool), "the linear classifier on the base's features")
 
 
 def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(tiny_checkpoints, cifar10):
-    from explorer.head import settle
-    from explorer.models import HEAD
+    from explorer.model.models import HEAD
+    from explorer.training.head import settle
     model, _ = load_checkpoint(tiny_checkpoints["vanilla"])
     x, y = cifar10.x_test[:40], cifar10.y_test[:40]
     start_weights = [w.copy() for w in model.get_weights()]
@@ -628,8 +628,8 @@ def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(ti
     fallback = tuple(np.full_like(w, 0.5) for w in model.get_layer(HEAD).get_weights())
 
     def record(kept):
-        from explorer.card import Metrics, Start, Training
-        from explorer.fitting import RunRecord
+        from explorer.core.card import Metrics, Start, Training
+        from explorer.training.fitting import RunRecord
         return RunRecord([], Metrics.from_json({"val_top1": 0.9, "loss": 1.0}),
                          Training(kept_epoch=kept, epochs=5, start=Start(val_top1=0.25, val_top5=0.5)))
 

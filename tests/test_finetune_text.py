@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from explorer import head, tuning
-from explorer.formatting import rate
+from explorer.core.formatting import rate
+from explorer.training import head, tuning
 from explorer.ui.finetune_text import help_text
 
 

@@ -8,12 +8,12 @@ import threading
 
 import pytest
 
-from explorer.card import Epoch
+from explorer.core.card import Epoch
+from explorer.core.protocol import Phase
 from explorer.finetune import follow
 from explorer.finetune.plan import JobError
 from explorer.finetune.queue import Busy, QueueFull, QueuePlace, Ticket
 from explorer.finetune.state import MemberState, RunState
-from explorer.protocol import Phase
 
 
 class Clock:

@@ -15,7 +15,7 @@ from gradio_client.client import Job
 from gradio_client.utils import OutputUpdate
 from PIL import Image
 
-from explorer import render
+from explorer.analysis import render
 from explorer.ui import gradio_patches
 from explorer.ui.gradio_patches import NOT_TOOLS, ORIGINALS
 

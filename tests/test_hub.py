@@ -1,4 +1,5 @@
-"""explorer.hub online, against a Hub on 127.0.0.1 (tests/hub_server.py) through the real huggingface_hub client.
+"""explorer.checkpoints.hub online, against a Hub on 127.0.0.1 (tests/hub_server.py) through the real
+huggingface_hub client.
 
 huggingface_hub reads HF_ENDPOINT and HF_HUB_OFFLINE once, at import, and this process is offline
 (conftest): downloads run in a fresh process pointed at the local Hub, with an environment made here
@@ -15,9 +16,9 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 
-from explorer.checkpoints import load_checkpoint
-from explorer.hub import CHECKPOINT_FILES, prune_cache
-from explorer.predict import predict_logits
+from explorer.checkpoints.hub import CHECKPOINT_FILES, prune_cache
+from explorer.checkpoints.store import load_checkpoint
+from explorer.model.predict import predict_logits
 from tests.helpers import ROOT, populate_hf_cache
 from tests.hub_server import GITATTRIBUTES, Declared, FakeHub
 
@@ -28,7 +29,7 @@ LIMIT = 50 * MB
 
 _DOWNLOAD = """
 import json, sys
-from explorer import hub
+from explorer.checkpoints import hub
 for ref, limit in json.loads(sys.argv[2]):
     try:
         print(json.dumps([ref, str(hub.download(ref, cache_dir=sys.argv[1], max_bytes=limit)), None]))

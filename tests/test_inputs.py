@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.inputs import ImageInputError, load_image
+from explorer.data.inputs import ImageInputError, load_image
 
 
 def _save(tmp_path, name, image, **kwargs):
@@ -141,7 +141,7 @@ def test_exif_rotation_is_applied(tmp_path):
 
 
 def test_the_original_size_and_what_the_models_did_to_it(tmp_path):
-    from explorer.inputs import original_size, resize_note
+    from explorer.data.inputs import original_size, resize_note
     path = tmp_path / "wide.png"
     Image.new("RGB", (500, 300), (10, 20, 30)).save(path)
     assert original_size(path) == (500, 300)

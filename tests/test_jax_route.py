@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from explorer.checkpoints import load_checkpoint
+from explorer.checkpoints.store import load_checkpoint
 from explorer.finetune.plan import plan_job
 from explorer.finetune.runner import FineTuneRunner
-from explorer.predict import predict_logits
+from explorer.model.predict import predict_logits
 from tests.helpers import ROOT
 
 
@@ -26,8 +26,8 @@ def jax_version() -> str:
 _JAX_LOGITS = """
 import sys
 import numpy as np
-from explorer.checkpoints import load_checkpoint
-from explorer.predict import predict_logits
+from explorer.checkpoints.store import load_checkpoint
+from explorer.model.predict import predict_logits
 x = np.load(sys.argv[1])
 np.savez(sys.argv[2], *[predict_logits(load_checkpoint(folder)[0], x) for folder in sys.argv[3:]])
 """

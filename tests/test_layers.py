@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from explorer.layers import (
+from explorer.model.layers import (
     SHIFTS,
     DropPath,
     ImagePreprocessing,
@@ -140,7 +140,7 @@ def test_tau_per_head_scales_each_head():
 
 @pytest.mark.parametrize("tau_mode", ["layer", "head"])
 def test_tau_is_trainable_and_changes_after_one_step(tau_mode):
-    from explorer.models import attention_layers, build_vit
+    from explorer.model.models import attention_layers, build_vit
     from tests.helpers import tiny_config
     model = build_vit(tiny_config(variant="lsa", tau_mode=tau_mode), 10)
     taus = [layer.tau for layer in attention_layers(model)]
@@ -196,7 +196,7 @@ def test_preprocessing_resizes_and_normalises():
 
 @pytest.mark.parametrize("mode", SHIFTS)
 def test_render_draws_the_same_shifts_as_the_layer(mode):
-    from explorer import render
+    from explorer.analysis import render
     image = RNG.integers(0, 256, size=(16, 16, 3)).astype("float32")
     expected = ops.convert_to_numpy(shift_images(image[None], mode, 3))[0]
     np.testing.assert_array_equal(render.shift_image(image, mode, 3), expected)

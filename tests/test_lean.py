@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from explorer.checkpoints import (
+from explorer.checkpoints.store import (
     CARD,
     OPTIMIZER_GROUP,
     Card,
@@ -23,9 +23,9 @@ from explorer.checkpoints import (
     make_lean,
     write_checkpoint,
 )
-from explorer.data import sample_set
-from explorer.models import build_vit
-from explorer.recipe import TrainConfig, compile_for_run
+from explorer.data.datasets import sample_set
+from explorer.model.models import build_vit
+from explorer.training.recipe import TrainConfig, compile_for_run
 from tests.helpers import ROOT, tiny_config
 
 SHIPPED = ROOT / "checkpoints" / "cifar10-spt_lsa"
@@ -145,7 +145,7 @@ def test_lean_is_idempotent_over_a_tree_of_folders(fat, tmp_path, capsys):
 
 
 def test_lean_interrupted_between_its_files_leaves_a_loadable_checkpoint(fat, tmp_path, monkeypatch):
-    import explorer.checkpoints as checkpoints
+    import explorer.checkpoints.store as checkpoints
     folder = shutil.copytree(fat, tmp_path / "cifar10-spt_lsa")
     model, _ = load_folder(folder)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer.linear_probe import (
+from explorer.training.linear_probe import (
     L2_GRID,
     TOLERANCE,
     choose_l2,

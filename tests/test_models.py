@@ -7,10 +7,10 @@ import keras
 import numpy as np
 import pytest
 
-from explorer.checkpoints import load_folder, read_card
-from explorer.config import ViTConfig, get_preset
-from explorer.layers import DropPath
-from explorer.models import attention_layers, build_vit, drop_path_rates, replace_head, tau_values
+from explorer.checkpoints.store import load_folder, read_card
+from explorer.model.config import ViTConfig, get_preset
+from explorer.model.layers import DropPath
+from explorer.model.models import attention_layers, build_vit, drop_path_rates, replace_head, tau_values
 from tests.helpers import ROOT, VARIANT_MODES, tiny_config
 
 
@@ -54,7 +54,7 @@ def test_drop_path_rates_grow_linearly_to_the_last_block():
 
 
 def test_a_model_with_drop_path_trains_stochastically_saves_and_reloads(tmp_path, images):
-    from explorer.checkpoints import Card, load_checkpoint, write_checkpoint
+    from explorer.checkpoints.store import Card, load_checkpoint, write_checkpoint
     config = tiny_config(num_layers=3, drop_path=0.5)
     model = build_vit(config, 10)
     x = images[:8].astype("float32")
@@ -86,7 +86,7 @@ def test_variants_use_the_right_layers():
 
 _RELOAD = """
 import sys, numpy as np, keras
-import explorer.layers  # registers the custom layers; nothing else is needed
+import explorer.model.layers  # registers the custom layers; nothing else is needed
 x = np.load(sys.argv[1])
 for path, out in zip(sys.argv[2::2], sys.argv[3::2]):
     model = keras.saving.load_model(path, safe_mode=True)

@@ -5,9 +5,9 @@ import shutil
 import numpy as np
 import pytest
 
-from explorer.data import DatasetError
-from explorer.folders import load_dataset
-from explorer.packed import encode, main, pack, read_packed
+from explorer.data.datasets import DatasetError
+from explorer.data.folders import load_dataset
+from explorer.data.packed import encode, main, pack, read_packed
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from explorer.models import build_vit, tau_values
-from explorer.probe import (
+from explorer.model.models import build_vit, tau_values
+from explorer.model.probe import (
     Probe,
     attention_entropy,
     mean_attention_distance,
@@ -51,7 +51,7 @@ def test_lsa_diagonal_is_zero_and_vanilla_diagonal_is_not(probes, images):
 
 
 def test_probe_works_after_a_head_change(images):
-    from explorer.models import replace_head
+    from explorer.model.models import replace_head
     config = tiny_config(variant="spt_lsa")
     model = replace_head(build_vit(config, 10), 3)
     result = Probe(model, config)(images[:2])
@@ -129,7 +129,7 @@ def test_query_and_received_attention_shapes(probes, images):
 
 @pytest.mark.parametrize("variant", ["vanilla", "spt_lsa"])
 def test_probe_on_the_keras_io_preset(variant, images):
-    from explorer.config import get_preset
+    from explorer.model.config import get_preset
     config = get_preset("keras-io", variant=variant, tau_mode="head")
     result = Probe(build_vit(config, 100), config)(images[:1])
     assert result.logits.shape == (1, 100)
@@ -142,7 +142,7 @@ def test_probe_on_the_keras_io_preset(variant, images):
 
 @pytest.fixture(scope="module")
 def what_ifs(probes):
-    from explorer.probe import WhatIfProbe
+    from explorer.model.probe import WhatIfProbe
     return {key: WhatIfProbe(probe) for key, probe in probes.items()}
 
 
@@ -157,7 +157,7 @@ def test_what_if_with_the_models_own_setting_is_the_probe(probes, what_ifs, imag
 
 @pytest.mark.parametrize("key", [("lsa", "layer"), ("spt_lsa", "head")])
 def test_what_if_equals_a_copy_of_the_model_with_tau_scaled_and_no_mask(probes, what_ifs, images, key):
-    from explorer.models import attention_layers
+    from explorer.model.models import attention_layers
     probe = probes[key]
     copy = build_vit(probe.config, 10)
     copy.set_weights(probe.model.get_weights())

@@ -11,9 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from explorer.card import Epoch, Metrics, Training
-from explorer.finetune.state import MemberState, RunState, apply_event
-from explorer.protocol import (
+from explorer.core.card import Epoch, Metrics, Training
+from explorer.core.protocol import (
     COMMANDS,
     EVENTS,
     BatchEnd,
@@ -40,6 +39,7 @@ from explorer.protocol import (
     decode_event,
     encode,
 )
+from explorer.finetune.state import MemberState, RunState, apply_event
 
 EPOCH = {"epoch": 2, "time_s": 1.5, "learning_rate": 0.001, "loss": 0.7, "top1": 0.6, "val_top1": 0.55,
          "tau": [[2.0, 2.1]]}

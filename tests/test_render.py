@@ -1,4 +1,4 @@
-"""Tests of explorer.render: shifts, patch grids, colour mapping, overlays and plots."""
+"""Tests of explorer.analysis.render: shifts, patch grids, colour mapping, overlays and plots."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from explorer import plots, render
+from explorer.analysis import plots, render
 
 RNG = np.random.default_rng(0)
 

@@ -1,4 +1,4 @@
-"""Tests of explorer.render_evidence: occlusion maps, the robustness plot and the shift strip, from plain
+"""Tests of explorer.analysis.render_evidence: occlusion maps, the robustness plot and the shift strip, from plain
 arrays (no model)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-from explorer import plots, render
-from explorer import render_evidence as rv
+from explorer.analysis import plots, render
+from explorer.analysis import render_evidence as rv
 
 
 def test_importing_it_builds_nothing_from_keras():
@@ -21,7 +21,7 @@ def test_importing_it_builds_nothing_from_keras():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m.split(".")[0] in ("keras", "tensorflow", "jax", "gradio") for m in imported), imported
-    assert not {"explorer.evidence", "explorer.probe", "explorer.models"} & imported
+    assert not {"explorer.analysis.evidence", "explorer.model.probe", "explorer.model.models"} & imported
 
 
 def test_the_map_is_sharp_and_its_maximum_is_where_the_drop_is():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer import reports
+from explorer.analysis import reports
 from explorer.app.workbench import ModelStore, ResultCache
-from explorer.probe import attention_entropy, mean_attention_distance
+from explorer.model.probe import attention_entropy, mean_attention_distance
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_locality_of_one_image_uses_the_cache_and_of_many_the_probe(pair, cifar1
 
 
 def test_top5_is_left_out_below_six_classes_and_small_splits_are_named():
-    from explorer.reports import small_splits, without_top5
+    from explorer.analysis.reports import small_splits, without_top5
     columns, rows = ["model", "test top-1", "test top-5", "device"], [["A", "90.0 %", "100.0 %", "CPU"]]
     assert without_top5(columns, rows, 3) == (["model", "test top-1", "device"], [["A", "90.0 %", "CPU"]])
     assert without_top5(columns, rows, 6) == (columns, rows)

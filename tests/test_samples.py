@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.samples import TestImages, examples
+from explorer.data.samples import TestImages, examples
 
 
 def test_a_sample_is_a_png_named_after_its_index_and_label(tmp_path, data_dir, cifar10):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.settings import Settings, SettingsError
+from explorer.core.settings import Settings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {f.name: f.metadata["env"] for f in dataclasses.fields(Settings)}
@@ -72,9 +72,9 @@ def test_the_defaults():
 
 
 def test_the_objects_built_from_settings_take_the_same_defaults():
+    from explorer.checkpoints.visitors import SharedLimits
+    from explorer.data.inputs import MAX_PIXELS, MAX_UPLOAD_BYTES
     from explorer.finetune.plan import Limits
-    from explorer.inputs import MAX_PIXELS, MAX_UPLOAD_BYTES
-    from explorer.visitors import SharedLimits
     s = Settings()
     assert SharedLimits() == SharedLimits.from_settings(s) and Limits() == Limits.from_settings(s)
     assert (MAX_PIXELS, MAX_UPLOAD_BYTES) == (s.max_pixels, s.max_upload_mb * 2**20)
@@ -166,7 +166,7 @@ def test_every_explorer_variable_named_in_the_code_or_docs_is_a_setting():
 
 
 def test_only_settings_reads_the_environment_for_a_setting():
-    """Every EXPLORER_* variable is read in explorer/settings.py alone; what
+    """Every EXPLORER_* variable is read in explorer/core/settings.py alone; what
     other modules do with os.environ is what a child process or a library is given."""
     read = re.compile(r"(os\.environ(\.get)?\s*[\[(]|os\.getenv\()\s*[\"']EXPLORER_")
     for path in sorted((ROOT / "explorer").rglob("*.py")):

@@ -6,10 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from explorer.checkpoints import list_checkpoints, load_checkpoint
-from explorer.config import ViTConfig
-from explorer.models import tau_values
-from explorer.recipe import TrainConfig
+from explorer.checkpoints.store import list_checkpoints, load_checkpoint
+from explorer.model.config import ViTConfig
+from explorer.model.models import tau_values
+from explorer.training.recipe import TrainConfig
 from tests.helpers import ROOT
 
 SHIPPED = ROOT / "checkpoints"
@@ -74,7 +74,7 @@ def test_same_recipe_only_the_variant_differs(shipped):
 
 def test_check_set_accuracy_matches_the_card_on_a_fresh_machine(shipped, no_data):
     # No data folder, nothing in the Keras cache, offline: the bundled sample holds the check set.
-    from explorer.evaluate import evaluate
+    from explorer.analysis.evaluate import evaluate
     for name, (_model, card) in shipped.items():
         assert card.metrics.check_set == "cifar10 test images 0-199"
         result = evaluate([str(SHIPPED / name)], data_dir=str(no_data), limit=200, store=False)[0]
@@ -100,7 +100,7 @@ FULL_TEST_SET = ROOT.parent / "shared" / "data"  # where this project's CI keeps
 def test_the_small_data_checkpoints_score_as_their_cards_say():
     """Each kept checkpoint of the small-data study, re-evaluated on all 10,000 test images here, scores
     what its card (written by the grid's trial) says, within 0.3 points."""
-    from explorer.evaluate import evaluate
+    from explorer.analysis.evaluate import evaluate
     kept = sorted(p for p in list_checkpoints(STUDY) if p.parent == STUDY)
     assert kept, "no study checkpoint is shipped"
     for folder in kept:

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from explorer.step_augment import ERASED_FILL, Reseed, augmentation_block, seed_states, with_augmentation
+from explorer.data.step_augment import ERASED_FILL, Reseed, augmentation_block, seed_states, with_augmentation
 from tests.helpers import run_on_jax, tiny_config
 
 
@@ -21,12 +21,12 @@ def _traced(x) -> bool:
 
 
 def in_step_report() -> dict:
-    """Two training steps of a tiny model through explorer.fitting.fit with the in-step augmentations, their
+    """Two training steps of a tiny model through explorer.training.fitting.fit with the in-step augmentations, their
     layers spied on, beside the same two steps without them: where the layers ran, and what they changed."""
-    from explorer.data import Dataset, sample_set
-    from explorer.fitting import fit
-    from explorer.models import build_vit
-    from explorer.recipe import TrainConfig
+    from explorer.data.datasets import Dataset, sample_set
+    from explorer.model.models import build_vit
+    from explorer.training.fitting import fit
+    from explorer.training.recipe import TrainConfig
 
     sample = sample_set()
     data = Dataset("sample", sample.x_test[:64], sample.y_test[:64], sample.x_test[:0], sample.y_test[:0],
@@ -108,7 +108,7 @@ def test_random_erasing_erases_one_grey_box_in_that_share_of_the_images():
 
 
 def test_the_augmented_model_predicts_what_the_model_does():
-    from explorer.models import build_vit
+    from explorer.model.models import build_vit
     model = build_vit(tiny_config(), 10)
     trainee = with_augmentation(model, augmentation_block(0.5, 0.5))
     x = np.random.default_rng(1).integers(0, 256, (4, 32, 32, 3)).astype("float32")

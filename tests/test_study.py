@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explorer.study import StudyError, plan_table, read_grid, read_results, write_results
+from explorer.study.grid import StudyError, plan_table, read_grid, write_results
+from explorer.study.report import read_results
 from tests.helpers import ROOT
 
 TINY_GRID = {
@@ -197,7 +198,7 @@ def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, da
     assert set(rows) == {t.name for t in grid.trials}
     assert write_results(grid) and {r["trial"] for r in read_results(grid.results_csv)} == set(rows)
 
-    from explorer.checkpoints import load_checkpoint, read_card
+    from explorer.checkpoints.store import load_checkpoint, read_card
     for trial in grid.trials:
         direct = tmp_path / "direct"
         argv = grid.train_argv(trial, str(data_dir), out=direct, name=trial.name, backup=tmp_path / "db" / trial.name)
@@ -267,7 +268,7 @@ def test_sigterm_stops_a_grid_started_in_the_background(tmp_path, data_dir):
 def test_the_readme_tables_are_the_study_results():
     """The small-data tables (study/RESULTS.md, linked from the README) are what `explorer.study report` writes
     from study/results.csv, and the app's copy of the results is the same file."""
-    from explorer import study_report
+    from explorer.study import report as study_report
     rows = read_results(ROOT / "study" / "results.csv")
     assert study_report.markdown(rows) in (ROOT / "study" / "RESULTS.md").read_text(), \
         "run python -m explorer.study report"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from explorer import study_report
-from explorer.plots import figure_to_array
+from explorer.analysis.plots import figure_to_array
+from explorer.study import report as study_report
 
 ROWS = [dict(train_images=n, variant=v, seed=s, test_top1=t) for n, v, s, t in [
     (1000, "vanilla", 0, 0.30), (1000, "vanilla", 1, 0.32), (1000, "vanilla", 2, 0.31),
@@ -105,10 +105,10 @@ def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, 
     self-attention is the probe's diagonal, and a masked (LSA) model's is 0."""
     import numpy as np
 
-    from explorer import mechanisms
+    from explorer.analysis.reports import locality
     from explorer.app.workbench import ModelStore
-    from explorer.probe import Probe
-    from explorer.reports import locality
+    from explorer.model.probe import Probe
+    from explorer.study import mechanisms
     store = ModelStore(tiny_checkpoints["vanilla"].parent)
     image = cifar10.x_test[:1]
     for variant in ("vanilla", "spt_lsa"):

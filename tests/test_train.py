@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.batches import make_batches, split_validation
-from explorer.card import Card, Epoch, Metrics, Training, describe_augmentation
-from explorer.checkpoints import list_checkpoints, load_checkpoint, read_card
-from explorer.fitting import Cancelled, RunRecord, fit
-from explorer.models import build_vit, tau_values
-from explorer.predict import accuracy_metrics, predict_logits
-from explorer.protocol import BatchEnd
-from explorer.recipe import RECIPES, TrainConfig
-from explorer.schedules import WarmUpCosine
-from explorer.training import train_new
-from explorer.tuning import continued_record, fine_tune
+from explorer.checkpoints.store import list_checkpoints, load_checkpoint, read_card
+from explorer.core.card import Card, Epoch, Metrics, Training, describe_augmentation
+from explorer.core.protocol import BatchEnd
+from explorer.data.batches import make_batches, split_validation
+from explorer.model.models import build_vit, tau_values
+from explorer.model.predict import accuracy_metrics, predict_logits
+from explorer.training.fitting import Cancelled, RunRecord, fit
+from explorer.training.recipe import RECIPES, TrainConfig
+from explorer.training.runs import train_new
+from explorer.training.schedules import WarmUpCosine
+from explorer.training.tuning import continued_record, fine_tune
 from tests.helpers import ROOT, tiny_config
 
 
@@ -84,7 +84,7 @@ def test_train_cli_on_512_images_writes_a_loadable_checkpoint(tmp_path, data_dir
     [folder] = list_checkpoints(tmp_path)
     assert f"wrote {folder}" in out.stdout
     model, card = load_checkpoint(folder)
-    from explorer.data import load_cifar
+    from explorer.data.datasets import load_cifar
     ds = load_cifar("cifar10", data_dir).subset(test=200, seed=0)
     metrics = accuracy_metrics(predict_logits(model, ds.x_test), ds.y_test)
     assert metrics["top1"] == card.metrics.test_top1
@@ -116,7 +116,7 @@ def test_a_fine_tune_logged_to_a_file_reads_one_line_per_epoch(tmp_path, tiny_ch
 
 def test_train_new_checkpoint_predicts_like_the_trained_model(cifar10, tmp_path, images):
     model_holder = {}
-    import explorer.training as train_module
+    import explorer.training.runs as train_module
     original = train_module.finish_run
 
     def spy(model, *args, **kwargs):
@@ -138,7 +138,7 @@ def test_fine_tune_to_a_new_class_count_with_a_frozen_backbone(tiny_checkpoints,
     base_model, base_card = load_checkpoint(tiny_checkpoints["spt_lsa"])
     three = cifar10.subset(train=300, test=60, seed=3)
     keep_train, keep_test = three.y_train < 3, three.y_test < 3
-    from explorer.data import Dataset
+    from explorer.data.datasets import Dataset
     ds = Dataset("three", three.x_train[keep_train], three.y_train[keep_train], three.x_test[keep_test],
                  three.y_test[keep_test], three.class_names[:3])
     result = fine_tune(tiny_checkpoints["spt_lsa"], ds, TrainConfig(epochs=1, batch_size=32,
@@ -218,7 +218,7 @@ def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tm
     (dict(freeze_backbone=True), "drop --freeze-backbone"),
 ])
 def test_continue_refuses_other_data_or_split(tiny_checkpoints, cifar10, tmp_path, change, message):
-    from explorer.data import DatasetError
+    from explorer.data.datasets import DatasetError
     ds = cifar10.subset(train=change.pop("subset", 256), test=64, seed=1)
     recipe = TrainConfig(epochs=1, batch_size=64, **{"validation_fraction": 0.25, **change})
     with pytest.raises(DatasetError, match=re.escape(message)):
@@ -227,7 +227,7 @@ def test_continue_refuses_other_data_or_split(tiny_checkpoints, cifar10, tmp_pat
 
 
 def test_continue_refuses_other_classes(tiny_checkpoints, cifar10, tmp_path):
-    from explorer.data import Dataset, DatasetError
+    from explorer.data.datasets import Dataset, DatasetError
     same = cifar10.subset(train=256, test=64, seed=1)
     renamed = Dataset("cifar10", same.x_train, same.y_train, same.x_test, same.y_test,
                       [f"class {i}" for i in range(10)])
@@ -379,7 +379,7 @@ def test_validation_every_n_epochs_and_after_the_last(cifar10):
 
 
 def test_balanced_subsets_are_nested_balanced_and_leave_validation_alone(cifar10):
-    from explorer.batches import training_split
+    from explorer.data.batches import training_split
     splits = {n: training_split(cifar10, TrainConfig(balanced_subset=n, split_seed=0, seed=s))
               for n, s in ((100, 3), (250, 0), (1000, 1))}
     val = [v for _, v in splits.values()]

@@ -1,4 +1,4 @@
-"""Tests of explorer.trust: whole-set answers, confusion, Wilson intervals, calibration and temperature
+"""Tests of explorer.analysis.trust: whole-set answers, confusion, Wilson intervals, calibration and temperature
 scaling, on synthetic logits with known answers, tiny real models and the shipped pair."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from explorer import trust
-from explorer.models import build_vit
-from explorer.predict import predict_logits
+from explorer.analysis import trust
+from explorer.model.models import build_vit
+from explorer.model.predict import predict_logits
 from tests.helpers import ROOT, tiny_config
 
 CIFAR = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -141,8 +141,8 @@ def test_labelled_zip_maps_folders_onto_the_models_classes(tmp_path):
 
 
 def test_shipped_pair_on_the_bundled_sample():
-    from explorer.checkpoints import load_checkpoint
-    from explorer.data import sample_set
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.data.datasets import sample_set
     models = [load_checkpoint(ROOT / "checkpoints" / n)[0] for n in ("cifar10-vanilla", "cifar10-spt_lsa")]
     data = trust.test_set(sample_set(), 300)
     report = trust.trust_pair(models, data)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.card import Epoch
-from explorer.data import DatasetError
+from explorer.core.card import Epoch
+from explorer.data.datasets import DatasetError
 from explorer.finetune.plan import ZIP
 from explorer.ui import AppState, build_demo
 from explorer.ui.attention import AttentionTab
@@ -91,7 +91,7 @@ def test_a_closed_page_releases_its_slots_as_gradio_calls_the_unload_handler(tmp
     through a parameter typed gr.Request, so it is called here as Gradio calls it."""
     from gradio.helpers import special_args
 
-    from explorer.settings import Settings
+    from explorer.core.settings import Settings
     root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints)
     app = AppState(root=root, data_dir=None, shared=True, settings=Settings.from_env({}))
     app.arrive("v" * 24, SimpleNamespace(session_hash="tab-1"))
@@ -181,7 +181,7 @@ def bare(tiny_checkpoints, tmp_path_factory):
 
 
 def test_samples_of_every_class_from_the_bundled_set_without_data(bare, no_data, monkeypatch):
-    from explorer.data import sample_set
+    from explorer.data.datasets import sample_set
     monkeypatch.setenv("EXPLORER_DATA_DIR", str(no_data.parent))  # ignored: the AppState was given a folder
     sample = sample_set()
     for class_name in sample.class_names:
@@ -224,7 +224,7 @@ def test_patches_use_the_spt_models_patch_size(ex, image_file, cifar10):
 
 
 def test_attention_views_show_a_beside_b_and_the_query_maps_in_one_picture(ex, image_file):
-    from explorer import render
+    from explorer.analysis import render
     from explorer.app.workbench import analyze_pair
     maps, rollout, caption, cell = ui(ex).attention.attention(image_file, A, B, 1, "mean of heads", 31.0, 0.0)
     assert "row 3, col 0" in caption and "A on the left" in caption
@@ -310,8 +310,8 @@ def test_locality_and_tau(ex, image_file):
 @pytest.fixture(scope="module")
 def ablation_root(tmp_path_factory, tiny_checkpoints, cifar10):
     """Three corners of the 2x2 (vanilla, LSA alone, SPT/LSA) and a broken LSA checkpoint."""
-    from explorer.recipe import TrainConfig
-    from explorer.training import train_new
+    from explorer.training.recipe import TrainConfig
+    from explorer.training.runs import train_new
     from tests.helpers import tiny_config
     root = pair_folder(tmp_path_factory.mktemp("ablation") / "checkpoints", tiny_checkpoints)
     train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=32, seed=2),
@@ -453,7 +453,7 @@ def test_bad_hub_ids_answer_fast_and_keep_the_model(ex, ref):
 
 
 def test_the_first_visit_opens_analysed_without_a_model_call_per_visitor(ex):
-    from explorer.samples import examples
+    from explorer.data.samples import examples
     first = examples()[0]
     demo = build_demo(ex)
     props = {c["props"].get("elem_id"): c["props"] for c in demo.config["components"] if c["props"].get("elem_id")}
@@ -476,7 +476,7 @@ def test_the_first_visit_opens_analysed_without_a_model_call_per_visitor(ex):
 
 
 def test_examples_cover_every_case_with_their_true_labels(ex):
-    from explorer.samples import examples
+    from explorer.data.samples import examples
     found = examples()
     assert {e.case for e in found} == {"a", "b", "both", "neither"} and len({e.label for e in found}) == len(found)
     for e in found:  # named like test samples: the app knows each one's label
@@ -485,7 +485,7 @@ def test_examples_cover_every_case_with_their_true_labels(ex):
 
 
 def test_evidence_tab_occlusion_strip_and_robustness(ex, image_file, cifar10):
-    from explorer import evidence, robustness
+    from explorer.analysis import evidence, robustness
     mean = "the image's mean colour"
     picture, text = ui(ex).evidence.evidence(image_file, A, B, TOP1, mean, 1)
     a, b = ex.store.get(A), ex.store.get(B)
@@ -575,7 +575,7 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
     """Study pairs at two sizes (and a lone model at a third) beside the shipped pair: the slots list them
     grouped and labelled, the tab offers the sizes with both models, picking one names the pair, and the
     curve is drawn from the results the app ships."""
-    from explorer.checkpoints import update_card
+    from explorer.checkpoints.store import update_card
     from explorer.ui.data_size import DataSizeTab
     root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints, dataset={"train_images": 45000},
                        metrics={"test_top1": 0.8})
@@ -608,8 +608,8 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
 
 
 def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_lsa(ex):
+    from explorer.analysis.plots import NO_LSA_TEXT
     from explorer.finetune.state import MemberState, RunState
-    from explorer.plots import NO_LSA_TEXT
     tab = built_finetune(ex)
     plan = tab.finetune_plan(**_form(epochs=1, images=64))
     state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],

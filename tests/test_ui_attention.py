@@ -13,9 +13,9 @@ from explorer.ui.attention import AttentionTab
 
 @pytest.fixture(scope="module")
 def tab(tmp_path_factory, tiny_checkpoints):
-    from explorer.checkpoints import Card, write_checkpoint
-    from explorer.config import get_preset
-    from explorer.models import build_vit
+    from explorer.checkpoints.store import Card, write_checkpoint
+    from explorer.model.config import get_preset
+    from explorer.model.models import build_vit
     root = tmp_path_factory.mktemp("ui-paper") / "checkpoints"
     root.mkdir()
     shutil.copytree(tiny_checkpoints["vanilla"], root / "tiny")

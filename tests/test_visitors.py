@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from explorer.checkpoints import CheckpointError
-from explorer.settings import Settings
-from explorer.visitors import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
+from explorer.checkpoints.store import CheckpointError
+from explorer.checkpoints.visitors import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
+from explorer.core.settings import Settings
 from tests.helpers import stored_run as add_run
 
 
@@ -91,7 +91,7 @@ def test_a_pair_is_one_run(root):
 def test_zip_of_a_checkpoint_loads(root, tmp_path):
     import zipfile
 
-    from explorer.checkpoints import load_checkpoint
+    from explorer.checkpoints.store import load_checkpoint
     store = RunStore(root, shared=True)
     v = owner_key("visitor-" * 3)
     ref = add_run(store, v, "mine", time.time())

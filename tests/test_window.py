@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from explorer.packed import pack
+from explorer.data.packed import pack
 from tools import window
 
 TRAIN = ["--preset", "tiny", "--variant", "spt_lsa", "--train-on-all", "--epochs", "3", "--batch-size", "32",
@@ -41,7 +41,7 @@ def packed(data_dir, tmp_path_factory):
 
 
 def _window(monkeypatch, tmp_path, packed, budget, state, n):
-    import explorer.fitting as fitting
+    import explorer.training.fitting as fitting
     clock = _Clock()
     fake = types.SimpleNamespace(perf_counter=clock.perf_counter, time=clock.time)
     monkeypatch.setattr(fitting, "time", fake)
@@ -76,7 +76,7 @@ def test_windows_resume_into_the_uninterrupted_run_and_come_back_within_the_limi
         assert (state / "backup" / "run.json").is_file() and not (state / "checkpoint").exists()
     assert [(r["epochs_before"], r["epochs_after"]) for r in records] == [(0, 1), (1, 2), (2, 3)]
     assert not (state / "backup").exists()
-    from explorer.checkpoints import load_folder
+    from explorer.checkpoints.store import load_folder
     a, _ = load_folder(whole_state / "checkpoint")
     b, card = load_folder(state / "checkpoint")
     for x, y in zip(a.get_weights(), b.get_weights(), strict=True):
@@ -119,9 +119,9 @@ def test_what_would_not_come_back_is_refused(tmp_path):
 
 def test_a_paper_scale_backup_fits_the_return_limits(tmp_path):
     """The paper preset's backup (weights, AdamW's two moments) is 32 MB: in parts it comes back."""
-    from explorer.config import get_preset
-    from explorer.models import build_vit
-    from explorer.recipe import TrainConfig, compile_for_run
+    from explorer.model.config import get_preset
+    from explorer.model.models import build_vit
+    from explorer.training.recipe import TrainConfig, compile_for_run
     model = build_vit(get_preset("paper"), 10)
     compile_for_run(model, TrainConfig(), 10, total_steps=10)
     model.optimizer.build(model.trainable_variables)

@@ -95,9 +95,9 @@ def test_views_compute_only_the_parts_asked_for(store, images):
 @pytest.fixture(scope="module")
 def paper_shaped(tmp_path_factory):
     """A model of the paper's shape (12 heads of 16, per-head tau, stochastic depth), narrower and shallower."""
-    from explorer.checkpoints import Card, write_checkpoint
-    from explorer.config import get_preset
-    from explorer.models import build_vit
+    from explorer.checkpoints.store import Card, write_checkpoint
+    from explorer.model.config import get_preset
+    from explorer.model.models import build_vit
     config = get_preset("paper").replace(num_layers=3, projection_dim=48, mlp_units=(96, 48))
     root = tmp_path_factory.mktemp("paper")
     card = Card(config=config.to_dict(), variant=config.variant, class_names=[str(i) for i in range(10)])
@@ -106,7 +106,7 @@ def paper_shaped(tmp_path_factory):
 
 
 def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, images):
-    from explorer import plots, render
+    from explorer.analysis import plots, render
     from explorer.app.workbench import side_by_side_pictures, tile_layout
     loaded, cache = paper_shaped, ResultCache()
     layers, heads, grid = 3, 12, 8
@@ -137,8 +137,8 @@ def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, 
 def churn_root(tmp_path_factory, tiny_checkpoints):
     """Four real checkpoints that answer differently: the two tiny trained ones, and each with its classifier's
     outputs rolled by one class (written as a run writes a checkpoint)."""
-    from explorer.checkpoints import load_folder, read_card, write_checkpoint
-    from explorer.models import HEAD
+    from explorer.checkpoints.store import load_folder, read_card, write_checkpoint
+    from explorer.model.models import HEAD
     root = tmp_path_factory.mktemp("churn")
     for variant, path in tiny_checkpoints.items():
         shutil.copytree(path, root / variant)

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from explorer.checkpoints import list_checkpoints, read_card
-from explorer.data import Dataset
+from explorer.checkpoints.store import list_checkpoints, read_card
+from explorer.data.datasets import Dataset
 from explorer.finetune.plan import plan_job
 from explorer.finetune.runner import FineTuneRunner
 from tests.helpers import worker_pid

@@ -26,10 +26,10 @@ PLAN = [("b", 1), ("both", 2), ("a", 1), ("neither", 1)]
 def main() -> int:
     from PIL import Image
 
-    from explorer.checkpoints import load_checkpoint
-    from explorer.data import sample_set
-    from explorer.predict import predict_logits
-    from explorer.samples import EXAMPLES_DIR
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.data.datasets import sample_set
+    from explorer.data.samples import EXAMPLES_DIR
+    from explorer.model.predict import predict_logits
 
     ds = sample_set()
     probs = []

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from explorer.data import SAMPLE_FILE, provenance_note, read_cifar_test  # noqa: E402
+from explorer.data.datasets import SAMPLE_FILE, provenance_note, read_cifar_test  # noqa: E402
 
 
 def main(argv=None) -> int:

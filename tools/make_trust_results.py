@@ -21,15 +21,15 @@ PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")
 
 
 def _pair():
-    from explorer.checkpoints import load_checkpoint
-    from explorer.corruptions import weights_digest
+    from explorer.analysis.corruptions import weights_digest
+    from explorer.checkpoints.store import load_checkpoint
     folders = [ROOT / "checkpoints" / name for name in PAIR]
     return [load_checkpoint(f) for f in folders], [weights_digest(f) for f in folders]
 
 
 def corruptions() -> None:
-    from explorer import corruptions as cc
-    from explorer.data import sample_set
+    from explorer.analysis import corruptions as cc
+    from explorer.data.datasets import sample_set
     loaded, digests = _pair()
     sample = sample_set()
     began = time.perf_counter()
@@ -43,8 +43,8 @@ def corruptions() -> None:
 
 
 def faithfulness() -> None:
-    from explorer import faithfulness as ff
-    from explorer.data import sample_set
+    from explorer.analysis import faithfulness as ff
+    from explorer.data.datasets import sample_set
     loaded, digests = _pair()
     sample = sample_set()
     report = ff.faithfulness_report([(m, c) for m, c in loaded], sample.x_test, names=list(PAIR),

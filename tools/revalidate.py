@@ -35,11 +35,11 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir")
     p.add_argument("--write", action="store_true", help="put the exact numbers in each card")
     args = p.parse_args(argv)
-    from explorer.batches import training_split
-    from explorer.checkpoints import load_checkpoint, update_card
-    from explorer.folders import load_dataset
-    from explorer.predict import accuracy_metrics, predict_logits
-    from explorer.recipe import TrainConfig
+    from explorer.checkpoints.store import load_checkpoint, update_card
+    from explorer.data.batches import training_split
+    from explorer.data.folders import load_dataset
+    from explorer.model.predict import accuracy_metrics, predict_logits
+    from explorer.training.recipe import TrainConfig
     names = {f.name for f in fields(TrainConfig)}
     datasets = {}
     for ref in args.checkpoints:

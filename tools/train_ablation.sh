@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 2x2 ablation's other two models, cifar10-spt and cifar10-lsa, trained exactly as the shipped pair was:
 # docs/train.md's four stages (seed 0, the same split, one tau per layer, batch mixing in stage 4), one
-# TensorFlow thread each. Every stage keeps a backup after each epoch (explorer.backup) and resumes from it
+# TensorFlow thread each. Every stage keeps a backup after each epoch (explorer.training.backup) and resumes from it
 # when started again; a finished stage is skipped. Run both variants side by side:
 #
 #     bash tools/train_ablation.sh spt > runs/spt.log 2>&1 &

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: this repository's explorer
-from explorer import atomic  # noqa: E402
+from explorer.core import atomic  # noqa: E402
 
 # What a lent device machine sends back (the device tool's limits), and the parts a large file is cut into.
 RETURN_FILES = 8
@@ -126,7 +126,7 @@ def _parse(argv):
 def run_window(args, train_argv: list[str], started: float) -> dict:
     """Trains within the window and writes `args.out`; returns the window's record."""
     from explorer import train
-    from explorer.training import train_new
+    from explorer.training.runs import train_new
     state, out = Path(args.state), Path(args.out)
     if (state / "checkpoint").is_dir():
         raise WindowError(f"{state} holds a finished checkpoint: this run is done")
@@ -139,8 +139,8 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
                                            "--verbose", "0"])
     if targs.base:
         raise WindowError("a window trains a new model: --base is not for it")
-    from explorer.folders import load_dataset
-    from explorer.settings import Settings
+    from explorer.core.settings import Settings
+    from explorer.data.folders import load_dataset
     config, recipe = train.new_model_plan(targs)
     dataset = load_dataset(targs.dataset, targs.data_dir, test_fraction=0.0 if targs.train_on_all else 0.2,
                            settings=Settings.from_env())
@@ -173,7 +173,7 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
 
 
 def _epochs_done(backup: Path) -> int:
-    from explorer.backup import METADATA
+    from explorer.training.backup import METADATA
     path = backup / METADATA
     return int(json.loads(path.read_text())["epoch"]) if path.is_file() else 0
 
@@ -200,9 +200,9 @@ def collect(returned: Path, state: Path) -> str:
 def main(argv=None) -> int:
     started = time.perf_counter()
     argv = list(sys.argv[1:] if argv is None else argv)
-    from explorer.backup import BackupError
-    from explorer.checkpoints import CheckpointError
-    from explorer.data import DatasetError
+    from explorer.checkpoints.store import CheckpointError
+    from explorer.data.datasets import DatasetError
+    from explorer.training.backup import BackupError
     try:
         if argv[:1] == ["collect"]:
             if len(argv) != 3:

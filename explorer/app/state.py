@@ -13,19 +13,20 @@ import re
 import tempfile
 from pathlib import Path
 
-from explorer import catalog, hub, plots
+from explorer.analysis import plots
+from explorer.analysis.trust_service import TrustService
+from explorer.app.sharing import Visitors, browser_secret
 from explorer.app.workbench import ModelStore, ResultCache
-from explorer.checkpoints import CheckpointError
-from explorer.config import PRESETS
-from explorer.data import DatasetError
+from explorer.checkpoints import catalog, hub
+from explorer.checkpoints.store import CheckpointError
+from explorer.checkpoints.visitors import FINETUNED, RunStore, SharedLimits, shared_mode
+from explorer.core.settings import PROJECT, Settings
+from explorer.data.datasets import DatasetError
+from explorer.data.inputs import DecodedImages
+from explorer.data.samples import TestImages
 from explorer.finetune.plan import Limits, Plan, job_data, plan_job
 from explorer.finetune.runner import FineTuneRunner
-from explorer.inputs import DecodedImages
-from explorer.samples import TestImages
-from explorer.settings import PROJECT, Settings
-from explorer.sharing import Visitors, browser_secret
-from explorer.trust_service import TrustService
-from explorer.visitors import FINETUNED, RunStore, SharedLimits, shared_mode
+from explorer.model.config import PRESETS
 
 DEFAULT_A = "cifar10-vanilla"
 DEFAULT_B = "cifar10-spt_lsa"
@@ -33,7 +34,7 @@ DEFAULT_B = "cifar10-spt_lsa"
 
 def default_data_dir(settings: Settings) -> str | None:
     """$EXPLORER_DATA_DIR, else a `shared/data` folder beside the project (this repo's layout), else None:
-    the bundled sample, the Keras cache and downloads on demand (explorer.data)."""
+    the bundled sample, the Keras cache and downloads on demand (explorer.data.datasets)."""
     if settings.data_dir:
         return settings.data_dir
     beside = PROJECT.parent / "shared" / "data"
@@ -74,7 +75,7 @@ class ExplorerState:
         self.default_a, self.default_b = default_a, default_b
         self.downloads_dir = Path(tempfile.mkdtemp(prefix="explorer-downloads-"))
 
-    # --- visitors (shared mode: explorer.sharing) --------------------------------------------------
+    # --- visitors (shared mode: explorer.app.sharing) --------------------------------------------------
 
     def session(self, request) -> str | None:
         """The session id `request` names: here the request is the id itself (the page reads it from
@@ -98,7 +99,7 @@ class ExplorerState:
         self.visitors.shown(self.session(request), slot, ref)
 
     def browser_secret(self) -> str:
-        """The key the visitor's id is encrypted with in their browser (explorer.sharing.browser_secret)."""
+        """The key the visitor's id is encrypted with in their browser (explorer.app.sharing.browser_secret)."""
         return browser_secret(self.settings.browser_secret, self.root)
 
     # --- models ----------------------------------------------------------------------------------

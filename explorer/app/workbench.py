@@ -16,19 +16,21 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer import convert, hub, plots, render
-from explorer.card import Card, Source
-from explorer.checkpoints import (
+from explorer import convert
+from explorer.analysis import plots, render
+from explorer.checkpoints.store import (
     CheckpointError,
     CheckpointIdentity,
     checkpoint_identity,
+    hub,
     list_checkpoints,
     load_folder,
     read_card,
     resolve,
 )
-from explorer.config import ViTConfig
-from explorer.probe import (
+from explorer.core.card import Card, Source
+from explorer.model.config import ViTConfig
+from explorer.model.probe import (
     TAU_FACTORS,
     Probe,
     ProbeResult,

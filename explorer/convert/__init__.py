@@ -11,7 +11,7 @@ hyper-parameters:
   PatchEncoder and MultiHeadAttentionLSA are registered nowhere: config.json and model.weights.h5 are read
   from the zip.
 
-The model is rebuilt with explorer.models.build_vit and written with explorer.checkpoints.write_checkpoint;
+The model is rebuilt with explorer.model.models.build_vit and written with explorer.checkpoints.store.write_checkpoint;
 the card's `source` says where it came from and what was mapped. Everything is checked before anything
 is written: a model this cannot map exactly is refused with a ConvertError that names the layer or shape.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from explorer import hub
+from explorer.checkpoints import hub
 from explorer.convert.files import APP_SELECTION, HUB_SELECTION, KERAS3_FILES, SAVEDMODEL_FILES, locate, read_source
 from explorer.convert.keras2 import read_savedmodel
 from explorer.convert.keras3 import read_keras_archive
@@ -36,7 +36,7 @@ from explorer.convert.labels import CIFAR10_CLASSES, CIFAR100_CLASSES, LABEL_FIL
 from explorer.convert.mapping import KERAS_EPSILON, Mapping, map_example
 from explorer.convert.source import INACTIVE, KERAS2, KERAS3, KIND, ConvertError, SourceLayer, SourceModel
 from explorer.convert.write import CONVERTED, build_model, convert, hub_checkpoint
-from explorer.settings import Settings, SettingsError
+from explorer.core.settings import Settings, SettingsError
 
 __all__ = [
     "APP_SELECTION", "CIFAR10_CLASSES", "CIFAR100_CLASSES", "CONVERTED", "HUB_SELECTION", "INACTIVE", "KERAS2",

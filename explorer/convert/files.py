@@ -6,7 +6,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from explorer import hub
+from explorer.checkpoints import hub
 from explorer.convert.keras2 import read_savedmodel
 from explorer.convert.keras3 import read_keras_archive
 from explorer.convert.labels import LABEL_FILES

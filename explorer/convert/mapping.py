@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from explorer.config import ViTConfig
 from explorer.convert.source import INACTIVE, ConvertError, SourceLayer, SourceModel, _describe
+from explorer.model.config import ViTConfig
 
 KERAS_EPSILON = 1e-7  # keras.backend.epsilon(): Normalization divides by max(sqrt(variance), epsilon)
 

@@ -11,7 +11,6 @@ What both processes read:
     jobfolder.py   the job folder: written by the app, read by the worker, its staged checkpoints moved
                    into place by the app, all or nothing
     backend.py     the worker's Keras backend, chosen without importing a framework; the machine's facts
-    report.py      the side-by-side report of a finished job
 What the worker runs:
     serve.py       its main loop (`--serve`: commands in, events out) or one job (`JOB_DIR`); __main__.py
     job.py         one job: each member trained in turn, its events; the warm-up
@@ -25,9 +24,10 @@ What the app runs:
     state.py       a run's state as the worker's events change it, and what a Cancel did
     supervisor.py  the worker process kept, started and replaced
     handle.py      the worker process as the app holds it: its command line, commands sent, events heard
-What they send each other is explorer.protocol (JSON lines: one dataclass per command and event), and what a
-job trains is explorer.training (train_new, fine_tune, the recipe's choice): both below this package, which
-only runs jobs, so `python -m explorer.train` reaches the same training without it.
+    report.py      the side-by-side report of a finished run, from its members' states
+What they send each other is explorer.core.protocol (JSON lines: one dataclass per command and event), and
+what a job trains is explorer.training.runs (train_new, fine_tune, the recipe's choice): both below this
+package, which only runs jobs, so `python -m explorer.train` reaches the same training without it.
 
 The page's words for all of this are in explorer/ui/finetune_text.py. Importing this package imports none
 of its modules.

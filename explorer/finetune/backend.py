@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer.core.settings import Settings
 from explorer.finetune.plan import JobError
-from explorer.settings import Settings
 
 BACKENDS = ("tensorflow", "jax", "torch")
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer.core.protocol import Phase
 from explorer.finetune.plan import Plan
 from explorer.finetune.queue import Busy, QueuePlace
 from explorer.finetune.state import RunState
-from explorer.protocol import Phase
 
 TICK_S = 0.5        # a run's snapshot, every half second whatever it is doing: the bar and status line move on
 QUEUE_POLL_S = 1.0  # a waiting Start's place, asked every second (which also keeps its ticket alive)

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from explorer.protocol import Message, ProtocolError, decode_event, encode
+from explorer.core.protocol import Message, ProtocolError, decode_event, encode
 
 # The worker's entry: explorer/finetune/__main__.py, whose --serve is serve.main's long-lived loop.
 WORKER_MODULE = "explorer.finetune"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.core.protocol import Done, MemberDone, MemberEvent, MemberStarted, Started
 from explorer.finetune.jobfolder import read_job, staging
-from explorer.protocol import Done, MemberDone, MemberEvent, MemberStarted, Started
 
 
 def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
@@ -21,10 +21,10 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
     at the next step."""
     import keras
 
-    from explorer.config import get_preset
-    from explorer.devices import device_name
-    from explorer.fitting import Cancelled
-    from explorer.training import fine_tune, knows_classes, recipe_for, train_new
+    from explorer.core.devices import device_name
+    from explorer.model.config import get_preset
+    from explorer.training.fitting import Cancelled
+    from explorer.training.runs import fine_tune, knows_classes, recipe_for, train_new
     plan = read_job(job_dir)
     ds = plan.dataset
     emit(Started(device_name(), keras.backend.backend()))
@@ -57,9 +57,9 @@ def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
     compilation cache this loads from disk what an earlier process compiled."""
     import tempfile
 
-    from explorer.checkpoints import read_card
-    from explorer.data import Dataset
-    from explorer.training import fine_tune, recipe_for
+    from explorer.checkpoints.store import read_card
+    from explorer.data.datasets import Dataset
+    from explorer.training.runs import fine_tune, recipe_for
     for base in bases:
         card = read_card(base)
         size = int((card.config or {}).get("image_size", 32))

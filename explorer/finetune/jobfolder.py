@@ -44,7 +44,7 @@ def publish(job_dir: Path, folders: list[str | None], out: Path) -> list[Path]:
     card renamed with it); all or nothing. Returns where they went."""
     import shutil
 
-    from explorer.checkpoints import unique_dir, update_card
+    from explorer.checkpoints.store import unique_dir, update_card
     if None in folders:
         raise RuntimeError("the training process ended without writing every checkpoint")
     moved = []

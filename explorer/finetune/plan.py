@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from explorer.checkpoints import NAME_MAX, CheckpointError, name_within, validate_name
-from explorer.config import PRESETS, VARIANTS
-from explorer.data import Dataset
-from explorer.settings import Settings
+from explorer.checkpoints.store import NAME_MAX, CheckpointError, name_within, validate_name
+from explorer.core.settings import Settings
+from explorer.data.datasets import Dataset
+from explorer.model.config import PRESETS, VARIANTS
 
 ZIP = "zip of class folders"
 
@@ -76,7 +76,7 @@ class Plan:
 def lsa_labels(plan: Plan) -> list[str]:
     """The labels of the plan's models that have LSA layers (whose tau a run's tau plot follows): a new
     model's variant, or its base's as its card says (a base whose card cannot be read counts as without)."""
-    from explorer.checkpoints import CheckpointError, read_card
+    from explorer.checkpoints.store import CheckpointError, read_card
     labels = []
     for m in plan.members:
         try:
@@ -134,7 +134,7 @@ def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs
         raise JobError(f"{dataset.name} has too few training images ({len(dataset.x_train)}) or classes "
                        f"to learn from")
     if not train_on_all:
-        from explorer.folders import held_out_problem
+        from explorer.data.folders import held_out_problem
         problem = held_out_problem(dataset)
         if problem:
             raise JobError(f"{problem} (tick “Train on all images”)")
@@ -181,7 +181,7 @@ def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int,
     if source == ZIP:
         if zip_file is None:
             raise JobError("upload a zip of class folders (one sub-folder of images per class)")
-        from explorer.folders import read_image_zip
+        from explorer.data.folders import read_image_zip
         return read_image_zip(zip_file, image_size=image_size, max_bytes=limits.max_zip_mb * 2**20,
                               max_files=limits.max_images * 2, test_fraction=0.0 if train_on_all else 0.2)
     if source in ("cifar10", "cifar100"):

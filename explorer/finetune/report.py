@@ -4,16 +4,13 @@ and the test images where the pair disagrees."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from explorer.card import Metrics, Training
-from explorer.formatting import pct
-from explorer.reports import small_splits, without_top5
-
-if TYPE_CHECKING:
-    from explorer.finetune.state import MemberState
+from explorer.analysis.reports import small_splits, without_top5
+from explorer.core.card import Metrics, Training
+from explorer.core.formatting import pct
+from explorer.finetune.state import MemberState
 
 
 @dataclass

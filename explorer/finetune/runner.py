@@ -11,14 +11,14 @@ import threading
 import time
 from pathlib import Path
 
+from explorer.core.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Warm
+from explorer.core.settings import Settings
 from explorer.finetune.backend import choose_backend
 from explorer.finetune.handle import Worker
 from explorer.finetune.jobfolder import new_job_dir, publish, write_job
 from explorer.finetune.queue import Busy, QueuePlace, StartQueue, Ticket, wait_estimate
 from explorer.finetune.state import CancelAnswer, EndedRuns, MemberState, RunState, apply_event, crash_message
 from explorer.finetune.supervisor import Supervisor
-from explorer.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Warm
-from explorer.settings import Settings
 
 
 class FineTuneRunner:
@@ -106,7 +106,7 @@ class FineTuneRunner:
         """Starts the job `plan` (a plan.Plan) unless one is going on (or, with a `ticket`, unless it
         is not first in the queue); its checkpoints go to `out_dir` (default: the runner's). Returns
         the run id."""
-        from explorer.atomic import clean_stale
+        from explorer.core.atomic import clean_stale
         backend, reason = choose_backend(self.settings)
         with self._lock:
             if self._state.running:

@@ -13,9 +13,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from explorer.finetune.compiling import CompileCounter, use_compile_cache
-from explorer.finetune.job import run_job, warm_up
-from explorer.protocol import (
+from explorer.core.protocol import (
     Cancel,
     Event,
     Exiting,
@@ -32,7 +30,9 @@ from explorer.protocol import (
     decode_command,
     encode,
 )
-from explorer.settings import Settings
+from explorer.core.settings import Settings
+from explorer.finetune.compiling import CompileCounter, use_compile_cache
+from explorer.finetune.job import run_job, warm_up
 
 
 def _exit_with_parent() -> None:
@@ -79,7 +79,7 @@ def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb:
     began = time.perf_counter()
     import keras
 
-    from explorer.devices import device_name
+    from explorer.core.devices import device_name
     from explorer.finetune.warm import WarmModels
     use_compile_cache(cache_dir, cache_mb)
     counter = CompileCounter()
@@ -111,7 +111,7 @@ def _serve_job(command: RunJob, cancel, emit, warm, counter: CompileCounter) -> 
     """One job command (`cancel`: the threading.Event that stops it): its events tagged with its id, and a
     last event (JobEnd) with how it ended, how many models the worker has loaded, and what it compiled for
     this job."""
-    from explorer.fitting import Cancelled
+    from explorer.training.fitting import Cancelled
     compiles, hits = counter.counts()
 
     def tagged(event: Event) -> None:

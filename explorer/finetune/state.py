@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from explorer.card import Epoch, Metrics, Training
-from explorer.protocol import (
+from explorer.core.card import Epoch, Metrics, Training
+from explorer.core.protocol import (
     BatchEnd,
     EpochEnd,
     Event,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from explorer.core.settings import PROJECT, Settings  # PROJECT: the worker imports explorer from there
 from explorer.finetune.handle import Worker, worker_command
-from explorer.settings import PROJECT, Settings  # PROJECT: the worker imports explorer from there
 
 
 class Supervisor:

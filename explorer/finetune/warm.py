@@ -15,8 +15,8 @@ class WarmModel:
     its trained weights, its optimizer state) reaches the next."""
 
     def __init__(self, base: str | Path, num_classes: int, frozen: bool):
-        from explorer.checkpoints import load_checkpoint
-        from explorer.models import HEAD, features_model, freeze_backbone, replace_head
+        from explorer.checkpoints.store import load_checkpoint
+        from explorer.model.models import HEAD, features_model, freeze_backbone, replace_head
         model, self.card = load_checkpoint(base)
         head = model.get_layer(HEAD)
         self.base_head = tuple(np.asarray(w) for w in head.get_weights())
@@ -46,7 +46,7 @@ class WarmModels:
 
     @staticmethod
     def _key(base: str | Path, num_classes: int, frozen: bool) -> tuple:
-        from explorer.checkpoints import checkpoint_identity  # the app's caches name a checkpoint so too
+        from explorer.checkpoints.store import checkpoint_identity  # the app's caches name a checkpoint so too
         return checkpoint_identity(base), int(num_classes), bool(frozen)
 
     def get(self, base: str | Path, num_classes: int, frozen: bool) -> WarmModel:

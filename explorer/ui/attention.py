@@ -11,9 +11,9 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from explorer import plots, render, reports
+from explorer.analysis import plots, render, reports
 from explorer.app.workbench import HEAD_ALL, HEAD_MEAN, PARTS, analyze_pair, query_patch, side_by_side_pictures, square
-from explorer.checkpoints import CheckpointError
+from explorer.checkpoints.store import CheckpointError
 from explorer.ui import what_if
 from explorer.ui.context import UNLISTED, AppState, Page, initial, quiet
 from explorer.ui.pictures import PLOT_MIN, as_pictures, drawn, picture

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from explorer.formatting import pct
-from explorer.reports import TOP5_FROM
+from explorer.analysis.reports import TOP5_FROM
+from explorer.core.formatting import pct
 from explorer.ui.context import AppState
 
 FORMATS = {"keras2-savedmodel": "a Keras 2 SavedModel", "keras3-archive": "a Keras 3 .keras file"}

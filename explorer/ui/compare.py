@@ -5,10 +5,10 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from explorer import reports
+from explorer.analysis import reports
 from explorer.app.state import NotApplicable
 from explorer.app.workbench import square, top_k
-from explorer.inputs import original_size, resize_note
+from explorer.data.inputs import original_size, resize_note
 from explorer.ui.context import AppState, Page, initial, quiet
 
 OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this pair._"

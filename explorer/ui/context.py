@@ -11,9 +11,9 @@ import gradio as gr
 import numpy as np
 
 from explorer.app.state import ExplorerState
-from explorer.checkpoints import CheckpointError
-from explorer.data import DatasetError
-from explorer.inputs import ImageInputError
+from explorer.checkpoints.store import CheckpointError
+from explorer.data.datasets import DatasetError
+from explorer.data.inputs import ImageInputError
 
 
 def shares(columns: int, first: int) -> list[str]:
@@ -23,7 +23,7 @@ def shares(columns: int, first: int) -> list[str]:
 
 
 def reporter(progress):
-    """explorer.data's progress(fraction or None, message) as a Gradio progress bar (a no-op outside a
+    """explorer.data.datasets's progress(fraction or None, message) as a Gradio progress bar (a no-op outside a
     request)."""
     return lambda fraction, message: progress(fraction, desc=message)
 

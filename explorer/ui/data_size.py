@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer import study_report
-from explorer.catalog import STUDY
-from explorer.study import read_results
+from explorer.checkpoints.catalog import STUDY
+from explorer.study import report as study_report
+from explorer.study.report import read_results
 from explorer.ui.context import UNLISTED, AppState, Page
 
 INTRO = """\
@@ -56,7 +56,7 @@ class DataSizeTab:
     def mechanisms(self) -> str:
         """What LSA does to attention in the study's kept models, in words and a table, from the numbers
         the app ships (checkpoints/study/mechanisms.csv; `python -m explorer.study mechanisms`); "" without."""
-        from explorer import mechanisms
+        from explorer.study import mechanisms
         try:
             rows = mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")
         except (OSError, ValueError, KeyError):
@@ -67,7 +67,7 @@ class DataSizeTab:
     def models(self, request=None) -> list[tuple[str, str]]:
         """(label, reference) of each model the table above reports (per-head ones included), as the slots
         list them: one pick puts it in slot B."""
-        from explorer import mechanisms
+        from explorer.study import mechanisms
         try:
             names = {row["model"] for row in mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")}
         except (OSError, ValueError, KeyError):

@@ -9,11 +9,11 @@ import threading
 import gradio as gr
 import pandas as pd
 
-from explorer import evidence, robustness
+from explorer.analysis import evidence, robustness
+from explorer.analysis.render_evidence import plot_shift_robustness
 from explorer.app.state import NotApplicable
 from explorer.app.workbench import picture_title
-from explorer.formatting import pct
-from explorer.render_evidence import plot_shift_robustness
+from explorer.core.formatting import pct
 from explorer.ui.context import AppState, Page, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
 from explorer.ui.trust import map_note

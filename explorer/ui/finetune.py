@@ -9,18 +9,18 @@ import uuid
 
 import gradio as gr
 
-from explorer.checkpoints import CheckpointError
-from explorer.config import PRESETS, VARIANTS
-from explorer.data import DatasetError
+from explorer.checkpoints.store import CheckpointError
+from explorer.checkpoints.visitors import REFUSED
+from explorer.data.datasets import DatasetError
 from explorer.finetune import follow
 from explorer.finetune.backend import hardware
 from explorer.finetune.plan import ZIP, JobError
 from explorer.finetune.queue import Busy
+from explorer.model.config import PRESETS, VARIANTS
 from explorer.ui.context import AppState, Page, expected, reporter
 from explorer.ui.finetune_run import PAIR, SCRATCH, RunOutputs, RunView, base_choices
 from explorer.ui.finetune_text import CANCEL_ANSWERS, hardware_note, help_text, refused_status, training_where
 from explorer.ui.pictures import PLOT_MIN
-from explorer.visitors import REFUSED
 
 
 class FinetuneTab:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from explorer import plots
+from explorer.analysis import plots
 from explorer.app.workbench import square
-from explorer.checkpoints import CheckpointError
+from explorer.checkpoints.store import CheckpointError
 from explorer.finetune import follow
 from explorer.finetune.plan import lsa_labels
 from explorer.finetune.report import run_report

@@ -7,14 +7,14 @@ import html
 import os
 from pathlib import Path
 
-from explorer import head, tuning
-from explorer.card import Training
+from explorer.core.card import Training
+from explorer.core.formatting import rate
+from explorer.core.protocol import Phase
 from explorer.finetune.backend import Hardware
 from explorer.finetune.follow import run_fraction
 from explorer.finetune.queue import QueuePlace
 from explorer.finetune.state import CancelAnswer, RunState
-from explorer.formatting import rate
-from explorer.protocol import Phase
+from explorer.training import head, tuning
 
 CANCEL_ANSWERS = {
     CancelAnswer.CANCELLED: "Cancelled: the training process was stopped and nothing was saved.",

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer import atomic, render
+from explorer.analysis import render
+from explorer.core import atomic
 
 GRADIO_VERSION = "6.31"  # the Gradio these patches were written against (requirements.txt pins it)
 ORIGINALS: dict[str, Callable] = {}  # what each patch replaced, by its name

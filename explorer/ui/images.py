@@ -6,8 +6,8 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.app.workbench import square
-from explorer.data import DatasetError
-from explorer.samples import Example, examples
+from explorer.data.datasets import DatasetError
+from explorer.data.samples import Example, examples
 from explorer.ui.context import UNLISTED, AppState, reporter
 from explorer.ui.pictures import picture
 

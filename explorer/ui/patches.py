@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer import render
+from explorer.analysis import render
 from explorer.app.workbench import square
 from explorer.ui.context import AppState, Page, initial, quiet
 from explorer.ui.pictures import picture

@@ -8,7 +8,7 @@ import functools
 import gradio as gr
 from matplotlib.figure import Figure
 
-from explorer import plots
+from explorer.analysis import plots
 
 # A row of plots (each drawn plots.WIDTH inches wide) keeps two side by side down to this width each, and
 # puts one per row below it: a plot is never shown at less than about three quarters of its size.

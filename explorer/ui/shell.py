@@ -7,15 +7,15 @@ import uuid
 
 import gradio as gr
 
-from explorer.checkpoints import CheckpointError
-from explorer.samples import examples
-from explorer.settings import Settings
+from explorer.checkpoints.store import CheckpointError
+from explorer.checkpoints.visitors import REFUSED
+from explorer.core.settings import Settings
+from explorer.data.samples import examples
 from explorer.ui import attention, compare, data_size, evidence, finetune, gradio_patches, images, patches, tau, trust
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import UNLISTED, AppState, Page
 from explorer.ui.finetune import FinetuneTab
 from explorer.ui.finetune_run import base_choices
-from explorer.visitors import REFUSED
 
 CSS = """
 .slot-card {min-height: 3.2em}

@@ -5,13 +5,13 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from explorer import plots
-from explorer.catalog import STUDY
-from explorer.config import ViTConfig
-from explorer.probe import tau_table
+from explorer.analysis import plots
+from explorer.checkpoints.catalog import STUDY
+from explorer.checkpoints.visitors import FINETUNED
+from explorer.model.config import ViTConfig
+from explorer.model.probe import tau_table
 from explorer.ui.context import AppState, Page, initial
 from explorer.ui.pictures import PLOT_MIN, as_pictures, drawn, picture
-from explorer.visitors import FINETUNED
 
 COLUMNS = ["model", "layer", "tau", "√d_k", "tau / √d_k"]
 # Shares of the table's width: a narrow window wraps a long model name, never a header or a number.

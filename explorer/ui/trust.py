@@ -10,9 +10,9 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 
-from explorer import corruptions, faithfulness, render_trust, trust
-from explorer.data import DatasetError
-from explorer.formatting import pct
+from explorer.analysis import corruptions, faithfulness, render_trust, trust
+from explorer.core.formatting import pct
+from explorer.data.datasets import DatasetError
 from explorer.ui.context import AppState, Page
 
 TAB = "Trust"

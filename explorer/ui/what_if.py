@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer import render
+from explorer.analysis import render
 from explorer.app.workbench import picture_title, what_if, what_if_plot
-from explorer.formatting import pct
+from explorer.core.formatting import pct
 from explorer.ui.context import AppState, Page
 from explorer.ui.pictures import picture
 

@@ -9,7 +9,7 @@ import pytest
 from gradio_client import handle_file
 from PIL import Image
 
-from explorer.checkpoints import list_checkpoints, load_checkpoint
+from explorer.checkpoints.store import list_checkpoints, load_checkpoint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
@@ -57,8 +57,8 @@ def test_predict_on_an_upload(client, upload, cifar10):
 
 
 def test_predict_equals_the_model_run_locally(client, upload, app_checkpoints):
-    from explorer.inputs import load_image
-    from explorer.predict import predict_logits
+    from explorer.data.inputs import load_image
+    from explorer.model.predict import predict_logits
     label_a, _, _ = client.predict(handle_file(str(upload)), A, B, api_name="/compare")
     model, card = load_checkpoint(app_checkpoints / A)
     logits = predict_logits(model, load_image(upload)[0][None])[0]

@@ -101,7 +101,7 @@ def test_a_broken_upload_shows_a_message_and_the_app_keeps_serving(page, tmp_pat
 
 
 def test_a_first_visit_shows_an_example_and_an_example_click_fills_every_tab(page):
-    from explorer.samples import examples
+    from explorer.data.samples import examples
     first, other = examples()[0], examples()[1]
     # Before anything is pressed: the first example, analysed, in every tab.
     assert f"True label **{first.label}**".replace("**", "") in page.inner_text("#verdict")
@@ -139,7 +139,7 @@ def test_the_evidence_tab_shows_both_models_evidence_and_their_shift_robustness(
 
 
 def test_evidence_follows_a_new_image_when_the_tab_is_open_or_opened(page):
-    from explorer.samples import examples
+    from explorer.data.samples import examples
     _, second, third = examples()[:3]
     page.get_by_role("tab", name="Evidence").click()
     src = page.locator("#occlusion img").get_attribute("src")
@@ -173,9 +173,9 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
     """The Small data tab: its sizes, a pick that loads that size's pair, and the image analysed again for
     the new pair (Compare's top-5, a what-if and the disagreements made for the old pair cleared); then
     a model typed into a slot: B's model in A gives A the same top-5 as B."""
-    from explorer.checkpoints import update_card
-    from explorer.recipe import TrainConfig
-    from explorer.training import train_new
+    from explorer.checkpoints.store import update_card
+    from explorer.training.recipe import TrainConfig
+    from explorer.training.runs import train_new
     from tests.helpers import pair_folder, start_app, tiny_config
     root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints, dataset={"train_images": 45000})
     # The 1,000-image pair: another ViT (trained on other images), and the shipped SPT + LSA's weights.

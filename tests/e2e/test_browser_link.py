@@ -60,7 +60,7 @@ def copied_link(page, timeout: float = 30) -> str:
 
 
 def test_a_link_reopens_the_models_the_image_and_the_tab(browser, app, tmp_path):
-    from explorer.data import sample_set
+    from explorer.data.datasets import sample_set
     cifar10 = sample_set()
     page = visit(browser, app[0], 1280, height=1000)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])

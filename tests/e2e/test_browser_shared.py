@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from explorer.visitors import REFUSED
+from explorer.checkpoints.visitors import REFUSED
 from tests.helpers import ROOT, pair_folder, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -179,7 +179,7 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         mine = saved[0]
         assert (root / mine).is_dir()
         assert [p.name for p in (root / "finetuned").glob("*/*") if p.is_dir()] == ["visitor-two"]
-        listed = f"fine-tuned · {mine.rsplit('/', 1)[1]}"  # the slots list runs by name (explorer.catalog)
+        listed = f"fine-tuned · {mine.rsplit('/', 1)[1]}"  # the slots list runs by name (explorer.checkpoints.catalog)
         assert listed in wait_listed(p2, "Model A", listed)
         assert mine in wait_listed(p2, "your fine-tuned checkpoints", mine)
         p2.screenshot(path=str(tmp_path / "finetune-done.png"), full_page=True)

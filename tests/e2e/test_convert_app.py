@@ -18,7 +18,7 @@ import pytest
 from gradio_client import handle_file
 from PIL import Image
 
-from explorer.checkpoints import is_checkpoint, list_checkpoints, read_card
+from explorer.checkpoints.store import is_checkpoint, list_checkpoints, read_card
 from explorer.convert import CONVERTED
 from tests.e2e.test_shared import visitor
 from tests.helpers import ROOT, start_app, stop

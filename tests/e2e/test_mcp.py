@@ -12,8 +12,8 @@ import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
-from explorer.samples import examples
-from explorer.visitors import REFUSED, owner_key
+from explorer.checkpoints.visitors import REFUSED, owner_key
+from explorer.data.samples import examples
 from tests.helpers import pair_folder, start_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

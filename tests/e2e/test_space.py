@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.checkpoints import list_checkpoints, read_card
-from explorer.config import ViTConfig
+from explorer.checkpoints.store import list_checkpoints, read_card
+from explorer.model.config import ViTConfig
 from tests.helpers import NO_NETWORK, ROOT, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -105,7 +105,7 @@ def space(tmp_path_factory):
 def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
     from gradio_client import Client, handle_file
 
-    from explorer.data import sample_set
+    from explorer.data.datasets import sample_set
     client = Client(space["url"], verbose=False)
     sample = sample_set()
 

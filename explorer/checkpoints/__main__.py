@@ -1,0 +1,7 @@
+"""`python -m explorer.checkpoints`."""
+
+import sys
+
+from explorer.checkpoints.store import main
+
+sys.exit(main())

@@ -1,0 +1,298 @@
+"""What LSA does to attention, measured: for every kept model of the small-data study (and the shipped
+full-data 2x2), on one fixed set of test images, per layer: the learned temperatures against their start
+(sqrt(d_k)), the attention entropy and the mean attention distance (the app's own per-image measures, from
+explorer.model.probe), and the share of attention a query gives itself, which is what LSA's diagonal mask removes
+(0 by construction where the mask is on). `python -m explorer.study mechanisms` writes study/mechanisms.csv,
+study/MECHANISMS.md and study/mechanisms.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+from explorer.core.card import Card
+from explorer.core.settings import Settings
+from explorer.study.report import ALL_NAMES, LIGHT, VARIANT_COLOR, study_variant
+
+COLUMNS = ("model", "variant", "recipe", "train_images", "layer", "tau_mean", "tau_min", "tau_max", "tau_start",
+           "entropy", "distance_px", "self_attention", "patches", "test_top1")
+# Per head (study/mechanisms_heads.csv): the measures of one head of one layer; `distance` is the mean attention
+# distance over the image's side (the measure of arXiv 2605.16390, whose smallest head per layer it reports).
+HEAD_COLUMNS = ("model", "variant", "recipe", "train_images", "layer", "head", "tau_ratio", "entropy", "distance",
+                "self_attention", "test_top1")
+TEXT = ("model", "variant", "recipe")
+FULL = 45_000  # the shipped models' training-set size
+# The fixed images: CIFAR-10's first test images, which the app ships as its sample (so this runs anywhere).
+IMAGES = 200
+
+
+def measure(model, config, images: np.ndarray, batch: int = 100) -> list[dict]:
+    """Per layer of `model` (a ViT of ours with its ViTConfig) over `images`: tau (per head, or one per
+    layer; None without LSA), entropy (nats) and mean attention distance (input pixels), each the mean over
+    the images, heads and queries exactly as the app's Attention tab computes them for one image
+    (explorer.model.probe), and the mean attention a query pays to itself."""
+    from explorer.model.models import tau_values
+    from explorer.model.probe import Probe, attention_entropy, mean_attention_distance
+    probe = Probe(model, config)
+    entropy, distance, diagonal, counts = 0.0, 0.0, 0.0, 0
+    for start in range(0, len(images), batch):
+        attention = probe(images[start:start + batch]).attention  # (B, layers, heads, N, N)
+        n = len(attention)
+        entropy = entropy + attention_entropy(attention) * n
+        distance = distance + mean_attention_distance(attention, config.grid_size, config.pixels_per_patch) * n
+        diagonal = diagonal + np.diagonal(attention, axis1=-2, axis2=-1).mean(-1).mean(0) * n
+        counts += n
+    entropy, distance, diagonal = entropy / counts, distance / counts, diagonal / counts
+    taus = tau_values(model)
+    rows = []
+    for layer in range(probe.num_layers):
+        tau = taus[layer] if layer < len(taus) else None
+        heads = len(entropy[layer])
+        per_head = [float(tau[h] if len(tau) == heads else np.mean(tau)) for h in range(heads)] if tau else None
+        rows.append({"layer": layer, "tau": tau, "tau_start": config.initial_tau if tau else None,
+                     "entropy": float(entropy[layer].mean()), "distance_px": float(distance[layer].mean()),
+                     "self_attention": float(diagonal[layer].mean()),
+                     "heads": [{"head": h, "tau": per_head[h] if per_head else None,
+                                "entropy": float(entropy[layer][h]), "distance_px": float(distance[layer][h]),
+                                "self_attention": float(diagonal[layer][h])} for h in range(heads)]})
+    return rows
+
+
+def kept_models(checkpoints: Path, dataset: str = "cifar10") -> list[Path]:
+    """The study's kept checkpoints and the shipped full-data 2x2, smallest training set first."""
+    folders = [p for p in sorted((checkpoints / "study").glob(f"{dataset}-*")) if (p / "explorer.json").is_file()]
+    folders += [checkpoints / f"{dataset}-{v}" for v in ("vanilla", "lsa", "spt", "spt_lsa")
+                if (checkpoints / f"{dataset}-{v}" / "explorer.json").is_file()]
+
+    def key(p: Path):
+        card = Card.from_json(json.loads((p / "explorer.json").read_text()))
+        return card.dataset.train_images, list(ALL_NAMES).index(study_variant(card))
+    return sorted(folders, key=key)
+
+
+def run(folders: list[Path], images: np.ndarray) -> tuple[list[dict], list[dict]]:
+    """The tables' rows: every layer of every model in `folders`, and every head of every layer."""
+    from explorer.checkpoints.catalog import study_recipe
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.model.config import ViTConfig
+    rows, heads = [], []
+    for folder in folders:
+        model, card = load_checkpoint(folder)
+        config = ViTConfig.from_dict(card.config)
+        # the shipped full-data models trained in stages, CutMix/mixup in the last: a recipe of their own
+        recipe = (study_recipe(card) or LIGHT) if folder.parent.name == "study" else "staged"
+        for r in measure(model, config, images):
+            tau = r["tau"]
+            heads += [{"model": folder.name, "variant": study_variant(card), "recipe": recipe,
+                       "train_images": card.dataset.train_images, "layer": r["layer"], "head": h["head"],
+                       "tau_ratio": h["tau"] / r["tau_start"] if h["tau"] else None, "entropy": h["entropy"],
+                       "distance": h["distance_px"] / config.image_size, "self_attention": h["self_attention"],
+                       "test_top1": card.metrics.test_top1} for h in r["heads"]]
+            rows.append({"model": folder.name, "variant": study_variant(card), "recipe": recipe,
+                         "train_images": card.dataset.train_images, "layer": r["layer"],
+                         "tau_mean": float(np.mean(tau)) if tau else None, "tau_min": min(tau) if tau else None,
+                         "tau_max": max(tau) if tau else None, "tau_start": r["tau_start"],
+                         "entropy": r["entropy"], "distance_px": r["distance_px"],
+                         "self_attention": r["self_attention"], "patches": config.num_patches,
+                         "test_top1": card.metrics.test_top1})
+    return rows, heads
+
+
+def write_csv(rows: list[dict], path: Path, columns: tuple[str, ...] = COLUMNS) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if r[k] is None else (round(r[k], 6) if isinstance(r[k], float) else r[k]))
+                             for k in columns})
+
+
+def read_csv(path: Path) -> list[dict]:
+    """mechanisms.csv or mechanisms_heads.csv as rows with numbers; a row without a recipe is the light one's."""
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            parsed = {k: (v if k in TEXT else None if v == "" else
+                          int(v) if k in ("train_images", "layer", "head", "patches") else float(v))
+                      for k, v in row.items()}
+            parsed["recipe"] = parsed.get("recipe") or LIGHT
+            out.append(parsed)
+    return out
+
+
+def head_table(heads: list[dict]) -> str:
+    """Per model and layer, the smallest head's normalised attention distance (how local the most local head
+    is) and the mean over heads, with the heads' self-attention: both recipes side by side."""
+    layers = sorted({h["layer"] for h in heads})
+    lines = ["| recipe | train images | model | " + " | ".join(f"layer {k}: smallest / mean distance" for k in layers)
+             + " | self-attention, most / mean | τ / √d_k, per head |",
+             "|---|---:|---|" + "---:|" * len(layers) + "---:|---|"]
+    for name in dict.fromkeys(h["model"] for h in heads):
+        mine = [h for h in heads if h["model"] == name]
+        cells = []
+        for k in layers:
+            d = [h["distance"] for h in mine if h["layer"] == k]
+            cells.append(f"{min(d):.3f} / {np.mean(d):.3f}" if d else "–")
+        share = [h["self_attention"] for h in mine]
+        taus = [h["tau_ratio"] for h in mine if h["tau_ratio"] is not None]
+        tau = "–" if not taus else f"{min(taus):.3f} to {max(taus):.3f}"
+        first = mine[0]
+        lines.append(f"| {first['recipe']} | {first['train_images']:,} | {ALL_NAMES[first['variant']]} | "
+                     + " | ".join(cells) + f" | {100 * max(share):.1f} / {100 * np.mean(share):.1f} % | {tau} |")
+    return "\n".join(lines)
+
+
+def per_model(rows: list[dict]) -> list[dict]:
+    """One summary per model: means over its layers, the temperatures' largest move from their start."""
+    out = []
+    for name in dict.fromkeys(r["model"] for r in rows):
+        layers = [r for r in rows if r["model"] == name]
+        taus = [r for r in layers if r["tau_mean"] is not None]
+        move = (max(max(abs(r["tau_min"] / r["tau_start"] - 1), abs(r["tau_max"] / r["tau_start"] - 1))
+                    for r in taus) if taus else None)
+        out.append({"model": name, "variant": layers[0]["variant"], "train_images": layers[0]["train_images"],
+                    "tau_ratio": float(np.mean([r["tau_mean"] / r["tau_start"] for r in taus])) if taus else None,
+                    "tau_move": move,
+                    "entropy": float(np.mean([r["entropy"] for r in layers])),
+                    "distance_px": float(np.mean([r["distance_px"] for r in layers])),
+                    "self_attention": float(np.mean([r["self_attention"] for r in layers])),
+                    "test_top1": layers[0]["test_top1"]})
+    return out
+
+
+def markdown(rows: list[dict], images: int = IMAGES) -> str:
+    lines = [f"Per model, means over its layers, on CIFAR-10's first {images} test images (the same for every "
+             "model). τ / √d_k: the learned temperature against its start (1 = never moved); largest move: the "
+             "farthest any layer's (or head's) τ went from √d_k; self-attention: the attention a query pays "
+             "to its own patch (what LSA's diagonal mask removes; 0 with the mask).", "",
+             "| train images | model | τ / √d_k | largest τ move | entropy (nats) | mean distance (px) | "
+             "self-attention | test top-1 |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for m in per_model(rows):
+        tau = "–" if m["tau_ratio"] is None else f"{m['tau_ratio']:.3f}"
+        move = "–" if m["tau_move"] is None else f"{100 * m['tau_move']:.1f} %"
+        top1 = "–" if m["test_top1"] is None else f"{100 * m['test_top1']:.2f} %"
+        lines.append(f"| {m['train_images']:,} | {ALL_NAMES[m['variant']]} | {tau} | {move} | {m['entropy']:.3f} | "
+                     f"{m['distance_px']:.2f} | {100 * m['self_attention']:.1f} % | {top1} |")
+    return "\n".join(lines)
+
+
+def answer(rows: list[dict]) -> str:
+    """Why LSA adds nothing in the study, in words, with the numbers of `rows` (what the Small data tab and
+    the README say): how far τ moved, how much self-attention the mask had to remove, what LSA alone changes
+    in entropy and distance, and where the setting differs from the paper's."""
+    models = per_model(rows)
+    study = [m for m in models if m["train_images"] < FULL]
+    taus = [m["tau_ratio"] for m in study if m["tau_ratio"] is not None]
+    moves = [m["tau_move"] for m in study if m["tau_move"] is not None]
+    vit = {m["train_images"]: m for m in study if m["variant"] == "vanilla"}
+    lsa = {m["train_images"]: m for m in study if m["variant"] in ("lsa", "lsa_head")}
+    patches = rows[0].get("patches") or 64 if rows else 64
+    parts = []
+    if taus:
+        parts.append(f"**The learned temperature hardly moves**: averaged over layers, τ ends at {min(taus):.3f} to "
+                     f"{max(taus):.3f} of its start √d_k (no layer or head moves by more than "
+                     f"{100 * max(moves):.0f} %), so softmax is at most a few percent sharper than a ViT's.")
+    if vit:
+        shares = [100 * m["self_attention"] for m in vit.values()]
+        parts.append(f"**The diagonal mask removes almost nothing**: a ViT's query gives its own patch "
+                     f"{min(shares):.1f} to {max(shares):.1f} % of its attention, where attention spread evenly over "
+                     f"the {patches} patches gives {100 / patches:.2f} %.")
+    both = sorted(set(vit) & set(lsa))
+    if both:
+        d_entropy = [lsa[n]["entropy"] - vit[n]["entropy"] for n in both]
+        d_distance = [lsa[n]["distance_px"] - vit[n]["distance_px"] for n in both]
+        def span(values, unit):
+            low, high = f"{min(values):+.2f}", f"{max(values):+.2f}"
+            return f"{low} {unit}" if low == high else f"{low} to {high} {unit}"
+
+        parts.append(f"**So attention is no sharper and no more local**: LSA alone changes the attention entropy "
+                     f"by {span(d_entropy, 'nats')} against the ViT (of at most ln {patches} = "
+                     f"{np.log(patches):.2f}) and the mean attention distance by {span(d_distance, 'px')}, at "
+                     f"{' and '.join(f'{n:,}' for n in both)} images.")
+    parts.append("Where the setting differs from the paper's: a ViT of width 64, 6 blocks and 4 heads (0.2 M "
+                 "parameters) against width 192, 9 blocks and 12 heads (2.7 M); CIFAR-10 subsets against all of "
+                 "CIFAR-100 and Tiny-ImageNet; 50-100 epochs of crop and flip against 100 epochs with AutoAugment, "
+                 "CutMix, Mixup, random erasing, repeated augmentation and stochastic depth.")
+    return "\n\n".join(parts)
+
+
+def figure(rows: list[dict]):
+    """Four panels against training-set size, a line per variant: τ / √d_k, entropy, mean distance and
+    self-attention, each the mean over the model's layers."""
+    from matplotlib.figure import Figure
+
+    from explorer.analysis.plots import model_color
+    models = per_model(rows)
+    fig = Figure(figsize=(11.0, 7.0), layout="constrained")
+    axes = fig.subplots(2, 2)
+    panels = (("tau_ratio", "τ / √d_k (1 = never moved)", 1.0), ("entropy", "attention entropy (nats)", 1.0),
+              ("distance_px", "mean attention distance (px)", 1.0), ("self_attention", "self-attention (%)", 100.0))
+    for ax, (key, label, scale) in zip(axes.flat, panels, strict=True):
+        for variant in ALL_NAMES:
+            points = sorted((m["train_images"], m[key] * scale) for m in models
+                            if m["variant"] == variant and m[key] is not None)
+            if not points:
+                continue
+            color = model_color(VARIANT_COLOR[variant])
+            study = [(x, y) for x, y in points if x < FULL]
+            if study:
+                xs, ys = zip(*study, strict=True)
+                ax.plot(xs, ys, marker="o", color=color, label=ALL_NAMES[variant],
+                        linestyle="--" if variant.endswith("_head") else "-")
+            for x, y in points:
+                if x >= FULL:  # the shipped models: another, staged recipe, so drawn apart
+                    ax.plot([x], [y], marker="*", markersize=11, color=color, linestyle="none",
+                            label=None if study else ALL_NAMES[variant])
+        if key == "tau_ratio":
+            ax.axhline(1.0, color="0.5", linewidth=0.8)
+        if key == "self_attention":  # what a query would give itself attending evenly to every patch
+            grid = rows[0].get("patches") or 64
+            ax.axhline(100.0 / grid, color="0.5", linewidth=0.8, linestyle=":")
+            ax.annotate("even attention over all N patches (1/N)", (0.35, 100.0 / grid),
+                        xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(0, -12),
+                        fontsize=9, color="0.35")
+        ax.set_xscale("log")
+        ax.set_xlabel("training images")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    handles, labels = [], []
+    for ax in axes.flat:  # every variant once, wherever it is drawn
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=10)
+    fig.suptitle("What LSA does to attention (means over layers)\nthe small-data study's kept models: lines, one "
+                 "recipe; the shipped 2x2 at 45,000 images: stars, a staged recipe", fontsize=11)
+    return fig
+
+
+def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int = IMAGES,
+          settings: Settings | None = None) -> list[Path]:
+    """study/mechanisms.csv, MECHANISMS.md and mechanisms.png from every kept model; the CSV also beside the
+    kept checkpoints, where the app (and a Space, which is not sent the study folder) reads it."""
+    from PIL import Image
+
+    from explorer.analysis.plots import figure_to_array
+    from explorer.data.samples import TestImages
+    x = TestImages(data_dir, settings=settings).dataset("cifar10", need=images).x_test[:images]
+    rows, heads = run(kept_models(checkpoints), x)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(rows, out / "mechanisms.csv")
+    write_csv(rows, checkpoints / "study" / "mechanisms.csv")
+    write_csv(heads, out / "mechanisms_heads.csv", HEAD_COLUMNS)
+    (out / "MECHANISMS.md").write_text(
+        "# What LSA does to attention\n\nWritten by `python -m explorer.study "
+        f"mechanisms` (explorer/study/mechanisms.py).\n\n{markdown(rows, images)}\n\n![mechanisms](mechanisms.png)\n\n"
+        "## Per layer and head: how local the most local head is\n\nMean attention distance over the image's side "
+        "(0 = a query attends to its own position, about 0.5 = spread over the image), for each layer the smallest "
+        "head's and the mean over heads (the smallest head's is the measure of arXiv 2605.16390, which found CutMix "
+        f"alone makes early heads local); self-attention per head; on the same {images} images "
+        f"(study/mechanisms_heads.csv):\n\n{head_table(heads)}\n")
+    Image.fromarray(figure_to_array(figure(rows))).save(out / "mechanisms.png")
+    return [out / "mechanisms.csv", checkpoints / "study" / "mechanisms.csv", out / "mechanisms_heads.csv",
+            out / "MECHANISMS.md", out / "mechanisms.png"]
