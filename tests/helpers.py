@@ -193,3 +193,23 @@ def stored_run(store, owner: str, name: str, ended: float, run_id: str | None = 
     store.mark_run([folder], run_id or name, owner)
     update_card(folder, run={"id": run_id or name, "owner": owner, "ended": ended})
     return f"finetuned/{owner}/{name}"
+
+
+def pick(cifar10, classes: list[str], per_class: int, offset: int = 0):
+    """Test images of the named CIFAR-10 classes (labels renumbered in that order)."""
+    index = [np.flatnonzero(cifar10.y_test == cifar10.class_names.index(c))[offset:offset + per_class]
+             for c in classes]
+    x = np.concatenate([cifar10.x_test[i] for i in index])
+    y = np.concatenate([np.full(len(i), k) for k, i in enumerate(index)])
+    return x, y
+
+
+
+def plan_members(tiny_checkpoints, *tags):
+    """A plan's members from the tiny pair: A the vanilla model, B the SPT/LSA one."""
+    from explorer.checkpoints.store import load_checkpoint
+    out = []
+    for tag in tags:
+        folder = tiny_checkpoints["vanilla" if tag == "A" else "spt_lsa"]
+        out.append((tag, f"{tag}: tiny", str(folder), load_checkpoint(folder)[1]))
+    return out

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 
 from explorer.core.card import Card, Metrics
 from explorer.model.ablation import ORDER, PAPER, AblationError, ablation_markdown, by_variant
-from tests.helpers import ROOT, tiny_config
+from tests.helpers import tiny_config
 
 CLASSES = ["cat", "dog"]
 TOP1 = {"vanilla": 0.70, "lsa": 0.71, "spt": 0.74, "spt_lsa": 0.75}
@@ -84,12 +81,11 @@ def test_different_test_sets_are_refused():
         ablation_markdown(results)
 
 
-def test_the_cli_refuses_an_incomplete_ablation_before_evaluating(tiny_checkpoints, tmp_path, data_dir):
+def test_the_cli_refuses_an_incomplete_ablation_before_evaluating(tiny_checkpoints, tmp_path, data_dir, capsys):
+    from explorer.analysis.evaluate import main  # what `python -m explorer.evaluate` calls, in this process
     folders = [shutil.copytree(p, tmp_path / p.name) for p in tiny_checkpoints.values()]
     cards = [(f / "explorer.json").read_bytes() for f in folders]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-m", "explorer.evaluate", *map(str, folders), "--data-dir", str(data_dir),
-                          "--ablation"], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and "missing lsa, spt" in out.stderr, out.stderr[-2000:]
-    assert out.stdout == ""  # nothing evaluated, no card touched
+    assert main([*map(str, folders), "--data-dir", str(data_dir), "--ablation"]) == 2
+    out = capsys.readouterr()
+    assert "missing lsa, spt" in out.err and out.out == ""  # nothing evaluated, no card touched
     assert [(f / "explorer.json").read_bytes() for f in folders] == cards

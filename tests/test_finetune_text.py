@@ -26,3 +26,21 @@ def test_the_help_follows_the_recipes_constants(monkeypatch):
 @pytest.mark.parametrize("value", [tuning.FT_LEARNING_RATE, tuning.FT_LEARNING_RATE_KNOWN])
 def test_the_rates_round_trip(value):
     assert float(rate(value)) == value
+
+
+def test_the_run_status_says_which_model_was_kept_and_why():
+    from explorer.core.card import Epoch, Metrics, Training
+    from explorer.finetune.state import MemberState, RunState
+    from explorer.ui.finetune_text import run_status
+    member = MemberState("A", "A: cifar10-vanilla", step=90, total_steps=90, checkpoint="/runs/a",
+                         metrics=Metrics(test_top1=0.8), history=[Epoch.from_json({"epoch": 0, "head": "base rows"})],
+                         training=Training(images_per_second=100.0, kept_model="the base's rows",
+                                           decision="Kept the base model's own answers: no fine-tuned epoch of 3 "
+                                                    "scored above it on the 8 held-out validation images.",
+                                           decision_detail="How the start was chosen: rows 60.0 %, probe 55.0 %"))
+    text = run_status(RunState(status="done", members=[member], description="fine-tune"), "/runs")
+    assert "kept: the base's rows" in text
+    # The verdict in words on its own line; the numbers behind it one click away (a <details> block).
+    assert ("A: cifar10-vanilla: Kept the base model's own answers: no fine-tuned epoch of 3 scored above it "
+            "on the 8 held-out validation images.<details><summary>") in text
+    assert "rows 60.0 %, probe 55.0 %</details>" in text

@@ -83,3 +83,27 @@ def test_strong_regularisation_is_chosen_where_the_data_is_noisy():
     assert choice.l2 >= 0.1, choice.scores
     x_easy, y_easy = blobs(n=600, d=8, c=3, spread=0.5, seed=4)
     assert cross_validated_probe(x_easy, y_easy, 3).accuracy > 0.95
+
+
+def test_paired_gain_and_a_clear_gain():
+    from explorer.training.linear_probe import clearly_better, paired_gain
+    new = np.array([1, 1, 1, 0, 0, 1], bool)
+    old = np.array([1, 0, 0, 1, 0, 1], bool)
+    assert paired_gain(new, old) == (2, 1)
+    assert not clearly_better(2, 1, 1.0)        # +1 of 3 discordant: noise
+    assert clearly_better(12, 2, 1.0)           # +10 > sqrt(14)
+    assert not clearly_better(1, 0, 1.5) and clearly_better(1, 0, 0.5)
+    assert not clearly_better(0, 0, 0.0)        # no gain is never a gain
+
+
+def test_cross_validation_judges_every_image_out_of_fold():
+    from explorer.training.linear_probe import cross_validated_probe
+    rng = np.random.default_rng(0)
+    centres = rng.normal(0, 3, (3, 8))
+    y = np.repeat(np.arange(3), 40)
+    x = centres[y] + rng.normal(0, 1, (120, 8))
+    choice = cross_validated_probe(x, y, 3, extra=x + rng.normal(0, 0.1, x.shape))
+    assert choice.correct.shape == (120,) and choice.accuracy > 0.9
+    # Labels that carry nothing are found out: out of fold the probe is near chance, never 100 %.
+    noise = cross_validated_probe(x, rng.permutation(y), 3)
+    assert noise.accuracy < 0.6 and noise.head.accuracy(x, y) < 1.0

@@ -13,6 +13,7 @@ from PIL import Image
 from explorer.checkpoints.store import list_checkpoints, load_checkpoint, read_card
 from explorer.core.card import Card, Epoch, Metrics, Training, describe_augmentation
 from explorer.core.protocol import BatchEnd
+from explorer.core.settings import Settings
 from explorer.data.batches import make_batches, split_validation
 from explorer.model.models import build_vit, tau_values
 from explorer.model.predict import accuracy_metrics, predict_logits
@@ -297,12 +298,17 @@ def test_train_cli_paper_recipe_one_epoch_on_1000_images_records_the_recipe(tmp_
     assert "| training recipe | `paper`: augmentation crop + flip, CutMix 1" in (folder / "README.md").read_text()
 
 
-def test_train_cli_refuses_a_bad_recipe_before_loading_anything(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "explorer.train", "--mixup", "0.2", "--mix-prob", "0",
-                          "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path)],
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "error: mix_prob must be in (0, 1], got 0.0" in out.stderr
-    assert "Traceback" not in out.stderr and list(tmp_path.iterdir()) == []
+# The command line's refusals are called in this process (its main, as `python -m explorer.train` calls it):
+# each would otherwise pay a new interpreter's TensorFlow import to print one line. The command itself runs
+# as a process in test_train_cli_on_512_images_writes_a_loadable_checkpoint.
+
+
+def test_train_cli_refuses_a_bad_recipe_before_loading_anything(tmp_path, capsys):
+    from explorer.train import main
+    argv = ["--mixup", "0.2", "--mix-prob", "0", "--data-dir", str(tmp_path / "nowhere"), "--out", str(tmp_path)]
+    assert main(argv, settings=Settings()) == 2
+    err = capsys.readouterr().err
+    assert "error: mix_prob must be in (0, 1], got 0.0" in err and list(tmp_path.iterdir()) == []
 
 
 def test_continued_record_accumulates_stages():
@@ -326,20 +332,19 @@ def test_continued_record_accumulates_stages():
     assert base["history"][0] == {"epoch": 1, "top1": 0.1}  # inputs untouched
 
 
-def test_train_cli_continue_needs_a_base(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "explorer.train", "--continue", "--out", str(tmp_path)],
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "--continue needs --base" in out.stderr
+def test_train_cli_continue_needs_a_base(tmp_path, capsys):
+    from explorer.train import main
+    with pytest.raises(SystemExit) as stopped:
+        main(["--continue", "--out", str(tmp_path)], settings=Settings())
+    assert stopped.value.code == 2 and "--continue needs --base" in capsys.readouterr().err
 
 
-def test_train_cli_refuses_a_continuation_on_other_data(tiny_checkpoints, tmp_path, data_dir):
-    out = subprocess.run([sys.executable, "-m", "explorer.train", "--base", str(tiny_checkpoints["vanilla"]),
-                          "--continue", "--data-dir", str(data_dir), "--subset", "300", "--epochs", "1",
-                          "--out", str(tmp_path), "--verbose", "0"],
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert "error: cannot continue tiny-vanilla:" in out.stderr and "Traceback" not in out.stderr
-    assert list(tmp_path.iterdir()) == []
+def test_train_cli_refuses_a_continuation_on_other_data(tiny_checkpoints, tmp_path, data_dir, capsys):
+    from explorer.train import main
+    argv = ["--base", str(tiny_checkpoints["vanilla"]), "--continue", "--data-dir", str(data_dir), "--subset",
+            "300", "--epochs", "1", "--out", str(tmp_path), "--verbose", "0"]
+    assert main(argv, settings=Settings()) == 2
+    assert "error: cannot continue tiny-vanilla:" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
 
 
 def test_validation_counts_each_real_image_once(cifar10):
