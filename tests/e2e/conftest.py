@@ -1,4 +1,6 @@
-"""A real `python app.py` on 127.0.0.1, serving tiny checkpoints trained in the session."""
+"""A real `python app.py` on 127.0.0.1: serving tiny checkpoints trained in the session (app_url, for the
+session), the tiny pair as the 45,000-image pair (tiny_pair_app) or copies of the shipped checkpoints
+(shipped_app), each of those two once per module that asks for it."""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHROMIUM, FLAGS, pair_folder, start_app, stop
+from tests.e2e.pages import UPLOAD
+from tests.helpers import CHROMIUM, FLAGS, pair_folder, shipped_copy, start_app, stop
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +40,33 @@ def browser():
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_pair_app(tmp_path_factory, tiny_checkpoints, data_dir):
+    """The app with the tiny pair as the 45,000-image pair (as the shipped pair is)."""
+    root = pair_folder(tmp_path_factory.mktemp("first-hour") / "checkpoints", tiny_checkpoints,
+                       dataset={"train_images": 45000})
+    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
+    yield url, root
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def shipped_app(tmp_path_factory, data_dir):
+    """The app on copies of the shipped checkpoints, the small-data study's included."""
+    root = shipped_copy(tmp_path_factory.mktemp("second-pass"))
+    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
+    yield url, root
+    stop(proc)
+
+
+@pytest.fixture
+def tiny_page(browser, tiny_pair_app):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(tiny_pair_app[0])
+    page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
+    page.wait_for_function("() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText"
+                           " || '')", timeout=60_000)
+    yield page
+    page.close()

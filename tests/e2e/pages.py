@@ -3,6 +3,11 @@ opened by its name, and the open tab's pictures and tables measured."""
 
 from __future__ import annotations
 
+import io
+import zipfile
+
+from PIL import Image
+
 # The first analysis of the image the page opens with has been shown.
 DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
 
@@ -55,3 +60,69 @@ MEASURE = """() => {
     });
     return {pictures, tables};
 }"""
+
+
+UPLOAD = "input[type=file]:has(+ #upload-own)"
+
+
+def slot_value(page, label):
+    return page.locator(f'input[aria-label="{label}"]').input_value()
+
+
+def slot_options(page, label):
+    box = page.locator(f'input[aria-label="{label}"]')
+    box.click()
+    listbox = page.locator(f'#{box.get_attribute("aria-controls")}')
+    listbox.wait_for(state="attached", timeout=10_000)
+    options = [li.get_attribute("aria-label") or li.inner_text() for li in listbox.locator("li").all()]
+    page.keyboard.press("Escape")
+    return options
+
+
+def choose(page, label, option):
+    """Types `option` into the slot: the list narrows to it, and Enter picks it."""
+    box = page.locator(f'input[aria-label="{label}"]')
+    box.fill(option)
+    page.wait_for_timeout(300)
+    box.press("Enter")
+
+
+# The innermost Markdown blocks that hold a text: each message once, however Gradio nests its blocks.
+MESSAGES = """(mark) => [...document.querySelectorAll('.prose')]
+    .filter((e) => e.innerText.includes(mark) && ![...e.querySelectorAll('.prose')]
+        .some((c) => c.innerText.includes(mark)))
+    .map((e) => e.innerText)"""
+
+
+# Each picture's shown width over its own width (the Small data figures' measure of legibility).
+SHOWN_SCALE = """(selector) => [...document.querySelectorAll(selector)].filter((i) => i.naturalWidth)
+    .map((i) => i.getBoundingClientRect().width / i.naturalWidth)"""
+
+
+# A header broken inside a word has more lines than words ("la/ye/r"); the table's last column must be on
+# the page, and nothing of the table hidden beyond a scroll.
+TABLE_FITS = """(selector) => {
+    const table = document.querySelector(selector);
+    const headers = [...table.querySelectorAll('th .header')].map((span) => {
+        const range = document.createRange();
+        range.selectNodeContents(span);
+        const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+        return {text: span.innerText, lines, words: span.innerText.trim().split(/\\s+/).length};
+    });
+    const ths = table.querySelectorAll('th');
+    const scrollers = [...table.querySelectorAll('*')].filter((e) => e.scrollWidth > e.clientWidth + 1
+        && /auto|scroll/.test(getComputedStyle(e).overflowX));
+    return {headers, right: ths[ths.length - 1].getBoundingClientRect().right, width: window.innerWidth,
+            hidden: scrollers.map((e) => e.className)};
+}"""
+
+
+def class_zip_of(path, cifar10, classes, per_class):
+    """A zip of `per_class` CIFAR-10 test images of each class, as a visitor uploads one (mine/<class>/)."""
+    with zipfile.ZipFile(path, "w") as z:
+        for c in classes:
+            for i in [i for i, y in enumerate(cifar10.y_test) if y == cifar10.class_names.index(c)][:per_class]:
+                buffer = io.BytesIO()
+                Image.fromarray(cifar10.x_test[i]).save(buffer, format="PNG")
+                z.writestr(f"mine/{c}/{i}.png", buffer.getvalue())
+    return str(path)

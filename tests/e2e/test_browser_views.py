@@ -12,9 +12,7 @@ import zipfile
 
 import pytest
 
-from tests.e2e.pages import MEASURE, open_tab, visit
-from tests.e2e.test_browser_first_hour import UPLOAD, _class_zip
-from tests.e2e.test_browser_second_pass import MESSAGES, choose, slot_options
+from tests.e2e.pages import MEASURE, MESSAGES, UPLOAD, choose, class_zip_of, open_tab, slot_options, visit
 from tests.helpers import ROOT, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -51,7 +49,7 @@ def app(tmp_path_factory, data_dir):
 def finetuned(browser, app, cifar10, tmp_path_factory):
     """A page at 1280 px after a pair fine-tune on three CIFAR-10 classes (20 images each), started from its
     Fine-tune tab, with what its progress box and status line said every 200 ms of the run."""
-    data = _class_zip(tmp_path_factory.mktemp("three") / "three.zip", cifar10, CLASSES, 20)
+    data = class_zip_of(tmp_path_factory.mktemp("three") / "three.zip", cifar10, CLASSES, 20)
     page = visit(browser, app[0], 1280)
     open_tab(page, "Fine-tune")
     page.wait_for_selector("#ft-start", timeout=60_000)

@@ -1,0 +1,217 @@
+"""A fine-tune in a real browser, on the tiny pair and on the shipped models: a status line and a progress
+bar that stay readable and always say what the run is doing, a counter that keeps moving, the page following
+its slots when the run ends, and a report that fits its classes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.e2e.pages import (
+    SHOWN_SCALE,
+    UPLOAD,
+    class_zip_of,
+    open_tab,
+    visit,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
+pytest.importorskip("playwright")  # a machine without playwright still collects the suite
+
+RUN_TINY = 300_000  # ms: a training worker's start and a short pair run on a loaded 2-core machine
+
+
+# Every 25 ms, what slot A shows beside what its card says: the two must change together.
+WATCH_SLOT = """() => {
+    window.__slotSamples = [];
+    window.__slotWatch = setInterval(() => {
+        const box = document.querySelector('input[aria-label="Model A"]');
+        const card = document.querySelector('#card-a');
+        window.__slotSamples.push([box ? box.value : '', card ? card.innerText : '']);
+    }, 25);
+}"""
+
+
+# Every 100 ms during a run: whether the run's progress bar shows in its own box, and whether anything of it
+# or of Gradio's progress (shown while a Start reads its data) lies over the status line.
+WATCH_PROGRESS = """() => {
+    window.__progress = {own: 0, overStatus: 0, statusText: 0};
+    const visible = (e) => { const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+                             return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.opacity !== '0'; };
+    const overlaps = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+    window.__progressWatch = setInterval(() => {
+        const status = document.querySelector('#ft-status');
+        if (!status) return;
+        const box = status.getBoundingClientRect();
+        const marks = [...document.querySelectorAll(
+            '.ft-bar, .ft-bar-text, .progress-text, .eta-bar, .progress-level, .meta-text')]
+            .filter(visible);
+        if (marks.some((m) => m.closest('#ft-progress'))) window.__progress.own += 1;
+        if (marks.some((m) => overlaps(m.getBoundingClientRect(), box))) window.__progress.overStatus += 1;
+        if (/step \\d+\\/\\d+/.test(status.innerText)) window.__progress.statusText += 1;
+    }, 100);
+}"""
+
+
+def test_a_fine_tune_keeps_status_and_progress_readable_and_the_page_follows_its_slots(
+        tiny_page, tiny_pair_app, cifar10, tmp_path):
+    """A pair run on three classes: progress beside the status (never over it); when it ends the slots and
+    their cards change in the same moment; no top-5 for three classes and the small splits named; the
+    Tau tab lists only what the slots hold (and the shipped LSA model); a reload lists the new runs."""
+    data = class_zip_of(tmp_path / "three.zip", cifar10, ["cat", "dog", "ship"], 20)
+    tiny_page.get_by_role("tab", name="Fine-tune").click()
+    tiny_page.wait_for_selector("#ft-start", timeout=60_000)
+    tiny_page.locator("#ft-zip input[type=file]").set_input_files(data)
+    tiny_page.wait_for_function("() => /three.zip/.test(document.querySelector('#ft-zip').innerText)", timeout=30_000)
+    tiny_page.get_by_label("name (optional)").fill("e2e40")
+    tiny_page.get_by_label("name (optional)").press("Tab")
+    tiny_page.evaluate(WATCH_SLOT)
+    tiny_page.evaluate(WATCH_PROGRESS)
+    tiny_page.click("#ft-start")
+    tiny_page.wait_for_function("() => /Saved as/.test((document.querySelector('#ft-status') || {}).innerText || '')",
+                           timeout=RUN_TINY)
+    tiny_page.wait_for_function("() => /e2e40-A/.test(document.querySelector('#card-a').innerText)", timeout=30_000)
+    tiny_page.wait_for_timeout(1500)
+    progress = tiny_page.evaluate("() => { clearInterval(window.__progressWatch); return window.__progress; }")
+    samples = tiny_page.evaluate("() => { clearInterval(window.__slotWatch); return window.__slotSamples; }")
+    assert progress["own"] > 0 and progress["statusText"] > 0, progress  # both were there, both readable
+    assert progress["overStatus"] == 0, progress
+    final = samples[-1][0]
+    assert "e2e40-A" in samples[-1][1], samples[-1]
+    stale = [s for s in samples if s[0] == final and "e2e40-A" not in s[1]]
+    assert not stale, f"the slot showed the new model while its card showed the old one: {stale[:3]}"
+
+    status = tiny_page.inner_text("#ft-status")
+    assert re.search(r"test: \d+ images, each worth [\d.]+ points", status), status
+    assert re.search(r"validation: \d+ images?, each worth [\d.]+ points", status), status
+    assert "top-5" not in tiny_page.inner_text("#card-a") + tiny_page.inner_text("#card-b")
+    headers = tiny_page.locator("table thead").all_inner_texts()
+    assert any("test top-1" in h for h in headers) and not any("test top-5" in h for h in headers), headers
+
+    # The Tau tab: B's new model while it is in the slot; gone once the slot holds another.
+    tiny_page.get_by_role("tab", name="Tau").click()
+    tiny_page.wait_for_function("() => /e2e40-B/.test(document.querySelector('#tau-table').innerText)", timeout=60_000)
+    box = tiny_page.locator('input[aria-label="Model B"]')
+    box.fill("cifar10-spt_lsa")
+    box.press("Enter")
+    tiny_page.wait_for_function("() => !/e2e40-B/.test(document.querySelector('#card-b').innerText)", timeout=60_000)
+    tiny_page.wait_for_function("() => !/e2e40-B/.test(document.querySelector('#tau-table').innerText)"
+                           " && /spt_lsa/.test(document.querySelector('#tau-table').innerText)", timeout=60_000)
+
+    # A reload lists the runs at once, in the slots and ready to download.
+    tiny_page.reload()
+    tiny_page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
+    tiny_page.get_by_role("tab", name="Fine-tune").click()
+    mine = tiny_page.locator('input[aria-label="fine-tuned checkpoints"]')
+    tiny_page.wait_for_function("() => /e2e40-[AB]/.test(document.querySelector("
+                           "'input[aria-label=\"fine-tuned checkpoints\"]').value)", timeout=30_000)
+    assert re.search(r"finetuned/e2e40-[AB]", mine.input_value())
+    box = tiny_page.locator('input[aria-label="Model B"]')
+    box.click()
+    listbox = tiny_page.locator(f'#{box.get_attribute("aria-controls")}')
+    listbox.wait_for(state="attached", timeout=10_000)
+    assert any("e2e40-B" in (li.get_attribute("aria-label") or "") for li in listbox.locator("li").all())
+    tiny_page.keyboard.press("Escape")
+    tiny_page.click("#ft-download")
+    tiny_page.wait_for_function("() => /e2e40/.test(document.querySelector('body').innerText)"
+                           " && document.querySelector('a[download]')", timeout=60_000)
+
+
+RUN_SHIPPED = 400_000  # ms: a worker's start and a pair run of the shipped models on a loaded 2-core machine
+
+
+# Every 200 ms during a run: the status line (what it says it is doing, the elapsed counter) and whether the
+# progress box shows anything.
+WATCH_RUN = """() => {
+    window.__run = [];
+    window.__runWatch = setInterval(() => {
+        const status = document.querySelector('#ft-status'), box = document.querySelector('#ft-progress');
+        const shown = box ? [...box.querySelectorAll('*')].some((e) => {
+            const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+            return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && (e.innerText || '').trim();
+        }) : false;
+        window.__run.push([performance.now(), status ? status.innerText : '', shown]);
+    }, 200);
+}"""
+
+
+PHASES = (r"^(starting the training process|loading [AB]|loading the new models into the slots|choosing [AB].s head"
+          r"|compiling [AB]|training [AB]|evaluating [AB]|saving [AB]|done) · ")
+
+
+def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fit_for_its_classes(
+        browser, shipped_app, cifar10, tmp_path):
+    data = class_zip_of(tmp_path / "three.zip", cifar10, ["cat", "dog", "ship"], 20)
+    page = visit(browser, shipped_app[0], 800, height=1000)
+    try:
+        open_tab(page, "Fine-tune")
+        page.wait_for_selector("#ft-start", timeout=60_000)
+        page.locator("#ft-zip input[type=file]").set_input_files(data)
+        page.wait_for_function("() => /three.zip/.test(document.querySelector('#ft-zip').innerText)",
+                               timeout=30_000)
+        page.evaluate(WATCH_RUN)
+        page.click("#ft-start")
+        page.wait_for_function("() => /step \\d+\\/\\d+/.test(document.querySelector('#ft-status').innerText)",
+                               timeout=RUN_SHIPPED)
+        tables = [t for t in page.locator("#ft-results").all() if t.is_visible()]
+        assert not tables, "a report table shows while the run goes on"
+        page.wait_for_function("() => /Saved as|failed/.test(document.querySelector('#ft-status').innerText)",
+                               timeout=RUN_SHIPPED)
+        page.wait_for_timeout(1000)
+        samples = page.evaluate("() => { clearInterval(window.__runWatch); return window.__run; }")
+        status = page.inner_text("#ft-status")
+        assert "Saved as" in status, status
+
+        running = [(t, text, shown) for t, text, shown in samples if text and "No run yet" not in text]
+        assert running, samples[:5]
+        silent = [text for _, text, _ in running if not re.search(PHASES, text.split("\n")[0])]
+        assert not silent, f"the status did not say what the run was doing: {silent[:3]}"
+        assert not [text for _, text, _ in running if "step 0/0" in text]
+        # The elapsed counter: never the same for 3 s or more while the run goes on.
+        counters = [(t, int(m.group(1))) for t, text, _ in running
+                    if "Saved as" not in text and (m := re.search(r"· (\d+) s\b", text))]
+        later = [next(((tb, b) for tb, b in counters if tb - ta >= 3000), None) for ta, _ in counters]
+        frozen = [(a, nxt[1]) for (_, a), nxt in zip(counters, later, strict=True) if nxt and nxt[1] <= a]
+        assert counters and not frozen, f"the elapsed counter stood still: {frozen[:3]}"
+        # The progress bar, once it shows, stays until the run is done: it comes with every update of the status
+        # line (Gradio's own overlay was hidden whenever an output arrived: a blink every few seconds).
+        first = next(i for i, s in enumerate(running) if s[2])
+        last = max(i for i, s in enumerate(running) if s[2])
+        blanks = [i for i in range(first, last) if not running[i][2]]
+        seconds = (running[last][0] - running[first][0]) / 1000
+        assert not blanks, f"the progress bar blanked {len(blanks)} times in {seconds:.0f} s: {blanks[:10]}"
+
+        # The report: three classes, so no top-5 anywhere; its plots legible at 800 px.
+        open_tab(page, "Compare")
+        headings = page.locator("#label-a, #label-b").all_inner_texts()
+        assert all("top-3" in h and "top-5" not in h for h in headings), headings
+        open_tab(page, "Fine-tune")
+        page.wait_for_selector("#ft-results table thead", timeout=30_000)  # the tab draws its tables on return
+        headers = page.locator("#ft-results table thead").all_inner_texts()
+        assert headers and not any("top-5" in h for h in headers), headers
+        page.locator("#ft-plots").scroll_into_view_if_needed()
+        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg="#ft-plots img", timeout=30_000)
+        scales = page.evaluate(SHOWN_SCALE, "#ft-plots img")
+        assert min(scales) >= 0.75, f"the fine-tune plots are shown at {[f'{s:.0%}' for s in scales]}"
+        # A gallery image is drawn at most at twice its size, however few there are; none: no gallery.
+        disagree = int(re.search(r"they disagree on (\d+)", status).group(1))
+        if not disagree:
+            assert not page.locator("#ft-gallery").is_visible()
+            return
+        # Measured once every picture has loaded (before that its natural size is 0).
+        page.wait_for_function("""() => { const imgs = [...document.querySelectorAll('#ft-gallery img')];
+            return imgs.length > 0 && imgs.every((i) => i.complete && i.naturalWidth > 0); }""", timeout=30_000)
+        painted = page.evaluate("""() => [...document.querySelectorAll('#ft-gallery img')].map((i) => {
+            const r = i.getBoundingClientRect(), fit = getComputedStyle(i).objectFit;
+            const s = Math.min(r.width / i.naturalWidth, r.height / i.naturalHeight);
+            const big = Math.max(r.width / i.naturalWidth, r.height / i.naturalHeight);
+            const scale = {'scale-down': Math.min(1, s), none: 1, cover: big, fill: r.width / i.naturalWidth}[fit];
+            return (scale === undefined ? s : scale) * i.naturalWidth;
+        })""")
+        assert painted and all(w <= 2 * 96 for w in painted), painted
+        cells = page.evaluate("() => [...document.querySelectorAll('#ft-gallery .thumbnail-item')]"
+                              ".map((b) => b.getBoundingClientRect().width)")
+        assert cells and max(cells) <= 200, f"a gallery cell of {max(cells):.0f} px for a 96 px picture"
+    finally:
+        page.close()
