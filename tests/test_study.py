@@ -285,6 +285,7 @@ def test_ray_is_for_training_only():
     assert not any(line.startswith("ray") for line in lines("requirements.txt"))
     assert "ray[tune]==2.60.0" in lines("requirements-train.txt")
     assert "-r requirements-train.txt" in lines("requirements-test.txt")
-    code = "import sys, explorer.study.grid, explorer.ui; print(any(m == 'ray' or m.startswith('ray.') for m in sys.modules))"
+    code = ("import sys, explorer.study.grid, explorer.ui;"
+            "print(any(m == 'ray' or m.startswith('ray.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
