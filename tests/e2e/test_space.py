@@ -24,9 +24,24 @@ from tests.helpers import NO_NETWORK, ROOT, stop
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PORT = 7860  # what a Space serves on
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
-# What a Space upload leaves out (docs/deploy.md: hf upload ... --exclude), and what is never in a clone.
-NOT_UPLOADED = shutil.ignore_patterns(".venv", ".git", "runs", "ablation", "study", "__pycache__", ".pytest_cache",
-                                      ".gradio", "*.pyc")
+# What docs/deploy.md's upload leaves out (hf upload ... --exclude), and what the copy below leaves out beside
+# it: what is never in a clone or only caches.
+DOCUMENTED = {".venv", "runs", ".git", "ablation", "study"}
+NOT_IN_A_CLONE = ["*/__pycache__/*", "__pycache__/*", "*.pyc", ".pytest_cache/*", ".gradio/*"]
+
+
+def documented_excludes() -> list[str]:
+    return re.findall(r'--exclude "([^"]+)"', (ROOT / "docs" / "deploy.md").read_text())
+
+
+def uploaded(root=ROOT) -> list[str]:
+    """The files `hf upload . . --exclude ...` sends, chosen by huggingface_hub's own filter (the one
+    upload_folder applies): a pattern matches a path from the folder's root, so `study/*` leaves out the
+    top-level study/ and keeps explorer/study/ and checkpoints/study/."""
+    from huggingface_hub.utils import filter_repo_objects
+    files = [os.path.relpath(os.path.join(d, f), root).replace(os.sep, "/")
+             for d, _, names in os.walk(root) for f in names]
+    return list(filter_repo_objects(files, ignore_patterns=documented_excludes() + NOT_IN_A_CLONE))
 
 
 def front_matter() -> dict:
@@ -43,10 +58,13 @@ def test_the_front_matter_names_the_gradio_that_requirements_pin():
     assert meta["app_file"] == "app.py"
 
 
-def test_the_documented_upload_leaves_out_what_this_check_leaves_out():
-    excluded = set(re.findall(r'--exclude "([^"/]+)/\*"', (ROOT / "docs" / "deploy.md").read_text()))
-    assert excluded == {".venv", "runs", ".git", "ablation", "study"}
-    assert NOT_UPLOADED(str(ROOT), sorted(excluded)) == excluded  # and the copy below leaves them out too
+def test_the_documented_upload_leaves_out_the_work_folders_and_keeps_the_app():
+    assert set(documented_excludes()) == {f"{name}/*" for name in DOCUMENTED}
+    sent = uploaded()
+    folders = {path.split("/", 1)[0] for path in sent}
+    assert not folders & DOCUMENTED and {"app.py", "explorer", "checkpoints"} <= folders
+    # folders of the same name deeper down are the app's: the study's code, the kept study pairs
+    assert "explorer/study/report.py" in sent and any(p.startswith("checkpoints/study/") for p in sent)
 
 
 def _port_free(port: int) -> bool:
@@ -65,7 +83,9 @@ def space(tmp_path_factory):
         pytest.fail(f"port {PORT} is taken on this machine; the Space check serves on it, as a Space does")
     work = tmp_path_factory.mktemp("space")
     repo = work / "app"  # nothing beside it: no ../shared
-    shutil.copytree(ROOT, repo, ignore=NOT_UPLOADED)
+    for path in uploaded():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, repo / path)
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
