@@ -217,7 +217,10 @@ def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, da
         assert record["training"]["steps"] == card.training.steps == row["steps"]
         assert 0 <= row["train_top1"] <= 1 and row["images_per_second"] > 0
         if grid.kept(trial):
-            kept, _ = load_checkpoint(grid.checkpoint_dir(trial))
+            kept, kept_card = load_checkpoint(grid.checkpoint_dir(trial))
+            # its check set, measured once kept: what tests/test_shipped.py re-measures with no data
+            assert kept_card.metrics.check_set == "cifar10 test images 0-199"
+            assert 0 <= kept_card.metrics.check_top1 <= kept_card.metrics.check_top5 <= 1
             mine, _ = load_checkpoint(direct / trial.name)
             for a, b in zip(kept.get_weights(), mine.get_weights(), strict=True):
                 np.testing.assert_allclose(a, b, atol=1e-6)

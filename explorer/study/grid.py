@@ -339,6 +339,9 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
         card = read_card(folder)
     if card.metrics.train_top1 is None:
         card = update_card(folder, metrics={"train_top1": train_accuracy(folder, grid, data_dir)})
+    if grid.kept(trial) and card.metrics.check_top1 is None:  # what anyone can re-measure with no data
+        from explorer.analysis.evaluate import store_check_set
+        card = store_check_set(folder, data_dir)
     record = record_path(grid, trial)
     record.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(record, json.dumps(card.to_json(), indent=1))
