@@ -20,10 +20,12 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # no test may reach the network, and none wa
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from tests.helpers import (
     CIFAR100_NAMES,
     NO_NETWORK,
+    pair_folder,
     tiny_config,
     training_images,
     write_batch,
@@ -112,3 +114,20 @@ def root(tmp_path, tiny_checkpoints):
     root.mkdir()
     shutil.copytree(tiny_checkpoints["vanilla"], root / "shipped")
     return root
+
+
+@pytest.fixture(scope="module")
+def ex(tmp_path_factory, tiny_checkpoints, data_dir):
+    """The app's state over the tiny pair (as A and B of tests/handlers.py) and the CIFAR folder: one per test
+    module, shared by its handler tests (test_ui*.py)."""
+    from explorer.ui import AppState
+    root = pair_folder(tmp_path_factory.mktemp("ui") / "checkpoints", tiny_checkpoints)
+    return AppState(root=root, data_dir=str(data_dir))
+
+
+@pytest.fixture(scope="module")
+def image_file(tmp_path_factory, cifar10):
+    """Test image 42, named as the app names a test sample (so it knows the true label)."""
+    path = tmp_path_factory.mktemp("img") / "cifar10-test-00042-x.png"
+    Image.fromarray(cifar10.x_test[42]).save(path)
+    return str(path)

@@ -1,0 +1,133 @@
+"""The Fine-tune tab's handlers called directly (no server): the form's plan and every refusal (values, zips,
+data), Cancel, the hardware note, and what a run going on redraws."""
+
+from __future__ import annotations
+
+import zipfile
+
+import gradio as gr
+import pytest
+from PIL import Image
+
+from explorer.core.card import Epoch
+from explorer.finetune.plan import ZIP
+from explorer.ui import AppState, build_demo
+from explorer.ui.finetune import SCRATCH, FinetuneTab
+from tests.handlers import A, B, fine_tune_form, ui
+
+
+def built_finetune(ex: AppState) -> FinetuneTab:
+    """The Fine-tune tab built on a page of its own: its run's handlers name the components they change."""
+    from explorer.ui import finetune
+    from explorer.ui.context import Page
+    with gr.Blocks():
+        page = Page(gr.Dropdown(), gr.Dropdown(), gr.File(), loaded=(gr.State(), gr.State()),
+                    cards=(gr.Markdown(), gr.Markdown()))
+        return finetune.build(ex, page)
+
+
+def _zip(tmp_path, members):
+    path = tmp_path / "data.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return str(path)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(epochs=-1), "epochs must be between 1 and"), (dict(epochs=10**6), "epochs must be between"),
+    (dict(lr=-1.0), "learning rate"), (dict(batch_size=-2), "batch size"),
+    (dict(images=10**9), "images must be between"), (dict(images=1), "images must be between"),
+    (dict(epochs=2.5), "whole number"), (dict(name="../../etc"), "run name"),
+    (dict(data=ZIP), "upload a zip"), (dict(what=SCRATCH, preset="huge"), "choose a preset"),
+    (dict(ref_b=None), "slot B holds no model"), (dict(what="finetuned/nothing"), "could not|not"),
+    (dict(data="imagenet"), "unknown data source"),
+])
+def test_fine_tune_form_is_validated(ex, changes, message):
+    with pytest.raises(gr.Error, match=message):
+        ui(ex).finetune.finetune_plan(**fine_tune_form(**changes))
+
+
+def test_fine_tune_form_plans(ex):
+    pair = ui(ex).finetune.finetune_plan(**fine_tune_form(epochs=0, lr=0, batch_size=0, images=300))
+    assert [m.tag for m in pair.members] == ["A", "B"] and len(pair.dataset.x_train) == 300
+    assert pair.recipe == {"epochs": None, "learning_rate": None, "batch_size": None, "freeze_backbone": False}
+    alone = ui(ex).finetune.finetune_plan(**fine_tune_form(what=A))
+    assert [(m.tag, m.base) for m in alone.members] == [("A", str((ex.root / A).resolve()))]
+    new = ui(ex).finetune.finetune_plan(**fine_tune_form(what=SCRATCH, variant="lsa"))
+    assert new.scratch and new.members[0].variant == "lsa" and new.members[0].base is None
+
+
+def test_fine_tune_zip_problems(ex, tmp_path):
+    png = Image.new("RGB", (8, 8))
+    import io
+    buf = io.BytesIO()
+    png.save(buf, format="PNG")
+    cases = [({"a.png": buf.getvalue(), "b.png": buf.getvalue()}, "needs class folders"),
+             ({"../x/a.png": buf.getvalue(), "c/b.png": buf.getvalue()}, "unsafe member path")]
+    for members, message in cases:
+        with pytest.raises(gr.Error, match=message):
+            ui(ex).finetune.finetune_plan(**fine_tune_form(data=ZIP, zip_file=_zip(tmp_path, members)))
+    bomb = _zip(tmp_path, {"a/x.png": b"\0" * (300 * 2**20), "b/y.png": buf.getvalue()})
+    assert (tmp_path / "data.zip").stat().st_size < 2 * 2**20  # a real bomb: tiny on disk
+    with pytest.raises(gr.Error, match="expands to 300 MiB; the limit is 200 MiB"):
+        ui(ex).finetune.finetune_plan(**fine_tune_form(data=ZIP, zip_file=bomb))
+
+
+def test_cancel_without_a_run(ex):
+    assert ui(ex).finetune.cancel() == "No run is going on."
+
+
+def test_fine_tune_form_refuses_a_zip_too_small_to_judge_unless_told_to_train_on_all(ex, tmp_path):
+    import io
+    members = {}
+    for c in ("cat", "dog"):
+        buf = io.BytesIO()
+        Image.new("RGB", (32, 32), "red" if c == "cat" else "blue").save(buf, format="PNG")
+        members[f"set/{c}/0.png"] = buf.getvalue()
+    form = fine_tune_form(data=ZIP, zip_file=_zip(tmp_path, members), images=0)
+    with pytest.raises(gr.Error, match="would hold 0, too few to judge them by. Give at least 23 images per class"):
+        ui(ex).finetune.finetune_plan(**form)
+    plan = ui(ex).finetune.finetune_plan(**form, train_on_all=True)
+    assert len(plan.dataset.x_train) == 2 and len(plan.dataset.x_test) == 0
+
+
+def test_the_fine_tune_tab_says_when_a_gpu_would_sit_idle(ex, tmp_path, monkeypatch):
+    """A GPU's driver files present, JAX's CUDA plugin missing (as in this test environment: JAX's CPU
+    wheel only): the tab says runs train on the CPU and what to change."""
+    gpu = tmp_path / "proc" / "driver" / "nvidia" / "gpus" / "0000:00:1e.0"
+    gpu.mkdir(parents=True)
+    (gpu / "information").write_text("Model: NVIDIA L4\n")
+    monkeypatch.setenv("EXPLORER_DRIVER_ROOT", str(tmp_path))
+    monkeypatch.delenv("EXPLORER_TRAIN_BACKEND", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    import importlib.util
+    if any(importlib.util.find_spec(n) for n in ("jax_cuda12_plugin", "jax_cuda13_plugin")):
+        pytest.skip("JAX's CUDA plugin is installed here")
+    here = AppState(root=ex.root, data_dir=ex.data_dir)  # the settings are read as the app starts
+    notes = [c["props"]["value"] for c in build_demo(here).config["components"]
+             if c["props"].get("elem_id") == "ft-hardware"]
+    assert len(notes) == 1 and "has an NVIDIA GPU, but runs will train on its CPU" in notes[0]
+    assert "pip install -r requirements-gpu.txt" in notes[0]
+
+
+def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_lsa(ex):
+    from explorer.analysis.plots import NO_LSA_TEXT
+    from explorer.finetune.state import MemberState, RunState
+    tab = built_finetune(ex)
+    plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
+    state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
+                     description=plan.description, started=1.0)
+    state.members[0].history = [Epoch(epoch=1, loss=1.0, tau=[])]  # A (vanilla) trains first: no tau
+    changed = tab.view.run_outputs(state, plan, A, B)
+    out = tab.view.outputs  # a run going on changes its status and plots, nothing else
+    assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 14
+    assert changed[out.curves]["visible"] and changed[out.tau]["visible"]  # hidden until a run draws them
+    tau = changed[out.tau]["value"]
+    texts = [t.get_text() for t in tau.axes[0].texts]
+    assert texts and NO_LSA_TEXT not in texts and plan.members[1].label in texts[0], texts
+    alone = tab.finetune_plan(**fine_tune_form(what=A, epochs=1, images=64))
+    state.members = [MemberState("A", alone.members[0].label)]
+    tau = tab.view.run_outputs(state, alone, A, B)[tab.view.outputs.tau]["value"]
+    assert [t.get_text() for t in tau.axes[0].texts] == ["no LSA layers in the models being fine-tuned"]
+
