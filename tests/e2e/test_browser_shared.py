@@ -24,6 +24,7 @@ STORAGE_KEY = "spt-lsa-explorer-visitor"
 WIDTH = 1280
 DOC_SHOT = ROOT / "docs" / "shared-queue.png"
 RUN = 300_000  # ms: a training worker's start or a short run on a loaded 2-core machine
+UI = 60_000  # ms: a click's answer while visitor 1's run takes both cores of a slow host
 SAVED = re.compile(r"finetuned/[0-9a-f]+/\S+?(?=[`,\s]|$)")
 # Run in every page before Gradio's own scripts: counts the events the page sent (queue/join) and those
 # that came back (process_completed on its queue/data stream), so a test knows when a page has settled.
@@ -85,14 +86,14 @@ def choose(page, label, value):
     box, listbox = dropdown(page, label)
     box.click()
     listbox.locator(f'li[aria-label="{value}"]').click()
-    expect(box).to_have_value(value, timeout=10_000)
+    expect(box).to_have_value(value, timeout=UI)
 
 
 def options(page, label) -> list[str]:
     """The choices a dropdown offers, as its open list shows them."""
     box, listbox = dropdown(page, label)
     box.click()
-    listbox.wait_for(state="attached", timeout=10_000)
+    listbox.wait_for(state="attached", timeout=UI)
     names = [li.get_attribute("aria-label") for li in listbox.locator("li[role=option]").all()]
     page.keyboard.press("Escape")
     box.blur()
@@ -200,7 +201,7 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         box.press("Enter")
         p1.wait_for_function("(t) => document.body.innerText.includes(t)", arg=REFUSED[:40], timeout=60_000)
         p1.wait_for_function("(t) => !document.querySelector(\"input[aria-label='Model A']\").value.includes(t)",
-                             arg=mine, timeout=30_000)  # the slot goes back to the model it held
+                             arg=mine, timeout=UI)  # the slot goes back to the model it held
     except Exception:
         for i, c in enumerate((one, two), 1):
             for page in c.pages:
