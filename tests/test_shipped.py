@@ -74,13 +74,18 @@ def test_same_recipe_only_the_variant_differs(shipped):
 
 def test_check_set_accuracy_matches_the_card_on_a_fresh_machine(shipped, no_data):
     # No data folder, nothing in the Keras cache, offline: the bundled sample holds the check set.
-    from explorer.analysis.evaluate import evaluate
     for name, (_model, card) in shipped.items():
-        assert card.metrics.check_set == "cifar10 test images 0-199"
-        result = evaluate([str(SHIPPED / name)], data_dir=str(no_data), limit=200, store=False)[0]
-        assert result["dataset"].sample and result["metrics"]["count"] == 200
-        assert abs(result["metrics"]["top1"] - card.metrics.check_top1) <= 0.01, name
-        assert abs(result["metrics"]["top5"] - card.metrics.check_top5) <= 0.01, name
+        assert_check_set(SHIPPED / name, card, no_data)
+
+
+def assert_check_set(folder, card, no_data) -> None:
+    """The checkpoint scores its card's check set (the first 200 test images) on the bundled sample."""
+    from explorer.analysis.evaluate import evaluate
+    assert card.metrics.check_set == "cifar10 test images 0-199", folder.name
+    result = evaluate([str(folder)], data_dir=str(no_data), limit=200, store=False)[0]
+    assert result["dataset"].sample and result["metrics"]["count"] == 200
+    assert abs(result["metrics"]["top1"] - card.metrics.check_top1) <= 0.01, folder.name
+    assert abs(result["metrics"]["top5"] - card.metrics.check_top5) <= 0.01, folder.name
 
 
 def test_tau_in_the_card_is_the_models_tau(shipped):
@@ -100,15 +105,10 @@ def test_the_small_data_checkpoints_answer_their_cards_check_set_on_a_fresh_mach
     its test top-1 and top-5 on all 10,000 test images as it saved the model, the check set from the same
     file once kept (explorer/study/grid.py); `python -m explorer.evaluate --no-store
     --data-dir ../shared/data checkpoints/study/<name>` re-measures the whole test set (docs/train.md)."""
-    from explorer.analysis.evaluate import evaluate
     from explorer.checkpoints.store import read_card
     kept = sorted(p for p in list_checkpoints(STUDY) if p.parent == STUDY)
     assert kept, "no study checkpoint is shipped"
     for folder in kept:
         card = read_card(folder)
         assert card.dataset.train_images < 45000 and card.metrics.test_count == 10000, folder.name
-        assert card.metrics.check_set == "cifar10 test images 0-199", folder.name
-        result = evaluate([str(folder)], data_dir=str(no_data), limit=200, store=False)[0]
-        assert result["dataset"].sample and result["metrics"]["count"] == 200
-        assert abs(result["metrics"]["top1"] - card.metrics.check_top1) <= 0.01, folder.name
-        assert abs(result["metrics"]["top5"] - card.metrics.check_top5) <= 0.01, folder.name
+        assert_check_set(folder, card, no_data)
