@@ -151,7 +151,10 @@ def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, 
     table = mechanisms.head_table(mechanisms.read_csv(tmp_path / "h.csv"))
     assert table.count("\n") == 3 and "layer 0: smallest / mean distance" in table
     assert mechanisms.figure(back).axes
-    said = mechanisms.answer(back)  # the Small data tab's words, from these numbers
+    # the layer's most local head: the smallest of its heads' distances
+    assert back[0]["distance_min_px"] == pytest.approx(min(h["distance_px"] for h in whole[0]["heads"]), rel=1e-5)
+    # the Small data tab's words, from these numbers (taken as the light study's: outside study/ they are staged)
+    said = mechanisms.answer([{**r, "recipe": "light"} for r in back])
     assert "τ ends at" in said and "a ViT's query gives its own patch" in said and "CIFAR-100" in said
 
 
@@ -178,3 +181,102 @@ def test_the_recipes_gaps_side_by_side_never_mix_recipes():
     table = study_report.recipe_gap_table(rows)
     assert "LSA alone − ViT, paper recipe" in table and "+3.00 (+3.00 to +3.00) (3)" in table
     assert study_report.recipe_gap_table([]).startswith("None yet")
+
+
+def paper_rows(lsa_paper_gain: float, seeds: int = 3) -> list[dict]:
+    """Results rows of both recipes at 1,000 images: LSA alone − ViT is 0 ± noise under the light recipe and
+    `lsa_paper_gain` ± the same noise under the paper's."""
+    noise = [0.002, -0.001, -0.0015, 0.001][:seeds]
+    rows = []
+    for seed, e in enumerate(noise):
+        rows += [{"train_images": 1000, "variant": "vanilla", "seed": seed, "test_top1": 0.35},
+                 {"train_images": 1000, "variant": "lsa_head", "seed": seed, "test_top1": 0.35 + e},
+                 {"train_images": 1000, "variant": "vanilla", "seed": seed, "recipe": "paper", "test_top1": 0.43},
+                 {"train_images": 1000, "variant": "lsa_head", "seed": seed, "recipe": "paper",
+                  "test_top1": 0.43 + lsa_paper_gain + e}]
+    return rows
+
+
+def test_the_small_data_tabs_heading_says_what_the_gaps_measured():
+    """Issue 54: the heading over what LSA does to attention follows the paired gaps, recipe by recipe: it
+    asks why LSA adds nothing only while no interval says otherwise, and names both recipes once the paper's
+    has two seeds or more."""
+    light_only = [r for r in paper_rows(0.0) if "recipe" not in r]
+    assert study_report.lsa_verdict(light_only) == "none" and study_report.lsa_verdict(light_only, "paper") is None
+    assert study_report.lsa_question(light_only).startswith("Why does LSA add nothing here?")
+    assert study_report.lsa_question(paper_rows(0.0, seeds=1)).startswith("Why does LSA add nothing here?")
+    assert study_report.lsa_verdict(paper_rows(0.0), "paper") == "none"
+    assert study_report.lsa_question(paper_rows(0.0)).startswith(
+        "Why does LSA alone add nothing measurable here, under the light recipe or the paper's?")
+    assert study_report.lsa_verdict(paper_rows(0.02), "paper") == "gain"
+    assert study_report.lsa_question(paper_rows(0.02)).startswith("LSA alone gains only under the paper's recipe")
+    assert study_report.lsa_verdict(paper_rows(-0.02), "paper") == "loss"
+    assert study_report.lsa_question(paper_rows(-0.02)).startswith("What LSA does here, recipe by recipe")
+    # the tables: the recipes side by side once another recipe has a row, nothing of it before
+    assert "Under the paper's own recipe" in study_report.markdown(paper_rows(0.0))
+    assert "Under the paper's own recipe" not in study_report.markdown(light_only)
+
+
+def mechanism_rows() -> list[dict]:
+    """mechanisms.csv rows of four 1,000-image models (ViT and LSA alone under the light and the paper recipe, a
+    ViT with CutMix alone) and a 2,500-image light pair, two layers each, with numbers a reader can check."""
+    rows = []
+
+    def add(model, variant, recipe, n, entropy, distance, local, share, tau=None):
+        for layer in range(2):
+            rows.append({"model": model, "variant": variant, "recipe": recipe, "train_images": n, "layer": layer,
+                         "tau_mean": tau, "tau_min": tau, "tau_max": tau, "tau_start": 4.0 if tau else None,
+                         "entropy": entropy, "distance_px": distance, "distance_min_px": local + 3.2 * layer,
+                         "self_attention": share, "patches": 64, "image_size": 32, "test_top1": 0.4})
+    add("v1", "vanilla", "light", 1000, 3.6, 16.3, 15.5, 0.016)
+    add("l1", "lsa_head", "light", 1000, 3.55, 16.5, 15.8, 0.0, tau=3.9)
+    add("c1", "vanilla", "cutmix", 1000, 3.6, 16.1, 15.1, 0.019)
+    add("v1p", "vanilla", "paper", 1000, 3.3, 16.2, 14.8, 0.017)
+    add("l1p", "lsa_head", "paper", 1000, 3.25, 16.5, 15.3, 0.0, tau=3.8)
+    add("v2", "vanilla", "light", 2500, 3.5, 16.2, 15.4, 0.017)
+    add("l2", "lsa_head", "light", 2500, 3.45, 16.5, 15.7, 0.0, tau=3.92)
+    return rows
+
+
+def test_the_mechanisms_never_mix_recipes():
+    """Issue 54: the words, the table and the figures of `python -m explorer.study mechanisms` keep each
+    recipe's models apart: the light study's statements from its models only, the paper's recipe (and CutMix
+    alone) in a paragraph and a per-layer figure of their own."""
+    from explorer.study import mechanisms
+    rows = mechanism_rows()
+    said = mechanisms.answer(rows)
+    # the light recipe's τ range is its own (0.975 to 0.980), not the paper's 0.95
+    assert "τ ends at 0.975 to 0.980 of its start" in said
+    assert "by -0.05 nats" in said and "+0.20 to +0.30 px, at 1,000 and 2,500 images" in said
+    # the paper's paragraph: the ViT's entropy and its most local head under each recipe
+    assert "entropy 3.60 → 3.30 nats" in said
+    assert "most local head's mean distance is 0.484 of the image's side under the light recipe and 0.463" in said
+    assert "0.472 with CutMix alone" in said and "τ ends at 0.950 to 0.950 of √d_k there too" in said
+    assert "the paper's recipe at 1,000 images only" in said and "sharper (entropy" in said
+    assert "but hardly more local" in said
+    local = [{**r, "distance_min_px": 0.3} if r["model"] == "v1p" else r for r in rows]  # as arXiv 2605.16390 saw
+    assert "and more local: its most local head's mean distance is 0.484" in mechanisms.answer(local)
+    assert "Under the paper's recipe" not in mechanisms.answer([r for r in rows if r["recipe"] == "light"])
+    table = mechanisms.markdown(rows)
+    assert "| paper | 1,000 | LSA alone, per-head τ | 0.950 |" in table and "| light | 2,500 | ViT | – |" in table
+    assert len(table.splitlines()) == 1 + 1 + 2 + 7  # the words, a blank line, header and rule, a row per model
+    # the per-layer figure: one line per model at the size where another recipe ran, styled by recipe
+    fig = mechanisms.layer_figure(rows)
+    lines = [line for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]  # not the cited
+    labels = [line.get_label() for line in lines]
+    assert len(labels) == 5 and "ViT (paper recipe)" in labels and "ViT (light recipe + CutMix)" in labels
+    styles = {line.get_label(): line.get_linestyle() for line in lines}
+    assert styles["ViT (light recipe)"] == "-" and styles["ViT (paper recipe)"] == "--"
+    assert list(lines[0].get_ydata()) == pytest.approx([15.5 / 32, 18.7 / 32])
+    assert mechanisms.layer_figure([r for r in rows if r["recipe"] == "light"]) is None
+    # the overview figure draws the light study only: two points per variant, one per size
+    overview = mechanisms.figure(rows)
+    assert all(len(line.get_xdata()) == 2 for line in overview.axes[1].get_lines() if line.get_label() == "ViT")
+    # the per-layer table (the Small data tab's): the models at the size where another recipe ran
+    layers = mechanisms.layer_table(rows)
+    assert len(layers.splitlines()) == 2 + 5 and "2,500" not in layers
+    assert "| paper | 1,000 | ViT | 0.463 / 0.506 | 0.562 / 0.506 |" in layers
+    # a CSV written before the most-local column still reads and says the rest
+    old = [{k: v for k, v in r.items() if k not in ("distance_min_px", "image_size")} for r in rows]
+    assert "entropy 3.60 → 3.30 nats" in mechanisms.answer(old) and "| – |" in mechanisms.markdown(old)
+    assert mechanisms.layer_table(old) == ""

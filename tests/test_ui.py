@@ -193,6 +193,25 @@ def test_examples_cover_every_case_with_their_true_labels(ex):
         assert ui(ex).images.take_image(e.path)[0].shape == (224, 224, 3)
 
 
+def test_the_small_data_tab_says_what_the_shipped_study_measured_recipe_by_recipe(tmp_path):
+    """Issue 54: over the shipped checkpoints, the tab's heading follows the study's paired gaps (its results
+    file), and its words and tables on attention keep the recipes apart: the paper's recipe in a paragraph and
+    a per-layer table of its own, from the numbers the app ships (checkpoints/study/mechanisms.csv)."""
+    from explorer.study import mechanisms
+    from explorer.study.report import lsa_question, read_results
+    from explorer.ui.data_size import DataSizeTab
+    root = Path(__file__).resolve().parents[1] / "checkpoints"
+    tab = DataSizeTab(AppState(root=root, data_dir=str(tmp_path / "no-data")))
+    rows = read_results(root / "study" / "results.csv")
+    assert tab.results() == rows and any(r.get("recipe") == "paper" for r in rows)
+    assert tab.question() == lsa_question(rows)  # the page's heading (the browser tests open it by it)
+    said = tab.mechanisms()
+    shipped = mechanisms.read_csv(root / "study" / "mechanisms.csv")
+    assert said.startswith(mechanisms.answer(shipped)) and "**Under the paper's recipe**" in said
+    assert "| paper | 1,000 | ViT |" in said and "Layer by layer where the paper's recipe ran" in said
+    assert mechanisms.layer_table(shipped) in said
+
+
 def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpoints, data_dir):
     """Study pairs at two sizes (and a lone model at a third) beside the shipped pair: the slots list them
     grouped and labelled, the tab offers the sizes with both models, picking one names the pair, and the

@@ -401,16 +401,10 @@ def report(grid: Grid) -> list[Path]:
     write_results(grid)
     rows = read_results(grid.results_csv)
     shipped = study_report.shipped_points(grid.keep_dir.parent, grid.dataset)
-    markdown = study_report.markdown(rows)
-    recipes = study_report.recipe_gap_table(rows)
+    markdown = study_report.markdown(rows)  # the recipes side by side too, once another recipe has a row
     (grid.folder / "RESULTS.md").write_text(
         f"# {grid.name}: results\n\nWritten by `python -m explorer.study report` from {len(rows)} finished "
-        f"trials of {len(grid.trials)} (results.csv).\n\n{markdown}\n\n![curve](curve.png)\n\n"
-        f"## The recipe: light against the paper's\n\nEach mechanism as a paired gap (seed by seed, in points; "
-        f"the 95 % interval of the mean in parentheses, then the seeds), LSA with one temperature per head as the "
-        f"paper has it, under the light recipe (crop + flip, weight decay 1e-4) and under the paper's "
-        f"(`--recipe paper --drop-path 0.1`); the last column is the ViT with CutMix alone against the light "
-        f"ViT:\n\n{recipes}\n")
+        f"trials of {len(grid.trials)} (results.csv).\n\n{markdown}\n\n![curve](curve.png)\n")
     Image.fromarray(figure_to_array(study_report.curve_figure(rows, shipped))).save(grid.folder / "curve.png")
     written = [grid.results_csv, grid.folder / "RESULTS.md", grid.folder / "curve.png"]
     readme = grid.folder.parent / "README.md"  # the project's, for the grid in its study folder

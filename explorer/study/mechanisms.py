@@ -18,14 +18,23 @@ from explorer.core.card import Card
 from explorer.core.settings import Settings
 from explorer.study.report import ALL_NAMES, LIGHT, VARIANT_COLOR, study_variant
 
+# distance_min_px: the layer's most local head (its smallest mean attention distance), in input pixels.
 COLUMNS = ("model", "variant", "recipe", "train_images", "layer", "tau_mean", "tau_min", "tau_max", "tau_start",
-           "entropy", "distance_px", "self_attention", "patches", "test_top1")
+           "entropy", "distance_px", "distance_min_px", "self_attention", "patches", "image_size", "test_top1")
 # Per head (study/mechanisms_heads.csv): the measures of one head of one layer; `distance` is the mean attention
 # distance over the image's side (the measure of arXiv 2605.16390, whose smallest head per layer it reports).
 HEAD_COLUMNS = ("model", "variant", "recipe", "train_images", "layer", "head", "tau_ratio", "entropy", "distance",
                 "self_attention", "test_top1")
 TEXT = ("model", "variant", "recipe")
 FULL = 45_000  # the shipped models' training-set size
+STAGED = "staged"  # the shipped full-data models' recipe: stages, CutMix/mixup in the last
+# The recipes in the order the tables list them; the names the text gives them.
+RECIPES = (LIGHT, "cutmix", "paper", STAGED)
+RECIPE_WORDS = {LIGHT: "light recipe", "cutmix": "light recipe + CutMix", "paper": "paper recipe",
+                STAGED: "staged recipe"}
+# arXiv 2605.16390 (CIFAR-100): the smallest head's mean attention distance over the image's side, without
+# CutMix and with it, for the text that compares.
+CITED = (0.316, 0.008)
 # The fixed images: CIFAR-10's first test images, which the app ships as its sample (so this runs anywhere).
 IMAGES = 200
 
@@ -69,8 +78,10 @@ def kept_models(checkpoints: Path, dataset: str = "cifar10") -> list[Path]:
                 if (checkpoints / f"{dataset}-{v}" / "explorer.json").is_file()]
 
     def key(p: Path):
+        from explorer.checkpoints.catalog import study_recipe
         card = Card.from_json(json.loads((p / "explorer.json").read_text()))
-        return card.dataset.train_images, list(ALL_NAMES).index(study_variant(card))
+        recipe = (study_recipe(card) or LIGHT) if p.parent.name == "study" else STAGED
+        return card.dataset.train_images, RECIPES.index(recipe), list(ALL_NAMES).index(study_variant(card))
     return sorted(folders, key=key)
 
 
@@ -84,7 +95,7 @@ def run(folders: list[Path], images: np.ndarray) -> tuple[list[dict], list[dict]
         model, card = load_checkpoint(folder)
         config = ViTConfig.from_dict(card.config)
         # the shipped full-data models trained in stages, CutMix/mixup in the last: a recipe of their own
-        recipe = (study_recipe(card) or LIGHT) if folder.parent.name == "study" else "staged"
+        recipe = (study_recipe(card) or LIGHT) if folder.parent.name == "study" else STAGED
         for r in measure(model, config, images):
             tau = r["tau"]
             heads += [{"model": folder.name, "variant": study_variant(card), "recipe": recipe,
@@ -97,7 +108,9 @@ def run(folders: list[Path], images: np.ndarray) -> tuple[list[dict], list[dict]
                          "tau_mean": float(np.mean(tau)) if tau else None, "tau_min": min(tau) if tau else None,
                          "tau_max": max(tau) if tau else None, "tau_start": r["tau_start"],
                          "entropy": r["entropy"], "distance_px": r["distance_px"],
+                         "distance_min_px": min(h["distance_px"] for h in r["heads"]),
                          "self_attention": r["self_attention"], "patches": config.num_patches,
+                         "image_size": config.image_size,
                          "test_top1": card.metrics.test_top1})
     return rows, heads
 
@@ -117,7 +130,7 @@ def read_csv(path: Path) -> list[dict]:
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             parsed = {k: (v if k in TEXT else None if v == "" else
-                          int(v) if k in ("train_images", "layer", "head", "patches") else float(v))
+                          int(v) if k in ("train_images", "layer", "head", "patches", "image_size") else float(v))
                       for k, v in row.items()}
             parsed["recipe"] = parsed.get("recipe") or LIGHT
             out.append(parsed)
@@ -146,19 +159,48 @@ def head_table(heads: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def layer_table(rows: list[dict], sizes: list[int] | None = None) -> str:
+    """Per model and layer (from mechanisms.csv's rows): the most local head's and the mean attention distance,
+    over the image's side, at `sizes` (default: those where another recipe than the light one ran); "" when
+    no row there has the most local head (a CSV written before that column)."""
+    if sizes is None:
+        sizes = sorted({r["train_images"] for r in rows if r.get("recipe") in ("paper", "cutmix")})
+    chosen = [r for r in rows if r["train_images"] in sizes and r.get("distance_min_px") is not None
+              and r.get("image_size")]
+    if not chosen:
+        return ""
+    layers = sorted({r["layer"] for r in chosen})
+    lines = ["| recipe | train images | model | " + " | ".join(f"layer {k}" for k in layers) + " |",
+             "|---|---:|---|" + "---:|" * len(layers)]
+    for name in dict.fromkeys(r["model"] for r in chosen):
+        mine = {r["layer"]: r for r in chosen if r["model"] == name}
+        first = next(iter(mine.values()))
+        cells = [f"{mine[k]['distance_min_px'] / mine[k]['image_size']:.3f} / "
+                 f"{mine[k]['distance_px'] / mine[k]['image_size']:.3f}" if k in mine else "–" for k in layers]
+        lines.append(f"| {first.get('recipe') or LIGHT} | {first['train_images']:,} | {ALL_NAMES[first['variant']]} | "
+                     + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def per_model(rows: list[dict]) -> list[dict]:
-    """One summary per model: means over its layers, the temperatures' largest move from their start."""
+    """One summary per model: means over its layers, the temperatures' largest move from their start, and its
+    most local head (the smallest head distance of any layer, over the image's side; None from a CSV written
+    before that column)."""
     out = []
     for name in dict.fromkeys(r["model"] for r in rows):
         layers = [r for r in rows if r["model"] == name]
         taus = [r for r in layers if r["tau_mean"] is not None]
         move = (max(max(abs(r["tau_min"] / r["tau_start"] - 1), abs(r["tau_max"] / r["tau_start"] - 1))
                     for r in taus) if taus else None)
-        out.append({"model": name, "variant": layers[0]["variant"], "train_images": layers[0]["train_images"],
+        local = [r["distance_min_px"] / r["image_size"] for r in layers
+                 if r.get("distance_min_px") is not None and r.get("image_size")]
+        out.append({"model": name, "variant": layers[0]["variant"], "recipe": layers[0].get("recipe") or LIGHT,
+                    "train_images": layers[0]["train_images"],
                     "tau_ratio": float(np.mean([r["tau_mean"] / r["tau_start"] for r in taus])) if taus else None,
                     "tau_move": move,
                     "entropy": float(np.mean([r["entropy"] for r in layers])),
                     "distance_px": float(np.mean([r["distance_px"] for r in layers])),
+                    "distance_min": min(local) if local else None,
                     "self_attention": float(np.mean([r["self_attention"] for r in layers])),
                     "test_top1": layers[0]["test_top1"]})
     return out
@@ -167,56 +209,120 @@ def per_model(rows: list[dict]) -> list[dict]:
 def markdown(rows: list[dict], images: int = IMAGES) -> str:
     lines = [f"Per model, means over its layers, on CIFAR-10's first {images} test images (the same for every "
              "model). τ / √d_k: the learned temperature against its start (1 = never moved); largest move: the "
-             "farthest any layer's (or head's) τ went from √d_k; self-attention: the attention a query pays "
-             "to its own patch (what LSA's diagonal mask removes; 0 with the mask).", "",
-             "| train images | model | τ / √d_k | largest τ move | entropy (nats) | mean distance (px) | "
-             "self-attention | test top-1 |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "farthest any layer's (or head's) τ went from √d_k; most local head: the smallest mean attention "
+             "distance of any head in any layer, over the image's side (about 0.5 = spread over the image); "
+             "self-attention: the attention a query pays to its own patch (what LSA's diagonal mask removes; 0 "
+             "with the mask).", "",
+             "| recipe | train images | model | τ / √d_k | largest τ move | entropy (nats) | mean distance (px) | "
+             "most local head | self-attention | test top-1 |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m in per_model(rows):
         tau = "–" if m["tau_ratio"] is None else f"{m['tau_ratio']:.3f}"
         move = "–" if m["tau_move"] is None else f"{100 * m['tau_move']:.1f} %"
+        local = "–" if m["distance_min"] is None else f"{m['distance_min']:.3f}"
         top1 = "–" if m["test_top1"] is None else f"{100 * m['test_top1']:.2f} %"
-        lines.append(f"| {m['train_images']:,} | {ALL_NAMES[m['variant']]} | {tau} | {move} | {m['entropy']:.3f} | "
-                     f"{m['distance_px']:.2f} | {100 * m['self_attention']:.1f} % | {top1} |")
+        lines.append(f"| {m['recipe']} | {m['train_images']:,} | {ALL_NAMES[m['variant']]} | {tau} | {move} | "
+                     f"{m['entropy']:.3f} | {m['distance_px']:.2f} | {local} | {100 * m['self_attention']:.1f} % | "
+                     f"{top1} |")
     return "\n".join(lines)
 
 
+def _span(values, unit: str, digits: int = 2) -> str:
+    low, high = f"{min(values):+.{digits}f}", f"{max(values):+.{digits}f}"
+    return f"{low} {unit}" if low == high else f"{low} to {high} {unit}"
+
+
+def _lsa_against_vit(models: list[dict], patches: int) -> str | None:
+    """What LSA alone changes in entropy and distance against the ViT of the same size and recipe."""
+    vit = {m["train_images"]: m for m in models if m["variant"] == "vanilla"}
+    lsa = {m["train_images"]: m for m in models if m["variant"] in ("lsa", "lsa_head")}
+    both = sorted(set(vit) & set(lsa))
+    if not both:
+        return None
+    d_entropy = [lsa[n]["entropy"] - vit[n]["entropy"] for n in both]
+    d_distance = [lsa[n]["distance_px"] - vit[n]["distance_px"] for n in both]
+    return (f"LSA alone changes the attention entropy by {_span(d_entropy, 'nats')} against the ViT (of at most "
+            f"ln {patches} = {np.log(patches):.2f}) and the mean attention distance by {_span(d_distance, 'px')}, "
+            f"at {' and '.join(f'{n:,}' for n in both)} images")
+
+
+def _recipe_paragraph(models: list[dict], light: list[dict], patches: int) -> str | None:
+    """What the paper's recipe (and CutMix alone, on the ViT) did to attention against the light recipe, at
+    the sizes where a paper-recipe model was kept: entropy, the most local head, self-attention, τ."""
+    paper = [m for m in models if m["recipe"] == "paper"]
+    if not paper:
+        return None
+    sizes = sorted({m["train_images"] for m in paper})
+    at = [m for m in light if m["train_images"] in sizes]
+
+    def pick(pool, variant):
+        return next((m for m in pool if m["variant"] == variant), None)
+    parts = []
+    vit_light, vit_paper = pick(at, "vanilla"), pick(paper, "vanilla")
+    vit_cutmix = pick([m for m in models if m["recipe"] == "cutmix" and m["train_images"] in sizes], "vanilla")
+    where = " and ".join(f"{n:,}" for n in sizes)
+    if vit_light and vit_paper:
+        sharper = "sharper" if vit_paper["entropy"] < vit_light["entropy"] else "no sharper"
+        text = (f"**Under the paper's recipe** (CutMix and mixup, RandAugment, random erasing, repeated "
+                f"augmentation, stochastic depth; {where} images), the ViT's attention is {sharper} (entropy "
+                f"{vit_light['entropy']:.2f} → {vit_paper['entropy']:.2f} nats)")
+        local = [m["distance_min"] for m in (vit_light, vit_paper, vit_cutmix) if m is not None]
+        if None not in local:
+            # "local" as the cited study saw it: the most local head's distance at least a fifth shorter
+            more = vit_paper["distance_min"] < 0.8 * vit_light["distance_min"]
+            text += (f" {'and more' if more else 'but hardly more'} local: its most local head's mean distance is "
+                     f"{vit_light['distance_min']:.3f} of the image's "
+                     f"side under the light recipe and {vit_paper['distance_min']:.3f} under the paper's")
+            if vit_cutmix is not None:
+                text += f", {vit_cutmix['distance_min']:.3f} with CutMix alone"
+            text += (f" (arXiv 2605.16390 measured {CITED[0]} → {CITED[1]} with CutMix, on CIFAR-100 with a larger "
+                     f"ViT)")
+        shares = [f"{100 * m['self_attention']:.1f} %" for m in (vit_light, vit_paper)]
+        parts.append(text + f"; a query gives its own patch {shares[0]} and {shares[1]} of its attention.")
+    taus = [m["tau_ratio"] for m in paper if m["tau_ratio"] is not None]
+    if taus:
+        parts.append(f"τ ends at {min(taus):.3f} to {max(taus):.3f} of √d_k there too.")
+    lsa = _lsa_against_vit(paper, patches)
+    if lsa:
+        parts.append(lsa[0].upper() + lsa[1:] + " under the paper's recipe.")
+    return " ".join(parts) if parts else None
+
+
 def answer(rows: list[dict]) -> str:
-    """Why LSA adds nothing in the study, in words, with the numbers of `rows` (what the Small data tab and
-    the README say): how far τ moved, how much self-attention the mask had to remove, what LSA alone changes
-    in entropy and distance, and where the setting differs from the paper's."""
+    """What LSA does in the study, in words, with the numbers of `rows` (what the Small data tab and the README
+    say): under the light recipe, how far τ moved, how much self-attention the mask had to remove, what LSA alone
+    changes in entropy and distance; under the paper's recipe, where its models were kept, what the recipe did
+    to attention; and where the setting differs from the paper's."""
     models = per_model(rows)
-    study = [m for m in models if m["train_images"] < FULL]
-    taus = [m["tau_ratio"] for m in study if m["tau_ratio"] is not None]
-    moves = [m["tau_move"] for m in study if m["tau_move"] is not None]
-    vit = {m["train_images"]: m for m in study if m["variant"] == "vanilla"}
-    lsa = {m["train_images"]: m for m in study if m["variant"] in ("lsa", "lsa_head")}
+    light = [m for m in models if m["train_images"] < FULL and m["recipe"] == LIGHT]
+    taus = [m["tau_ratio"] for m in light if m["tau_ratio"] is not None]
+    moves = [m["tau_move"] for m in light if m["tau_move"] is not None]
+    vit = [m for m in light if m["variant"] == "vanilla"]
     patches = rows[0].get("patches") or 64 if rows else 64
     parts = []
     if taus:
-        parts.append(f"**The learned temperature hardly moves**: averaged over layers, τ ends at {min(taus):.3f} to "
-                     f"{max(taus):.3f} of its start √d_k (no layer or head moves by more than "
-                     f"{100 * max(moves):.0f} %), so softmax is at most a few percent sharper than a ViT's.")
+        parts.append(f"**The learned temperature hardly moves**: under the light recipe (crop and flip), averaged "
+                     f"over layers, τ ends at {min(taus):.3f} to {max(taus):.3f} of its start √d_k (no layer or "
+                     f"head moves by more than {100 * max(moves):.0f} %), so softmax is at most a few percent "
+                     f"sharper than a ViT's.")
     if vit:
-        shares = [100 * m["self_attention"] for m in vit.values()]
+        shares = [100 * m["self_attention"] for m in vit]
         parts.append(f"**The diagonal mask removes almost nothing**: a ViT's query gives its own patch "
                      f"{min(shares):.1f} to {max(shares):.1f} % of its attention, where attention spread evenly over "
                      f"the {patches} patches gives {100 / patches:.2f} %.")
-    both = sorted(set(vit) & set(lsa))
-    if both:
-        d_entropy = [lsa[n]["entropy"] - vit[n]["entropy"] for n in both]
-        d_distance = [lsa[n]["distance_px"] - vit[n]["distance_px"] for n in both]
-        def span(values, unit):
-            low, high = f"{min(values):+.2f}", f"{max(values):+.2f}"
-            return f"{low} {unit}" if low == high else f"{low} to {high} {unit}"
-
-        parts.append(f"**So attention is no sharper and no more local**: LSA alone changes the attention entropy "
-                     f"by {span(d_entropy, 'nats')} against the ViT (of at most ln {patches} = "
-                     f"{np.log(patches):.2f}) and the mean attention distance by {span(d_distance, 'px')}, at "
-                     f"{' and '.join(f'{n:,}' for n in both)} images.")
+    lsa = _lsa_against_vit(light, patches)
+    if lsa:
+        parts.append(f"**So attention is no sharper and no more local**: {lsa}.")
+    recipe = _recipe_paragraph(models, light, patches)
+    if recipe:
+        parts.append(recipe)
+    paper_sizes = sorted({m["train_images"] for m in models if m["recipe"] == "paper"})
     parts.append("Where the setting differs from the paper's: a ViT of width 64, 6 blocks and 4 heads (0.2 M "
                  "parameters) against width 192, 9 blocks and 12 heads (2.7 M); CIFAR-10 subsets against all of "
-                 "CIFAR-100 and Tiny-ImageNet; 50-100 epochs of crop and flip against 100 epochs with AutoAugment, "
-                 "CutMix, Mixup, random erasing, repeated augmentation and stochastic depth.")
+                 "CIFAR-100 and Tiny-ImageNet; "
+                 + (f"the paper's recipe at {' and '.join(f'{n:,}' for n in paper_sizes)} images only, beside "
+                    "50-100 epochs of crop and flip at every size." if paper_sizes else
+                    "50-100 epochs of crop and flip against 100 epochs with AutoAugment, CutMix, Mixup, random "
+                    "erasing, repeated augmentation and stochastic depth."))
     return "\n\n".join(parts)
 
 
@@ -226,7 +332,9 @@ def figure(rows: list[dict]):
     from matplotlib.figure import Figure
 
     from explorer.analysis.plots import model_color
-    models = per_model(rows)
+    # one recipe per line: the light study's models and the shipped (staged) ones; the other recipes are
+    # layer_figure's
+    models = [m for m in per_model(rows) if m["recipe"] in (LIGHT, STAGED)]
     fig = Figure(figsize=(11.0, 7.0), layout="constrained")
     axes = fig.subplots(2, 2)
     panels = (("tau_ratio", "τ / √d_k (1 = never moved)", 1.0), ("entropy", "attention entropy (nats)", 1.0),
@@ -271,6 +379,71 @@ def figure(rows: list[dict]):
     return fig
 
 
+RECIPE_STYLE = {LIGHT: ("-", "o"), "cutmix": (":", "^"), "paper": ("--", "s")}
+
+
+def layer_figure(rows: list[dict]):
+    """Per layer, at each size where a model of another recipe than the light one was kept: the most local
+    head's and the mean attention distance (over the image's side), the entropy and τ / √d_k, a line per model
+    (colour: the variant; line: the recipe). None when no such size has models."""
+    from matplotlib.figure import Figure
+
+    from explorer.analysis.plots import model_color
+    sizes = sorted({r["train_images"] for r in rows if r.get("recipe") in ("paper", "cutmix")})
+    chosen = [r for r in rows if r["train_images"] in sizes and (r.get("recipe") or LIGHT) in RECIPE_STYLE]
+    if not chosen:
+        return None
+    fig = Figure(figsize=(11.0, 7.5), layout="constrained")
+    axes = fig.subplots(2, 2)
+    panels = (("distance_min_px", "most local head: mean distance / side", True),
+              ("distance_px", "mean attention distance / side", True), ("entropy", "attention entropy (nats)", False),
+              ("tau_ratio", "τ / √d_k, mean over heads (1 = never moved)", False))
+    for ax, (key, label, per_side) in zip(axes.flat, panels, strict=True):
+        for name in dict.fromkeys(r["model"] for r in chosen):
+            mine = sorted((r for r in chosen if r["model"] == name), key=lambda r: r["layer"])
+            first = mine[0]
+            if key == "tau_ratio":
+                ys = [None if r["tau_mean"] is None else r["tau_mean"] / r["tau_start"] for r in mine]
+            elif per_side:
+                ys = [None if r.get(key) is None or not r.get("image_size") else r[key] / r["image_size"]
+                      for r in mine]
+            else:
+                ys = [r[key] for r in mine]
+            if all(y is None for y in ys):
+                continue
+            recipe = first.get("recipe") or LIGHT
+            line, marker = RECIPE_STYLE[recipe]
+            sized = f"{first['train_images']:,}, " if len(sizes) > 1 else ""
+            ax.plot([r["layer"] for r in mine], ys, linestyle=line, marker=marker,
+                    color=model_color(VARIANT_COLOR[first["variant"]]),
+                    label=f"{ALL_NAMES[first['variant']]} ({sized}{RECIPE_WORDS[recipe]})")
+        if key == "tau_ratio":
+            ax.axhline(1.0, color="0.5", linewidth=0.8)
+        if per_side:  # from 0 (a query attending to its own position): how local, on the cited study's scale
+            ax.set_ylim(0.0, 0.6)
+        if key == "distance_min_px":
+            for value, words in zip(CITED, ("without CutMix", "with CutMix"), strict=True):
+                ax.axhline(value, color="0.5", linewidth=0.8, linestyle=":")
+                ax.annotate(f"arXiv 2605.16390, CIFAR-100, {words}: {value}", (0.02, value),
+                            xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(0, 3),
+                            fontsize=8, color="0.35")
+        ax.set_xlabel("layer")
+        ax.set_ylabel(label)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            if text not in labels:
+                handles.append(h)
+                labels.append(text)
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=9)
+    fig.suptitle(f"What the recipe does to attention, layer by layer ({' and '.join(f'{n:,}' for n in sizes)} "
+                 f"training images; on CIFAR-10's first {IMAGES} test images)\nsolid: light recipe; dashed: the "
+                 "paper's recipe; dotted: light recipe + CutMix (the ViT only)", fontsize=11)
+    return fig
+
+
 def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int = IMAGES,
           settings: Settings | None = None) -> list[Path]:
     """study/mechanisms.csv, MECHANISMS.md and mechanisms.png from every kept model; the CSV also beside the
@@ -285,14 +458,24 @@ def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int
     write_csv(rows, out / "mechanisms.csv")
     write_csv(rows, checkpoints / "study" / "mechanisms.csv")
     write_csv(heads, out / "mechanisms_heads.csv", HEAD_COLUMNS)
+    layers = layer_figure(rows)
+    per_layer = ("" if layers is None else
+                 "## Per layer: what the recipe does to attention\n\nAt the sizes where models of the paper's recipe "
+                 "(and the ViT with CutMix alone) were kept, every layer of every model there, beside the light "
+                 "recipe's:\n\n![per layer, both recipes](mechanisms_layers.png)\n\n")
     (out / "MECHANISMS.md").write_text(
         "# What LSA does to attention\n\nWritten by `python -m explorer.study "
-        f"mechanisms` (explorer/study/mechanisms.py).\n\n{markdown(rows, images)}\n\n![mechanisms](mechanisms.png)\n\n"
+        f"mechanisms` (explorer/study/mechanisms.py) from the models it measures; the Small data tab says the "
+        f"same.\n\n{answer(rows)}\n\n{markdown(rows, images)}\n\n![mechanisms](mechanisms.png)\n\n{per_layer}"
         "## Per layer and head: how local the most local head is\n\nMean attention distance over the image's side "
         "(0 = a query attends to its own position, about 0.5 = spread over the image), for each layer the smallest "
         "head's and the mean over heads (the smallest head's is the measure of arXiv 2605.16390, which found CutMix "
         f"alone makes early heads local); self-attention per head; on the same {images} images "
         f"(study/mechanisms_heads.csv):\n\n{head_table(heads)}\n")
+    written = [out / "mechanisms.csv", checkpoints / "study" / "mechanisms.csv", out / "mechanisms_heads.csv",
+               out / "MECHANISMS.md", out / "mechanisms.png"]
     Image.fromarray(figure_to_array(figure(rows))).save(out / "mechanisms.png")
-    return [out / "mechanisms.csv", checkpoints / "study" / "mechanisms.csv", out / "mechanisms_heads.csv",
-            out / "MECHANISMS.md", out / "mechanisms.png"]
+    if layers is not None:
+        Image.fromarray(figure_to_array(layers)).save(out / "mechanisms_layers.png")
+        written.append(out / "mechanisms_layers.png")
+    return written

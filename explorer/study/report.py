@@ -283,7 +283,50 @@ def markdown(rows: list[dict]) -> str:
         "The paper's own LSA, one learned temperature per head (every other LSA here learns one per layer, as "
         "the keras.io example does), as paired effects in points: what it adds to the ViT and to SPT, and what "
         "per-head temperatures change against per-layer ones:",
-        head_effects_table(rows)])
+        head_effects_table(rows), *recipe_section(rows)])
+
+
+def recipe_section(rows: list[dict]) -> list[str]:
+    """The mechanisms under both recipes, as markdown paragraphs; none before a trial of another recipe than the
+    light one has finished."""
+    if not any((r.get("recipe") or LIGHT) != LIGHT for r in rows):
+        return []
+    return ["Under the paper's own recipe (`--recipe paper`: CutMix and mixup, RandAugment, random erasing 0.25, "
+            "repeated augmentation ×3, label smoothing, weight decay 0.05, stochastic depth 0.1, 100 epochs), "
+            "beside the light one (crop and flip), with the paper's LSA (one τ per head): each mechanism as a "
+            "paired gap in points, the 95 % interval of its mean, and how many seeds; the last column is the ViT "
+            "with CutMix alone (the light recipe plus CutMix) against the light ViT, which tells what CutMix "
+            "does from what LSA does:", recipe_gap_table(rows)]
+
+
+def lsa_verdict(rows: list[dict], recipe: str = LIGHT) -> str | None:
+    """What LSA alone did to the ViT's test top-1 under `recipe`, over the sizes where its paired gap has an
+    interval (two seeds or more): "gain" or "loss" where an interval excludes 0, "none" where every one holds
+    it, None without an interval."""
+    gaps = recipe_gaps(rows)[("LSA alone − ViT", recipe)]
+    intervals = [interval(g["gaps"]) for g in gaps.values()]
+    intervals = [i for i in intervals if i is not None]
+    if not intervals:
+        return None
+    if any(low > 0 for low, _ in intervals):
+        return "gain"
+    if any(high < 0 for _, high in intervals):
+        return "loss"
+    return "none"
+
+
+def lsa_question(rows: list[dict]) -> str:
+    """The Small data tab's heading over what LSA does to attention, from what the study measured."""
+    light, paper = lsa_verdict(rows), lsa_verdict(rows, "paper")
+    tail = "what its temperature and mask do to attention"
+    if light in ("none", None) and paper == "none":
+        return ("Why does LSA alone add nothing measurable here, under the light recipe or the paper's? "
+                f"{tail.capitalize()}")
+    if light in ("none", None) and paper == "gain":
+        return f"LSA alone gains only under the paper's recipe: why, and {tail}"
+    if light in ("none", None) and paper is None:
+        return f"Why does LSA add nothing here? {tail.capitalize()}"
+    return f"What LSA does here, recipe by recipe: {tail}"
 
 
 BEGIN, END = "<!-- study tables: written by `python -m explorer.study report` -->", "<!-- /study tables -->"

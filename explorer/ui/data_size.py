@@ -38,14 +38,21 @@ class DataSizeTab:
         """The size whose pair the slots hold (A: its ViT, B: its SPT + LSA), or None."""
         return next((n for n, pair in self.app.study_pairs(request).items() if pair == (ref_a, ref_b)), None)
 
+    def results(self) -> list[dict]:
+        """The study's rows the app ships (checkpoints/study/results.csv); none without that file."""
+        try:
+            return read_results(self.app.root / STUDY / "results.csv")
+        except (OSError, ValueError):
+            return []
+
+    def question(self) -> str:
+        """The heading over what LSA does to attention: what the study's paired gaps measured."""
+        return study_report.lsa_question(self.results())
+
     def curve(self, request: gr.Request = None):
         """The study's figures (the curve, the paired gap) and tables, from the results the app ships
         (checkpoints/study/results.csv)."""
-        path = self.app.root / STUDY / "results.csv"
-        try:
-            rows = read_results(path)
-        except (OSError, ValueError):
-            rows = []
+        rows = self.results()
         shipped = study_report.shipped_points(self.app.root)
         text = study_report.markdown(rows) if rows else (
             "No trial of the study has finished yet: the figure shows the shipped models only.")
@@ -61,7 +68,13 @@ class DataSizeTab:
             rows = mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")
         except (OSError, ValueError, KeyError):
             return ""
-        return f"{mechanisms.answer(rows)}\n\n{mechanisms.markdown(rows)}" if rows else ""
+        if not rows:
+            return ""
+        layers = mechanisms.layer_table(rows)
+        per_layer = ("\n\nLayer by layer where the paper's recipe ran: the most local head's / the mean attention "
+                     f"distance, over the image's side (about 0.5: spread over the image; 0: a query attends to its "
+                     f"own position):\n\n{layers}") if layers else ""
+        return f"{mechanisms.answer(rows)}\n\n{mechanisms.markdown(rows)}{per_layer}"
 
 
     def models(self, request=None) -> list[tuple[str, str]]:
@@ -99,8 +112,7 @@ def build(app: AppState, page: Page) -> DataSizeTab:
         gr.Markdown(text, elem_id="data-size-tables")
         why = tab.mechanisms()
         if why:
-            with gr.Accordion("Why does LSA add nothing here? What its temperature and mask do to attention",
-                              open=False, elem_id="data-size-why"):
+            with gr.Accordion(tab.question(), open=False, elem_id="data-size-why"):
                 gr.Markdown(why)
                 reported = gr.Dropdown(tab.models(), value=None, label="put one of these models in slot B",
                                        elem_id="data-size-model")

@@ -30,6 +30,13 @@ def open_tab(page, name):
         page.locator(".overflow-dropdown button", has_text=name).click()
 
 
+def open_why(page, root):
+    """The Small data tab's accordion on what LSA does to attention, by the heading the study's results in the
+    app's checkpoint folder `root` give it (explorer.study.report.lsa_question)."""
+    from explorer.study.report import lsa_question, read_results
+    page.get_by_text(lsa_question(read_results(root / "study" / "results.csv"))).click()
+
+
 # What the open tab shows, measured: each picture's shown width over its own (pictures of 100 px or more;
 # the image column's preview aside), and each table's right edge against its box's, the parts of it hidden
 # behind a scroll, and its headers broken inside a word ("distan/ce": more lines than words and hyphens allow).

@@ -9,6 +9,7 @@ import pytest
 from tests.e2e.pages import (
     choose,
     open_tab,
+    open_why,
     slot_options,
     slot_value,
     visit,
@@ -38,7 +39,7 @@ def test_every_shipped_model_is_in_the_slot_lists_under_a_label_of_its_own(brows
             "small data · 1,000 images · SPT + LSA · tau per head")
         # The tab that reports the per-head models puts one in slot B.
         open_tab(page, "Small data")
-        page.get_by_text("Why does LSA add nothing here?").click()
+        open_why(page, shipped_app[1])
         reported = slot_options(page, "put one of these models in slot B")
         assert "small data · 2,500 images · LSA alone · tau per head" in reported, reported
         choose(page, "put one of these models in slot B", "small data · 2,500 images · LSA alone · tau per head")

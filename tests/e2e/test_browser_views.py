@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from tests.e2e.pages import MEASURE, MESSAGES, UPLOAD, choose, class_zip_of, open_tab, slot_options, visit
+from tests.e2e.pages import MEASURE, MESSAGES, UPLOAD, choose, class_zip_of, open_tab, open_why, slot_options, visit
 from tests.helpers import ROOT, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -224,7 +224,7 @@ def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, a
                 page.wait_for_function("() => /On the first/.test(document.querySelector('#robustness-summary')"
                                        ".innerText)", timeout=300_000)
             elif tab == "Small data":
-                page.get_by_text("Why does LSA add nothing here?").click()
+                open_why(page, app[1])
             page.wait_for_timeout(2500)  # the pictures have loaded and the page has laid them out
             seen[tab] = page.evaluate(MEASURE)
         small = {tab: [(p["id"], p["natural"], round(p["scale"], 2)) for p in m["pictures"] if p["scale"] < 0.75]
@@ -248,7 +248,7 @@ def test_a_fresh_fine_tune_tab_the_small_data_list_and_a_long_tau_table(browser,
         assert not empty, f"empty boxes on a fresh Fine-tune tab: {empty}"
         # The Small data tab's list of reported models follows slot B.
         open_tab(page, "Small data")
-        page.get_by_text("Why does LSA add nothing here?").click()
+        open_why(page, app[1])
         choose(page, "put one of these models in slot B", "small data · 1,000 images · SPT + LSA · tau per head")
         page.wait_for_function("() => /cifar10-1000-spt_lsa_head/.test(document.querySelector('#card-b').innerText)",
                                timeout=60_000)
