@@ -231,7 +231,7 @@ def _span(values, unit: str, digits: int = 2) -> str:
     return f"{low} {unit}" if low == high else f"{low} to {high} {unit}"
 
 
-def _lsa_against_vit(models: list[dict], patches: int) -> str | None:
+def _lsa_against_vit(models: list[dict], patches: int, bound: bool = True) -> str | None:
     """What LSA alone changes in entropy and distance against the ViT of the same size and recipe."""
     vit = {m["train_images"]: m for m in models if m["variant"] == "vanilla"}
     lsa = {m["train_images"]: m for m in models if m["variant"] in ("lsa", "lsa_head")}
@@ -240,9 +240,9 @@ def _lsa_against_vit(models: list[dict], patches: int) -> str | None:
         return None
     d_entropy = [lsa[n]["entropy"] - vit[n]["entropy"] for n in both]
     d_distance = [lsa[n]["distance_px"] - vit[n]["distance_px"] for n in both]
-    return (f"LSA alone changes the attention entropy by {_span(d_entropy, 'nats')} against the ViT (of at most "
-            f"ln {patches} = {np.log(patches):.2f}) and the mean attention distance by {_span(d_distance, 'px')}, "
-            f"at {' and '.join(f'{n:,}' for n in both)} images")
+    most = f" (of at most ln {patches} = {np.log(patches):.2f})" if bound else ""
+    return (f"LSA alone changes the attention entropy by {_span(d_entropy, 'nats')} against the ViT{most} and the "
+            f"mean attention distance by {_span(d_distance, 'px')}, at {' and '.join(f'{n:,}' for n in both)} images")
 
 
 def _recipe_paragraph(models: list[dict], light: list[dict], patches: int) -> str | None:
@@ -281,7 +281,7 @@ def _recipe_paragraph(models: list[dict], light: list[dict], patches: int) -> st
     taus = [m["tau_ratio"] for m in paper if m["tau_ratio"] is not None]
     if taus:
         parts.append(f"τ ends at {min(taus):.3f} to {max(taus):.3f} of √d_k there too.")
-    lsa = _lsa_against_vit(paper, patches)
+    lsa = _lsa_against_vit(paper, patches, bound=False)
     if lsa:
         parts.append(lsa[0].upper() + lsa[1:] + " under the paper's recipe.")
     return " ".join(parts) if parts else None
