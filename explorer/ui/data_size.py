@@ -12,9 +12,12 @@ from explorer.ui.context import UNLISTED, AppState, Page
 
 INTRO = """\
 The paper's claim is about **small** datasets. The same two models (and at 1,000 and 2,500 images SPT
-alone and LSA alone) were trained with one recipe on nested, class-balanced subsets of CIFAR-10, with
-several seeds each, and tested on all 10,000 test images (`study/README.md` has the design). Pick a
-training-set size to put that size's pair in the slots: every tab then works on them."""
+alone and LSA alone) were trained with one light recipe (crop and flip) on nested, class-balanced subsets of
+CIFAR-10, with several seeds each, and tested on all 10,000 test images (`study/README.md` has the design).
+At 1,000 images the 2x2 was also trained under the paper's own heavy recipe (CutMix and mixup, RandAugment,
+erasing, repeated augmentation, stochastic depth), and a ViT with CutMix alone; the tables below set the
+recipes side by side. Pick a training-set size to put that size's pair in the slots: every tab then works
+on them."""
 
 
 class DataSizeTab:
