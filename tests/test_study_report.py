@@ -175,11 +175,14 @@ def test_the_recipes_gaps_side_by_side_never_mix_recipes():
     assert gaps[("LSA alone − ViT", "light")][1000]["mean"] == pytest.approx(0.002)
     assert gaps[("LSA alone − ViT", "paper")][1000]["mean"] == pytest.approx(0.03)
     assert gaps[("SPT + LSA − SPT alone", "paper")][1000]["mean"] == pytest.approx(0.05)
-    assert gaps[("ViT with CutMix alone − ViT", "cutmix")][1000]["gaps"] == pytest.approx([0.02] * 3)
+    assert gaps[(study_report.RECIPE_ON_VIT, "cutmix")][1000]["gaps"] == pytest.approx([0.02] * 3)
+    assert gaps[(study_report.RECIPE_ON_VIT, "paper")][1000]["gaps"] == pytest.approx([-0.05, -0.049, -0.048])
     # the light study's own tables read the light rows only, as before the paper rows came
     assert study_report.summary(rows)[(1000, "vanilla")]["mean"] == pytest.approx(0.351)
     table = study_report.recipe_gap_table(rows)
-    assert "LSA alone − ViT, paper recipe" in table and "+3.00 (+3.00 to +3.00) (3)" in table
+    assert "| 1,000 | LSA alone − ViT | +0.20 (+0.20 to +0.20) (3) | +3.00 (+3.00 to +3.00) (3) | – |" in table
+    assert ("| 1,000 | the recipe − the light one, on the ViT | – | -4.90 (-5.15 to -4.65) (3) | "
+            "+2.00 (+2.00 to +2.00) (3) |") in table
     assert study_report.recipe_gap_table([]).startswith("None yet")
 
 
