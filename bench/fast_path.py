@@ -33,7 +33,7 @@ def main():
     p.add_argument("--steps", type=int, default=200, help="steps per epoch")
     p.add_argument("--epochs", type=int, default=3, help="epochs per setting; the first (compiling) is not timed")
     p.add_argument("--steps-per-call", type=int, default=16)
-    p.add_argument("--only", help="comma-separated setting names to run (default: all)")
+    p.add_argument("--only", help="comma-separated setting names to run, in this order (default: all)")
     p.add_argument("--json", help="write the rows to this file too")
     args = p.parse_args()
     if args.epochs < 2:
@@ -61,8 +61,11 @@ def main():
                                                               steps_per_call=args.steps_per_call,
                                                               learning_rate=2e-3),
     }
-    if args.only:
-        settings = {k: v for k, v in settings.items() if k in args.only.split(",")}
+    if args.only:  # in the order given: a run with a time limit measures the ones that matter first
+        unknown = [k for k in args.only.split(",") if k not in settings]
+        if unknown:
+            p.error(f"--only: no setting {', '.join(map(repr, unknown))}; the settings: {', '.join(settings)}")
+        settings = {k: settings[k] for k in args.only.split(",")}
     config = get_preset(args.preset, variant=args.variant)
     rng = np.random.default_rng(0)
     rows = []
@@ -78,23 +81,23 @@ def main():
         keras.utils.set_random_seed(0)
         model = build_vit(config, 10, precision=recipe.precision)
         began = time.perf_counter()
-        record = fit(model, data, recipe, verbose=0)
+        history = [e.to_json() for e in fit(model, data, recipe, verbose=0).history]
         total = time.perf_counter() - began
-        epochs = [e["time_s"] for e in record["history"][1:]]
+        epochs = [e["time_s"] for e in history[1:]]
         rate = args.steps * values["batch_size"] / statistics.median(epochs)
         rows.append({"setting": name, "images_per_second": round(rate, 1), "batch_size": values["batch_size"],
-                     "first_epoch_s": record["history"][0]["time_s"], "epoch_s": epochs,
-                     "loss": record["history"][-1]["loss"], "wall_s": round(total, 1)})
-        print(f"{name:32s} {rate:9.1f} images/s   first epoch {record['history'][0]['time_s']:.1f} s, then "
-              f"{', '.join(f'{e:.2f}' for e in epochs)} s; loss {record['history'][-1]['loss']:.3f}", flush=True)
+                     "first_epoch_s": history[0]["time_s"], "epoch_s": epochs,
+                     "loss": history[-1]["loss"], "wall_s": round(total, 1)})
+        print(f"{name:32s} {rate:9.1f} images/s   first epoch {history[0]['time_s']:.1f} s, then "
+              f"{', '.join(f'{e:.2f}' for e in epochs)} s; loss {history[-1]['loss']:.3f}", flush=True)
         keras.backend.clear_session()
+        if args.json:  # after every setting, so that a run stopped at its time limit keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump({"device": device_name(), "backend": keras.backend.backend(), "preset": args.preset,
+                           "variant": args.variant, "steps": args.steps, "rows": rows}, f, indent=1)
     base = rows[0]["images_per_second"]
     for row in rows:
         print(f"  {row['setting']:32s} {row['images_per_second'] / base:5.2f}x {rows[0]['setting']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": device_name(), "backend": keras.backend.backend(), "preset": args.preset,
-                       "variant": args.variant, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

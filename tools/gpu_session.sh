@@ -1,15 +1,37 @@
 #!/usr/bin/env bash
-# A lent GPU's one call (the device tool): the fast path measured, then a paper-scale window.
+# A lent GPU's one call (the device tool): the measurements first, then a paper-scale window.
 #
-#   bash tools/gpu_session.sh [bench|window|both] STATE VARIANT BUDGET_S
+#   bash tools/gpu_session.sh [bench|finetune|window|all|both] STATE VARIANT BUDGET_S
 #
-# It expects, carried beside the checkout: .whl/ (keras 3.15.1, namex, optree; pillow and h5py where the
-# device lacks them) and runs/cifar10-q90-train.npz (python -m explorer.packed pack ... --splits train).
-# What comes back under $OUT: fast_path.json (bench) and STATE's new contents under $OUT/state (window);
-# `python tools/window.py collect <files_at>/state STATE` then puts them into the committed state.
-set -euo pipefail
-what=${1:-both}; state=${2:-paper/cifar10-vanilla}; variant=${3:-vanilla}; budget=${4:-420}
+# Stages, each under its own time limit so that one that fails or overruns costs the others nothing:
+#   bench     bench/fast_path.py on the paper preset: host float32 batches, the fast path (bfloat16, images on
+#             the device, 16 steps per call) at batch 128 and at 256 (its learning rate by the linear rule),
+#             then the fast path's two halves alone (at most BENCH_S seconds, default 150)
+#   finetune  bench/finetune_speed.py's GPU rows: the pair on the tiny and on the 800-image zip, cold and warm,
+#             on JAX (at most FINETUNE_S seconds, default 150); its CIFAR-10 test images come from
+#             EXPLORER_DATA_DIR (default devdata/, carried: `python tools/gpu_session.sh`'s notes below)
+#   window    tools/window.py: trains STATE (a committed state folder, e.g. paper/cifar10-vanilla) with
+#             --preset paper --recipe paper --fast for what is left of BUDGET_S
+# ("both" is bench + window, as before.) It expects, carried beside the checkout: .whl/ (keras 3.15.1, namex,
+# optree) and runs/cifar10-q90-train.npz (python -m explorer.packed pack ... --splits train); for the finetune
+# stage, devdata/cifar-10-batches-py/{test_batch,batches.meta}, the 824 test images finetune_speed's zips use.
+# What comes back under $OUT: session.log (fast_path.json's rows in it) and the window's state under $OUT/state;
+# `python tools/window.py collect <files_at>/state STATE` puts it into the committed state.
+set -uo pipefail
+what=${1:-all}; state=${2:-paper/cifar10-vanilla}; variant=${3:-vanilla}; budget=${4:-540}
 started=$(date +%s)
+OUT=${OUT:-runs/gpu-session}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/session.log") 2>&1
+elapsed() { echo $(($(date +%s) - started)); }
+stage() {  # stage NAME LIMIT_S COMMAND...: runs COMMAND under LIMIT_S, says how it ended
+  local name=$1 limit=$2 rc
+  shift 2
+  echo "== $name: at most ${limit} s, from $(elapsed) s into the session"
+  timeout --kill-after=15 "$limit" "$@"
+  rc=$?
+  echo "== $name: exit $rc$([[ $rc == 124 ]] && echo ' (stopped at its limit)') at $(elapsed) s"
+}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 missing=()
 for pair in keras:keras namex:namex optree:optree PIL:pillow h5py:h5py; do
@@ -18,13 +40,22 @@ done
 if ((${#missing[@]})); then
   python -m pip install -q --no-index --no-deps --find-links .whl "${missing[@]}"
 fi
-export KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=3 HF_HUB_OFFLINE=1
+export KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=3 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export EXPLORER_DATA_DIR=${EXPLORER_DATA_DIR:-$PWD/devdata}
 python -c "import jax, keras; print('jax', jax.__version__, jax.devices(), 'keras', keras.__version__)"
-if [[ $what == bench || $what == both ]]; then
-  python bench/fast_path.py --preset paper --variant spt_lsa --epochs 3 --steps 120 --json "$OUT/fast_path.json"
+if [[ $what == bench || $what == both || $what == all ]]; then
+  stage bench "${BENCH_S:-150}" python bench/fast_path.py --preset paper --variant spt_lsa \
+    --epochs "${BENCH_EPOCHS:-3}" --steps "${BENCH_STEPS:-128}" --json /tmp/fast_path.json \
+    --only "host float32,device bf16 x16,device bf16 x16 batch 256,device float32,device bf16"
+  cat /tmp/fast_path.json 2>/dev/null  # into the log: what comes back is at most 8 files, the state takes 6
 fi
-if [[ $what == window || $what == both ]]; then
-  left=$((budget - ($(date +%s) - started)))
-  python tools/window.py --state "$state" --out "$OUT/state" --budget "$left" --reserve 40 \
-    --preset paper --recipe paper --variant "$variant" --fast --dataset runs/cifar10-q90-train.npz
+if [[ $what == finetune || $what == all ]]; then
+  stage finetune "${FINETUNE_S:-150}" python bench/finetune_speed.py --backends jax --skip-reference --no-host
 fi
+if [[ $what == window || $what == both || $what == all ]]; then
+  left=$((budget - $(elapsed)))
+  stage window $((left + 30)) python tools/window.py --state "$state" --out "$OUT/state" --budget "$left" \
+    --reserve "${RESERVE_S:-40}" --preset paper --recipe paper --variant "$variant" --fast \
+    --dataset runs/cifar10-q90-train.npz ${WINDOW_ARGS:-}
+fi
+echo "== session: $(elapsed) s of $budget"
