@@ -15,6 +15,7 @@ and what the run compiled anew. The host's training speed (bench/train_throughpu
 first, and the targets are scaled by 568 / that speed.
 
     python bench/finetune_speed.py [--backends tensorflow,jax] [--skip-reference] [--no-host]
+    python bench/finetune_speed.py --write-data devdata     # the test images it uses, for a lent GPU
 """
 
 from __future__ import annotations
@@ -48,6 +49,27 @@ def build_zips(folder: Path, data: Path) -> dict[str, Path]:
         labels = np.asarray([classes.index(names[i]) for i in y[keep]])
         zips[key] = _write_zip(folder / f"{key}.zip", x[keep], labels, list(classes))
     return zips
+
+
+def write_data(folder: Path, data: Path) -> int:
+    """A CIFAR-10 folder (pickle layout) holding only the test images build_zips takes from `data`, in their
+    order, so that build_zips on it makes the same zips: for a machine that takes few MiB (a lent GPU's)."""
+    import pickle
+    test = _unpickle(data / "cifar-10-batches-py" / "test_batch")
+    meta = _unpickle(data / "cifar-10-batches-py" / "batches.meta")
+    names = [n.decode() for n in meta[b"label_names"]]
+    y = np.asarray(test[b"labels"])
+    keep = sorted({int(i) for classes, count in ((("cat", "dog"), 12), (FIVE, 160))
+                   for c in classes for i in np.flatnonzero(y == names.index(c))[:count]})
+    out = folder / "cifar-10-batches-py"
+    out.mkdir(parents=True, exist_ok=True)
+    small = {b"batch_label": test.get(b"batch_label", b"testing batch 1 of 1"), b"labels": y[keep].tolist(),
+             b"data": np.asarray(test[b"data"])[keep], b"filenames": [test[b"filenames"][i] for i in keep]}
+    with open(out / "test_batch", "wb") as f:
+        pickle.dump(small, f)
+    with open(out / "batches.meta", "wb") as f:
+        pickle.dump(meta, f)
+    return len(keep)
 
 
 def plan_for(zip_path: Path, tiny: bool):
@@ -173,7 +195,13 @@ def main():
     p.add_argument("--parallel-only", action="store_true",
                    help="only the parallel measurement: the 800-image pair in one worker, one model after the "
                         "other, against each model in a worker of its own, both at once (all warm)")
+    p.add_argument("--write-data", metavar="DIR",
+                   help="only write DIR/cifar-10-batches-py with the test images the zips take (2.4 MiB), for "
+                        "EXPLORER_DATA_DIR on a machine without the CIFAR folder (tools/gpu_session.sh's devdata)")
     args = p.parse_args()
+    if args.write_data:
+        print(f"wrote {write_data(Path(args.write_data), Path(data_dir()))} test images into {args.write_data}")
+        return None
     speed = None if args.no_host else host_speed()
     scale = 568.0 / speed if speed else 1.0
     if speed:

@@ -1,3 +1,4 @@
+import io
 import json
 import pickle
 import shutil
@@ -57,6 +58,37 @@ def test_subsampling_444_costs_bytes_and_saves_error(data_dir, packed, tmp_path)
     assert full.splits["test"].mae < default.splits["test"].mae
 
 
+def _whole_jpegs(x):
+    """Version 1's images: each a whole JPEG with its own optimized Huffman tables."""
+    from PIL import Image
+    blobs = []
+    for image in x:
+        buf = io.BytesIO()
+        Image.fromarray(image).save(buf, "JPEG", quality=90, subsampling="4:2:0", optimize=True)
+        blobs.append(buf.getvalue())
+    return np.frombuffer(b"".join(blobs), np.uint8), np.cumsum([0] + [len(b) for b in blobs]).astype(np.uint32)
+
+
+def test_one_shared_header_saves_a_third_and_decodes_to_version_1s_pixels(packed, cifar10, tmp_path):
+    """Version 2 keeps the JPEG header once per split (standard Huffman tables); Huffman coding is lossless, so
+    its pixels are version 1's bit for bit, and a version 1 file still loads as it did."""
+    path, header = packed
+    ds = load_dataset(str(path))
+    jpeg, offsets = _whole_jpegs(cifar10.x_train)
+    with np.load(path) as z:
+        prefix = z["train_prefix"]
+        assert 500 < len(prefix) < 700 and prefix[:2].tobytes() == b"\xff\xd8"  # from the start of the file
+        assert len(z["train_jpeg"]) + len(prefix) < 0.75 * len(jpeg)
+    test_jpeg, test_offsets = _whole_jpegs(cifar10.x_test)
+    old = tmp_path / "v1.npz"
+    _rewrite(path, old, header=_header(path, version=1), train_prefix=None, test_prefix=None, train_jpeg=jpeg,
+             train_offsets=offsets, test_jpeg=test_jpeg, test_offsets=test_offsets)
+    v1 = load_dataset(str(old))
+    assert header.version == 2
+    for a, b in ((v1.x_train, ds.x_train), (v1.y_train, ds.y_train), (v1.x_test, ds.x_test), (v1.y_test, ds.y_test)):
+        assert np.array_equal(a, b)
+
+
 def _rewrite(src, dst, **changes):
     with np.load(src) as z:
         arrays = {k: z[k] for k in z.files}
@@ -76,10 +108,11 @@ def _header(path, **changes) -> np.ndarray:
     ("npy", "single .npy array"),
     ("foreign", "not a packed dataset.*holds x, y and no header"),
     ("other format", "format is 'something-else'"),
-    ("newer", "version 2 of explorer-packed-cifar; this code reads version 1"),
+    ("newer", "version 3 of explorer-packed-cifar; this code reads versions 1 and 2"),
     ("no labels", "lacks train_labels"),
     ("offsets", "train split's arrays do not match its header"),
-    ("bad jpeg", "train: image 3 cannot be decoded"),
+    ("bad jpeg", "train split decodes to other pixels than were packed"),
+    ("bad header", "train: image 0 cannot be decoded"),
     ("wrong size", "train: image 0 cannot be decoded .*64x64 px, not RGB 32x32"),
 ])
 def test_a_bad_file_names_itself_and_what_is_wrong(packed, tmp_path, damage, message):
@@ -96,7 +129,7 @@ def test_a_bad_file_names_itself_and_what_is_wrong(packed, tmp_path, damage, mes
     elif damage == "other format":
         _rewrite(src, bad, header=_header(src, format="something-else"))
     elif damage == "newer":
-        _rewrite(src, bad, header=_header(src, version=2))
+        _rewrite(src, bad, header=_header(src, version=3))
     elif damage == "no labels":
         _rewrite(src, bad, train_labels=None)
     elif damage == "offsets":
@@ -107,9 +140,12 @@ def test_a_bad_file_names_itself_and_what_is_wrong(packed, tmp_path, damage, mes
             jpeg, offsets = z["train_jpeg"].copy(), z["train_offsets"]
         jpeg[offsets[3]:offsets[4]] = 7
         _rewrite(src, bad, train_jpeg=jpeg)
+    elif damage == "bad header":
+        with np.load(src) as z:
+            _rewrite(src, bad, train_prefix=z["train_prefix"][:100])
     elif damage == "wrong size":
-        jpeg, offsets = encode(np.zeros((2000, 64, 64, 3), np.uint8))
-        _rewrite(src, bad, train_jpeg=jpeg, train_offsets=offsets.astype(np.uint32))
+        prefix, jpeg, offsets = encode(np.zeros((2000, 64, 64, 3), np.uint8))
+        _rewrite(src, bad, train_prefix=prefix, train_jpeg=jpeg, train_offsets=offsets.astype(np.uint32))
     with pytest.raises(DatasetError, match=message) as e:
         load_dataset(str(bad))
     assert str(bad) in str(e.value)

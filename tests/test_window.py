@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from explorer.data.packed import pack
+from tests.helpers import run_on_jax
 from tools import window
 
 TRAIN = ["--preset", "tiny", "--variant", "spt_lsa", "--train-on-all", "--epochs", "3", "--batch-size", "32",
@@ -135,3 +136,25 @@ def test_a_paper_scale_backup_fits_the_return_limits(tmp_path):
     (tmp_path / "out" / window.WINDOWS).write_text("{}\n")
     assert window.check_return(tmp_path / "out")["files"] <= 7
     keras.backend.clear_session()
+
+
+def compile_cache_report() -> dict:
+    """On JAX: one tiny window with --compile-cache; what the cache folder holds afterwards."""
+    import os
+    import tempfile
+    from pathlib import Path
+    tmp = Path(tempfile.mkdtemp())
+    code = window.main(["--state", str(tmp / "state"), "--out", str(tmp / "out"), "--budget", "600", "--reserve",
+                        "1", "--work", str(tmp / "work"), "--compile-cache", str(tmp / "cache"), "--dataset",
+                        os.environ["WINDOW_TEST_PACKED"], "--subset", "64", "--preset", "tiny", "--train-on-all",
+                        "--epochs", "1", "--batch-size", "32", "--fast"])
+    return {"code": code, "backend": keras.backend.backend(),
+            "entries": sum(1 for p in (tmp / "cache").rglob("*") if p.is_file())}
+
+
+@pytest.mark.slow  # about 10 s or more (pytest.ini)
+def test_a_window_on_jax_keeps_its_compiled_steps_for_the_next(monkeypatch, packed):
+    monkeypatch.setenv("WINDOW_TEST_PACKED", str(packed))
+    report = run_on_jax("tests.test_window:compile_cache_report", timeout=600)
+    assert report["code"] == 0 and report["backend"] == "jax"
+    assert report["entries"] > 0, report

@@ -9,14 +9,15 @@
 #             then the fast path's two halves alone (at most BENCH_S seconds, default 150)
 #   finetune  bench/finetune_speed.py's GPU rows: the pair on the tiny and on the 800-image zip, cold and warm,
 #             on JAX (at most FINETUNE_S seconds, default 150); its CIFAR-10 test images come from
-#             EXPLORER_DATA_DIR (default devdata/, carried: `python tools/gpu_session.sh`'s notes below)
+#             EXPLORER_DATA_DIR (default devdata/, carried; see below)
 #   window    tools/window.py: trains STATE (a committed state folder, e.g. paper/cifar10-vanilla) with
 #             --preset paper --recipe paper --fast for what is left of BUDGET_S
 # ("both" is bench + window, as before.) It expects, carried beside the checkout: .whl/ (keras 3.15.1, namex,
 # optree) and runs/cifar10-q90-train.npz (python -m explorer.packed pack ... --splits train); for the finetune
-# stage, devdata/cifar-10-batches-py/{test_batch,batches.meta}, the 824 test images finetune_speed's zips use.
+# stage, devdata/ (python bench/finetune_speed.py --write-data devdata: the 800 test images its zips use).
 # What comes back under $OUT: session.log (fast_path.json's rows in it) and the window's state under $OUT/state;
-# `python tools/window.py collect <files_at>/state STATE` puts it into the committed state.
+# `python tools/window.py collect <files_at>/state STATE` puts it into the committed state. What travels must stay
+# under 64 MiB: `python tools/travel.py` (docs/paper-scale.md, "A GPU session, step by step").
 set -uo pipefail
 what=${1:-all}; state=${2:-paper/cifar10-vanilla}; variant=${3:-vanilla}; budget=${4:-540}
 started=$(date +%s)
