@@ -15,6 +15,8 @@
 # ("both" is bench + window, as before.) It expects, carried beside the checkout: .whl/ (keras 3.15.1, namex,
 # optree) and runs/cifar10-q90-train.npz (python -m explorer.packed pack ... --splits train); for the finetune
 # stage, devdata/ (python bench/finetune_speed.py --write-data devdata: the 800 test images its zips use).
+# BENCH_PRESET, BENCH_STEPS, BENCH_EPOCHS, BENCH_ONLY and WINDOW_ARGS (flags given after the window's own, so
+# they win) shrink a stage for a rehearsal on the CPU (tests/test_window.py runs one).
 # What comes back under $OUT: session.log (fast_path.json's rows in it) and the window's state under $OUT/state;
 # `python tools/window.py collect <files_at>/state STATE` puts it into the committed state. What travels must stay
 # under 64 MiB: `python tools/travel.py` (docs/paper-scale.md, "A GPU session, step by step").
@@ -45,9 +47,9 @@ export KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=3 HF_HUB_OFFLINE=1 PYTHONUNBUFFERE
 export EXPLORER_DATA_DIR=${EXPLORER_DATA_DIR:-$PWD/devdata}
 python -c "import jax, keras; print('jax', jax.__version__, jax.devices(), 'keras', keras.__version__)"
 if [[ $what == bench || $what == both || $what == all ]]; then
-  stage bench "${BENCH_S:-150}" python bench/fast_path.py --preset paper --variant spt_lsa \
-    --epochs "${BENCH_EPOCHS:-3}" --steps "${BENCH_STEPS:-128}" --json /tmp/fast_path.json \
-    --only "host float32,device bf16 x16,device bf16 x16 batch 256,device float32,device bf16"
+  stage bench "${BENCH_S:-150}" python bench/fast_path.py --preset "${BENCH_PRESET:-paper}" --variant spt_lsa \
+    --epochs "${BENCH_EPOCHS:-2}" --steps "${BENCH_STEPS:-256}" --json /tmp/fast_path.json \
+    --only "${BENCH_ONLY:-host float32,device bf16 x16,device bf16 x16 batch 256,device float32,device bf16}"
   cat /tmp/fast_path.json 2>/dev/null  # into the log: what comes back is at most 8 files, the state takes 6
 fi
 if [[ $what == finetune || $what == all ]]; then
