@@ -257,18 +257,10 @@ def test_several_steps_per_call_train_what_one_step_per_call_trains_on_jax():
 
 
 @pytest.mark.slow  # about 10 s or more (pytest.ini)
-def test_the_bench_measures_the_settings_asked_for_in_their_order(tmp_path):
-    """bench/fast_path.py as a lent GPU's session runs it (it once failed after its first setting there): the
-    settings of --only in the order given, the JSON written with each row; a setting it lacks is refused."""
+def test_the_bench_refuses_a_setting_it_lacks():
+    """bench/fast_path.py's --only names settings (tests/test_window.py runs the bench as a GPU session does)."""
     import subprocess
     import sys
-    out = tmp_path / "rows.json"
-    cmd = [sys.executable, "bench/fast_path.py", "--preset", "tiny", "--epochs", "2", "--steps", "2"]
-    done = subprocess.run(cmd + ["--json", str(out), "--only", "device float32,host float32"], capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["setting"] for r in rows] == ["device float32", "host float32"]
-    assert all(r["images_per_second"] > 0 and len(r["epoch_s"]) == 1 and np.isfinite(r["loss"]) for r in rows)
-    bad = subprocess.run(cmd + ["--only", "host float32,device fp8"], capture_output=True, text=True, timeout=600)
+    bad = subprocess.run([sys.executable, "bench/fast_path.py", "--preset", "tiny", "--only",
+                          "host float32,device fp8"], capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "no setting 'device fp8'" in bad.stderr

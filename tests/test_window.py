@@ -171,14 +171,18 @@ def test_the_gpu_sessions_script_measures_then_trains_a_window(tmp_path, packed)
     out, state = tmp_path / "out", tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env.update(OUT=str(out), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-               JAX_PLATFORMS="cpu", BENCH_PRESET="tiny", BENCH_ONLY="device bf16 x16", BENCH_STEPS="2",
+               JAX_PLATFORMS="cpu", BENCH_PRESET="tiny", BENCH_ONLY="device bf16 x16,host float32", BENCH_STEPS="2",
                BENCH_S="300", WINDOW_ARGS=f"--preset tiny --train-on-all --subset 64 --epochs 1 --dataset {packed} "
                                           f"--work {tmp_path / 'work'} --compile-cache {tmp_path / 'cache'}")
     done = subprocess.run(["bash", "tools/gpu_session.sh", "both", str(state), "vanilla", "500"], env=env,
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=900)
     log = (out / "session.log").read_text()
     assert done.returncode == 0, log[-3000:]
-    assert "== bench: exit 0" in log and "device bf16 x16" in log and '"images_per_second"' in log, log[-3000:]
+    assert "== bench: exit 0" in log, log[-3000:]
+    start = log.index("\n{\n") + 1  # fast_path.json, printed into the log
+    rows = json.loads(log[start:log.index("\n}\n", start) + 2])["rows"]
+    assert [r["setting"] for r in rows] == ["device bf16 x16", "host float32"]  # --only's order
+    assert all(r["images_per_second"] > 0 and len(r["epoch_s"]) == 1 for r in rows)
     assert "== window: exit 0" in log and "window 1: epochs 0 -> 1 of 1" in log, log[-3000:]
     assert window.check_return(out)["files"] <= window.RETURN_FILES
     assert "done after 1 windows" in window.collect(out / "state", state)

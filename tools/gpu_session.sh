@@ -50,7 +50,7 @@ if [[ $what == bench || $what == both || $what == all ]]; then
   stage bench "${BENCH_S:-150}" python bench/fast_path.py --preset "${BENCH_PRESET:-paper}" --variant spt_lsa \
     --epochs "${BENCH_EPOCHS:-2}" --steps "${BENCH_STEPS:-256}" --json /tmp/fast_path.json \
     --only "${BENCH_ONLY:-host float32,device bf16 x16,device bf16 x16 batch 256,device float32,device bf16}"
-  cat /tmp/fast_path.json 2>/dev/null  # into the log: what comes back is at most 8 files, the state takes 6
+  cat /tmp/fast_path.json 2>/dev/null && echo  # into the log: at most 8 files come back, the state takes 6
 fi
 if [[ $what == finetune || $what == all ]]; then
   stage finetune "${FINETUNE_S:-150}" python bench/finetune_speed.py --backends jax --skip-reference --no-host
