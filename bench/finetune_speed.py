@@ -38,14 +38,19 @@ PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")
 FIVE = ("cat", "deer", "dog", "frog", "horse")
 
 
+def _chosen(y: np.ndarray, names: list[str]) -> dict[str, tuple[tuple[str, ...], np.ndarray]]:
+    """Each zip's classes and test images: tiny, cat and dog, 12 each; 800, 160 of each of five classes."""
+    return {key: (classes, np.concatenate([np.flatnonzero(y == names.index(c))[:count] for c in classes]))
+            for key, classes, count in (("tiny", ("cat", "dog"), 12), ("800", FIVE, 160))}
+
+
 def build_zips(folder: Path, data: Path) -> dict[str, Path]:
     """tiny: cat and dog, 12 test images each; 800: 160 test images of each of five classes."""
     test = _unpickle(data / "cifar-10-batches-py" / "test_batch")
     names = [n.decode() for n in _unpickle(data / "cifar-10-batches-py" / "batches.meta")[b"label_names"]]
     x, y = _pixels(test), np.asarray(test[b"labels"])
     zips = {}
-    for key, classes, count in (("tiny", ("cat", "dog"), 12), ("800", FIVE, 160)):
-        keep = np.concatenate([np.flatnonzero(y == names.index(c))[:count] for c in classes])
+    for key, (classes, keep) in _chosen(y, names).items():
         labels = np.asarray([classes.index(names[i]) for i in y[keep]])
         zips[key] = _write_zip(folder / f"{key}.zip", x[keep], labels, list(classes))
     return zips
@@ -59,8 +64,7 @@ def write_data(folder: Path, data: Path) -> int:
     meta = _unpickle(data / "cifar-10-batches-py" / "batches.meta")
     names = [n.decode() for n in meta[b"label_names"]]
     y = np.asarray(test[b"labels"])
-    keep = sorted({int(i) for classes, count in ((("cat", "dog"), 12), (FIVE, 160))
-                   for c in classes for i in np.flatnonzero(y == names.index(c))[:count]})
+    keep = sorted({int(i) for _, chosen in _chosen(y, names).values() for i in chosen})
     out = folder / "cifar-10-batches-py"
     out.mkdir(parents=True, exist_ok=True)
     small = {b"batch_label": test.get(b"batch_label", b"testing batch 1 of 1"), b"labels": y[keep].tolist(),
