@@ -19,7 +19,7 @@ from explorer.ui.finetune_run import base_choices
 
 CSS = """
 .slot-card {min-height: 3.2em}
-#pairs-label {align-self: center}
+#pairs-label {align-self: center; flex: 0 0 auto !important; min-width: max-content !important}
 .pair-btn {white-space: nowrap; flex: 0 0 auto !important; min-width: max-content !important}
 footer {display: none !important}
 /* Output pictures carry their own captions (head, layer) along their top edge: keep Gradio's label and
@@ -248,7 +248,8 @@ def _toolbar(app: AppState, ref_b: str | None) -> tuple[gr.Button, list[tuple[gr
         # Gradio's deep link: what the page shows is saved, and the copied link reopens it (see Slots.reopen).
         gr.DeepLinkButton("Copy a link to this view", copied_value="Link copied", size="sm", scale=0,
                           min_width=220)
-        if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots
+    if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots (a row of their own: one line at 1280 px)
+        with gr.Row():
             gr.Markdown("**Ablation pairs** (A | B):", elem_id="pairs-label", scale=0, min_width=190)
             pair_btns = [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
                          for label, a, b in pairs]
