@@ -26,7 +26,7 @@ PORT = 7860  # what a Space serves on
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 # What docs/deploy.md's upload leaves out (hf upload ... --exclude), and what the copy below leaves out beside
 # it: what is never in a clone or only caches.
-DOCUMENTED = {".venv", "runs", ".git", "ablation", "study"}
+DOCUMENTED = {".venv", "runs", ".git", "ablation", "study", "paper"}
 NOT_IN_A_CLONE = ["*/__pycache__/*", "__pycache__/*", "*.pyc", ".pytest_cache/*", ".gradio/*"]
 
 
@@ -65,6 +65,13 @@ def test_the_documented_upload_leaves_out_the_work_folders_and_keeps_the_app():
     assert not folders & DOCUMENTED and {"app.py", "explorer", "checkpoints"} <= folders
     # folders of the same name deeper down are the app's: the study's code, the kept study pairs
     assert "explorer/study/report.py" in sent and any(p.startswith("checkpoints/study/") for p in sent)
+    # A work folder added later (training state, data) that the upload forgets shows here: the Space is the app
+    # (about 45 MB with its checkpoints and docs' pictures), not the project's work.
+    sizes = {}
+    for path in sent:
+        top = path.split("/", 1)[0]
+        sizes[top] = sizes.get(top, 0) + (ROOT / path).stat().st_size
+    assert sum(sizes.values()) < 64 * 2**20, sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
 
 
 def _port_free(port: int) -> bool:
