@@ -47,10 +47,11 @@ export KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=3 HF_HUB_OFFLINE=1 PYTHONUNBUFFERE
 export EXPLORER_DATA_DIR=${EXPLORER_DATA_DIR:-$PWD/devdata}
 python -c "import jax, keras; print('jax', jax.__version__, jax.devices(), 'keras', keras.__version__)"
 if [[ $what == bench || $what == both || $what == all ]]; then
+  rows=$(mktemp --suffix=.json)  # a fresh file: a bench that fails before its first row prints nothing stale
   stage bench "${BENCH_S:-150}" python bench/fast_path.py --preset "${BENCH_PRESET:-paper}" --variant spt_lsa \
-    --epochs "${BENCH_EPOCHS:-2}" --steps "${BENCH_STEPS:-256}" --json /tmp/fast_path.json \
+    --epochs "${BENCH_EPOCHS:-2}" --steps "${BENCH_STEPS:-256}" --json "$rows" \
     --only "${BENCH_ONLY:-host float32,device bf16 x16,device bf16 x16 batch 256,device float32,device bf16}"
-  cat /tmp/fast_path.json 2>/dev/null && echo  # into the log: at most 8 files come back, the state takes 6
+  [[ -s $rows ]] && cat "$rows" && echo  # into the log: at most 8 files come back, the state takes 6
 fi
 if [[ $what == finetune || $what == all ]]; then
   stage finetune "${FINETUNE_S:-150}" python bench/finetune_speed.py --backends jax --skip-reference --no-host
