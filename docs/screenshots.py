@@ -6,6 +6,7 @@
                                        # tau-800.png, attention-800.png, evidence-800.png, trust-800.png,
                                        # finetune-800.png
     python docs/screenshots.py trust   # only docs/trust.png and trust-800.png (a few minutes)
+    python docs/screenshots.py finetune  # only docs/finetune.png and finetune-800.png (one pair fine-tune)
 
 Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data or
 the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium), captures a
@@ -71,6 +72,9 @@ def trust_shots(page) -> None:
 
 
 def main(only: str | None = None) -> int:
+    if only not in (None, "trust", "finetune"):
+        print(f"unknown part {only!r}: give trust, finetune or nothing (all)", file=sys.stderr)
+        return 2
     from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="screenshots-"))
@@ -82,7 +86,7 @@ def main(only: str | None = None) -> int:
     sys.path.insert(0, str(ROOT / "bench"))
     from _common import data_dir
     from finetune_quality import draw_zips
-    new_task = draw_zips(work, Path(data_dir()), 0)["new"] if only is None else None
+    new_task = draw_zips(work, Path(data_dir()), 0)["new"] if only in (None, "finetune") else None
     proc, url, log = start_app(work / "checkpoints")  # its log goes to `work`, kept if anything fails
     try:
         with sync_playwright() as p:
@@ -154,8 +158,9 @@ def main(only: str | None = None) -> int:
                 page.screenshot(path=str(ROOT / "docs" / "evidence.png"), full_page=True)
                 narrow_shot(page, "evidence-800.png")
 
-            trust_shots(page)
-            if only is None:
+            if only in (None, "trust"):
+                trust_shots(page)
+            if only in (None, "finetune"):
                 page.get_by_role("tab", name="Fine-tune").click()
                 page.set_input_files("#ft-zip input[type=file]", str(new_task))
                 page.wait_for_timeout(2000)
@@ -170,8 +175,8 @@ def main(only: str | None = None) -> int:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
-    if only == "trust":
-        print("wrote docs/trust.png and trust-800.png")
+    if only in ("trust", "finetune"):
+        print(f"wrote docs/{only}.png and {only}-800.png")
         return 0
     print("wrote docs/first-visit.png, first-visit-800.png, patches.png, patches-800.png, tau.png, tau-800.png, "
           "compare.png, screenshot.png, attention-800.png, whatif.png, evidence.png, evidence-800.png, "
