@@ -18,17 +18,24 @@ from _common import data_dir
 
 
 class Timer:
-    """Timestamps of batch ends; the rate is taken after `skip` warm-up batches."""
+    """Steps done and when, as the loop reports them; the rate is taken over the steps after the first `skip`.
+
+    Counts steps by their number, not by reports: our loop reports a step at most every
+    fitting.PROGRESS_EVERY_S (and always an epoch's last), so on a host faster than one step per 0.25 s counting
+    reports would count too few steps and understate its speed."""
 
     def __init__(self, skip):
-        self.skip, self.stamps = skip, []
+        self.skip, self.marks = skip, []
 
-    def tick(self):
-        self.stamps.append(time.perf_counter())
+    def mark(self, steps_done):
+        self.marks.append((steps_done, time.perf_counter()))
 
     def rate(self, batch_size):
-        stamps = self.stamps[self.skip:]
-        return (len(stamps) - 1) * batch_size / (stamps[-1] - stamps[0])
+        marks = [(s, t) for s, t in self.marks if s > self.skip]
+        if len(marks) < 2 or marks[-1][0] == marks[0][0]:
+            raise SystemExit(f"fewer than two steps were reported after the first {self.skip}: give more --steps")
+        (s0, t0), (s1, t1) = marks[0], marks[-1]
+        return (s1 - s0) * batch_size / (t1 - t0)
 
 
 def main():
@@ -63,7 +70,7 @@ def main():
         model = build_vit(config, ds.num_classes)
         fit(model, ds.subset(train=n, test=0), TrainConfig(epochs=1, batch_size=args.batch_size,
                                                             validation_fraction=0.0, max_steps=args.steps),
-            verbose=0, progress=lambda e: timer.tick() if isinstance(e, BatchEnd) else None)
+            verbose=0, progress=lambda e: timer.mark(e.step) if isinstance(e, BatchEnd) else None)
         return timer.rate(args.batch_size), model.count_params()
 
     def seed():
@@ -75,7 +82,7 @@ def main():
             transformer_units=config.mlp_units, transformer_layers=config.num_layers,
             mlp_head_units=config.head_units, vanilla=args.variant == "vanilla"))
         model.fit(x, y, batch_size=args.batch_size, epochs=1, verbose=0,
-                  callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: timer.tick())])
+                  callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: timer.mark(b + 1))])
         return timer.rate(args.batch_size), model.count_params()
 
     print(f"preset {args.preset} ({config.input_size} px, patch {config.patch_size}, {config.num_layers} blocks, "
