@@ -170,7 +170,7 @@ def test_the_gpu_sessions_script_measures_then_trains_a_window(tmp_path, packed)
     from pathlib import Path
     out, state = tmp_path / "out", tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(OUT=str(out), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    env.update(OUT=str(out), KEEP=str(tmp_path / "kept"), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                JAX_PLATFORMS="cpu", BENCH_PRESET="tiny", BENCH_ONLY="device bf16 x16,host float32", BENCH_STEPS="2",
                BENCH_S="300", WINDOW_ARGS=f"--preset tiny --train-on-all --subset 64 --epochs 1 --dataset {packed} "
                                           f"--work {tmp_path / 'work'} --compile-cache {tmp_path / 'cache'}")
@@ -185,4 +185,19 @@ def test_the_gpu_sessions_script_measures_then_trains_a_window(tmp_path, packed)
     assert all(r["images_per_second"] > 0 and len(r["epoch_s"]) == 1 for r in rows)
     assert "== window: exit 0" in log and "window 1: epochs 0 -> 1 of 1" in log, log[-3000:]
     assert window.check_return(out)["files"] <= window.RETURN_FILES
+    assert (tmp_path / "kept" / "windows.jsonl").read_text() == (out / "state" / "windows.jsonl").read_text()
     assert "done after 1 windows" in window.collect(out / "state", state)
+
+
+def test_a_second_call_on_a_fresh_machine_is_refused_not_started_anew(tmp_path):
+    """STATE "warm" carries on from the state the previous call left on the machine; on a fresh machine there
+    is none, and starting anew would overwrite nothing but waste the GPU's minutes: it is refused first."""
+    import os
+    import subprocess
+    from pathlib import Path
+    env = dict(os.environ, OUT=str(tmp_path / "out"), KEEP=str(tmp_path / "kept"))
+    done = subprocess.run(["bash", "tools/gpu_session.sh", "window", "warm", "vanilla", "100"], env=env,
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "no window's state kept" in done.stderr and "fresh" in done.stderr
+    assert not (tmp_path / "out").exists()

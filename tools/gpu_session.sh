@@ -12,6 +12,9 @@
 #             EXPLORER_DATA_DIR (default devdata/, carried; see below)
 #   window    tools/window.py: trains STATE (a committed state folder, e.g. paper/cifar10-vanilla) with
 #             --preset paper --recipe paper --fast for what is left of BUDGET_S
+# STATE "warm" is the state the previous call's window left on this machine (KEEP, default runs/gpu-last-window:
+# every window copies its state there): a second call on the still-warm machine carries on from it without the
+# state travelling back and forth; it is refused when the machine is a fresh one (nothing kept).
 # ("both" is bench + window, as before.) It expects, carried beside the checkout: .whl/ (keras 3.15.1, namex,
 # optree) and runs/cifar10-q90-train.npz (python -m explorer.packed pack ... --splits train); for the finetune
 # stage, devdata/ (python bench/finetune_speed.py --write-data devdata: the 800 test images its zips use).
@@ -24,6 +27,14 @@ set -uo pipefail
 what=${1:-all}; state=${2:-paper/cifar10-vanilla}; variant=${3:-vanilla}; budget=${4:-540}
 started=$(date +%s)
 OUT=${OUT:-runs/gpu-session}
+KEEP=${KEEP:-runs/gpu-last-window}
+if [[ $state == warm ]]; then
+  if [[ ! -f $KEEP/windows.jsonl ]]; then
+    echo "error: no window's state kept in $KEEP: this machine is a fresh one; carry the committed state instead" >&2
+    exit 3
+  fi
+  state=$KEEP
+fi
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/session.log") 2>&1
 elapsed() { echo $(($(date +%s) - started)); }
@@ -61,5 +72,8 @@ if [[ $what == window || $what == both || $what == all ]]; then
   stage window $((left + 30)) python tools/window.py --state "$state" --out "$OUT/state" --budget "$left" \
     --reserve "${RESERVE_S:-40}" --preset paper --recipe paper --variant "$variant" --fast \
     --dataset runs/cifar10-q90-train.npz ${WINDOW_ARGS:-}
+  if [[ -f $OUT/state/windows.jsonl ]]; then  # for a next call on this machine while it is warm (STATE "warm")
+    rm -rf "$KEEP.tmp" && cp -r "$OUT/state" "$KEEP.tmp" && rm -rf "$KEEP" && mv "$KEEP.tmp" "$KEEP"
+  fi
 fi
 echo "== session: $(elapsed) s of $budget"
