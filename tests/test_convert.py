@@ -3,7 +3,10 @@ SavedModels, and the current example's `.keras` archive (tests/fixtures/example_
 
 The Keras 2 models are built by tests/fixtures/make_keras2_example.py in its own process (TF_USE_LEGACY_KERAS=1):
 tf-keras never meets Keras 3 in this one. It writes each model's probabilities in inference mode next to it;
-the converted checkpoint must give the same ones.
+the converted checkpoint must give the same ones. Building them takes a fresh process and about 17 s, so the
+quick loop converts the ones bundled in tests/fixtures/keras2_examples.tar.xz (what that script wrote), and a
+slow test builds them anew and checks that tf-keras still writes what is bundled. `python -m tests.test_convert`
+rewrites the bundle.
 """
 
 import json
@@ -11,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -35,6 +39,7 @@ from tests.helpers import ROOT, tiny_config
 from tests.hub_server import FakeHub
 
 FIXTURES = ROOT / "tests" / "fixtures"
+BUNDLE = FIXTURES / "keras2_examples.tar.xz"
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 
 # Shaped like the 2022 example at small sizes: both variants, 10 and 100 classes, 1-2 blocks, 2-3 heads.
@@ -63,11 +68,57 @@ def build_keras2(out: Path, specs: list[dict]) -> Path:
     return out
 
 
+def keras2_specs() -> list[dict]:
+    specs = [{"name": name, **spec} for name, spec in SMALL.items()]
+    return specs + [{"name": "cnn", "kind": "cnn"}, {"name": "cnn", "kind": "h5"}]
+
+
+def write_bundle(built: Path, bundle: Path = BUNDLE) -> None:
+    """The built folder as a reproducible archive: sorted names, no owners, no times."""
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        return info
+    with tarfile.open(bundle, "w:xz", preset=9) as tar:
+        for path in sorted(built.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(built)), recursive=False, filter=clean)
+
+
+def unpack_bundle(out: Path) -> Path:
+    """The bundled Keras 2 SavedModels and their outputs, as make_keras2_example.py wrote them, in `out`."""
+    with tarfile.open(BUNDLE) as tar:
+        tar.extractall(out, filter="data")
+    return out
+
+
 @pytest.fixture(scope="module")
 def keras2(tmp_path_factory) -> Path:
-    specs = [{"name": name, **spec} for name, spec in SMALL.items()]
-    specs += [{"name": "cnn", "kind": "cnn"}, {"name": "cnn", "kind": "h5"}]
-    return build_keras2(tmp_path_factory.mktemp("keras2"), specs)
+    """A fresh copy per module: tests may not change what others read."""
+    return unpack_bundle(tmp_path_factory.mktemp("keras2"))
+
+
+@pytest.mark.slow  # a fresh tf-keras process, about 17 s
+def test_tf_keras_still_builds_what_is_bundled(tmp_path):
+    """The bundle is what make_keras2_example.py writes with today's tf-keras: the same files, the same
+    probabilities, preprocessing and temperatures; a changed tf-keras or script shows here first."""
+    built = build_keras2(tmp_path / "built", keras2_specs())
+    unpack_bundle(tmp_path / "bundled")
+    names = lambda root: sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())  # noqa: E731
+    assert names(built) == names(tmp_path / "bundled")
+    for path in sorted(built.glob("*.npy")):
+        np.testing.assert_allclose(np.load(path), np.load(tmp_path / "bundled" / path.name), rtol=1e-5, atol=1e-6,
+                                   err_msg=path.name)
+    for path in sorted(built.glob("*.json")):
+        fresh, kept = json.loads(path.read_text()), json.loads((tmp_path / "bundled" / path.name).read_text())
+        assert fresh.keys() == kept.keys() and fresh["spec"] == kept["spec"], path.name
+        assert fresh["parameters"] == kept["parameters"], path.name
+        for key in ("taus", "mean", "variance"):
+            np.testing.assert_allclose(fresh[key], kept[key], rtol=1e-6, err_msg=f"{path.name}: {key}")
+    folder = convert(built / "spt_lsa", tmp_path / "out")
+    model, _ = load_checkpoint(folder)
+    np.testing.assert_allclose(probabilities(model, np.load(built / "images.npy")),
+                               np.load(tmp_path / "bundled" / "spt_lsa.probs.npy"), atol=1e-5)
 
 
 def probabilities(model, images) -> np.ndarray:
@@ -416,3 +467,10 @@ def test_a_cached_repo_that_cannot_be_mapped_keeps_nothing(keras2, tmp_path):
     with pytest.raises(CheckpointError, match=r"layer 'rescaling' \(Rescaling\) \(layer 1 of the model\) is where"):
         store.get("someone/cnn")
     assert not (snapshot / CONVERTED).exists() or not any((snapshot / CONVERTED).iterdir())
+
+
+if __name__ == "__main__":  # python -m tests.test_convert: rewrites the bundle with this machine's tf-keras
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        write_bundle(build_keras2(Path(tmp) / "built", keras2_specs()))
+    print(f"wrote {BUNDLE} ({BUNDLE.stat().st_size / 2 ** 10:.0f} KiB)")

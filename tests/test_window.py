@@ -170,7 +170,8 @@ def test_the_gpu_sessions_script_measures_then_trains_a_window(tmp_path, packed)
     from pathlib import Path
     out, state = tmp_path / "out", tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(OUT=str(out), KEEP=str(tmp_path / "kept"), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    env.update(OUT=str(out), KEEP=str(tmp_path / "kept"),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                JAX_PLATFORMS="cpu", BENCH_PRESET="tiny", BENCH_ONLY="device bf16 x16,host float32", BENCH_STEPS="2",
                BENCH_S="300", WINDOW_ARGS=f"--preset tiny --train-on-all --subset 64 --epochs 1 --dataset {packed} "
                                           f"--work {tmp_path / 'work'} --compile-cache {tmp_path / 'cache'}")

@@ -23,7 +23,7 @@ from explorer.convert import CONVERTED
 from tests.e2e.test_shared import visitor
 from tests.helpers import ROOT, start_app, stop
 from tests.hub_server import Declared, FakeHub
-from tests.test_convert import FIXTURES, SMALL, build_keras2, repo_files
+from tests.test_convert import FIXTURES, repo_files, unpack_bundle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 A = "cifar10-vanilla"
@@ -35,8 +35,7 @@ CIFAR10 = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "hors
 
 @pytest.fixture(scope="module")
 def example_app(tmp_path_factory, tiny_checkpoints, data_dir):
-    keras2 = build_keras2(tmp_path_factory.mktemp("keras2"),
-                          [{"name": "spt_lsa", **SMALL["spt_lsa"]}, {"name": "cnn", "kind": "cnn"}])
+    keras2 = unpack_bundle(tmp_path_factory.mktemp("keras2"))
     savedmodel = repo_files(keras2 / "spt_lsa")
     truncated = dict(savedmodel)
     data = next(name for name in savedmodel if name.startswith("variables/variables.data"))
