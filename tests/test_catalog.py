@@ -119,3 +119,26 @@ def test_the_models_tool_lists_each_model_as_its_card_says():
     assert answer == {"models": [unreadable], "loaded_from_hub": ["owner/name"],
                       "page_default": {"ref_a": "cifar10-vanilla", "ref_b": None}, "also": HUB_NOTE}
     assert "Hugging Face Hub id" in HUB_NOTE
+
+
+def test_paper_scale_models_are_a_group_of_their_own():
+    """The paper's 2x2 at its own scale (checkpoints/paper/, issue 55): after the shipped models and before
+    the study's, in the ablation's order, labelled as such; never one of the study's pairs, and the 2x2's
+    pairs keep the shipped models of those names."""
+    def paper(variant):
+        return Card(variant=variant, dataset=Data(name="cifar10", train_images=45000),
+                    training=Training(recipe={"name": "paper", "cutmix_alpha": 1.0, "mixup_alpha": 1.0}))
+    extra = {f"paper/cifar10-{v}": paper(v) for v in ("spt_lsa", "vanilla", "lsa")}
+    refs, cards = REFS + sorted(extra), {**CARDS, **extra}
+    out = grouped(refs, cards)
+    order = [r for _, r in out]
+    assert order[:6] == ["cifar10-lsa", "cifar10-spt_lsa", "cifar10-vanilla", "paper/cifar10-vanilla",
+                         "paper/cifar10-lsa", "paper/cifar10-spt_lsa"]
+    labels = dict((r, lab) for lab, r in out)
+    assert labels["paper/cifar10-vanilla"] == "paper scale · ViT · 45,000 images"
+    assert labels["paper/cifar10-spt_lsa"] == "paper scale · SPT + LSA · 45,000 images"
+    assert len(set(labels.values())) == len(labels)
+    assert study_pairs(refs, cards) == study_pairs(REFS, CARDS)
+    pairs = ablation_pairs(cards, "cifar10-spt_lsa")
+    assert ("ViT | SPT + LSA", "cifar10-vanilla", "cifar10-spt_lsa") in pairs
+    assert not any(ref.startswith("paper/") for _, a, b in pairs for ref in (a, b))

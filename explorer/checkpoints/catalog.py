@@ -1,6 +1,7 @@
 """The app's checkpoints as a visitor reads them: grouped and labelled for the model slots (the shipped
-models, the small-data study's pairs by training-set size, fine-tuned runs), the study's pair at each
-size, the 2x2 ablation's pairs, and the `models` tool's listing. Reads cards only; loads no model.
+models, the paper-scale 2x2, the small-data study's pairs by training-set size, fine-tuned runs), the
+study's pair at each size, the 2x2 ablation's pairs, and the `models` tool's listing. Reads cards only;
+loads no model.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from explorer.core.card import Card
 from explorer.model.ablation import NAMES, ORDER
 
 STUDY = "study"  # checkpoints/study/: the small-data study's kept pairs and its results.csv
+PAPER = "paper"  # checkpoints/paper/: the paper's 2x2 at its own scale (--preset paper --recipe paper, a GPU)
 PAIR_VARIANTS = ("vanilla", "spt_lsa")
 # The ablation's pairs, in the order a reader asks about them: the whole gain, each part, the parts apart.
 ABLATION_PAIRS = [("vanilla", "spt_lsa"), ("vanilla", "spt"), ("vanilla", "lsa"), ("lsa", "spt"),
@@ -49,6 +51,9 @@ def label(ref: str, card: Card | None) -> str:
     variant (and "tau per head" for the per-head ones, the recipe when not the light one), a fine-tuned run
     by its name."""
     parts = ref.split("/")
+    if parts[0] == PAPER and card is not None and card.variant:
+        images = f" · {_images(card):,} images" if _images(card) else ""
+        return f"paper scale · {NAMES.get(card.variant, card.variant)}{images}"
     if parts[0] == STUDY and card is not None and _images(card) is not None:
         per_head = " · tau per head" if _per_head(card) else ""
         recipe = study_recipe(card)
@@ -60,16 +65,19 @@ def label(ref: str, card: Card | None) -> str:
 
 
 def grouped(refs: list[str], cards: dict[str, Card | None]) -> list[tuple[str, str]]:
-    """(label, ref) for the slots' lists: the shipped models first, then the study's by size and variant
-    (ViT before SPT + LSA), then fine-tuned runs; each group in a stable order."""
+    """(label, ref) for the slots' lists: the shipped models first, then the paper-scale 2x2 (in the
+    ablation's order), the study's by size and variant (ViT before SPT + LSA), then fine-tuned runs; each
+    group in a stable order."""
     def key(ref: str):
         head = ref.split("/")[0]
         card = cards.get(ref)
+        variant = (card or Card()).variant
+        if head == PAPER:
+            return (1, 0, "", ORDER.index(variant) if variant in ORDER else len(ORDER), ref)
         if head == STUDY:
-            variant = (card or Card()).variant
             order = PAIR_VARIANTS.index(variant) if variant in PAIR_VARIANTS else len(PAIR_VARIANTS)
-            return (1, _images(card) or 0, study_recipe(card) or "", order, ref)
-        return (2 if head == FINETUNED else 0, 0, "", 0, ref)
+            return (2, _images(card) or 0, study_recipe(card) or "", order, ref)
+        return (3 if head == FINETUNED else 0, 0, "", 0, ref)
     return [(label(r, cards.get(r)), r) for r in sorted(refs, key=key)]
 
 
