@@ -111,6 +111,44 @@ def test_large_files_travel_in_parts_and_a_damaged_part_is_refused(tmp_path):
         window.join_files(tmp_path / "out", tmp_path / "joined-again")
 
 
+def test_a_finished_run_ships_evaluated_lean_and_with_its_windows(tiny_checkpoints, data_dir, tmp_path, capsys):
+    """`ship`: the checkpoint a last window sent back (in parts), as the app lists it: its windows on the card
+    and its README, its test metrics measured on the whole test split, the weights as trained; refused, with
+    nothing written, while the run is unfinished or where the name is taken."""
+    from explorer.checkpoints.store import load_checkpoint, read_card
+    from explorer.model.predict import predict_logits
+    state, dest = tmp_path / "state", tmp_path / "checkpoints" / "paper" / "cifar10-vanilla"
+    records = [{"window": 1, "started": "2026-11-27T13:16:04+00:00", "device": "GPU (NVIDIA H200)", "budget_s": 320,
+                "epochs_before": 0, "epochs_after": 17, "planned_epochs": 100, "finished": False,
+                "images_per_second": 8315.5, "wall_s": 285.4},
+               {"window": 2, "started": "2026-11-28T10:00:00+00:00", "device": "GPU (NVIDIA H100 80GB HBM3)",
+                "budget_s": 540, "epochs_before": 17, "epochs_after": 100, "planned_epochs": 100, "finished": True,
+                "images_per_second": 10864.9, "wall_s": 505.1}]
+    state.mkdir()
+    (state / window.WINDOWS).write_text(json.dumps(records[0]) + "\n")
+    assert window.main(["ship", str(state), str(dest), "--data-dir", str(data_dir)]) == 2
+    assert "no finished checkpoint yet: 17 of 100 epochs" in capsys.readouterr().err and not dest.parent.exists()
+
+    window.split_files(tiny_checkpoints["vanilla"], state / "checkpoint", part_bytes=50_000)  # as it comes back
+    (state / window.WINDOWS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert window.main(["ship", str(state), str(dest), "--data-dir", str(data_dir)]) == 0
+    assert "test top-1" in capsys.readouterr().out
+    card = read_card(dest)
+    assert card.name == "cifar10-vanilla" and card.metrics.test_count == 1000 and card.metrics.test_top1 is not None
+    assert [(w.window, w.device, w.epochs_after) for w in card.training.windows] == [
+        (1, "GPU (NVIDIA H200)", 17), (2, "GPU (NVIDIA H100 80GB HBM3)", 100)]
+    readme = (dest / "README.md").read_text()
+    assert "## Training windows" in readme and "Trained in 2 windows of a lent GPU" in readme
+    assert "epochs 17 → 100 in 505 s at 10,865 images/s" in readme
+    x = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(predict_logits(load_checkpoint(dest)[0], x),
+                                  predict_logits(load_checkpoint(tiny_checkpoints["vanilla"])[0], x))
+    before = sorted(p.name for p in dest.iterdir())
+    assert window.main(["ship", str(state), str(dest), "--data-dir", str(data_dir)]) == 2
+    assert "exists" in capsys.readouterr().err and sorted(p.name for p in dest.iterdir()) == before
+    assert [p.name for p in dest.parent.iterdir()] == ["cifar10-vanilla"]  # no temporary folder left
+
+
 def test_what_would_not_come_back_is_refused(tmp_path):
     for i in range(window.RETURN_FILES + 1):
         (tmp_path / f"f{i}").write_text("x")

@@ -13,7 +13,10 @@ most RETURN_FILE_BYTES each. A window therefore:
    how far), and checks that it fits the return limits.
 
 Between windows, `python tools/window.py collect RETURNED STATE` puts what came back into the state folder,
-to be committed. A rehearsal on the CPU with tiny settings:
+to be committed. Once the last window has written the checkpoint, `python tools/window.py ship STATE DEST
+--data-dir DIR` makes it a shipped one: joined from its parts, its windows on its card, evaluated on the
+whole test split (DIR: a CIFAR folder) and lean, written to DEST (e.g. checkpoints/paper/cifar10-vanilla).
+A rehearsal on the CPU with tiny settings:
 
     python -m explorer.packed pack --data-dir ../shared/data --out runs/cifar10-q90-train.npz --splits train
     python tools/window.py --state runs/rehearsal --out runs/rehearsal-out --budget 60 --reserve 10 \\
@@ -203,6 +206,30 @@ def collect(returned: Path, state: Path) -> str:
             f"the next window resumes")
 
 
+def ship(state: Path, dest: Path, data_dir: str | None) -> str:
+    """The finished run in `state` as a checkpoint at `dest` (which must not exist): its windows on the card,
+    its test metrics measured here on the whole test split, lean; all or nothing."""
+    from explorer.analysis.evaluate import evaluate
+    from explorer.checkpoints.store import make_lean, update_card
+    if not (state / "checkpoint").is_dir():
+        last = json.loads(_windows(state)[-1]) if _windows(state) else {}
+        raise WindowError(f"{state} holds no finished checkpoint yet"
+                          + (f": {last['epochs_after']} of {last['planned_epochs']} epochs" if last else ""))
+    if dest.exists():
+        raise WindowError(f"{dest} exists: ship to a new name, or remove it first")
+    keys = ("window", "device", "started", "epochs_before", "epochs_after", "images_per_second", "wall_s")
+    windows = [{k: record.get(k) for k in keys} for record in map(json.loads, _windows(state))]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.replacing(dest) as tmp:
+        join_files(state / "checkpoint", tmp)
+        update_card(tmp, training={"windows": windows}, name=dest.name)
+        make_lean(tmp)
+        result = evaluate([str(tmp)], data_dir=data_dir, store=True, flip=True)[0]
+    metrics = result["metrics"]
+    return (f"{dest}: test top-1 {100 * metrics['top1']:.2f} % on {len(result['dataset'].y_test):,} test images, "
+            f"{len(windows)} windows on its card")
+
+
 def main(argv=None) -> int:
     started = time.perf_counter()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -214,6 +241,16 @@ def main(argv=None) -> int:
             if len(argv) != 3:
                 raise WindowError("usage: python tools/window.py collect RETURNED STATE")
             print(collect(Path(argv[1]), Path(argv[2])), flush=True)
+            return 0
+        if argv[:1] == ["ship"]:
+            rest = argv[1:]
+            data_dir = None
+            if "--data-dir" in rest:
+                i = rest.index("--data-dir")
+                data_dir, rest = (rest[i + 1] if i + 1 < len(rest) else None), rest[:i] + rest[i + 2:]
+            if len(rest) != 2 or ("--data-dir" in argv and data_dir is None):
+                raise WindowError("usage: python tools/window.py ship STATE DEST [--data-dir DIR]")
+            print(ship(Path(rest[0]), Path(rest[1]), data_dir), flush=True)
             return 0
         args, train_argv = _parse(argv)
         record = run_window(args, train_argv, started)

@@ -193,6 +193,19 @@ class Stage(Section):
 
 
 @dataclass(kw_only=True)
+class Window(Section):
+    """One window of a run trained in short GPU windows (tools/window.py): where, when, how far, how fast."""
+
+    window: int | None = None
+    device: str | None = None
+    started: str | None = None
+    epochs_before: int | None = None
+    epochs_after: int | None = None
+    images_per_second: float | None = None
+    wall_s: float | None = None
+
+
+@dataclass(kw_only=True)
 class Training(Section):
     """How the model was trained; `recipe` is the TrainConfig as a dict (the first stage's, when continued)."""
 
@@ -217,6 +230,7 @@ class Training(Section):
     recipe: dict[str, Any] = _field(factory=dict)
     stages: list[Stage] = _items(Stage)
     timing: Timing | None = _optional(Timing)
+    windows: list[Window] = _items(Window)
 
 
 @dataclass(kw_only=True)
@@ -388,6 +402,23 @@ def _stages(card: Card) -> list[str]:
             *(_stage_line(i, stage) for i, stage in enumerate(stages, 1))]
 
 
+def _windows(card: Card) -> list[str]:
+    """The windows of a run trained in short GPU windows (nothing for a run of one process)."""
+    windows = card.training.windows or []
+    if not windows:
+        return []
+    devices = list(dict.fromkeys(w.device for w in windows if w.device))
+    wall = sum(w.wall_s or 0 for w in windows)
+    lines = ["", "## Training windows", "",
+             f"Trained in {len(windows)} windows of a lent GPU ({', '.join(devices)}), {wall / 60:.1f} min in all, "
+             "each resuming the previous one's backup exactly (`tools/window.py`):", ""]
+    for w in windows:
+        speed = f"{w.images_per_second:,.0f}" if w.images_per_second is not None else "?"
+        lines.append(f"- window {w.window} ({(w.started or '')[:10]}, {w.device}): epochs {w.epochs_before} → "
+                     f"{w.epochs_after} in {w.wall_s or 0:.0f} s at {speed} images/s (its first epoch compiling)")
+    return lines
+
+
 def _source(card: Card) -> list[str]:
     """Where a converted model came from and what was mapped (nothing for a model trained here)."""
     source = card.source
@@ -443,5 +474,5 @@ def _how_to_use(card: Card) -> list[str]:
 
 def model_card(card: Card) -> str:
     """README.md for the Hub: front matter, then what the model is and how it did."""
-    sections = (_front_matter, _summary, _fine_tuning, _stages, _source, _history, _how_to_use)
+    sections = (_front_matter, _summary, _fine_tuning, _stages, _windows, _source, _history, _how_to_use)
     return "\n".join(line for section in sections for line in section(card))
