@@ -243,14 +243,13 @@ def main(argv=None) -> int:
             print(collect(Path(argv[1]), Path(argv[2])), flush=True)
             return 0
         if argv[:1] == ["ship"]:
-            rest = argv[1:]
-            data_dir = None
-            if "--data-dir" in rest:
-                i = rest.index("--data-dir")
-                data_dir, rest = (rest[i + 1] if i + 1 < len(rest) else None), rest[:i] + rest[i + 2:]
-            if len(rest) != 2 or ("--data-dir" in argv and data_dir is None):
-                raise WindowError("usage: python tools/window.py ship STATE DEST [--data-dir DIR]")
-            print(ship(Path(rest[0]), Path(rest[1]), data_dir), flush=True)
+            p = argparse.ArgumentParser(prog="python tools/window.py ship",
+                                        description="a finished window run as a shipped checkpoint")
+            p.add_argument("state", type=Path, help="the run's state folder, its checkpoint collected")
+            p.add_argument("dest", type=Path, help="the new checkpoint folder, e.g. checkpoints/paper/cifar10-vanilla")
+            p.add_argument("--data-dir", help="a CIFAR folder (the test split it is evaluated on)")
+            shipping = p.parse_args(argv[1:])
+            print(ship(shipping.state, shipping.dest, shipping.data_dir), flush=True)
             return 0
         args, train_argv = _parse(argv)
         record = run_window(args, train_argv, started)
