@@ -25,6 +25,7 @@ from PIL import Image
 from tests.helpers import (
     CIFAR100_NAMES,
     NO_NETWORK,
+    eager_compile,
     pair_folder,
     tiny_config,
     training_images,
@@ -91,20 +92,36 @@ def images(cifar10) -> np.ndarray:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoints(tmp_path_factory, cifar10):
-    """A tiny vanilla and a tiny SPT/LSA checkpoint, trained for a few steps on real CIFAR-10."""
+    """A tiny vanilla and a tiny SPT/LSA checkpoint, trained for a few steps on real CIFAR-10 (in graph mode,
+    as the app trains). Under xdist the two workers share them: each trains one variant in the run's common
+    temporary folder while the other trains the other, and both read both (no test writes into them)."""
+    from filelock import FileLock
+
     from explorer.training.recipe import TrainConfig
     from explorer.training.runs import train_new
-    out = tmp_path_factory.mktemp("ckpts")
     small = cifar10.subset(train=256, test=64, seed=1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist
+    out = tmp_path_factory.getbasetemp().parent / "tiny-ckpts" if worker else tmp_path_factory.mktemp("ckpts")
+    out.mkdir(exist_ok=True)
+    variants = ("vanilla", "spt_lsa")
+    order = variants[::-1] if worker and int(worker.removeprefix("gw")) % 2 else variants
     paths = {}
-    for variant in ("vanilla", "spt_lsa"):
-        result = train_new(tiny_config(variant=variant), "tiny", small,
-                           TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25), out,
-                           name=f"tiny-{variant}", verbose=0)
-        paths[variant] = Path(result.checkpoint)
-    return paths
+    for variant in order:
+        name = f"tiny-{variant}"
+        with FileLock(out / f"{name}.lock"):
+            if not (out / name).is_dir():
+                train_new(tiny_config(variant=variant), "tiny", small,
+                          TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25), out,
+                          name=name, verbose=0)
+        paths[variant] = out / name
+    return {variant: paths[variant] for variant in variants}
 
 
+@pytest.fixture
+def eager_steps():
+    """The model's steps run eagerly for the test (tests/helpers.py's `eager_compile` says when and why)."""
+    with eager_compile():
+        yield
 
 
 @pytest.fixture

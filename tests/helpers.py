@@ -4,6 +4,7 @@ function run on JAX in a process of its own, and the runner's worker. Fixtures l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -13,9 +14,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Debian's headless Chromium, as the browser tests and the screenshot scripts drive it.
@@ -36,6 +39,25 @@ VARIANT_MODES = [("vanilla", "layer"), ("spt", "layer"), ("lsa", "layer"), ("lsa
 def tiny_config(**overrides):
     from explorer.model.config import ViTConfig
     return ViTConfig(**{**TINY, **overrides})
+
+
+@contextlib.contextmanager
+def eager_compile():
+    """Within it, Keras runs every model's train, test and predict steps eagerly, untraced (`run_eagerly`):
+    for tests of what a run does around its steps, where tracing a tiny ViT costs about 2.5 s a model and the
+    numbers are the same (the `eager_steps` fixture; what the app runs, the traced steps, is trained by
+    `tiny_checkpoints` and by every CLI and end-to-end test)."""
+    import keras
+    compile_model = keras.Model.compile
+
+    def compile_eagerly(self, *args, **kwargs):
+        return compile_model(self, *args, **{**kwargs, "run_eagerly": True})
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        mp.setattr(keras.Model, "compile", compile_eagerly)
+        # Eagerly, Keras' predict says a lone image tensor does not match the model's one named input, and
+        # takes it, as its traced predict does without a word.
+        warnings.filterwarnings("ignore", "The structure of `inputs` doesn't match", UserWarning)
+        yield
 
 
 def write_batch(path: Path, images: np.ndarray, labels, key: bytes = b"labels", extra: dict | None = None) -> None:

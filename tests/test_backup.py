@@ -93,6 +93,7 @@ def test_a_backup_of_another_run_is_refused_with_the_reason(data_dir, tmp_path):
     assert [p.name for p in list_checkpoints(tmp_path)] == ["one"]
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_fit_resumes_in_process_and_refuses_a_different_model(cifar10, tmp_path):
     data = cifar10.subset(train=256, test=0)
     recipe = TrainConfig(epochs=2, batch_size=64, validation_fraction=0.25, keep_best=True)

@@ -138,6 +138,7 @@ def test_tau_per_head_scales_each_head():
     np.testing.assert_allclose(scores[1][~np.eye(8, dtype=bool)], 1 / 7, atol=1e-2)
 
 
+@pytest.mark.usefixtures("eager_steps")
 @pytest.mark.parametrize("tau_mode", ["layer", "head"])
 def test_tau_is_trainable_and_changes_after_one_step(tau_mode):
     from explorer.model.models import attention_layers, build_vit

@@ -189,6 +189,7 @@ def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_pa
     assert runner.snapshot(1).run_id != 1 and runner.snapshot(2 + ENDED_KEPT).status == "done"  # bounded
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifar10, tiny_checkpoints):
     """Every phase of a model's fine-tune reaches `progress` in order, and the status line's headline says
     what the run is doing at each event (never a bare "step 0/0" before the first step)."""

@@ -3,6 +3,7 @@ on a real local Ray Tune, stopped mid-way with Ctrl-C and restarted, ending as t
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -282,12 +283,70 @@ def test_the_readme_tables_are_the_study_results():
     assert {r["trial"] for r in rows} == {p.stem for p in (ROOT / "study" / "cards").glob("*.json")}
 
 
+def imported_on_import(module: str, root: Path = ROOT) -> set[str]:
+    """Every module that importing explorer's `module` imports, read from the code: the imports each of our
+    modules runs as it loads (at its top level, in class bodies and in top-level `if`/`try` blocks; not those
+    inside functions nor under `if TYPE_CHECKING`), followed through our own modules and their packages'
+    `__init__`."""
+    def loaded(stmts) -> set[str]:
+        names = set()
+        for node in stmts:
+            if isinstance(node, ast.Import):
+                names |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                names |= loaded(node.orelse)
+            elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    names |= loaded(getattr(node, field, []))
+        return names
+
+    def source(name: str) -> Path | None:
+        path = root.joinpath(*name.split("."))
+        return next((p for p in (path / "__init__.py", path.with_suffix(".py")) if p.is_file()), None)
+
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # a module's packages load before it
+            part = ".".join(parts[:i])
+            if part in seen:
+                continue
+            seen.add(part)
+            if part.split(".")[0] == "explorer" and (path := source(part)):
+                todo += loaded(ast.parse(path.read_text()).body)
+    return seen
+
+
 def test_ray_is_for_training_only():
-    """Ray is in what training and CI install, never in what a Space installs, and only `run` imports it."""
+    """Ray is in what training and CI install, never in what a Space installs, and only `run` imports it (the
+    imports read from the code here; a fresh process imports them in the slow test below)."""
     lines = lambda name: [line.split("#")[0].strip() for line in (ROOT / name).read_text().splitlines()]  # noqa: E731
     assert not any(line.startswith("ray") for line in lines("requirements.txt"))
     assert "ray[tune]==2.60.0" in lines("requirements-train.txt")
     assert "-r requirements-train.txt" in lines("requirements-test.txt")
+    loads = imported_on_import("explorer.study.grid") | imported_on_import("explorer.ui")
+    assert {"explorer.ui.shell", "explorer.study.grid", "gradio", "keras"} <= loads  # the reading follows
+    assert not {m for m in loads if m == "ray" or m.startswith("ray.")}
+
+
+def test_the_import_reading_sees_what_loads_and_not_what_waits(tmp_path):
+    (tmp_path / "explorer" / "sub").mkdir(parents=True)
+    (tmp_path / "explorer" / "__init__.py").write_text("import numpy\n")
+    (tmp_path / "explorer" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "explorer" / "sub" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom explorer.sub import b\nif TYPE_CHECKING:\n    import scipy\n"
+        "def later():\n    import jax\n")
+    (tmp_path / "explorer" / "sub" / "b.py").write_text(
+        "try:\n    from ray import tune\nexcept ImportError:\n    pass\n")
+    loads = imported_on_import("explorer.sub.a", tmp_path)
+    assert {"numpy", "explorer.sub.b", "ray", "ray.tune"} <= loads and not {"scipy", "jax"} & loads
+
+
+@pytest.mark.slow
+def test_a_fresh_process_importing_the_app_and_the_grid_loads_no_ray():
     code = ("import sys, explorer.study.grid, explorer.ui;"
             "print(any(m == 'ray' or m.startswith('ray.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -60,6 +60,7 @@ def test_history_records_tau_of_every_layer(cifar10):
     assert {"val_loss", "val_top1", "val_top5"} <= set(record.history[0].to_json())
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_step_budget_stops_early(cifar10):
     model = build_vit(tiny_config(), 10)
     record = fit(model, cifar10.subset(train=512, test=0), TrainConfig(epochs=5, batch_size=32, max_steps=3,
@@ -67,6 +68,7 @@ def test_step_budget_stops_early(cifar10):
     assert record.training.steps == 3 and record.stopped_by == "max_steps" and len(record.history) == 1
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_cancel_raises_and_writes_nothing(cifar10, tmp_path):
     cancel = threading.Event()
 
@@ -141,6 +143,7 @@ def test_train_new_checkpoint_predicts_like_the_trained_model(cifar10, tmp_path,
                                atol=1e-5)
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_fine_tune_to_a_new_class_count_with_a_frozen_backbone(tiny_checkpoints, cifar10, tmp_path):
     base_model, base_card = load_checkpoint(tiny_checkpoints["spt_lsa"])
     three = cifar10.subset(train=300, test=60, seed=3)
@@ -160,6 +163,7 @@ def test_fine_tune_to_a_new_class_count_with_a_frozen_backbone(tiny_checkpoints,
                               base_model.get_layer("head").kernel.numpy()[:, :3])
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_fine_tune_same_classes_keeps_the_head(tiny_checkpoints, cifar10, tmp_path):
     result = fine_tune(tiny_checkpoints["vanilla"], cifar10.subset(train=128, test=16),
                        TrainConfig(epochs=1, batch_size=64), tmp_path, verbose=0)
@@ -182,6 +186,7 @@ def test_invalid_train_config(kwargs, message):
         TrainConfig(**kwargs)
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tmp_path):
     base_model, base_card = load_checkpoint(tiny_checkpoints["spt_lsa"])
     same = cifar10.subset(train=256, test=64, seed=1)  # the data and split the fixture trained on
@@ -353,6 +358,7 @@ def test_train_cli_refuses_a_continuation_on_other_data(tiny_checkpoints, tmp_pa
     assert "error: cannot continue tiny-vanilla:" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_validation_counts_each_real_image_once(cifar10):
     """2,550 validation images go in batches of 512, the last padded with 10 repeats of weight 0: the
     reported validation accuracy and loss are those of the same weights on the 2,550 images, exactly."""
@@ -409,6 +415,7 @@ def test_balanced_subsets_are_nested_balanced_and_leave_validation_alone(cifar10
         TrainConfig(balanced_subset=100, train_subset=200)
 
 
+@pytest.mark.usefixtures("eager_steps")
 def test_train_cli_refuses_a_folder_too_small_to_test_unless_asked_to_train_on_all(tiny_checkpoints, cifar10,
                                                                                    tmp_path, capsys):
     from explorer.train import main

@@ -154,10 +154,12 @@ def ablation_root(tmp_path_factory, tiny_checkpoints, cifar10):
     """Three corners of the 2x2 (vanilla, LSA alone, SPT/LSA) and a broken LSA checkpoint."""
     from explorer.training.recipe import TrainConfig
     from explorer.training.runs import train_new
-    from tests.helpers import tiny_config
+    from tests.helpers import eager_compile, tiny_config
     root = pair_folder(tmp_path_factory.mktemp("ablation") / "checkpoints", tiny_checkpoints)
-    train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=32, seed=2),
-              TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25), root, name="cifar10-lsa", verbose=0)
+    with eager_compile():
+        train_new(tiny_config(variant="lsa"), "tiny", cifar10.subset(train=128, test=32, seed=2),
+                  TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25), root, name="cifar10-lsa",
+                  verbose=0)
     broken = root / "cifar10-broken"
     shutil.copytree(root / "cifar10-lsa", broken)
     (broken / "model.weights.h5").write_bytes(b"not a weights file")
