@@ -101,7 +101,9 @@ def tiny_checkpoints(tmp_path_factory, cifar10):
     from explorer.training.runs import train_new
     small = cifar10.subset(train=256, test=64, seed=1)
     worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist
-    out = tmp_path_factory.getbasetemp().parent / "tiny-ckpts" if worker else tmp_path_factory.mktemp("ckpts")
+    # the run's own folder, even where --basetemp names one that an earlier run left checkpoints in
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")
+    out = tmp_path_factory.getbasetemp().parent / f"tiny-ckpts-{run}" if worker else tmp_path_factory.mktemp("ckpts")
     out.mkdir(exist_ok=True)
     variants = ("vanilla", "spt_lsa")
     order = variants[::-1] if worker and int(worker.removeprefix("gw")) % 2 else variants
