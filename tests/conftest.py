@@ -107,7 +107,6 @@ def tiny_checkpoints(tmp_path_factory, cifar10):
     out.mkdir(exist_ok=True)
     variants = ("vanilla", "spt_lsa")
     order = variants[::-1] if worker and int(worker.removeprefix("gw")) % 2 else variants
-    paths = {}
     for variant in order:
         name = f"tiny-{variant}"
         with FileLock(out / f"{name}.lock"):
@@ -115,8 +114,7 @@ def tiny_checkpoints(tmp_path_factory, cifar10):
                 train_new(tiny_config(variant=variant), "tiny", small,
                           TrainConfig(epochs=1, batch_size=64, validation_fraction=0.25), out,
                           name=name, verbose=0)
-        paths[variant] = out / name
-    return {variant: paths[variant] for variant in variants}
+    return {variant: out / f"tiny-{variant}" for variant in variants}
 
 
 @pytest.fixture
