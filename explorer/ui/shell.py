@@ -52,6 +52,10 @@ footer {display: none !important}
 #spt-views .grid-wrap, #spt-views .gallery-container {max-height: none !important; height: auto !important;
                                                        overflow: visible !important}
 #spt-views > label[data-testid="block-label"] {position: static; margin-bottom: 4px}
+/* An accordion's triangle in a square box at the middle of its label's height: Gradio stretches it to the
+   label's full height, so turned for a closed accordion (90 degrees) a two-line label's pokes out of the box. */
+.gr-accordion .label-wrap > .icon {align-self: center; flex: 0 0 auto; width: 1em; height: 1em; line-height: 1em;
+                                   text-align: center}
 /* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
 .query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
                 pointer-events: none; display: none}

@@ -224,7 +224,13 @@ def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, a
                 page.wait_for_function("() => /On the first/.test(document.querySelector('#robustness-summary')"
                                        ".innerText)", timeout=300_000)
             elif tab == "Small data":
+                # Closed, and the moment it opens, the accordion's own box holds its label and turned triangle
+                # (Gradio stretched the triangle to a two-line label's height: turned, it poked out by 3 px).
+                why = page.locator("#data-size-why")
+                why.wait_for()
+                assert why.evaluate("(e) => e.scrollWidth <= e.clientWidth + 1"), "the closed accordion overflows"
                 open_why(page, app[1])
+                assert why.evaluate("(e) => e.scrollWidth <= e.clientWidth + 1"), "the opening accordion overflows"
             page.wait_for_timeout(2500)  # the pictures have loaded and the page has laid them out
             seen[tab] = page.evaluate(MEASURE)
         small = {tab: [(p["id"], p["natural"], round(p["scale"], 2)) for p in m["pictures"] if p["scale"] < 0.75]
