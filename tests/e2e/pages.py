@@ -37,6 +37,17 @@ def open_why(page, root):
     page.get_by_text(lsa_question(read_results(root / "study" / "results.csv"))).click()
 
 
+def measure(page):
+    """MEASURE on the open tab once its pictures have loaded (2.5 s) and every transition or animation that
+    ends has ended (an accordion's turning triangle, a bar's width): the layout a visitor looks at, not one
+    caught mid-move on a slow host."""
+    page.wait_for_timeout(2500)
+    page.evaluate("""async () => { await Promise.all(document.getAnimations()
+        .filter((a) => a.effect && a.effect.getComputedTiming().endTime !== Infinity)
+        .map((a) => a.finished.catch(() => null))); }""")
+    return page.evaluate(MEASURE)
+
+
 # What the open tab shows, measured: each picture's shown width over its own (pictures of 100 px or more;
 # the image column's preview aside), and each table's right edge against its box's, the parts of it hidden
 # behind a scroll, and its headers broken inside a word ("distan/ce": more lines than words and hyphens allow).

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.e2e.pages import MEASURE, visit
+from tests.e2e.pages import measure, visit
 from tests.helpers import shipped_copy, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -85,8 +85,7 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         assert len(page.evaluate(ROWS, "#trust-faithfulness-table")) >= 2
         assert page.locator("#trust-corruptions-plot img, #trust-faithfulness-plot img").count() == 2
 
-        page.wait_for_timeout(2500)  # the pictures have loaded and the page has laid them out
-        seen = page.evaluate(MEASURE)
+        seen = measure(page)
         print(width, "px:", [(p["id"], p["natural"], round(p["scale"], 3)) for p in seen["pictures"]])
         figures = {"trust-confusion", "trust-reliability", "trust-corruptions-plot", "trust-faithfulness-plot"}
         assert figures <= {p["id"] for p in seen["pictures"]}, seen["pictures"]

@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from tests.e2e.pages import MEASURE, MESSAGES, UPLOAD, choose, class_zip_of, open_tab, open_why, slot_options, visit
+from tests.e2e.pages import MESSAGES, UPLOAD, choose, class_zip_of, measure, open_tab, open_why, slot_options, visit
 from tests.helpers import ROOT, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -231,8 +231,7 @@ def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, a
                 assert why.evaluate("(e) => e.scrollWidth <= e.clientWidth + 1"), "the closed accordion overflows"
                 open_why(page, app[1])
                 assert why.evaluate("(e) => e.scrollWidth <= e.clientWidth + 1"), "the opening accordion overflows"
-            page.wait_for_timeout(2500)  # the pictures have loaded and the page has laid them out
-            seen[tab] = page.evaluate(MEASURE)
+            seen[tab] = measure(page)
         small = {tab: [(p["id"], p["natural"], round(p["scale"], 2)) for p in m["pictures"] if p["scale"] < 0.75]
                  for tab, m in seen.items()}
         assert not any(small.values()), f"pictures shown at under 0.75 of their size: {small}"
