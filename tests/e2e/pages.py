@@ -39,12 +39,12 @@ def open_why(page, root):
 
 def measure(page):
     """MEASURE on the open tab once its pictures have loaded (2.5 s) and every transition or animation that
-    ends has ended (an accordion's turning triangle, a bar's width): the layout a visitor looks at, not one
-    caught mid-move on a slow host."""
+    ends has ended (an accordion's turning triangle, a bar's width; 10 s at most, should one be held): the
+    layout a visitor looks at, not one caught mid-move on a slow host."""
     page.wait_for_timeout(2500)
-    page.evaluate("""async () => { await Promise.all(document.getAnimations()
-        .filter((a) => a.effect && a.effect.getComputedTiming().endTime !== Infinity)
-        .map((a) => a.finished.catch(() => null))); }""")
+    page.evaluate("""async () => { await Promise.race([new Promise((done) => setTimeout(done, 10000)),
+        Promise.all(document.getAnimations().filter((a) => a.playState === 'running' && a.effect
+            && a.effect.getComputedTiming().endTime !== Infinity).map((a) => a.finished.catch(() => null)))]); }""")
     return page.evaluate(MEASURE)
 
 
