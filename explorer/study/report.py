@@ -174,10 +174,12 @@ def corners_table(rows: list[dict]) -> str:
     would move its mean and every change with it): mean test top-1 and the change over the ViT."""
     every = summary(rows)
     sizes = [n for n in sorted({n for n, _ in every}) if all((n, v) in every for v in ORDER)]
+    if not sizes:
+        return "None yet: no size has all four variants."
     common = {n: set.intersection(*(set(every[(n, v)]["seeds"]) for v in ORDER)) for n in sizes}
     sizes = [n for n in sizes if common[n]]
     if not sizes:
-        return "None yet: no size has all four variants."
+        return "None yet: no size has all four variants on a seed they share."
     s = summary([r for r in rows if int(r["train_images"]) in common
                  and int(r["seed"]) in common[int(r["train_images"])]])
     lines = ["| train images | " + " | ".join(NAMES[v] for v in ORDER) + " |", "|---:|" + "---:|" * len(ORDER)]
