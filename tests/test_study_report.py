@@ -141,6 +141,14 @@ def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, 
     assert [r["layer"] for r in back] == [r["layer"] for r in rows] and "| " in mechanisms.markdown(back)
     # outside study/ a model is taken for a shipped one, trained in stages; a study model names its recipe
     assert {r["recipe"] for r in back} == {"staged"}
+    # in paper/ it is a paper-scale model, named by its reference: never merged with a shipped one of its name
+    import shutil
+    scale = tmp_path / "paper" / tiny_checkpoints["vanilla"].name
+    shutil.copytree(tiny_checkpoints["vanilla"], scale)
+    both, _ = mechanisms.run([tiny_checkpoints["vanilla"], scale], many)
+    assert {(r["model"], r["recipe"]) for r in both} == {(tiny_checkpoints["vanilla"].name, "staged"),
+                                                         (f"paper/{scale.name}", "paper scale")}
+    assert [m["recipe"] for m in mechanisms.per_model(both)] == ["staged", "paper scale"]
     # per head: the layer's numbers are the means over its heads; distance over the image's side
     whole_heads = whole[0]["heads"]
     assert np.mean([h["entropy"] for h in whole_heads]) == pytest.approx(whole[0]["entropy"], rel=1e-6)
@@ -282,6 +290,16 @@ def test_the_mechanisms_never_mix_recipes():
     layers = mechanisms.layer_table(rows)
     assert len(layers.splitlines()) == 2 + 5 and "2,500" not in layers
     assert "| paper | 1,000 | ViT | 0.463 / 0.506 | 0.562 / 0.506 |" in layers
+    # the paper-scale models: a paragraph of their own; no statement about the 0.2 M models takes them in
+    scale = rows + [{**r, "model": f"paper/{r['model']}", "recipe": "paper scale", "train_images": 45000,
+                     "self_attention": 0.039, "test_top1": 0.8502} for r in rows if r["model"] == "v1"]
+    with_scale = mechanisms.answer(scale)
+    assert with_scale.replace(mechanisms._paper_scale_paragraph(mechanisms.per_model(scale), 64) + "\n\n", "") == (
+        said.replace("differs from the paper's:", "differs from the paper's, but for the paper-scale models above:"))
+    assert ("**At the paper's scale**" in with_scale and "the ViT, 85.02 % on the test set: entropy 3.60 nats" in
+            with_scale and "gives its own patch 3.9 % of its attention (even attention: 1.56 %)" in with_scale)
+    assert "| paper scale | 45,000 | ViT |" in mechanisms.markdown(scale) and "paper scale" not in said
+    assert mechanisms.layer_table(scale) == layers and mechanisms.layer_figure(scale) is not None
     # a CSV written before the most-local column still reads and says the rest
     old = [{k: v for k, v in r.items() if k not in ("distance_min_px", "image_size")} for r in rows]
     assert "entropy 3.60 → 3.30 nats" in mechanisms.answer(old) and "| – |" in mechanisms.markdown(old)

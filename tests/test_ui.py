@@ -210,6 +210,10 @@ def test_the_small_data_tab_says_what_the_shipped_study_measured_recipe_by_recip
     assert said.startswith(mechanisms.answer(shipped)) and "**Under the paper's recipe**" in said
     assert "| paper | 1,000 | ViT |" in said and "Layer by layer where the paper's recipe ran" in said
     assert mechanisms.layer_table(shipped) in said
+    # the paper-scale ViT in its paragraph and in the pick beside the study's models, by its reference
+    assert "**At the paper's scale**" in said and "| paper scale | 45,000 | ViT |" in said
+    refs = [ref for _, ref in tab.models()]
+    assert "paper/cifar10-vanilla" in refs and "study/cifar10-1000-vanilla" in refs and "cifar10-vanilla" not in refs
 
 
 def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpoints, data_dir):

@@ -28,10 +28,13 @@ HEAD_COLUMNS = ("model", "variant", "recipe", "train_images", "layer", "head", "
 TEXT = ("model", "variant", "recipe")
 FULL = 45_000  # the shipped models' training-set size
 STAGED = "staged"  # the shipped full-data models' recipe: stages, CutMix/mixup in the last
+# The paper-scale models (checkpoints/paper: preset and recipe `paper`, 2.7 M parameters, trained in GPU windows):
+# a recipe label of their own, so that no statement about the 0.2 M models takes them in.
+PAPER_SCALE = "paper scale"
 # The recipes in the order the tables list them; the names the text gives them.
-RECIPES = (LIGHT, "cutmix", "paper", STAGED)
+RECIPES = (LIGHT, "cutmix", "paper", STAGED, PAPER_SCALE)
 RECIPE_WORDS = {LIGHT: "light recipe", "cutmix": "light recipe + CutMix", "paper": "paper recipe",
-                STAGED: "staged recipe"}
+                STAGED: "staged recipe", PAPER_SCALE: "paper recipe at the paper's scale"}
 # arXiv 2605.16390 (CIFAR-100): the smallest head's mean attention distance over the image's side, without
 # CutMix and with it, for the text that compares.
 CITED = (0.316, 0.008)
@@ -71,39 +74,49 @@ def measure(model, config, images: np.ndarray, batch: int = 100) -> list[dict]:
     return rows
 
 
+def recipe_of(folder: Path, card: Card) -> str:
+    """The recipe label of a kept model: the study's (checkpoints/study) names its own, a paper-scale model
+    (checkpoints/paper) is PAPER_SCALE, and any other is taken for a shipped one, trained in stages."""
+    from explorer.checkpoints.catalog import study_recipe
+    if folder.parent.name == "study":
+        return study_recipe(card) or LIGHT
+    return PAPER_SCALE if folder.parent.name == "paper" else STAGED
+
+
 def kept_models(checkpoints: Path, dataset: str = "cifar10") -> list[Path]:
-    """The study's kept checkpoints and the shipped full-data 2x2, smallest training set first."""
+    """The study's kept checkpoints, the shipped full-data 2x2 and the paper-scale models, smallest training
+    set first."""
     folders = [p for p in sorted((checkpoints / "study").glob(f"{dataset}-*")) if (p / "explorer.json").is_file()]
     folders += [checkpoints / f"{dataset}-{v}" for v in ("vanilla", "lsa", "spt", "spt_lsa")
                 if (checkpoints / f"{dataset}-{v}" / "explorer.json").is_file()]
+    folders += [p for p in sorted((checkpoints / "paper").glob(f"{dataset}-*")) if (p / "explorer.json").is_file()]
 
     def key(p: Path):
-        from explorer.checkpoints.catalog import study_recipe
         card = Card.from_json(json.loads((p / "explorer.json").read_text()))
-        recipe = (study_recipe(card) or LIGHT) if p.parent.name == "study" else STAGED
-        return card.dataset.train_images, RECIPES.index(recipe), list(ALL_NAMES).index(study_variant(card))
+        return (card.dataset.train_images, RECIPES.index(recipe_of(p, card)),
+                list(ALL_NAMES).index(study_variant(card)))
     return sorted(folders, key=key)
 
 
 def run(folders: list[Path], images: np.ndarray) -> tuple[list[dict], list[dict]]:
     """The tables' rows: every layer of every model in `folders`, and every head of every layer."""
-    from explorer.checkpoints.catalog import study_recipe
     from explorer.checkpoints.store import load_checkpoint
     from explorer.model.config import ViTConfig
     rows, heads = [], []
     for folder in folders:
         model, card = load_checkpoint(folder)
         config = ViTConfig.from_dict(card.config)
-        # the shipped full-data models trained in stages, CutMix/mixup in the last: a recipe of their own
-        recipe = (study_recipe(card) or LIGHT) if folder.parent.name == "study" else STAGED
+        recipe = recipe_of(folder, card)
+        # its reference in the slots' lists where a name alone could be a shipped model's (paper/cifar10-vanilla)
+        name = f"{folder.parent.name}/{folder.name}" if recipe == PAPER_SCALE else folder.name
         for r in measure(model, config, images):
             tau = r["tau"]
-            heads += [{"model": folder.name, "variant": study_variant(card), "recipe": recipe,
+            heads += [{"model": name, "variant": study_variant(card), "recipe": recipe,
                        "train_images": card.dataset.train_images, "layer": r["layer"], "head": h["head"],
                        "tau_ratio": h["tau"] / r["tau_start"] if h["tau"] else None, "entropy": h["entropy"],
                        "distance": h["distance_px"] / config.image_size, "self_attention": h["self_attention"],
                        "test_top1": card.metrics.test_top1} for h in r["heads"]]
-            rows.append({"model": folder.name, "variant": study_variant(card), "recipe": recipe,
+            rows.append({"model": name, "variant": study_variant(card), "recipe": recipe,
                          "train_images": card.dataset.train_images, "layer": r["layer"],
                          "tau_mean": float(np.mean(tau)) if tau else None, "tau_min": min(tau) if tau else None,
                          "tau_max": max(tau) if tau else None, "tau_start": r["tau_start"],
@@ -287,6 +300,37 @@ def _recipe_paragraph(models: list[dict], light: list[dict], patches: int) -> st
     return " ".join(parts) if parts else None
 
 
+def _paper_scale_paragraph(models: list[dict], patches: int) -> str | None:
+    """What attention looks like in the paper-scale models (PAPER_SCALE), where the paper asked its question:
+    how much a ViT's query gives its own patch (what LSA's mask would remove), how sharp and how local its
+    attention is, and how far LSA's temperatures moved."""
+    scale = [m for m in models if m["recipe"] == PAPER_SCALE]
+    if not scale:
+        return None
+
+    def top1(m):
+        return "" if m["test_top1"] is None else f", {100 * m['test_top1']:.2f} % on the test set"
+    parts = []
+    for m in scale:
+        name = ALL_NAMES[m["variant"]]
+        local = "" if m["distance_min"] is None else (f", its most local head's mean distance {m['distance_min']:.3f} "
+                                                       "of the image's side")
+        text = (f"the {name}{top1(m)}: entropy {m['entropy']:.2f} nats (of at most ln {patches} = "
+                f"{np.log(patches):.2f}), mean distance {m['distance_px']:.1f} px{local}")
+        if m["tau_ratio"] is None:
+            text += (f"; a query gives its own patch {100 * m['self_attention']:.1f} % of its attention (even "
+                     f"attention: {100 / patches:.2f} %)")
+        else:
+            text += (f"; τ ends at {m['tau_ratio']:.3f} of √d_k on average (the largest move "
+                     f"{100 * m['tau_move']:.1f} %)")
+        parts.append(text)
+    lsa = _lsa_against_vit(scale, patches, bound=False)
+    tail = f" {lsa[0].upper() + lsa[1:]}." if lsa else ""
+    return (f"**At the paper's scale** (width 192, 9 blocks, 12 heads: 2.7 M parameters; the paper's recipe for "
+            f"100 epochs on {scale[0]['train_images']:,} images, trained on a GPU; `checkpoints/paper`): "
+            + "; ".join(parts) + "." + tail)
+
+
 def answer(rows: list[dict]) -> str:
     """What LSA does in the study, in words, with the numbers of `rows` (what the Small data tab and the README
     say): under the light recipe, how far τ moved, how much self-attention the mask had to remove, what LSA alone
@@ -315,8 +359,12 @@ def answer(rows: list[dict]) -> str:
     recipe = _recipe_paragraph(models, light, patches)
     if recipe:
         parts.append(recipe)
+    scale = _paper_scale_paragraph(models, patches)
+    if scale:
+        parts.append(scale)
     paper_sizes = sorted({m["train_images"] for m in models if m["recipe"] == "paper"})
-    parts.append("Where the setting differs from the paper's: a ViT of width 64, 6 blocks and 4 heads (0.2 M "
+    but = ", but for the paper-scale models above" if scale else ""
+    parts.append(f"Where the setting differs from the paper's{but}: a ViT of width 64, 6 blocks and 4 heads (0.2 M "
                  "parameters) against width 192, 9 blocks and 12 heads (2.7 M); CIFAR-10 subsets against all of "
                  "CIFAR-100 and Tiny-ImageNet; "
                  + (f"the paper's recipe at {' and '.join(f'{n:,}' for n in paper_sizes)} images only, beside "

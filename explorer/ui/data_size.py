@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer.checkpoints.catalog import STUDY
+from explorer.checkpoints.catalog import PAPER, STUDY
 from explorer.study import report as study_report
 from explorer.study.report import read_results
 from explorer.ui.context import UNLISTED, AppState, Page
@@ -88,8 +88,11 @@ class DataSizeTab:
             names = {row["model"] for row in mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")}
         except (OSError, ValueError, KeyError):
             return []
+        # a study model is named without its folder; a paper-scale one by its reference (paper/cifar10-vanilla);
+        # the shipped ones, in every slot's list already, are not offered again
         return [(label, ref) for label, ref in self.app.slot_choices(request)
-                if ref.startswith(f"{STUDY}/") and ref.split("/", 1)[1] in names]
+                if (ref.startswith(f"{STUDY}/") and ref.split("/", 1)[1] in names)
+                or (ref.startswith(f"{PAPER}/") and ref in names)]
 
 
     def reported(self, ref_b: str | None, request: gr.Request = None) -> str | None:
