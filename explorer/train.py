@@ -120,6 +120,10 @@ def _augmentation_args(p: argparse.ArgumentParser) -> None:
                         "the default): the stand-in for AutoAugment's CIFAR policy, which Keras does not have. Two "
                         "of its eleven operations per batch, each image at its own magnitude; after crop, flip "
                         "and mix")
+    g.add_argument("--autoaugment", action=argparse.BooleanOptionalAction, default=None,
+                   help="AutoAugment's CIFAR-10 policy inside the training step, each image its own sub-policy "
+                        "(the authors' augmentation; in place of --randaugment); after crop, flip and mix "
+                        "(default off; on in --recipe paper-autoaugment)")
     g.add_argument("--random-erasing", type=float, metavar="PROB",
                    help="inside the training step, after RandAugment: erase one box of 2-40 %% of the image with "
                         "this probability (0 = off, the default)")
@@ -194,6 +198,7 @@ def given_recipe(args) -> dict:
                                    label_smoothing=args.label_smoothing, validation_fraction=args.val_fraction,
                                    mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, mix_prob=args.mix_prob,
                                    randaugment=args.randaugment, random_erasing=args.random_erasing,
+                                   autoaugment=args.autoaugment,
                                    repeats=args.repeats, precision=args.precision,
                                    steps_per_call=args.steps_per_call).items() if v is not None}
     if args.device_data:

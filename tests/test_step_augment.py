@@ -1,5 +1,5 @@
-"""The recipe's augmentations inside the training step (RandAugment, random erasing), on TensorFlow here and
-on JAX in a subprocess (what a GPU machine trains with)."""
+"""The recipe's augmentations inside the training step (RandAugment or AutoAugment, random erasing), on
+TensorFlow here and on JAX in a subprocess (what a GPU machine trains with)."""
 
 from __future__ import annotations
 
@@ -33,18 +33,22 @@ def in_step_report() -> dict:
                    sample.class_names)
     recipe = dict(epochs=1, batch_size=32, validation_fraction=0.0, augment=False)
     start = build_vit(tiny_config(), 10).get_weights()
+    from explorer.data.autoaugment import AutoAugmentCIFAR10
     calls = []
-    originals = {cls: cls.call for cls in (keras.layers.RandAugment, keras.layers.RandomErasing)}
+    originals = {cls: cls.call for cls in (keras.layers.RandAugment, keras.layers.RandomErasing, AutoAugmentCIFAR10)}
+    kind = None
 
     def spy(cls):
         def call(self, data, training=True):
             if not isinstance(data, keras.KerasTensor):  # not the wrapper's symbolic construction
-                calls.append({"layer": cls.__name__, "training": bool(training), "traced": _traced(data)})
+                calls.append({"layer": cls.__name__, "training": bool(training), "traced": _traced(data),
+                              "kind": kind})
             return originals[cls](self, data, training=training)
         return call
 
     weights, names = {}, {}
-    for kind, extra in (("plain", {}), ("in_step", dict(randaugment=0.5, random_erasing=0.5))):
+    for kind, extra in (("plain", {}), ("in_step", dict(randaugment=0.5, random_erasing=0.5)),
+                        ("autoaugment", dict(autoaugment=True, random_erasing=0.5))):
         model = build_vit(tiny_config(), 10)
         model.set_weights(start)
         for cls in originals:
@@ -57,9 +61,10 @@ def in_step_report() -> dict:
         weights[kind], names[kind] = model.get_weights(), [layer.name for layer in model.layers]
         assert record.training.steps == 2
     return {"backend": keras.backend.backend(), "calls": calls,
-            "weights_differ": any(not np.array_equal(a, b) for a, b in zip(weights["plain"], weights["in_step"],
-                                                                            strict=True)),
-            "same_layers": names["plain"] == names["in_step"]}
+            "weights_differ": all(any(not np.array_equal(a, b) for a, b in zip(weights["plain"], weights[k],
+                                                                                strict=True))
+                                  for k in ("in_step", "autoaugment")),
+            "same_layers": names["plain"] == names["in_step"] == names["autoaugment"]}
 
 
 def check_in_step(report: dict) -> None:
@@ -67,7 +72,8 @@ def check_in_step(report: dict) -> None:
     # step (never eagerly, never in numpy), and what they did changed what the model learned. (Keras may
     # also trace them at inference, for shapes: they are the identity there.)
     training = [c for c in report["calls"] if c["training"]]
-    assert {c["layer"] for c in training} == {"RandAugment", "RandomErasing"}, report["calls"]
+    assert {c["layer"] for c in training if c["kind"] == "in_step"} == {"RandAugment", "RandomErasing"}
+    assert {c["layer"] for c in training if c["kind"] == "autoaugment"} == {"AutoAugmentCIFAR10", "RandomErasing"}
     assert all(c["traced"] for c in training), report["calls"]
     assert report["weights_differ"]
     assert report["same_layers"]  # the trained model is the model alone: nothing of the block is saved

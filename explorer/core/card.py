@@ -304,6 +304,8 @@ def describe_augmentation(recipe: dict) -> str:
         parts.append(" / ".join(mixes) + ("" if prob >= 1 else f" on {100 * prob:.0f} % of batches"))
     if recipe.get("randaugment"):
         parts.append(f"RandAugment {recipe['randaugment']:g}")
+    if recipe.get("autoaugment"):
+        parts.append("AutoAugment's CIFAR-10 policy")
     if recipe.get("random_erasing"):
         parts.append(f"random erasing on {100 * recipe['random_erasing']:.0f} % of images")
     if (recipe.get("repeats") or 1) > 1:

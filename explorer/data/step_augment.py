@@ -19,16 +19,22 @@ ERASED_FILL = round(sum(CIFAR_MEAN) / len(CIFAR_MEAN), 1)
 
 
 def augmentation_block(randaugment: float = 0.0, random_erasing: float = 0.0,
-                       fill: float = ERASED_FILL) -> keras.Sequential | None:
-    """The recipe's in-step augmentations on raw 0-255 images, or None when both are off.
+                       fill: float = ERASED_FILL, autoaugment: bool = False) -> keras.Sequential | None:
+    """The recipe's in-step augmentations on raw 0-255 images, or None when all are off.
 
     Args:
         randaugment: Keras RandAugment's `factor` (0 = off): two of its eleven operations per batch, each
             image at its own magnitude up to this fraction of the operation's range.
         random_erasing: probability (0 = off) that an image gets one box of ERASED_AREA erased.
         fill: the erased box's grey level on the 0-255 scale.
+        autoaugment: AutoAugment's CIFAR-10 policy (explorer.data.autoaugment), each image its own
+            sub-policy, before the erasing (in place of RandAugment).
     """
     layers = []
+    if autoaugment:
+        from explorer.data.autoaugment import AutoAugmentCIFAR10
+        # float32 whatever the global policy: its levels are whole numbers, which bfloat16 does not keep
+        layers.append(AutoAugmentCIFAR10(name="autoaugment", dtype="float32"))
     if randaugment:
         layers.append(keras.layers.RandAugment(value_range=(0, 255), factor=randaugment, name="randaugment"))
     if random_erasing:

@@ -36,7 +36,7 @@ _NOT_IDENTITY = ("max_seconds", "name", "time_limit", "steps_per_call")
 # Recipe fields added after backups were first written, at their defaults: left out of the identity, so
 # that a backup written before they existed still resumes.
 _LATER_DEFAULTS = {"randaugment": 0.0, "random_erasing": 0.0, "repeats": 1, "precision": "float32",
-                   "device_data": False}
+                   "device_data": False, "autoaugment": False}
 
 
 class BackupError(ValueError):

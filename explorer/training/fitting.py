@@ -253,10 +253,10 @@ def _with_step_augmentation(model, recipe: TrainConfig):
 
 
 def _step_augmentation(recipe: TrainConfig):
-    if not (recipe.randaugment or recipe.random_erasing):
+    if not (recipe.randaugment or recipe.random_erasing or recipe.autoaugment):
         return None
     from explorer.data.step_augment import augmentation_block
-    return augmentation_block(recipe.randaugment, recipe.random_erasing)
+    return augmentation_block(recipe.randaugment, recipe.random_erasing, autoaugment=recipe.autoaugment)
 
 
 def _check_backup(backup, model, dataset: Dataset, recipe: TrainConfig, base: dict | None) -> None:
