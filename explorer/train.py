@@ -117,15 +117,15 @@ def _augmentation_args(p: argparse.ArgumentParser) -> None:
                    help="fraction of batches that are mixed when --mixup or --cutmix is on (default 1)")
     g.add_argument("--randaugment", type=float, metavar="FACTOR",
                    help="Keras' RandAugment inside the training step, at this strength (its factor, 0-1; 0 = off, "
-                        "the default): the stand-in for AutoAugment's CIFAR policy, which Keras does not have. Two "
-                        "of its eleven operations per batch, each image at its own magnitude; after crop, flip "
-                        "and mix")
+                        "the default): --recipe paper's stand-in for AutoAugment's CIFAR policy (--autoaugment is "
+                        "the policy itself). Two of its eleven operations per batch, each image at its own "
+                        "magnitude; after crop, flip and mix")
     g.add_argument("--autoaugment", action=argparse.BooleanOptionalAction, default=None,
                    help="AutoAugment's CIFAR-10 policy inside the training step, each image its own sub-policy "
                         "(the authors' augmentation; in place of --randaugment); after crop, flip and mix "
                         "(default off; on in --recipe paper-autoaugment)")
     g.add_argument("--random-erasing", type=float, metavar="PROB",
-                   help="inside the training step, after RandAugment: erase one box of 2-40 %% of the image with "
+                   help="inside the training step, after RandAugment or AutoAugment: erase one box of 2-40 %% of the image with "
                         "this probability (0 = off, the default)")
     g.add_argument("--repeats", type=int, metavar="N",
                    help="repeated augmentation: each epoch passes over the training images N times, each pass "

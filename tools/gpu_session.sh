@@ -11,7 +11,8 @@
 #             on JAX (at most FINETUNE_S seconds, default 150); its CIFAR-10 test images come from
 #             EXPLORER_DATA_DIR (default devdata/, carried; see below)
 #   window    tools/window.py: trains STATE (a committed state folder, e.g. paper/cifar10-vanilla) with
-#             --preset paper --recipe paper --fast for what is left of BUDGET_S
+#             --preset paper --recipe $RECIPE (default paper; paper-autoaugment: AutoAugment's policy) --fast for
+#             what is left of BUDGET_S
 # STATE "warm" is the state the previous call's window left on this machine (KEEP, default runs/gpu-last-window:
 # every window copies its state there): a second call on the still-warm machine carries on from it without the
 # state travelling back and forth; it is refused when the machine is a fresh one (nothing kept).
@@ -70,7 +71,7 @@ fi
 if [[ $what == window || $what == both || $what == all ]]; then
   left=$((budget - $(elapsed)))
   stage window $((left + 30)) python tools/window.py --state "$state" --out "$OUT/state" --budget "$left" \
-    --reserve "${RESERVE_S:-40}" --preset paper --recipe paper --variant "$variant" --fast \
+    --reserve "${RESERVE_S:-40}" --preset paper --recipe "${RECIPE:-paper}" --variant "$variant" --fast \
     --dataset runs/cifar10-q90-train.npz ${WINDOW_ARGS:-}
   if [[ -f $OUT/state/windows.jsonl ]]; then  # for a next call on this machine while it is warm (STATE "warm")
     rm -rf "$KEEP.tmp" && cp -r "$OUT/state" "$KEEP.tmp" && rm -rf "$KEEP" && mv "$KEEP.tmp" "$KEEP"
