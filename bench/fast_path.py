@@ -8,6 +8,8 @@ chosen preset, each setting timed over whole epochs after a first epoch that com
     device bf16 xK    the same, K steps per call into the compiled step (JAX only; elsewhere as x1)
     ... batch 256     the last at a larger batch (its learning rate would follow the linear rule:
                       1e-3 x 256 / 128; not used by the recipe until it reaches the same accuracy)
+    ... autoaugment   device bf16 xK with AutoAugment's CIFAR-10 policy in place of RandAugment (the recipe
+                      paper-autoaugment: explorer.data.autoaugment)
 
 The issue's target (GPU, paper preset, batch 128): 30,000 images/s or more, 3.3x the 9,100 of today's loop
 on an H100. On a CPU the ratios only show that every setting runs; run it where a GPU is lent:
@@ -60,6 +62,10 @@ def main():
                                                               precision="mixed_bfloat16",
                                                               steps_per_call=args.steps_per_call,
                                                               learning_rate=2e-3),
+        f"device bf16 x{args.steps_per_call} autoaugment": dict(batch_size=128, device_data=True,
+                                                                precision="mixed_bfloat16",
+                                                                steps_per_call=args.steps_per_call,
+                                                                randaugment=0.0, autoaugment=True),
     }
     if args.only:  # in the order given: a run with a time limit measures the ones that matter first
         unknown = [k for k in args.only.split(",") if k not in settings]

@@ -125,8 +125,8 @@ def _augmentation_args(p: argparse.ArgumentParser) -> None:
                         "(the authors' augmentation; in place of --randaugment); after crop, flip and mix "
                         "(default off; on in --recipe paper-autoaugment)")
     g.add_argument("--random-erasing", type=float, metavar="PROB",
-                   help="inside the training step, after RandAugment or AutoAugment: erase one box of 2-40 %% of the image with "
-                        "this probability (0 = off, the default)")
+                   help="inside the training step, after RandAugment or AutoAugment: erase one box of 2-40 %% of "
+                        "the image with this probability (0 = off, the default)")
     g.add_argument("--repeats", type=int, metavar="N",
                    help="repeated augmentation: each epoch passes over the training images N times, each pass "
                         "shuffled and augmented anew (default 1)")
