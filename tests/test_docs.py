@@ -110,6 +110,10 @@ def test_the_readme_headline_tables_are_the_cards_and_the_study():
         gain = "" if name == "cifar10-vanilla" else f" ({100 * (top1 - vit):+.2f})"
         cell = f"{label}: **{100 * top1:.2f} %**{gain}"
         assert f"| {cell} |" in readme, cell
+    # each shipped paper-scale model (checkpoints/paper): its test top-1 beside its reference
+    for folder in sorted((ROOT / "checkpoints" / "paper").glob("*/explorer.json")):
+        top1 = json.loads(folder.read_text())["metrics"]["test_top1"]
+        assert f"`paper/{folder.parent.name}` **{100 * top1:.2f} %**" in readme, folder.parent.name
 
     from explorer.study import report as study_report
     from explorer.study.report import read_results

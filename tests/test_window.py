@@ -134,11 +134,14 @@ def test_a_finished_run_ships_evaluated_lean_and_with_its_windows(tiny_checkpoin
     assert window.main(["ship", str(state), str(dest), "--data-dir", str(data_dir)]) == 0
     assert "test top-1" in capsys.readouterr().out
     card = read_card(dest)
-    assert card.name == "cifar10-vanilla" and card.metrics.test_count == 1000 and card.metrics.test_top1 is not None
+    # named apart from the shipped cifar10-vanilla, whose folder name it shares
+    assert card.name == "cifar10-paper-vanilla"
+    assert card.metrics.test_count == 1000 and card.metrics.test_top1 is not None
     assert [(w.window, w.device, w.epochs_after) for w in card.training.windows] == [
         (1, "GPU (NVIDIA H200)", 17), (2, "GPU (NVIDIA H100 80GB HBM3)", 100)]
     readme = (dest / "README.md").read_text()
     assert "## Training windows" in readme and "Trained in 2 windows of a lent GPU" in readme
+    assert "# cifar10-paper-vanilla" in readme and window.shipped_name(tmp_path / "cifar10-spt") == "cifar10-spt"
     assert "epochs 17 → 100 in 505 s at 10,865 images/s" in readme
     x = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3)).astype("float32")
     np.testing.assert_array_equal(predict_logits(load_checkpoint(dest)[0], x),

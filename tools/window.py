@@ -206,6 +206,14 @@ def collect(returned: Path, state: Path) -> str:
             f"the next window resumes")
 
 
+def shipped_name(dest: Path) -> str:
+    """The card's name for a checkpoint shipped to `dest`: its folder's, but in a group folder (checkpoints/paper)
+    the group put in after the dataset, cifar10-vanilla -> cifar10-paper-vanilla, as the study names its models
+    (cifar10-1000-vanilla), so that it never reads like the shipped model of the same folder name."""
+    dataset, _, rest = dest.name.partition("-")
+    return f"{dataset}-{dest.parent.name}-{rest}" if dest.parent.name == "paper" and rest else dest.name
+
+
 def ship(state: Path, dest: Path, data_dir: str | None) -> str:
     """The finished run in `state` as a checkpoint at `dest` (which must not exist): its windows on the card,
     its test metrics measured here on the whole test split, lean; all or nothing."""
@@ -222,7 +230,7 @@ def ship(state: Path, dest: Path, data_dir: str | None) -> str:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic.replacing(dest) as tmp:
         join_files(state / "checkpoint", tmp)
-        update_card(tmp, training={"windows": windows}, name=dest.name)
+        update_card(tmp, training={"windows": windows}, name=shipped_name(dest))
         make_lean(tmp)
         result = evaluate([str(tmp)], data_dir=data_dir, store=True, flip=True)[0]
     metrics = result["metrics"]
