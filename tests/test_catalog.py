@@ -125,17 +125,21 @@ def test_paper_scale_models_are_a_group_of_their_own():
     """The paper's 2x2 at its own scale (checkpoints/paper/, issue 55): after the shipped models and before
     the study's, in the ablation's order, labelled as such; never one of the study's pairs, and the 2x2's
     pairs keep the shipped models of those names."""
-    def paper(variant):
+    def paper(variant, recipe="paper"):
         return Card(variant=variant, dataset=Data(name="cifar10", train_images=45000),
-                    training=Training(recipe={"name": "paper", "cutmix_alpha": 1.0, "mixup_alpha": 1.0}))
+                    training=Training(recipe={"name": recipe, "cutmix_alpha": 1.0, "mixup_alpha": 1.0}))
     extra = {f"paper/cifar10-{v}": paper(v) for v in ("spt_lsa", "vanilla", "lsa")}
+    extra["paper/cifar10-vanilla-autoaugment"] = paper("vanilla", "paper-autoaugment")
     refs, cards = REFS + sorted(extra), {**CARDS, **extra}
     out = grouped(refs, cards)
     order = [r for _, r in out]
-    assert order[:6] == ["cifar10-lsa", "cifar10-spt_lsa", "cifar10-vanilla", "paper/cifar10-vanilla",
-                         "paper/cifar10-lsa", "paper/cifar10-spt_lsa"]
+    assert order[:4] == ["cifar10-lsa", "cifar10-spt_lsa", "cifar10-vanilla", "paper/cifar10-vanilla"]
+    assert order[4:7] == ["paper/cifar10-vanilla-autoaugment", "paper/cifar10-lsa", "paper/cifar10-spt_lsa"]
     labels = dict((r, lab) for lab, r in out)
     assert labels["paper/cifar10-vanilla"] == "paper scale · ViT · 45,000 images"
+    # a model of the other paper-scale recipe says which (the two ViTs would read alike)
+    assert labels["paper/cifar10-vanilla-autoaugment"] == ("paper scale · ViT · 45,000 images · paper recipe with "
+                                                           "AutoAugment")
     assert labels["paper/cifar10-spt_lsa"] == "paper scale · SPT + LSA · 45,000 images"
     assert len(set(labels.values())) == len(labels)
     assert study_pairs(refs, cards) == study_pairs(REFS, CARDS)

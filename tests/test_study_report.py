@@ -252,7 +252,7 @@ def mechanism_rows() -> list[dict]:
     return rows
 
 
-def test_the_mechanisms_never_mix_recipes():
+def test_the_mechanisms_never_mix_recipes(tmp_path):
     """Issue 54: the words, the table and the figures of `python -m explorer.study mechanisms` keep each
     recipe's models apart: the light study's statements from its models only, the paper's recipe (and CutMix
     alone) in a paragraph and a per-layer figure of their own."""
@@ -300,6 +300,16 @@ def test_the_mechanisms_never_mix_recipes():
             with_scale and "gives its own patch 3.9 % of its attention (even attention: 1.56 %)" in with_scale)
     assert "| paper scale | 45,000 | ViT |" in mechanisms.markdown(scale) and "paper scale" not in said
     assert mechanisms.layer_table(scale) == layers and mechanisms.layer_figure(scale) is not None
+    # a paper-scale ViT of each augmentation: each says which, and a CSV round trip keeps the recipe
+    both = scale + [{**r, "model": f"paper/{r['model']}-autoaugment", "recipe": "paper scale, AutoAugment",
+                     "train_images": 45000, "self_attention": 0.02, "test_top1": 0.91}
+                    for r in rows if r["model"] == "v1"]
+    said_both = mechanisms.answer(both)
+    assert "the ViT with RandAugment, 85.02 % on the test set" in said_both
+    assert "the ViT with AutoAugment, 91.00 % on the test set" in said_both
+    mechanisms.write_csv(both, tmp_path / "both.csv")
+    assert [m["recipe"] for m in mechanisms.per_model(mechanisms.read_csv(tmp_path / "both.csv"))][-2:] == [
+        "paper scale", "paper scale, AutoAugment"]
     # a CSV written before the most-local column still reads and says the rest
     old = [{k: v for k, v in r.items() if k not in ("distance_min_px", "image_size")} for r in rows]
     assert "entropy 3.60 → 3.30 nats" in mechanisms.answer(old) and "| – |" in mechanisms.markdown(old)

@@ -43,7 +43,8 @@ def study_recipe(card: Card | None) -> str | None:
     return None
 
 
-RECIPE_LABELS = {"paper": "paper recipe", "cutmix": "light recipe + CutMix"}
+RECIPE_LABELS = {"paper": "paper recipe", "cutmix": "light recipe + CutMix",
+                 "paper-autoaugment": "paper recipe with AutoAugment"}
 
 
 def label(ref: str, card: Card | None) -> str:
@@ -53,7 +54,9 @@ def label(ref: str, card: Card | None) -> str:
     parts = ref.split("/")
     if parts[0] == PAPER and card is not None and card.variant:
         images = f" · {_images(card):,} images" if _images(card) else ""
-        return f"paper scale · {NAMES.get(card.variant, card.variant)}{images}"
+        recipe = study_recipe(card)  # the paper recipe is the group's own; another one is named
+        tag = f" · {RECIPE_LABELS.get(recipe, recipe)}" if recipe not in (None, "paper") else ""
+        return f"paper scale · {NAMES.get(card.variant, card.variant)}{images}{tag}"
     if parts[0] == STUDY and card is not None and _images(card) is not None:
         per_head = " · tau per head" if _per_head(card) else ""
         recipe = study_recipe(card)

@@ -31,10 +31,12 @@ STAGED = "staged"  # the shipped full-data models' recipe: stages, CutMix/mixup 
 # The paper-scale models (checkpoints/paper: preset and recipe `paper`, 2.7 M parameters, trained in GPU windows):
 # a recipe label of their own, so that no statement about the 0.2 M models takes them in.
 PAPER_SCALE = "paper scale"
+PAPER_SCALE_AA = "paper scale, AutoAugment"  # the same under --recipe paper-autoaugment (the authors' policy)
 # The recipes in the order the tables list them; the names the text gives them.
-RECIPES = (LIGHT, "cutmix", "paper", STAGED, PAPER_SCALE)
+RECIPES = (LIGHT, "cutmix", "paper", STAGED, PAPER_SCALE, PAPER_SCALE_AA)
 RECIPE_WORDS = {LIGHT: "light recipe", "cutmix": "light recipe + CutMix", "paper": "paper recipe",
-                STAGED: "staged recipe", PAPER_SCALE: "paper recipe at the paper's scale"}
+                STAGED: "staged recipe", PAPER_SCALE: "paper recipe at the paper's scale",
+                PAPER_SCALE_AA: "paper recipe with AutoAugment at the paper's scale"}
 # arXiv 2605.16390 (CIFAR-100): the smallest head's mean attention distance over the image's side, without
 # CutMix and with it, for the text that compares.
 CITED = (0.316, 0.008)
@@ -76,11 +78,14 @@ def measure(model, config, images: np.ndarray, batch: int = 100) -> list[dict]:
 
 def recipe_of(folder: Path, card: Card) -> str:
     """The recipe label of a kept model: the study's (checkpoints/study) names its own, a paper-scale model
-    (checkpoints/paper) is PAPER_SCALE, and any other is taken for a shipped one, trained in stages."""
+    (checkpoints/paper) is PAPER_SCALE (PAPER_SCALE_AA under --recipe paper-autoaugment), and any other is taken
+    for a shipped one, trained in stages."""
     from explorer.checkpoints.catalog import study_recipe
     if folder.parent.name == "study":
         return study_recipe(card) or LIGHT
-    return PAPER_SCALE if folder.parent.name == "paper" else STAGED
+    if folder.parent.name == "paper":
+        return PAPER_SCALE_AA if study_recipe(card) == "paper-autoaugment" else PAPER_SCALE
+    return STAGED
 
 
 def kept_models(checkpoints: Path, dataset: str = "cifar10") -> list[Path]:
@@ -108,7 +113,7 @@ def run(folders: list[Path], images: np.ndarray) -> tuple[list[dict], list[dict]
         config = ViTConfig.from_dict(card.config)
         recipe = recipe_of(folder, card)
         # its reference in the slots' lists where a name alone could be a shipped model's (paper/cifar10-vanilla)
-        name = f"{folder.parent.name}/{folder.name}" if recipe == PAPER_SCALE else folder.name
+        name = f"{folder.parent.name}/{folder.name}" if recipe in (PAPER_SCALE, PAPER_SCALE_AA) else folder.name
         for r in measure(model, config, images):
             tau = r["tau"]
             heads += [{"model": name, "variant": study_variant(card), "recipe": recipe,
@@ -304,15 +309,17 @@ def _paper_scale_paragraph(models: list[dict], patches: int) -> str | None:
     """What attention looks like in the paper-scale models (PAPER_SCALE), where the paper asked its question:
     how much a ViT's query gives its own patch (what LSA's mask would remove), how sharp and how local its
     attention is, and how far LSA's temperatures moved."""
-    scale = [m for m in models if m["recipe"] == PAPER_SCALE]
+    scale = [m for m in models if m["recipe"] in (PAPER_SCALE, PAPER_SCALE_AA)]
     if not scale:
         return None
+    both = len({m["recipe"] for m in scale}) > 1  # then each model says its augmentation
 
     def top1(m):
         return "" if m["test_top1"] is None else f", {100 * m['test_top1']:.2f} % on the test set"
     parts = []
     for m in scale:
-        name = ALL_NAMES[m["variant"]]
+        name = ALL_NAMES[m["variant"]] + ((" with AutoAugment" if m["recipe"] == PAPER_SCALE_AA else
+                                            " with RandAugment") if both else "")
         local = "" if m["distance_min"] is None else (f", its most local head's mean distance {m['distance_min']:.3f} "
                                                        "of the image's side")
         text = (f"the {name}{top1(m)}: entropy {m['entropy']:.2f} nats (of at most ln {patches} = "
@@ -324,7 +331,7 @@ def _paper_scale_paragraph(models: list[dict], patches: int) -> str | None:
             text += (f"; τ ends at {m['tau_ratio']:.3f} of √d_k on average (the largest move "
                      f"{100 * m['tau_move']:.1f} %)")
         parts.append(text)
-    lsa = _lsa_against_vit(scale, patches, bound=False)
+    lsa = _lsa_against_vit([m for m in scale if m["recipe"] == PAPER_SCALE], patches, bound=False)
     tail = f" {lsa[0].upper() + lsa[1:]}." if lsa else ""
     return (f"**At the paper's scale** (width 192, 9 blocks, 12 heads: 2.7 M parameters; the paper's recipe for "
             f"100 epochs on {scale[0]['train_images']:,} images, trained on a GPU; `checkpoints/paper`): "
