@@ -210,8 +210,9 @@ def shipped_name(dest: Path) -> str:
     """The card's name for a checkpoint shipped to `dest`: its folder's, but in a group folder (checkpoints/paper)
     the group put in after the dataset, cifar10-vanilla -> cifar10-paper-vanilla, as the study names its models
     (cifar10-1000-vanilla), so that it never reads like the shipped model of the same folder name."""
+    from explorer.checkpoints.catalog import PAPER
     dataset, _, rest = dest.name.partition("-")
-    return f"{dataset}-{dest.parent.name}-{rest}" if dest.parent.name == "paper" and rest else dest.name
+    return f"{dataset}-{PAPER}-{rest}" if dest.parent.name == PAPER and rest else dest.name
 
 
 def ship(state: Path, dest: Path, data_dir: str | None) -> str:

@@ -80,10 +80,10 @@ def recipe_of(folder: Path, card: Card) -> str:
     """The recipe label of a kept model: the study's (checkpoints/study) names its own, a paper-scale model
     (checkpoints/paper) is PAPER_SCALE (PAPER_SCALE_AA under --recipe paper-autoaugment), and any other is taken
     for a shipped one, trained in stages."""
-    from explorer.checkpoints.catalog import study_recipe
-    if folder.parent.name == "study":
+    from explorer.checkpoints.catalog import PAPER, STUDY, study_recipe
+    if folder.parent.name == STUDY:
         return study_recipe(card) or LIGHT
-    if folder.parent.name == "paper":
+    if folder.parent.name == PAPER:
         return PAPER_SCALE_AA if study_recipe(card) == "paper-autoaugment" else PAPER_SCALE
     return STAGED
 
