@@ -106,6 +106,8 @@ def test_the_paper_autoaugment_recipe_and_its_block():
     assert {k: v for k, v in RECIPES["paper-autoaugment"].items() if k != "autoaugment"} == paper
     with pytest.raises(ValueError, match="autoaugment and randaugment are two augmentation policies"):
         TrainConfig(autoaugment=True, randaugment=0.5)
+    with pytest.raises(ValueError, match="randaugment 0 turns RandAugment off; the recipe paper-autoaugment"):
+        TrainConfig(**{**RECIPES["paper"], "autoaugment": True})  # --recipe paper --autoaugment: says the way out
     block = augmentation_block(0.0, 0.25, autoaugment=True)
     assert [layer.name for layer in block.layers] == ["autoaugment", "random_erasing"]
     assert block.layers[0].dtype_policy.compute_dtype == "float32"

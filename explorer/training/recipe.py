@@ -105,7 +105,8 @@ class TrainConfig:
         if not isinstance(self.autoaugment, bool):
             raise ValueError(f"autoaugment must be True or False, got {self.autoaugment!r}")
         if self.autoaugment and self.randaugment:
-            raise ValueError("autoaugment and randaugment are two augmentation policies: give one")
+            raise ValueError("autoaugment and randaugment are two augmentation policies: give one (randaugment 0 "
+                             "turns RandAugment off; the recipe paper-autoaugment is the paper's with AutoAugment)")
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise ValueError(f"repeats must be a positive integer, got {self.repeats!r}")
         from explorer.model.models import PRECISIONS
