@@ -78,6 +78,36 @@ def test_cancel_without_a_run(ex):
     assert ui(ex).finetune.cancel() == "No run is going on."
 
 
+def test_a_page_that_opens_with_no_run_of_its_visitors_going_on_changes_nothing(ex):
+    """follow_own runs as every page opens: with no run of the visitor's going on it yields one update that
+    changes nothing (a generator that yields nothing would blank the status line, the plots and the slots)."""
+    tab = built_finetune(ex)
+    updates = list(tab.follow_own("cifar10-vanilla", "cifar10-spt_lsa"))
+    assert len(updates) == 1
+    [(component, value)] = updates[0].items()
+    assert component is tab.view.outputs.status and value == gr.skip()
+
+
+def test_a_page_that_opens_while_its_visitors_run_goes_on_follows_that_run(ex, monkeypatch):
+    """A run is not tied to the page that started it: a page its visitor opens meanwhile gets the run's own
+    status and bar (from the plan its Start made), and no other run's; once it has ended, nothing."""
+    from explorer.finetune.state import MemberState, RunState
+    tab = built_finetune(ex)
+    plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
+    state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
+                     description=plan.description, started=1.0, run_id=7)
+    monkeypatch.setattr(ex.runner, "snapshot", lambda run_id=None: state)
+    out = tab.view.outputs
+    for going in (None, (6, plan)):  # no Start here, or another run's
+        tab._going = going
+        assert list(tab.follow_own(A, B)) == [{out.status: gr.skip()}]
+    tab._going = (7, plan)
+    first = next(tab.follow_own(A, B))
+    assert plan.description in first[out.status] and first[out.bar]
+    state.running, state.status = False, "cancelled"
+    assert list(tab.follow_own(A, B)) == [{out.status: gr.skip()}]
+
+
 def test_fine_tune_form_refuses_a_zip_too_small_to_judge_unless_told_to_train_on_all(ex, tmp_path):
     import io
     members = {}

@@ -27,6 +27,9 @@ class FinetuneTab:
     def __init__(self, app: AppState):
         self.app = app
         self.view = RunView(app)  # what a Start shows, on the components it updates (set when the tab is built)
+        # The run id and plan of the last run started here, until a page follows it to its end: a page its
+        # visitor opens while it goes on follows it (follow_own).
+        self._going: tuple[int, object] | None = None
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
@@ -79,12 +82,39 @@ class FinetuneTab:
             except (Busy, JobError) as e:  # a run going on (single user), a full queue, a plan that cannot start
                 raise gr.Error(str(e)) from None
             if run_id is not None:
-                with contextlib.closing(follow.follow_run(
-                        app.runner, run_id, lambda state: view.run_outputs(state, plan, a, b, True, request))) as run:
-                    for update in run:
-                        yield view.following(update, plan, a, b, request)
+                self._going = (run_id, plan)
+                yield from self._follow(run_id, plan, a, b, request)
         finally:
             app.visitors.protect_bases(key, None)
+
+    def follow_own(self, a, b, request: gr.Request = None):
+        """As a page opens: when the visitor's own run is going on (started before a reload, or in another
+        tab), the page follows it to its end as the page that started it does (status, bar, curves, then the
+        report and the new models in the slots); else it changes nothing. A run is not tied to its page."""
+        state, going = self.app.runner.snapshot(), self._going
+        if not (state.running and going and going[0] == state.run_id and state.owner == self.app.owner(request)):
+            yield {self.view.outputs.status: gr.skip()}  # a generator that yields nothing would blank its outputs
+            return
+        yield from self._follow(*going, a, b, request)
+
+    def follow_on_open(self, opened, page: Page) -> None:
+        """Chains follow_own onto `opened`, the page's opening once the visitor and the slots are known; its
+        end lists the visitor's checkpoints and shows the report, as a Start's does."""
+        out = self.view.outputs
+        opened.then(self.follow_own, [page.slot_a, page.slot_b], out.components(), api_name=False,
+                    concurrency_limit=None, show_progress="hidden").then(
+            self.mine, None, [page.from_tabs.finetune_runs], api_name=False).then(
+            self.view.show_report, None, [out.results, out.per_class, out.gallery], api_name=False, queue=False)
+
+    def _follow(self, run_id: int, plan, a, b, request):
+        """The updates of run `run_id` (of `plan`, the slots holding `a` and `b`) until it has ended."""
+        view = self.view
+        with contextlib.closing(follow.follow_run(
+                self.app.runner, run_id, lambda state: view.run_outputs(state, plan, a, b, True, request))) as run:
+            for update in run:
+                yield view.following(update, plan, a, b, request)
+        if self._going is not None and self._going[0] == run_id:  # ended: its plan (and data) is let go
+            self._going = None
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""

@@ -67,9 +67,9 @@ class RunView:
     def __init__(self, app: AppState):
         self.app = app
         self.outputs: RunOutputs | None = None
-        # Each visitor's last done run: how many test images its models disagree on and its tables' numbers of
-        # columns (its tables show once it has ended, its gallery when there is one); the page's components
-        # hold the report itself.
+        # Each page's last done run (by Gradio's session: two pages may follow one run): how many test images
+        # its models disagree on and its tables' numbers of columns (its tables show once it has ended, its
+        # gallery when there is one); the page's components hold the report itself.
         self._reports: dict[str | None, tuple[int, int, int]] = {}
 
     def waiting(self, update: follow.InQueue | follow.LeftQueue, description: str) -> dict:
@@ -112,7 +112,7 @@ class RunView:
         refs = follow.checkpoint_refs(state, self.app.root)
         a, b = follow.new_slots(state, refs, a, b)
         choices = self.app.slot_choices(request)
-        self._reports[self.app.owner(request)] = (len(rep.disagree), len(rep.columns), len(rep.per_class_columns))
+        self._reports[self.app.session(request)] = (len(rep.disagree), len(rep.columns), len(rep.per_class_columns))
         while len(self._reports) > REPORTS_KEPT:  # visitors through the API alone never show theirs
             self._reports.pop(next(iter(self._reports)))
         updates |= {out.status: "\n\n".join(t for t in (status, rep.summary, rep.note) if t),
@@ -144,12 +144,12 @@ class RunView:
 
     def hide_report(self, request: gr.Request = None):
         """A Start: the report of an earlier run leaves the page (this run's comes when it is done)."""
-        self._reports.pop(self.app.owner(request), None)
+        self._reports.pop(self.app.session(request), None)
         return (gr.update(value=None, visible=False),) * 3
 
     def show_report(self, request: gr.Request = None):
         """A run has ended: its report shows where it has one (a run that failed or was cancelled has none)."""
-        done = self._reports.pop(self.app.owner(request), None)
+        done = self._reports.pop(self.app.session(request), None)
         if done is None:
             return (gr.update(visible=False),) * 3
         disagreements, results, per_class = done

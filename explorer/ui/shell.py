@@ -223,10 +223,12 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
         gr.api(_models_tool(app), api_name="models")
         # A link to a view reopens its models and tab once the visitor is known (whose runs they may open).
         from_link = gr.Checkbox(False, visible=False)  # set by the page itself (FROM_LINK): a State would not be
-        _wire_page_open(app, demo, slots, page, visitor).then(
+        reopened = _wire_page_open(app, demo, slots, page, visitor).then(
             slots.reopen, [page.slot_a, page.slot_b, *page.loaded, shown_tab, from_link],
             [page.slot_a, page.slot_b, *page.loaded, *page.cards, tabs, page.tab, page.reopened], api_name=False,
             js=FROM_LINK)
+        # A page opened while the visitor's own run goes on (a reload, a second tab) follows it.
+        finetune_tab.follow_on_open(reopened, page)
     return demo
 
 

@@ -1,6 +1,6 @@
 """A shared app (a public Space) with two visitors in two Chromium browser contexts, each with its own
-localStorage and so its own visitor id: the second waits in the queue with its place shown, and each lists
-only its own runs, across reloads."""
+localStorage and so its own visitor id: the second waits in the queue with its place shown, a page reloaded
+mid-run follows its visitor's run (and only theirs), and each lists only its own runs, across reloads."""
 
 from __future__ import annotations
 
@@ -170,7 +170,21 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
             shutil.copy(shot, DOC_SHOT)
         assert re.search(r"(^|\n)training [AB] · ", p1.inner_text("#ft-status"))  # visitor 1's run went on meanwhile
 
-        # Visitor 1 cancels its run: visitor 2's starts by itself and is saved under its own folder.
+        # Visitor 1 reloads its page mid-run: the run goes on and the new page follows it (a run is not tied
+        # to its page), its Cancel still visitor 1's; a second tab of visitor 2 (who waits behind it) follows
+        # nothing of visitor 1's.
+        p1.reload()
+        p1.get_by_role("tab", name="Fine-tune").click(timeout=UI)
+        first = re.search(r"step (\d+)/", wait_status(p1, r"(^|\n)training [AB] · (.|\n)*step \d+/", timeout=UI))
+        p1.wait_for_function("(n) => { const m = /step (\\d+)\\//.exec(document.querySelector('#ft-status').innerText);"
+                             " return m && Number(m[1]) !== n; }", arg=int(first.group(1)), timeout=UI)  # it moves
+        p2b = two.new_page()
+        open_finetune(p2b, url)
+        assert p2b.inner_text("#ft-status") == "No run yet."
+        p2b.close()
+
+        # Visitor 1 cancels its run from the reloaded page: visitor 2's starts by itself and is saved under its
+        # own folder.
         p1.click("#ft-cancel")
         assert "ancelled" in wait_status(p1, r"[Cc]ancelled", timeout=120_000)
         done = wait_status(p2, r"Saved as|the run failed")
