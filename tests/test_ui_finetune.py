@@ -88,9 +88,10 @@ def test_a_page_that_opens_with_no_run_of_its_visitors_going_on_changes_nothing(
     assert component is tab.view.outputs.status and value == gr.skip()
 
 
-def test_a_page_that_opens_while_its_visitors_run_goes_on_follows_that_run(ex, monkeypatch):
-    """A run is not tied to the page that started it: a page its visitor opens meanwhile gets the run's own
-    status and bar (from the plan its Start made), and no other run's; once it has ended, nothing."""
+def test_a_page_that_opens_while_its_visitors_run_goes_on_or_after_it_ended_unseen_shows_it(ex, monkeypatch):
+    """A run is not tied to the page that started it: a page its visitor opens while it goes on gets the run's
+    own status and bar; one opened after it ended with no page following it shows how it ended, once; a run
+    the runner no longer knows shows nothing. The tab keeps only the test split the report needs."""
     from explorer.finetune.state import MemberState, RunState
     tab = built_finetune(ex)
     plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
@@ -98,14 +99,19 @@ def test_a_page_that_opens_while_its_visitors_run_goes_on_follows_that_run(ex, m
                      description=plan.description, started=1.0, run_id=7)
     monkeypatch.setattr(ex.runner, "snapshot", lambda run_id=None: state)
     out = tab.view.outputs
-    for going in (None, (6, plan)):  # no Start here, or another run's
-        tab._going = going
-        assert list(tab.follow_own(A, B)) == [{out.status: gr.skip()}]
-    tab._going = (7, plan)
+    nothing = [{out.status: gr.skip()}]
+    assert list(tab.follow_own(A, B)) == nothing  # no Start here
+    tab._remember(None, 7, plan)
+    kept = tab._unseen[None][1].dataset
+    assert len(kept.x_train) == 0 and len(kept.x_test) == len(plan.dataset.x_test) > 0
     first = next(tab.follow_own(A, B))
     assert plan.description in first[out.status] and first[out.bar]
-    state.running, state.status = False, "cancelled"
-    assert list(tab.follow_own(A, B)) == [{out.status: gr.skip()}]
+    state.running, state.status, state.error = False, "failed", "the training process ran out of memory"
+    ended = list(tab.follow_own(A, B))
+    assert "ran out of memory" in ended[-1][out.status] and ended[-1][out.bar] == ""
+    assert list(tab.follow_own(A, B)) == nothing  # shown once
+    tab._remember(None, 8, plan)  # a run the runner has forgotten (it keeps the last few)
+    assert list(tab.follow_own(A, B)) == nothing and None not in tab._unseen
 
 
 def test_fine_tune_form_refuses_a_zip_too_small_to_judge_unless_told_to_train_on_all(ex, tmp_path):

@@ -5,6 +5,7 @@ explorer.finetune.follow's; what each of their updates shows is finetune_run.py'
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 
 import gradio as gr
@@ -14,7 +15,7 @@ from explorer.checkpoints.visitors import REFUSED
 from explorer.data.datasets import DatasetError
 from explorer.finetune import follow
 from explorer.finetune.backend import hardware
-from explorer.finetune.plan import ZIP, JobError
+from explorer.finetune.plan import ZIP, JobError, Plan
 from explorer.finetune.queue import Busy
 from explorer.model.config import PRESETS, VARIANTS
 from explorer.ui.context import AppState, Page, expected, reporter
@@ -22,14 +23,18 @@ from explorer.ui.finetune_run import PAIR, SCRATCH, RunOutputs, RunView, base_ch
 from explorer.ui.finetune_text import CANCEL_ANSWERS, hardware_note, help_text, refused_status, training_where
 from explorer.ui.pictures import PLOT_MIN
 
+# How many visitors' last runs the tab keeps for follow_own (each with its test split only).
+RUNS_KEPT = 16
+
 
 class FinetuneTab:
     def __init__(self, app: AppState):
         self.app = app
         self.view = RunView(app)  # what a Start shows, on the components it updates (set when the tab is built)
-        # The run id and plan of the last run started here, until a page follows it to its end: a page its
-        # visitor opens while it goes on follows it (follow_own).
-        self._going: tuple[int, object] | None = None
+        # Each visitor's last run started here (its id, and its plan with only the test split that its report
+        # needs) until a page of theirs has followed it to its end: a page they open meanwhile follows it, and
+        # one they open after it ended unseen shows how it ended (follow_own). At most RUNS_KEPT visitors.
+        self._unseen: dict[str | None, tuple[int, Plan]] = {}
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
@@ -82,20 +87,35 @@ class FinetuneTab:
             except (Busy, JobError) as e:  # a run going on (single user), a full queue, a plan that cannot start
                 raise gr.Error(str(e)) from None
             if run_id is not None:
-                self._going = (run_id, plan)
-                yield from self._follow(run_id, plan, a, b, request)
+                self._remember(owner, run_id, plan)
+                yield from self._follow(run_id, plan, a, b, request, owner)
         finally:
             app.visitors.protect_bases(key, None)
 
     def follow_own(self, a, b, request: gr.Request = None):
-        """As a page opens: when the visitor's own run is going on (started before a reload, or in another
+        """As a page opens: when the visitor's last run is going on (started before a reload, or in another
         tab), the page follows it to its end as the page that started it does (status, bar, curves, then the
-        report and the new models in the slots); else it changes nothing. A run is not tied to its page."""
-        state, going = self.app.runner.snapshot(), self._going
-        if not (state.running and going and going[0] == state.run_id and state.owner == self.app.owner(request)):
+        report and the new models in the slots); when it ended while no page of theirs followed it (closed
+        mid-run), the page shows how it ended, as that page would have. Else it changes nothing. A run is not
+        tied to its page."""
+        owner = self.app.owner(request)
+        run = self._unseen.get(owner)
+        if run is not None and self.app.runner.snapshot(run[0]).run_id != run[0]:  # too long gone to show
+            self._unseen.pop(owner, None)
+            run = None
+        if run is None:
             yield {self.view.outputs.status: gr.skip()}  # a generator that yields nothing would blank its outputs
             return
-        yield from self._follow(*going, a, b, request)
+        yield from self._follow(*run, a, b, request, owner)
+
+    def _remember(self, owner: str | None, run_id: int, plan: Plan) -> None:
+        """Keeps `owner`'s run for follow_own, with only the test split of its data."""
+        d = plan.dataset
+        tested = dataclasses.replace(d, x_train=d.x_train[:0], y_train=d.y_train[:0])
+        self._unseen.pop(owner, None)
+        self._unseen[owner] = (run_id, dataclasses.replace(plan, dataset=tested))
+        while len(self._unseen) > RUNS_KEPT:
+            self._unseen.pop(next(iter(self._unseen)))
 
     def follow_on_open(self, opened, page: Page) -> None:
         """Chains follow_own onto `opened`, the page's opening once the visitor and the slots are known; its
@@ -106,15 +126,16 @@ class FinetuneTab:
             self.mine, None, [page.from_tabs.finetune_runs], api_name=False).then(
             self.view.show_report, None, [out.results, out.per_class, out.gallery], api_name=False, queue=False)
 
-    def _follow(self, run_id: int, plan, a, b, request):
-        """The updates of run `run_id` (of `plan`, the slots holding `a` and `b`) until it has ended."""
+    def _follow(self, run_id: int, plan: Plan, a, b, request, owner: str | None):
+        """The updates of `owner`'s run `run_id` (of `plan`, the slots holding `a` and `b`) until it has
+        ended; once this page has shown its end, no other page of theirs shows it again."""
         view = self.view
         with contextlib.closing(follow.follow_run(
                 self.app.runner, run_id, lambda state: view.run_outputs(state, plan, a, b, True, request))) as run:
             for update in run:
                 yield view.following(update, plan, a, b, request)
-        if self._going is not None and self._going[0] == run_id:  # ended: its plan (and data) is let go
-            self._going = None
+        if self._unseen.get(owner, (None,))[0] == run_id:
+            self._unseen.pop(owner, None)
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""

@@ -5,6 +5,7 @@ its slots when the run ends, and a report that fits its classes."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -116,6 +117,50 @@ def test_a_fine_tune_keeps_status_and_progress_readable_and_the_page_follows_its
     tiny_page.click("#ft-download")
     tiny_page.wait_for_function("() => /e2e40/.test(document.querySelector('body').innerText)"
                            " && document.querySelector('a[download]')", timeout=60_000)
+
+
+def test_a_run_whose_page_closed_mid_run_shows_how_it_ended_on_the_next_page_once(
+        browser, tiny_pair_app, cifar10, tmp_path):
+    """A run is not tied to its page: closed mid-run, the run goes on and saves its models; the next page the
+    visitor opens shows its end as the closed page would have (the report, the new models in the slots), and
+    the page after that starts as every page does."""
+    url, root = tiny_pair_app
+    data = class_zip_of(tmp_path / "four.zip", cifar10, ["cat", "dog", "ship", "frog"], 20)
+    page = visit(browser, url, 1280, height=1000)
+    open_tab(page, "Fine-tune")
+    page.wait_for_selector("#ft-start", timeout=60_000)
+    page.locator("#ft-zip input[type=file]").set_input_files(data)
+    page.wait_for_function("() => /four.zip/.test(document.querySelector('#ft-zip').innerText)", timeout=30_000)
+    page.get_by_label("name (optional)").fill("away")
+    page.get_by_label("name (optional)").press("Tab")
+    page.click("#ft-start")
+    page.wait_for_function("() => /step \\d+\\/\\d+/.test(document.querySelector('#ft-status').innerText)",
+                           timeout=RUN_TINY)
+    page.close()
+    saved = [root / "finetuned" / f"away-{tag}" for tag in "AB"]
+    deadline = time.monotonic() + RUN_TINY / 1000
+    while not all(f.is_dir() for f in saved) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert all(f.is_dir() for f in saved), f"the run did not save {saved} after its page closed"
+
+    again = visit(browser, url, 1280, height=1000)
+    try:
+        open_tab(again, "Fine-tune")
+        again.wait_for_function("() => /Saved as/.test(document.querySelector('#ft-status').innerText)",
+                                timeout=60_000)
+        again.wait_for_function("() => /away-A/.test(document.querySelector('#card-a').innerText)"
+                                " && /away-B/.test(document.querySelector('#card-b').innerText)", timeout=60_000)
+        again.wait_for_selector("#ft-results table thead", timeout=30_000)
+        assert "four" in again.inner_text("#ft-status")
+    finally:
+        again.close()
+    third = visit(browser, url, 1280)
+    try:
+        open_tab(third, "Fine-tune")
+        third.wait_for_timeout(2000)
+        assert third.inner_text("#ft-status") == "No run yet."
+    finally:
+        third.close()
 
 
 RUN_SHIPPED = 400_000  # ms: a worker's start and a pair run of the shipped models on a loaded 2-core machine
