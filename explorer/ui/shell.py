@@ -227,7 +227,8 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
             slots.reopen, [page.slot_a, page.slot_b, *page.loaded, shown_tab, from_link],
             [page.slot_a, page.slot_b, *page.loaded, *page.cards, tabs, page.tab, page.reopened], api_name=False,
             js=FROM_LINK)
-        # A page opened while the visitor's own run goes on (a reload, a second tab) follows it.
+        # A page opened while the visitor's own run goes on (a reload, a second tab) follows it; one opened after
+        # it ended with no page following it shows how it ended.
         finetune_tab.follow_on_open(reopened, page)
     return demo
 
