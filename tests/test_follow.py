@@ -57,9 +57,11 @@ class QueueRunner:
         if self.refusals:
             raise self.refusals.pop(0)
         self.started.append((plan, owner, out_dir, ticket))
+        ticket.started = 42
         return 42
 
     def leave(self, ticket):
+        ticket.cancelled = True
         self.left.append(ticket)
 
 
@@ -82,23 +84,37 @@ def test_a_start_that_left_the_queue_starts_nothing_and_gives_its_place_up():
     runner, clock = QueueRunner([False, False, False]), Clock()
     waiting = follow.wait_in_queue(runner, "plan", "me", "/out", sleep=clock.sleep)
     assert isinstance(next(waiting), follow.InQueue)
-    runner.ticket.cancelled = True  # the visitor's Cancel
+    runner.ticket.cancelled = True  # the visitor's Cancel (the runner's cancel_as) took it out of the queue
     assert list(waiting) == [follow.LeftQueue()]
-    assert runner.started == [] and runner.left == [runner.ticket]
+    assert runner.started == []
 
 
-def test_a_wait_given_up_or_refused_leaves_the_queue():
+def test_a_wait_its_page_gave_up_keeps_the_place_and_a_refused_one_leaves_it():
     runner = QueueRunner([False] * 5)
     waiting = follow.wait_in_queue(runner, "plan", "me", "/out", sleep=Clock().sleep)
     next(waiting)
-    waiting.close()  # the page went away
-    assert runner.left == [runner.ticket]
+    waiting.close()  # the page went away (a reload): the place stays for a page of the visitor's to take up
+    assert runner.left == [] and runner.ticket.waiting
     refused = QueueRunner([True], refusals=[JobError("the data is gone")])
     with pytest.raises(JobError, match="the data is gone"):
         list(follow.wait_in_queue(refused, "plan", "me", "/out", sleep=Clock().sleep))
     assert refused.left == [refused.ticket]
     with pytest.raises(QueueFull):
         list(follow.wait_in_queue(QueueRunner([], full=True), "plan", "me", "/out", sleep=Clock().sleep))
+
+
+def test_a_page_that_takes_up_a_wait_hears_its_place_then_whatever_became_of_it():
+    """Two pages of one visitor wait on one ticket (a reload, another tab): the one whose turn it is starts the
+    run and the other follows the same run; a ticket dropped while no page asked says so."""
+    runner = QueueRunner([False, True, False])
+    ticket = runner.join("me")
+    one = follow.wait_in_queue(runner, "plan", "me", "/out", ticket, sleep=Clock().sleep)
+    two = follow.wait_in_queue(runner, "plan", "me", "/out", ticket, sleep=Clock().sleep)
+    assert isinstance(next(one), follow.InQueue)
+    assert next(two) == follow.Started(42) and list(one) == [follow.Started(42)]
+    assert len(runner.started) == 1
+    gone = Ticket(2, "me", 0.0, dropped=True)
+    assert list(follow.wait_in_queue(runner, "plan", "me", "/out", gone)) == [follow.LeftQueue(dropped=True)]
 
 
 def running(epochs: tuple[int, int], started: float, run_id: int = 5) -> RunState:

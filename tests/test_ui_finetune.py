@@ -10,9 +10,12 @@ import pytest
 from PIL import Image
 
 from explorer.core.card import Epoch
+from explorer.finetune import follow
 from explorer.finetune.plan import ZIP
+from explorer.finetune.state import RunState
 from explorer.ui import AppState, build_demo
 from explorer.ui.finetune import SCRATCH, FinetuneTab
+from explorer.ui.finetune_text import QUEUE_DROPPED
 from tests.handlers import A, B, fine_tune_form, ui
 
 
@@ -93,6 +96,7 @@ def test_a_page_that_opens_while_its_visitors_run_goes_on_or_after_it_ended_unse
     own status and bar; one opened after it ended with no page following it shows how it ended, once; a run
     the runner no longer knows shows nothing. The tab keeps only the test split the report needs."""
     from explorer.finetune.state import MemberState, RunState
+    from explorer.ui.finetune import LastStart
     tab = built_finetune(ex)
     plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
     state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
@@ -101,8 +105,8 @@ def test_a_page_that_opens_while_its_visitors_run_goes_on_or_after_it_ended_unse
     out = tab.view.outputs
     nothing = [{out.status: gr.skip()}]
     assert list(tab.follow_own(A, B)) == nothing  # no Start here
-    tab._remember(None, 7, plan)
-    kept = tab._unseen[None][1].dataset
+    tab._keep(None, LastStart(plan, set())).began(7)
+    kept = tab._starts[None].plan.dataset
     assert len(kept.x_train) == 0 and len(kept.x_test) == len(plan.dataset.x_test) > 0
     first = next(tab.follow_own(A, B))
     assert plan.description in first[out.status] and first[out.bar]
@@ -110,8 +114,36 @@ def test_a_page_that_opens_while_its_visitors_run_goes_on_or_after_it_ended_unse
     ended = list(tab.follow_own(A, B))
     assert "ran out of memory" in ended[-1][out.status] and ended[-1][out.bar] == ""
     assert list(tab.follow_own(A, B)) == nothing  # shown once
-    tab._remember(None, 8, plan)  # a run the runner has forgotten (it keeps the last few)
-    assert list(tab.follow_own(A, B)) == nothing and None not in tab._unseen
+    tab._keep(None, LastStart(plan, set())).began(8)  # a run the runner has forgotten (it keeps the last few)
+    assert list(tab.follow_own(A, B)) == nothing and None not in tab._starts
+
+
+def test_a_page_that_opens_while_its_visitors_start_waits_in_the_queue_takes_up_its_place(ex, monkeypatch):
+    """A Start waiting in the shared queue is not tied to its page either: the visitor's next page shows its
+    place and starts it when its turn comes; one dropped while no page asked says so, once. The visitor's
+    own bases stay protected from pruning while it waits, and no longer once it is gone."""
+    from explorer.finetune.queue import QueuePlace, Ticket
+    from explorer.ui.finetune import LastStart
+    tab = built_finetune(ex)
+    plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
+    out, runner = tab.view.outputs, ex.runner
+    protected = {}
+    monkeypatch.setattr(ex.visitors, "protect_bases", lambda key, refs: protected.__setitem__(key, refs))
+    ticket, turns = Ticket(1, None, 0.0), [False, True]
+    monkeypatch.setattr(runner, "ready", lambda t: turns.pop(0))
+    monkeypatch.setattr(runner, "position", lambda t: QueuePlace(1, 1, 30.0))
+    monkeypatch.setattr(runner, "start", lambda plan, owner, out, t: setattr(t, "started", 9) or 9)
+    monkeypatch.setattr(follow, "QUEUE_POLL_S", 0.0)
+    start = tab._keep(None, tab._protect(LastStart(plan, {"finetuned/me/mine"}, ticket=ticket)))
+    assert protected[id(start)] == {"finetuned/me/mine"}
+    opened = tab.follow_own(A, B)
+    assert "your place in the queue: **1 of 1**" in next(opened)[out.status]
+    monkeypatch.setattr(runner, "snapshot", lambda run_id=None: RunState(run_id=9, status="failed", error="boom"))
+    assert "boom" in list(opened)[-1][out.status] and start.run_id == 9
+    assert None not in tab._starts and protected[id(start)] is None
+    gone = tab._keep(None, tab._protect(LastStart(plan, set(), ticket=Ticket(2, None, 0.0, dropped=True))))
+    assert list(tab.follow_own(A, B)) == [{out.status: QUEUE_DROPPED}] and protected[id(gone)] is None
+    assert len(list(tab.follow_own(A, B))) == 1  # said once
 
 
 def test_fine_tune_form_refuses_a_zip_too_small_to_judge_unless_told_to_train_on_all(ex, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from explorer.checkpoints.store import CheckpointError
 from explorer.checkpoints.visitors import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
 from explorer.core.settings import Settings
+from explorer.finetune.queue import Busy
 from tests.helpers import stored_run as add_run
 
 
@@ -124,6 +125,31 @@ def test_the_queue_is_first_come_capped_and_forgets_pages_that_left(tmp_path):
     assert runner.cancel_as("d") == "not yours" and runner._state.status == "training"
     runner._state.running = False
     assert runner.ready(first)
-    time.sleep(0.6)                                      # the page stopped asking: its place is given up
+    time.sleep(0.6)                                      # no page asked: its place is given up
     third = runner.join("e")
+    assert first.dropped and not first.waiting and runner.position(first)[0] == 0
     assert runner.position(third)[:2] == (1, 1) and runner.ready(third)
+    with pytest.raises(Busy, match=r"a Start of yours already waits in the queue \(place 1 of 1\)"):
+        runner.join("e")                                 # one place each
+
+
+def test_a_place_the_page_stopped_asking_about_is_kept_for_a_page_that_asks_again(monkeypatch):
+    """A waiting Start's page closed (a reload): its place stays while a page asks about it within stale_s,
+    first come as before; taken out to start, it says which run it became."""
+    from explorer.finetune.queue import Busy as QueueBusy
+    from explorer.finetune.queue import StartQueue
+    now = [100.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    queue = StartQueue(3, stale_s=30.0)
+    first, second = queue.join("a", True), queue.join("b", True)
+    now[0] += 25                                         # a's page reloads: nothing asks for 25 s
+    assert queue.place(second) == (2, 2)
+    assert queue.place(first) == (1, 2) and first.waiting  # the new page asks in time: still first
+    now[0] += 25
+    assert queue.place(first) == (1, 2)
+    now[0] += 6                                          # b's page has not asked for 31 s: dropped
+    assert queue.place(first) == (1, 1) and second.dropped and not second.cancelled
+    with pytest.raises(QueueBusy, match="another Start is ahead"):
+        queue.take(second, 7)
+    queue.take(first, 7)
+    assert first.started == 7 and not first.waiting and queue.tickets == []

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from explorer.core.protocol import Phase
 from explorer.finetune.plan import Plan
-from explorer.finetune.queue import Busy, QueuePlace
+from explorer.finetune.queue import Busy, QueuePlace, Ticket
 from explorer.finetune.state import RunState
 
 TICK_S = 0.5        # a run's snapshot, every half second whatever it is doing: the bar and status line move on
@@ -66,42 +66,47 @@ class InQueue:
 
 @dataclass
 class LeftQueue:
-    """The visitor left the queue (their Cancel): nothing was started."""
+    """The Start is no longer waiting and nothing was started: the visitor left the queue (their Cancel), or,
+    `dropped`, no page of theirs asked about it for the queue's stale_s."""
+
+    dropped: bool = False
 
 
 @dataclass
 class Started:
-    """The Start's turn came: its run has started."""
+    """The Start's turn came: its run has started (by this page, or another page of the visitor's)."""
 
     run_id: int
 
 
-def wait_in_queue(runner, plan: Plan, owner: str | None, out_dir: str | os.PathLike,
+def wait_in_queue(runner, plan: Plan, owner: str | None, out_dir: str | os.PathLike, ticket: Ticket | None = None,
                   sleep: Callable[[float], None] = time.sleep) -> Iterator[InQueue | LeftQueue | Started]:
-    """Joins `runner`'s queue (a FineTuneRunner's) and waits for this Start's turn: its place every
+    """Joins `runner`'s queue (a FineTuneRunner's), or waits on `ticket`, a place it gave before (a page that
+    takes up the wait of a page closed or reloaded, or of another tab), for this Start's turn: its place every
     QUEUE_POLL_S, then Started (or LeftQueue, the last update either way). QueueFull when the queue is full;
-    the runner's JobError when the plan cannot start. A wait given up (the generator closed) leaves the queue."""
-    ticket = runner.join(owner)
-    started = False
+    the runner's JobError when the plan cannot start, which gives the place up. A wait given up (its page
+    closed: the generator closed) keeps the place until the queue drops it for not being asked about."""
+    ticket = ticket or runner.join(owner)
     try:
         while True:
-            if runner.ready(ticket):
+            if ticket.waiting and runner.ready(ticket):
                 try:
-                    run_id = runner.start(plan, owner, out_dir, ticket)
+                    runner.start(plan, owner, out_dir, ticket)
                 except Busy:  # another Start took the turn between the two questions: wait on
                     pass
-                else:
-                    started = True
-                    yield Started(run_id)
-                    return
-            if ticket.cancelled:
-                yield LeftQueue()
+            if ticket.started is not None:
+                yield Started(ticket.started)
+                return
+            if not ticket.waiting:
+                yield LeftQueue(dropped=ticket.dropped)
                 return
             yield InQueue(runner.position(ticket))
             sleep(QUEUE_POLL_S)
-    finally:
-        if not started:
-            runner.leave(ticket)
+    except GeneratorExit:
+        raise
+    except BaseException:
+        runner.leave(ticket)
+        raise
 
 
 # --- following a run ---------------------------------------------------------------------------------

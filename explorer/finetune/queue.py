@@ -1,6 +1,6 @@
 """Shared mode's first-come queue of Starts waiting for the run going on to end: capped, each place kept
-only while its page keeps asking, and a wait estimated from the run's progress and earlier runs' lengths.
-The runner holds it under its lock."""
+only while a page of its visitor keeps asking (a reload takes it up again), and a wait estimated from the run's
+progress and earlier runs' lengths. The runner holds it under its lock."""
 
 from __future__ import annotations
 
@@ -21,12 +21,19 @@ class QueueFull(Busy):
 
 @dataclass
 class Ticket:
-    """A Start waiting for the run going on to end."""
+    """A Start waiting for the run going on to end: `cancelled` when its visitor left the queue, `dropped` when
+    no page asked about it for the queue's `stale_s`, `started` (the run's id) once its turn came."""
 
     id: int
     owner: str | None
     seen: float
     cancelled: bool = False
+    dropped: bool = False
+    started: int | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return not (self.cancelled or self.dropped or self.started is not None)
 
 
 class QueuePlace(NamedTuple):
@@ -48,11 +55,19 @@ class StartQueue:
 
     def purge(self) -> None:
         now = time.time()
-        self.tickets = [t for t in self.tickets if not t.cancelled and now - t.seen < self.stale_s]
+        for t in self.tickets:
+            if not t.cancelled and now - t.seen >= self.stale_s:
+                t.dropped = True
+        self.tickets = [t for t in self.tickets if t.waiting]
 
     def join(self, owner: str | None, running: bool) -> Ticket:
-        """A new ticket; QueueFull when `size` tickets already wait behind a run going on."""
+        """A new ticket; QueueFull when `size` tickets already wait behind a run going on, Busy when `owner`
+        (a visitor, not None) has one waiting: one place each."""
         self.purge()
+        mine = next((i + 1 for i, t in enumerate(self.tickets) if owner is not None and t.owner == owner), 0)
+        if mine:
+            raise Busy(f"a Start of yours already waits in the queue (place {mine} of {len(self.tickets)}): it "
+                       f"starts by itself when its turn comes; Cancel leaves the queue")
         if (running or self.tickets) and len(self.tickets) >= self.size:
             waiting = f"{len(self.tickets)} Start{'s' if len(self.tickets) != 1 else ''} already wait"
             raise QueueFull(f"the fine-tuning queue is full: a run is going on and {waiting} (the most "
@@ -76,18 +91,19 @@ class StartQueue:
         return bool(mine)
 
     def place(self, ticket: Ticket) -> tuple[int, int]:
-        """(1-based place or 0 when gone, queue length); keeps the ticket alive."""
-        ticket.seen = time.time()
+        """(1-based place or 0 when gone, queue length); keeps the ticket alive unless it is gone."""
         self.purge()
+        ticket.seen = time.time()
         return next((i + 1 for i, t in enumerate(self.tickets) if t is ticket), 0), len(self.tickets)
 
-    def take(self, ticket: Ticket | None) -> None:
-        """Takes `ticket` out to start (None: a Start that did not queue); Busy unless it is its turn."""
+    def take(self, ticket: Ticket | None, run_id: int) -> None:
+        """Takes `ticket` out to start as run `run_id` (None: a Start that did not queue); Busy unless it is its
+        turn."""
         self.purge()
         if ticket is not None:
             if not self.tickets or self.tickets[0] is not ticket:
                 raise Busy("another Start is ahead in the queue")
-            self.tickets.pop(0)
+            self.tickets.pop(0).started = run_id
         elif self.tickets:
             raise Busy(f"{len(self.tickets)} Start(s) wait in the queue")
 

@@ -39,7 +39,7 @@ class FineTuneRunner:
     its next step (the worker lives on); a worker that does not confirm within `cancel_grace_s` is killed.
     Each run has an `owner` (None for the single-user tool): only the owner's Cancel ends it. With
     `max_queue`, a Start that finds a run going on may `join` a first-come queue of that many and start
-    when its ticket comes first (`ready`); a ticket its page stopped asking about for `stale_s` is dropped.
+    when its ticket comes first (`ready`); a ticket no page asked about for `stale_s` is dropped.
     """
 
     def __init__(self, out_dir: str | os.PathLike, environ: dict | None = None, max_queue: int = 0,
@@ -113,7 +113,7 @@ class FineTuneRunner:
                 mine = self._state.owner == owner
                 raise Busy("a fine-tuning run is already going on" + (f" ({self._state.description})" if mine else "")
                            + "; wait for it to end" + (" or cancel it" if mine else ""))
-            self._queue.take(ticket)
+            self._queue.take(ticket, self._runs + 1)
             self._runs += 1
             self._out = Path(out_dir) if out_dir is not None else self.out_dir
             self._state = RunState(running=True, status="starting", started=time.time(),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -16,25 +17,44 @@ from explorer.data.datasets import DatasetError
 from explorer.finetune import follow
 from explorer.finetune.backend import hardware
 from explorer.finetune.plan import ZIP, JobError, Plan
-from explorer.finetune.queue import Busy
+from explorer.finetune.queue import Busy, Ticket
 from explorer.model.config import PRESETS, VARIANTS
 from explorer.ui.context import AppState, Page, expected, reporter
 from explorer.ui.finetune_run import PAIR, SCRATCH, RunOutputs, RunView, base_choices
 from explorer.ui.finetune_text import CANCEL_ANSWERS, hardware_note, help_text, refused_status, training_where
 from explorer.ui.pictures import PLOT_MIN
 
-# How many visitors' last runs the tab keeps for follow_own (each with its test split only).
-RUNS_KEPT = 16
+# How many visitors' last Starts the tab keeps for follow_own (each with its test split only once it has started).
+STARTS_KEPT = 16
+
+
+@dataclass
+class LastStart:
+    """A visitor's last Start: its plan (only the test split, all its report needs, once its run has started),
+    the visitor's own checkpoints among its bases (kept from pruning while it waits or runs), and where it
+    stands: `ticket` while it waits in the shared queue, `run_id` once its run has started."""
+
+    plan: Plan
+    refs: set[str]
+    ticket: Ticket | None = None
+    run_id: int | None = None
+
+    def began(self, run_id: int) -> None:
+        """Its run has started as `run_id` (the job folder holds its images now): only the test split is kept."""
+        d = self.plan.dataset
+        self.run_id, self.plan = run_id, dataclasses.replace(self.plan, dataset=dataclasses.replace(
+            d, x_train=d.x_train[:0], y_train=d.y_train[:0]))
 
 
 class FinetuneTab:
     def __init__(self, app: AppState):
         self.app = app
         self.view = RunView(app)  # what a Start shows, on the components it updates (set when the tab is built)
-        # Each visitor's last run started here (its id, and its plan with only the test split that its report
-        # needs) until a page of theirs has followed it to its end: a page they open meanwhile follows it, and
-        # one they open after it ended unseen shows how it ended (follow_own). At most RUNS_KEPT visitors.
-        self._unseen: dict[str | None, tuple[int, Plan]] = {}
+        # Each visitor's last Start until a page of theirs has followed it to its end (at most STARTS_KEPT
+        # visitors): a page they open meanwhile takes up its wait or follows its run, and one they open after it
+        # ended unseen shows how it ended (follow_own). A Start is not tied to its page.
+        self._starts: dict[str | None, LastStart] = {}
+        self._protected: dict[int, LastStart] = {}  # the Starts whose bases are kept from pruning, by id
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
@@ -69,53 +89,36 @@ class FinetuneTab:
             out, hidden = view.outputs, gr.update(value=None, visible=False)
             yield {out.status: refused_status(e.message), out.curves: hidden, out.tau: hidden}
             raise expected(e.message, "fine-tune not started", toast=False) from None
-        owner, key, mine = app.owner(request), id(plan), set(app.my_runs(request))
-        app.visitors.protect_bases(key, {r for r in (a, b) if r in mine})
+        owner = app.owner(request)
+        start = self._protect(LastStart(plan, {r for r in (a, b) if r in set(app.my_runs(request))}))
         try:
-            run_id = None
-            try:
-                if not app.shared:
-                    run_id = app.runner.start(plan, owner, app.runs.out_dir(owner))
-                else:
-                    with contextlib.closing(follow.wait_in_queue(app.runner, plan, owner,
-                                                                 app.runs.out_dir(owner))) as turn:
-                        for update in turn:
-                            if isinstance(update, follow.Started):
-                                run_id = update.run_id
-                            else:
-                                yield view.waiting(update, plan.description)
-            except (Busy, JobError) as e:  # a run going on (single user), a full queue, a plan that cannot start
-                raise gr.Error(str(e)) from None
-            if run_id is not None:
-                self._remember(owner, run_id, plan)
-                yield from self._follow(run_id, plan, a, b, request, owner)
-        finally:
-            app.visitors.protect_bases(key, None)
+            if app.shared:
+                start.ticket = app.runner.join(owner)
+            else:
+                start.began(app.runner.start(plan, owner, app.runs.out_dir(owner)))
+        except (Busy, JobError) as e:  # a run going on (single user), a full queue, a plan that cannot start
+            self._release()
+            raise gr.Error(str(e)) from None
+        self._keep(owner, start)
+        yield from self._take_up(owner, start, a, b, request)
 
     def follow_own(self, a, b, request: gr.Request = None):
-        """As a page opens: when the visitor's last run is going on (started before a reload, or in another
-        tab), the page follows it to its end as the page that started it does (status, bar, curves, then the
-        report and the new models in the slots); when it ended while no page of theirs followed it (closed
-        mid-run), the page shows how it ended, as that page would have. Else it changes nothing. A run is not
-        tied to its page."""
+        """As a page opens: when the visitor's last Start waits in the queue or its run goes on (a page
+        reloaded, another tab), the page takes up its wait or follows its run to its end as the page that
+        started it does (place in the queue; status, bar, curves, then the report and the new models in the
+        slots); when it ended while no page of theirs followed it (closed mid-run), the page shows how it
+        ended, as that page would have, or that its place in the queue was given up. Else it changes nothing."""
         owner = self.app.owner(request)
-        run = self._unseen.get(owner)
-        if run is not None and self.app.runner.snapshot(run[0]).run_id != run[0]:  # too long gone to show
-            self._unseen.pop(owner, None)
-            run = None
-        if run is None:
+        self._release()
+        start = self._starts.get(owner)
+        if start is not None and start.run_id is not None and self.app.runner.snapshot(start.run_id).run_id != \
+                start.run_id:  # too long gone to show
+            self._forget(owner, start)
+            start = None
+        if start is None:
             yield {self.view.outputs.status: gr.skip()}  # a generator that yields nothing would blank its outputs
             return
-        yield from self._follow(*run, a, b, request, owner)
-
-    def _remember(self, owner: str | None, run_id: int, plan: Plan) -> None:
-        """Keeps `owner`'s run for follow_own, with only the test split of its data."""
-        d = plan.dataset
-        tested = dataclasses.replace(d, x_train=d.x_train[:0], y_train=d.y_train[:0])
-        self._unseen.pop(owner, None)
-        self._unseen[owner] = (run_id, dataclasses.replace(plan, dataset=tested))
-        while len(self._unseen) > RUNS_KEPT:
-            self._unseen.pop(next(iter(self._unseen)))
+        yield from self._take_up(owner, start, a, b, request)
 
     def follow_on_open(self, opened, page: Page) -> None:
         """Chains follow_own onto `opened`, the page's opening once the visitor and the slots are known; its
@@ -126,16 +129,62 @@ class FinetuneTab:
             self.mine, None, [page.from_tabs.finetune_runs], api_name=False).then(
             self.view.show_report, None, [out.results, out.per_class, out.gallery], api_name=False, queue=False)
 
-    def _follow(self, run_id: int, plan: Plan, a, b, request, owner: str | None):
-        """The updates of `owner`'s run `run_id` (of `plan`, the slots holding `a` and `b`) until it has
-        ended; once this page has shown its end, no other page of theirs shows it again."""
-        view = self.view
-        with contextlib.closing(follow.follow_run(
-                self.app.runner, run_id, lambda state: view.run_outputs(state, plan, a, b, True, request))) as run:
+    def _protect(self, start: LastStart) -> LastStart:
+        """Keeps the bases of `start` from being pruned while it waits or runs (see _release)."""
+        self._release()
+        self._protected[id(start)] = start
+        self.app.visitors.protect_bases(id(start), start.refs)
+        return start
+
+    def _keep(self, owner: str | None, start: LastStart) -> LastStart:
+        """Keeps `start` (protected) as `owner`'s last Start for follow_own."""
+        self._starts.pop(owner, None)
+        self._starts[owner] = start
+        while len(self._starts) > STARTS_KEPT:
+            self._starts.pop(next(iter(self._starts)))
+        return start
+
+    def _forget(self, owner: str | None, start: LastStart) -> None:
+        """`owner`'s Start `start` has been shown to its end (or never started): no page shows it again."""
+        if self._starts.get(owner) is start:
+            self._starts.pop(owner)
+        self._release()
+
+    def _release(self) -> None:
+        """Lets the bases of every Start that no longer waits or runs be pruned again."""
+        runner = self.app.runner
+        for key, start in list(self._protected.items()):
+            waiting = start.ticket is not None and start.ticket.waiting
+            running = start.run_id is not None and runner.snapshot(start.run_id).running
+            if not (waiting or running):
+                self._protected.pop(key, None)
+                self.app.visitors.protect_bases(key, None)
+
+    def _take_up(self, owner: str | None, start: LastStart, a, b, request):
+        """The updates of `owner`'s Start `start` (the slots holding `a` and `b`): its wait in the queue, then
+        its run until it has ended; once a page has shown its end, no other page of theirs shows it again. A
+        page that closes meanwhile leaves the wait and the run to the next page of theirs that opens."""
+        if start.run_id is None:
+            try:
+                with contextlib.closing(follow.wait_in_queue(self.app.runner, start.plan, owner,
+                                                             self.app.runs.out_dir(owner), start.ticket)) as turn:
+                    for update in turn:
+                        if isinstance(update, follow.Started):
+                            start.began(update.run_id)
+                        else:
+                            yield self.view.waiting(update, start.plan.description)
+            except JobError as e:  # the plan cannot start
+                self._forget(owner, start)
+                raise gr.Error(str(e)) from None
+            if start.run_id is None:  # left the queue, or dropped from it
+                self._forget(owner, start)
+                return
+        plan, view = start.plan, self.view
+        ended = lambda state: view.run_outputs(state, plan, a, b, True, request)  # noqa: E731
+        with contextlib.closing(follow.follow_run(self.app.runner, start.run_id, ended)) as run:
             for update in run:
                 yield view.following(update, plan, a, b, request)
-        if self._unseen.get(owner, (None,))[0] == run_id:
-            self._unseen.pop(owner, None)
+        self._forget(owner, start)
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""

@@ -20,6 +20,7 @@ from explorer.ui.context import AppState, shares
 from explorer.ui.finetune_text import (
     CANCEL_ANSWERS,
     LOADING_SLOTS,
+    QUEUE_DROPPED,
     headline,
     plain,
     progress_bar,
@@ -73,10 +74,10 @@ class RunView:
         self._reports: dict[str | None, tuple[int, int, int]] = {}
 
     def waiting(self, update: follow.InQueue | follow.LeftQueue, description: str) -> dict:
-        """A Start waiting for its turn: its place in the queue, or that the visitor left it."""
-        left = isinstance(update, follow.LeftQueue)
-        return {self.outputs.status: CANCEL_ANSWERS[CancelAnswer.LEFT] if left else
-                queue_status(update.place, description)}
+        """A Start waiting for its turn: its place in the queue, or that the visitor left it (or it was dropped)."""
+        if isinstance(update, follow.LeftQueue):
+            return {self.outputs.status: QUEUE_DROPPED if update.dropped else CANCEL_ANSWERS[CancelAnswer.LEFT]}
+        return {self.outputs.status: queue_status(update.place, description)}
 
     def following(self, update: follow.Tick | follow.Loading | follow.Ended, plan, a, b, request=None) -> dict:
         """A followed run's update: while it runs, the status line and the bar from the same moment (and the

@@ -22,6 +22,9 @@ CANCEL_ANSWERS = {
     CancelAnswer.NOT_YOURS: "The run going on is not yours: only the visitor who started it can cancel it. "
                             "Press Start to wait for your turn in the queue.",
     CancelAnswer.NONE: "No run is going on."}
+# A Start whose place in the shared queue was given up because no page of its visitor kept asking about it.
+QUEUE_DROPPED = ("Your place in the queue was given up: no page of yours was open to keep it. Nothing was started; "
+                 "press Start again.")
 
 
 def duration(seconds: float) -> str:
@@ -119,8 +122,8 @@ def queue_status(where: QueuePlace, description: str) -> str:
     """Markdown for a Start waiting behind another visitor's run."""
     wait = f"about {duration(where.eta)}" if where.eta is not None else "an estimate comes once it has made progress"
     return (f"**waiting** · another visitor's run is going on · your place in the queue: **{where.place} of "
-            f"{where.length}** · {wait} · {description} starts by itself when its turn comes; keep this page open "
-            f"(Cancel leaves the queue)")
+            f"{where.length}** · {wait} · {description} starts by itself when its turn comes while a page of yours is "
+            f"open (a reload keeps your place; Cancel leaves the queue)")
 
 
 def help_text(where: str, epochs: int, images: int) -> str:

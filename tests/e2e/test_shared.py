@@ -72,6 +72,8 @@ def test_visitors_own_their_runs_queue_and_cancel(shared_app, tmp_path):
     assert "your place in the queue: **1 of 1**" in waiting and ("about" in waiting or "estimate" in waiting)
     with pytest.raises(Exception, match="the fine-tuning queue is full"):
         cc.predict(*SHORT, "mine-c", A, B, api_name="/finetune")
+    with pytest.raises(Exception, match=r"a Start of yours already waits in the queue \(place 1 of 1\)"):
+        cb.predict(*SHORT, "mine-b2", A, B, api_name="/finetune")  # one place each
 
     # A cancels its own run: B's starts by itself and finishes
     assert "Cancelled" in ca.predict(api_name="/cancel")
