@@ -250,3 +250,39 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
                           "small data · 2,500 images · ViT", "small data · 2,500 images · SPT + LSA",
                           "small data · 5,000 images · ViT"]
     assert any(d.get("api_name") == "study_pair" for d in config["dependencies"])
+
+
+def test_a_buttons_refusal_is_said_in_place_and_still_reaches_an_api_caller(capsys):
+    """context.in_place: the handler's answer unchanged; a gr.Error empties the outputs, the Markdown says why
+    and the caller gets the error without a toast (one line in the log); a fault says so in place and is
+    raised as it was. The outputs are marked for the CSS that hides Gradio's badge; the endpoint keeps the
+    handler's name, docstring and signature."""
+    import inspect
+
+    from explorer.ui.context import FAULT, IN_PLACE, in_place
+
+    def report(ref_a: str, count: float, request: gr.Request = None, progress=gr.Progress()):
+        """Both models over a set."""
+        if count < 0:
+            raise gr.Error("choose a zip of class folders first")
+        if count == 0:
+            raise ZeroDivisionError("a bug")
+        return f"{ref_a}: {count}", [1, 2], "table"
+
+    with gr.Blocks():
+        summary, picture, table = gr.Markdown(), gr.Image(elem_classes="pic"), gr.Dataframe()
+        state = gr.State()
+    wrapped = in_place(report, [summary, picture, table, state], summary, "not evaluated")
+    assert (wrapped.__name__, wrapped.__doc__) == (report.__name__, report.__doc__)
+    assert inspect.signature(wrapped) == inspect.signature(report) and inspect.isgeneratorfunction(wrapped)
+    assert picture.elem_classes == ["pic", IN_PLACE] and summary.elem_classes == table.elem_classes == [IN_PLACE]
+    assert list(wrapped("A", 3)) == [("A: 3", [1, 2], "table")]
+    refused = wrapped("A", -1)
+    assert next(refused) == ("**⚠ not evaluated:** choose a zip of class folders first", None, None, None)
+    with pytest.raises(gr.Error, match="choose a zip of class folders first") as e:
+        next(refused)
+    assert not e.value.visible and "report refused: choose a zip" in capsys.readouterr().out
+    failed = wrapped("A", 0)
+    assert next(failed)[0] == f"**⚠ not evaluated:** {FAULT}"
+    with pytest.raises(ZeroDivisionError, match="a bug"):
+        next(failed)

@@ -80,7 +80,8 @@ def labelled_zip(path, class_names: list[str], image_size: int = 32) -> Labelled
     unknown = [c for c in ds.class_names if c not in class_names]
     if unknown:
         raise ValueError(f"{Path(path).name}: the models do not predict {unknown}; folders must be named after "
-                         f"their classes ({', '.join(class_names)})")
+                         f"their classes ({', '.join(class_names)}), or fine-tune on this zip first for models of "
+                         f"its classes")
     mapping = np.asarray([class_names.index(c) for c in ds.class_names], np.int64)
     images = np.concatenate([ds.x_train, ds.x_test])
     labels = mapping[np.concatenate([ds.y_train, ds.y_test]).astype(np.int64)]

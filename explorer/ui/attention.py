@@ -15,7 +15,7 @@ from explorer.analysis import plots, render, reports
 from explorer.app.workbench import HEAD_ALL, HEAD_MEAN, PARTS, analyze_pair, query_patch, side_by_side_pictures, square
 from explorer.checkpoints.store import CheckpointError
 from explorer.ui import what_if
-from explorer.ui.context import UNLISTED, AppState, Page, initial, quiet
+from explorer.ui.context import UNLISTED, AppState, Page, in_place, initial, quiet
 from explorer.ui.pictures import PLOT_MIN, as_pictures, drawn, picture
 from explorer.ui.trust import map_note
 
@@ -225,7 +225,8 @@ def build(app: AppState, page: Page) -> AttentionTab:
     attn = dict(concurrency_limit=4, concurrency_id="attention")
     # A new image or the button draws everything; a query click (one request), a layer or a head change
     # only what depends on them.
-    attn_btn.click(tab.attention, inputs, [maps, rollout, caption, cell], api_name="attention", **attn)
+    attn_btn.click(in_place(tab.attention, [maps, rollout, caption, cell], caption, "not shown"), inputs,
+                   [maps, rollout, caption, cell], api_name="attention", **attn)
     gr.on(page.new_input(), quiet(tab.attention, (None, None, "", None), why=2), page.held(inputs),
           [maps, rollout, caption, cell], api_name=False, **attn)
     gr.on([layer.change, head.change], tab.attention_query, inputs, query_outputs, api_name="attention_layer",

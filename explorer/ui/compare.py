@@ -9,7 +9,7 @@ from explorer.analysis import reports
 from explorer.app.state import NotApplicable
 from explorer.app.workbench import square, top_k
 from explorer.data.inputs import original_size, resize_note
-from explorer.ui.context import AppState, Page, initial, quiet
+from explorer.ui.context import AppState, Page, in_place, initial, quiet
 
 OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this pair._"
 
@@ -110,12 +110,14 @@ def build(app: AppState, page: Page) -> CompareTab:
                                      height="auto", elem_id="dis-gallery", object_fit="scale-down")
 
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [label_a, label_b, verdict]
-    compare_btn.click(tab.compare, inputs, outputs, api_name="compare", concurrency_limit=4)
+    compare_btn.click(in_place(tab.compare, outputs, verdict, "not compared"), inputs, outputs, api_name="compare",
+                      concurrency_limit=4)
     gr.on(page.new_input(), quiet(tab.compare, (None, None, ""), why=2), page.held(inputs), outputs, api_name=False,
           concurrency_limit=4)
     gr.on(page.new_models(), tab.headings, list(page.loaded), [label_a, label_b], api_name=False, queue=False)
-    dis_btn.click(tab.disagreements, [page.slot_a, page.slot_b, n_test], [dis_summary, dis_table, dis_gallery],
-                  api_name="disagreements")
+    dis_outputs = [dis_summary, dis_table, dis_gallery]
+    dis_btn.click(in_place(tab.disagreements, dis_outputs, dis_summary, "not run"), [page.slot_a, page.slot_b, n_test],
+                  dis_outputs, api_name="disagreements")
     gr.on(page.new_models(), lambda: (OTHER_MODELS, None, None), None, [dis_summary, dis_table, dis_gallery],
           api_name=False, queue=False)
     return tab

@@ -108,6 +108,43 @@ def expected(message: str, what: str, toast: bool = True) -> gr.Error:
     return gr.Error(message, visible=toast, print_exception=False)
 
 
+# The class of a button's outputs whose refusals the page says in place (in_place): shell.py's CSS hides Gradio's
+# "Error" badge over them, which would otherwise cover each of them and outlast the toast that said why.
+IN_PLACE = "in-place"
+FAULT = "the server failed while doing it (its log says why); try again, or with other models"
+
+
+def in_place(handler, outputs: list, why, what: str):
+    """`handler` for a button whose refusal belongs on the page, not only in a toast that fades: a gr.Error
+    (a zip of other classes, a class the models do not predict, a model that cannot be loaded) or a fault
+    empties the event's `outputs`, and `why`, a Markdown among them, says `**⚠ {what}:** reason`; an API or
+    MCP caller still receives the error. Marks the outputs IN_PLACE. Name, docstring and signature stay the
+    handler's (they are the endpoint's and the MCP tool's)."""
+    index = outputs.index(why)
+    for c in outputs:
+        if isinstance(c, gr.State):
+            continue
+        classes = c.elem_classes if isinstance(c.elem_classes, list) else [c.elem_classes] if c.elem_classes else []
+        c.elem_classes = classes if IN_PLACE in classes else [*classes, IN_PLACE]
+
+    @functools.wraps(handler)
+    def run(*args, **kwargs):
+        try:
+            result = handler(*args, **kwargs)
+        except gr.Error as e:
+            reason, error = e.message, expected(e.message, f"{handler.__name__} refused", toast=False)
+        except Exception as e:  # a fault: the traceback goes to the log, the page says so in place
+            reason, error = FAULT, e
+        else:
+            yield result
+            return
+        shown = [None] * len(outputs)
+        shown[index] = f"**⚠ {what}:** {reason}"
+        yield tuple(shown)
+        raise error
+    return run
+
+
 def quiet(handler, blank, why: int | None = None):
     """`handler` for an event the page fires by itself (a new image, another model, a tab opened): an image
     that cannot be used clears the outputs (`blank`) instead of saying so once more, so that no answer about

@@ -14,7 +14,7 @@ from explorer.analysis.render_evidence import plot_shift_robustness
 from explorer.app.state import NotApplicable
 from explorer.app.workbench import picture_title
 from explorer.core.formatting import pct
-from explorer.ui.context import AppState, Page, initial, quiet, shares
+from explorer.ui.context import AppState, Page, in_place, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
 from explorer.ui.trust import map_note
 
@@ -204,7 +204,8 @@ def build(app: AppState, page: Page) -> EvidenceTab:
                         elem_id="shift-strip", value=strip0)
 
     occ_inputs = [page.upload, page.slot_a, page.slot_b, target, fill, window]
-    occ_btn.click(tab.evidence, occ_inputs, [occ_map, occ_text], api_name="evidence", concurrency_limit=4)
+    occ_btn.click(in_place(tab.evidence, [occ_map, occ_text], occ_text, "not shown"), occ_inputs, [occ_map, occ_text],
+                  api_name="evidence", concurrency_limit=4)
     strip_inputs = [page.upload, page.slot_a, page.slot_b, max_shift, padding]
     # A new image (or model) is analysed here only while the tab is open, or when it is opened: an upload
     # made on another tab costs no occlusion pass.
@@ -218,8 +219,10 @@ def build(app: AppState, page: Page) -> EvidenceTab:
     evidence_tab.select(quiet(tab.shift_strip, None), strip_inputs, [strip], api_name=False, concurrency_limit=4)
     gr.on([max_shift.release, padding.change], tab.shift_strip, strip_inputs, [strip], api_name="shift_strip",
           concurrency_limit=4)
-    rob_btn.click(as_pictures(tab.robustness), [page.slot_a, page.slot_b, count, max_shift, padding],
-                  [rob_plot, rob_table, rob_text], api_name="robustness", concurrency_limit=2)
+    rob_outputs = [rob_plot, rob_table, rob_text]
+    rob_btn.click(in_place(as_pictures(tab.robustness), rob_outputs, rob_text, "not measured"),
+                  [page.slot_a, page.slot_b, count, max_shift, padding], rob_outputs, api_name="robustness",
+                  concurrency_limit=2)
     gr.on(page.new_models(), lambda: (None, None, OTHER_MODELS), None, [rob_plot, rob_table, rob_text],
           api_name=False, queue=False)
     gr.on(page.new_models(), note, list(page.loaded), [faithful], api_name=False)

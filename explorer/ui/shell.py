@@ -70,6 +70,8 @@ footer {display: none !important}
 @media (max-width: 900px) {.tab-container button {padding-left: 10px !important; padding-right: 10px !important}}
 /* The Trust tab's tables: a confusion table's eleven columns within the tabs' width of an 800 px window. */
 @media (max-width: 900px) {.trust-table table {font-size: 13px}}
+/* A button's outputs whose refusal the page says in place (context.in_place): no "Error" badge over each. */
+.in-place > [data-testid="status-tracker"]:has(> .error) {display: none !important}
 /* A fine-tune's progress in a box of its own above the status line, never over it: the run's bar, or Gradio's
    overlay while a Start reads its data. */
 #ft-progress {min-height: 64px; position: relative}

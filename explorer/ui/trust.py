@@ -13,7 +13,7 @@ import pandas as pd
 from explorer.analysis import corruptions, faithfulness, render_trust, trust
 from explorer.core.formatting import pct
 from explorer.data.datasets import DatasetError
-from explorer.ui.context import AppState, Page
+from explorer.ui.context import AppState, Page, in_place
 
 TAB = "Trust"
 TEST, ZIP = "the CIFAR test set", "my labelled zip"
@@ -278,15 +278,21 @@ def build(app: AppState, page: Page) -> TrustTab:
                                    elem_id="trust-faithfulness-table", elem_classes="trust-table")
         faith_files = gr.File(label="download the faithfulness numbers", file_count="multiple")
 
-    run_btn.click(tab.trust_report, [page.slot_a, page.slot_b, source, zip_file, count],
-                  [summary, confusion, table_a, table_b, classes, reliability, calibration, only_a, only_b, files, key],
-                  api_name="trust_report", concurrency_limit=2)
-    table_a.select(tab.cell_a, [key], [cell, cell_text], api_name="trust_cell_a")
-    table_b.select(tab.cell_b, [key], [cell, cell_text], api_name="trust_cell_b")
-    corr_btn.click(tab.trust_corruptions, [page.slot_a, page.slot_b, count],
-                   [corr_text, corr_plot, corr_table, corr_files], api_name="trust_corruptions", concurrency_limit=1)
-    measured = faith_btn.click(tab.trust_faithfulness, [page.slot_a, page.slot_b],
-                               [faith_text, faith_plot, faith_table, faith_files], api_name="trust_faithfulness",
+    report_outputs = [summary, confusion, table_a, table_b, classes, reliability, calibration, only_a, only_b, files,
+                      key]
+    run_btn.click(in_place(tab.trust_report, report_outputs, summary, "not evaluated"),
+                  [page.slot_a, page.slot_b, source, zip_file, count], report_outputs, api_name="trust_report",
+                  concurrency_limit=2)
+    table_a.select(in_place(tab.cell_a, [cell, cell_text], cell_text, "not shown"), [key], [cell, cell_text],
+                   api_name="trust_cell_a")
+    table_b.select(in_place(tab.cell_b, [cell, cell_text], cell_text, "not shown"), [key], [cell, cell_text],
+                   api_name="trust_cell_b")
+    corr_outputs = [corr_text, corr_plot, corr_table, corr_files]
+    corr_btn.click(in_place(tab.trust_corruptions, corr_outputs, corr_text, "not measured"),
+                   [page.slot_a, page.slot_b, count], corr_outputs, api_name="trust_corruptions", concurrency_limit=1)
+    faith_outputs = [faith_text, faith_plot, faith_table, faith_files]
+    measured = faith_btn.click(in_place(tab.trust_faithfulness, faith_outputs, faith_text, "not measured"),
+                               [page.slot_a, page.slot_b], faith_outputs, api_name="trust_faithfulness",
                                concurrency_limit=1)
     for shown, write in page.from_tabs.map_notes:  # the Attention and Evidence tabs' notes now have numbers
         measured.success(write, [page.slot_a, page.slot_b], [shown], api_name=False)

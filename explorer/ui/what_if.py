@@ -8,7 +8,7 @@ import gradio as gr
 from explorer.analysis import render
 from explorer.app.workbench import picture_title, what_if, what_if_plot
 from explorer.core.formatting import pct
-from explorer.ui.context import AppState, Page
+from explorer.ui.context import AppState, Page, in_place
 from explorer.ui.pictures import picture
 
 # The tau factors, sqrt(2) apart, and the diagonal-mask choices (None: as the model learned).
@@ -109,9 +109,10 @@ def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.N
         maps = picture("from the query, learned and what if: A above B", elem_id="what-if-maps", value=first[4])
         plot = picture("entropy and distance, learned and what if", show_label=False, elem_id="what-if-plot",
                        value=first[5])
-    button.click(tab.what_if, [page.upload, page.slot_a, page.slot_b, layer, qy, qx, factor_a, mask_a, factor_b,
-                               mask_b], [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name="what_if",
-                 concurrency_limit=4, concurrency_id="attention")
+    outputs = [top_a, top_a2, top_b, top_b2, maps, plot, summary]
+    button.click(in_place(tab.what_if, outputs, summary, "not shown"),
+                 [page.upload, page.slot_a, page.slot_b, layer, qy, qx, factor_a, mask_a, factor_b, mask_b], outputs,
+                 api_name="what_if", concurrency_limit=4, concurrency_id="attention")
     # A new image or another model: the shown what-if is out of date; nothing is computed until What if
     # is pressed.
     gr.on(page.new_input(), lambda: (None,) * 6 + (PRESS,), None,

@@ -97,3 +97,39 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         assert page.locator(".toast-body").all_inner_texts() == []
     finally:
         page.close()
+
+
+def test_a_zip_of_other_classes_is_refused_in_place_without_an_error_badge(browser, app, tmp_path):
+    """A zip whose folders are not the models' classes: the reason stays in the summary (a toast fades) and
+    no "Error" badge covers the tab's outputs."""
+    import io
+    import zipfile
+
+    from PIL import Image
+
+    path = tmp_path / "my-photos.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        for folder in ("pumpkin", "cat"):
+            for i in range(3):
+                buf = io.BytesIO()
+                Image.new("RGB", (40, 40), (40 * i, 90, 200)).save(buf, format="PNG")
+                z.writestr(f"photos/{folder}/{i}.png", buf.getvalue())
+    page = visit(browser, app[0], 1280)
+    try:
+        page.get_by_role("tab", name="Trust").click()
+        page.locator('[data-testid="my labelled zip-radio-label"]').click()
+        page.locator("div[role=tabpanel]:visible input[type=file]").first.set_input_files(str(path))
+        page.wait_for_function("() => [...document.querySelectorAll('div[role=tabpanel] a, div[role=tabpanel] td')]"
+                               ".some((e) => e.innerText.includes('my-photos'))", timeout=30_000)
+        page.click("#trust-btn")
+        wait_text(page, "#trust-summary", "not evaluated", 120_000)
+        said = page.inner_text("#trust-summary")
+        assert "my-photos.zip: the models do not predict ['pumpkin']" in said and "fine-tune on this zip" in said
+        badges = "() => [...document.querySelectorAll('[data-testid=status-tracker] .error')]" \
+                 ".filter((e) => e.offsetParent !== null).length"
+        assert page.evaluate(badges) == 0
+        assert page.locator(".toast-body").all_inner_texts() == []
+        page.wait_for_timeout(2000)
+        assert "do not predict" in page.inner_text("#trust-summary")  # it stays
+    finally:
+        page.close()
