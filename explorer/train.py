@@ -258,6 +258,8 @@ def main(argv=None, settings: Settings | None = None) -> int:
         print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
               f"{dataset.num_classes} classes; device {device_name()}"
               + (f", data-parallel over {devices} devices" if args.distribute else ""), flush=True)
+        if dataset.unreadable:
+            print(f"warning: {dataset.note}", flush=True)
         if args.base and not args.extend:
             from explorer.checkpoints.store import read_card, resolve
             n = min(len(dataset.x_train), args.subset or len(dataset.x_train))

@@ -127,6 +127,29 @@ def test_bad_zips_are_refused(tmp_path, members, message):
         read_image_zip(_zip(tmp_path, members))
 
 
+def test_a_few_unreadable_images_are_left_out_and_named_more_are_refused(tmp_path):
+    """Photos as people upload them: one broken file of twelve is left out, and the dataset says which and why
+    (a fine-tune's description and report, a Trust summary and the card show it); more than a tenth
+    unreadable, or a class left with none, refuses the upload with the reason. A folder reads the same."""
+    good = {f"photos/{c}/{i}.png": _png(col) for c, col in (("cats", "red"), ("dogs", "blue")) for i in range(6)}
+    ds = read_image_zip(_zip(tmp_path, {**good, "photos/dogs/6.jpg": b"\xff\xd8 half a jpeg"}))
+    assert ds.class_names == ["cats", "dogs"] and len(ds.x_train) + len(ds.x_test) == 12 and ds.unreadable == 1
+    assert ds.note.startswith("1 of 13 images could not be read and were left out (photos/dogs/6.jpg is not a "
+                              "readable image (UnidentifiedImageError"), ds.note
+    assert read_image_zip(_zip(tmp_path, good)).unreadable == 0 and read_image_zip(_zip(tmp_path, good)).note == ""
+    broken = {f"photos/dogs/{i}.jpg": b"not an image" for i in range(2)}
+    with pytest.raises(DatasetError, match=r"data.zip: 2 of 14 images could not be read \(photos/dogs/0.jpg is"):
+        read_image_zip(_zip(tmp_path, {**good, **broken}))
+    many = {**good, **{f"photos/{c}/{i}.png": _png("red") for c in ("cats", "dogs") for i in range(6, 30)}}
+    with pytest.raises(DatasetError, match="class 'owls' has no readable image"):
+        read_image_zip(_zip(tmp_path, {**many, "photos/owls/0.png": b"not an image"}))
+    for name, data in {**good, "photos/dogs/6.jpg": b"not an image"}.items():
+        (tmp_path / "folder" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "folder" / name).write_bytes(data)
+    ds = read_image_folder(tmp_path / "folder" / "photos")
+    assert ds.unreadable == 1 and "dogs/6.jpg is not a readable image" in ds.note
+
+
 def test_zip_bomb_is_refused_before_reading(tmp_path):
     path = _zip(tmp_path, {"a/big.png": b"\0" * (3 * 2**20), "b/small.png": _png("blue")})
     with pytest.raises(DatasetError, match="expands to 3 MiB"):

@@ -3,6 +3,8 @@ split (explorer.finetune.report)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -109,3 +111,26 @@ def test_training_on_all_images_says_there_is_no_test_score(tiny_checkpoints, ci
                for t in ("A", "B")]
     rep = report(members, np.zeros(0, int), ["cat", "dog", "ship"])
     assert rep.summary.startswith("**No test score**") and rep.rows[0][1] == "–"
+
+
+def test_a_zip_with_a_broken_image_says_it_was_left_out_from_start_to_report(tiny_checkpoints, cifar10, tmp_path):
+    """The plan's description (the status line while it runs) counts the image left out; the report at its end,
+    and the Trust tab's name for the zip, say which one and why."""
+    import zipfile
+
+    from explorer.analysis.trust import labelled_zip
+    from explorer.core.card import Metrics, Training
+    from explorer.finetune.report import run_report
+    from explorer.finetune.state import MemberState
+    x, y = pick(cifar10, ["cat", "dog", "ship"], 18)
+    path = class_zip(tmp_path / "mine.zip", x, y, ["cat", "dog", "ship"])
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("set/dog/broken.jpg", b"\xff\xd8 the rest never arrived")
+    plan = plan_job(plan_members(tiny_checkpoints, "A", "B"), read_image_zip(path))
+    assert "3 classes; 1 unreadable image left out)" in plan.description
+    members = [MemberState(t, t, metrics=Metrics(), training=Training(wall_time_s=1, validation_images=5),
+                           predictions=list(plan.dataset.y_test)) for t in ("A", "B")]
+    note = run_report(SimpleNamespace(members=members), plan).note
+    assert "⚠ 1 of 55 images could not be read and were left out (set/dog/broken.jpg is not a readable" in note
+    named = labelled_zip(path, ["cat", "dog", "ship"]).name
+    assert named.startswith("mine.zip (1 of 55 images could not be read") and "broken.jpg" in named

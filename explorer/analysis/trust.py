@@ -85,7 +85,8 @@ def labelled_zip(path, class_names: list[str], image_size: int = 32) -> Labelled
     mapping = np.asarray([class_names.index(c) for c in ds.class_names], np.int64)
     images = np.concatenate([ds.x_train, ds.x_test])
     labels = mapping[np.concatenate([ds.y_train, ds.y_test]).astype(np.int64)]
-    return LabelledSet(Path(path).name, images, labels, list(class_names), np.arange(len(labels)))
+    name = f"{Path(path).name} ({ds.note})" if ds.unreadable else Path(path).name
+    return LabelledSet(name, images, labels, list(class_names), np.arange(len(labels)))
 
 
 # ------------------------------------------------------------------------------------------ predictions

@@ -62,6 +62,7 @@ class Dataset:
     source: str = ""
     note: str = ""
     sample: bool = False  # the bundled sample: test images only, the first len(x_test) of the test set
+    unreadable: int = 0  # images of a folder or zip left out as unreadable (`note` says which)
 
     @property
     def num_classes(self) -> int:

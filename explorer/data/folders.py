@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,39 @@ def _open_rgb(data: bytes, name: str, size: int) -> np.ndarray:
         raise DatasetError(f"{name} is not a readable image ({type(e).__name__}: {e})") from None
 
 
+# A folder of photos may hold a few files that no decoder reads (a truncated copy, another format under a .jpg
+# name): up to this share of its images are left out, and the dataset's note says which; more, and it is refused.
+MAX_UNREADABLE = 0.1
+
+
+def _read_images(named: list[tuple[str, int, Callable[[], bytes]]], classes: list[str], size: int, where: str):
+    """The images of `named` ((name, label, what reads its bytes), read one at a time) as arrays and labels,
+    and how many were left out unreadable with a note that says which (MAX_UNREADABLE); a DatasetError when
+    more are, when a class has none, or when reading refuses."""
+    x, y, unreadable = [], [], []
+    for name, label, read in named:
+        data = read()
+        try:
+            x.append(_open_rgb(data, name, size))
+            y.append(label)
+        except DatasetError as e:
+            unreadable.append(str(e))
+    if not unreadable:
+        return np.stack(x), np.asarray(y), (0, "")
+    shown = "; ".join(unreadable[:3]) + (f"; and {len(unreadable) - 3} more" if len(unreadable) > 3 else "")
+    empty = [c for i, c in enumerate(classes) if i not in set(y)]
+    if len(unreadable) > MAX_UNREADABLE * len(named) or empty:
+        why = f"class {empty[0]!r} has no readable image" if empty else \
+            f"{len(unreadable)} of {len(named)} images could not be read"
+        raise DatasetError(f"{where}: {why} ({shown})")
+    return np.stack(x), np.asarray(y), (len(unreadable), f"{len(unreadable)} of {len(named)} images could not be "
+                                                         f"read and were left out ({shown})")
+
+
 def read_image_folder(root: str | os.PathLike, image_size: int = 32, test_fraction: float = 0.2,
                       seed: int = 0, name: str | None = None) -> Dataset:
-    """A dataset from `root/<class>/<image>` (class = sub-folder name, sorted), split train/test."""
+    """A dataset from `root/<class>/<image>` (class = sub-folder name, sorted), split train/test; a few
+    unreadable images are left out (MAX_UNREADABLE), the dataset's note says which."""
     root = Path(root)
     if not root.is_dir():
         raise DatasetError(f"{root} is not a folder")
@@ -40,20 +71,16 @@ def read_image_folder(root: str | os.PathLike, image_size: int = 32, test_fracti
     if len(classes) < 2:
         raise DatasetError(f"{root} needs at least two sub-folders of images (one per class); "
                            f"found {len(classes)}")
-    images, labels = [], []
-    for label, c in enumerate(classes):
-        for path in files[c]:
-            images.append(_open_rgb(path.read_bytes(), str(path), image_size))
-            labels.append(label)
-    return _split(np.stack(images), np.asarray(labels), classes, test_fraction, seed,
-                  name or root.name, str(root))
+    named = [(str(path), label, path.read_bytes) for label, c in enumerate(classes) for path in files[c]]
+    images, labels, left_out = _read_images(named, classes, image_size, root.name)
+    return _split(images, labels, classes, test_fraction, seed, name or root.name, str(root), left_out)
 
 
 # A held-out test part smaller than this cannot say how good a model is.
 MIN_TEST_IMAGES = 10
 
 
-def _split(x, y, classes, test_fraction, seed, name, source) -> Dataset:
+def _split(x, y, classes, test_fraction, seed, name, source, left_out: tuple[int, str] = (0, "")) -> Dataset:
     """Each class is split on its own: round(n * test_fraction) of its n images are held out for the test,
     so every class with three images or more is in the test part."""
     rng = np.random.default_rng(seed)
@@ -65,7 +92,8 @@ def _split(x, y, classes, test_fraction, seed, name, source) -> Dataset:
         test.append(members[:k])
         train.append(members[k:])
     test, train = np.sort(np.concatenate(test)), np.sort(np.concatenate(train))
-    return Dataset(name, x[train], y[train], x[test], y[test], list(classes), source)
+    return Dataset(name, x[train], y[train], x[test], y[test], list(classes), source, left_out[1],
+                   unreadable=left_out[0])
 
 
 def images_per_class_needed(num_classes: int, test_fraction: float = 0.2, min_test: int = MIN_TEST_IMAGES) -> int:
@@ -95,7 +123,8 @@ def read_image_zip(path: str | os.PathLike, image_size: int = 32, test_fraction:
     """A dataset from a zip of class folders, read in memory (no extraction, so no path traversal).
 
     Refuses members with absolute paths or `..`, archives that expand beyond `max_bytes`, and more
-    than `max_files` images.
+    than `max_files` images; a few unreadable images are left out (MAX_UNREADABLE), the dataset's note says
+    which.
     """
     path = Path(path)
     try:
@@ -126,18 +155,24 @@ def read_image_zip(path: str | os.PathLike, image_size: int = 32, test_fraction:
         if len(classes) < 2:
             raise DatasetError(f"{path.name} needs class folders (at least two, each with images); "
                                f"found {len(classes)}")
-        x, y, read = [], [], 0
-        for label, c in enumerate(classes):
-            for m in sorted(by_class[c], key=lambda m: m.filename):
-                # Read at most the declared size plus one byte: a forged header cannot inflate memory.
+        read = 0
+
+        def member(m: zipfile.ZipInfo):
+            def data() -> bytes:  # read one at a time, as it is decoded
+                nonlocal read
+                # At most the declared size plus one byte: a forged header cannot inflate memory.
                 with archive.open(m) as f:
                     data = f.read(m.file_size + 1)
                 read += len(data)
                 if len(data) > m.file_size or read > max_bytes:
                     raise DatasetError(f"{path.name}: member {m.filename!r} is larger than it declares")
-                x.append(_open_rgb(data, m.filename, image_size))
-                y.append(label)
-    return _split(np.stack(x), np.asarray(y), classes, test_fraction, seed, path.stem, str(path))
+                return data
+            return data
+
+        named = [(m.filename, label, member(m)) for label, c in enumerate(classes)
+                 for m in sorted(by_class[c], key=lambda m: m.filename)]
+        x, y, left_out = _read_images(named, classes, image_size, path.name)
+    return _split(x, y, classes, test_fraction, seed, path.stem, str(path), left_out)
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike | None = None, image_size: int = 32,

@@ -142,8 +142,10 @@ def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs
               "freeze_backbone": bool(freeze)}
     what = " and ".join(m.label for m in planned)
     test = (f"{len(dataset.x_test)} test" if len(dataset.x_test) else "no test: all trained on, no test score")
+    left_out = (f"; {dataset.unreadable} unreadable image{'s' if dataset.unreadable != 1 else ''} left out"
+                if dataset.unreadable else "")
     description = (f"{what} on {dataset.name} ({len(dataset.x_train)} train / {test} images, "
-                   f"{dataset.num_classes} classes)")
+                   f"{dataset.num_classes} classes{left_out})")
     return Plan(planned, dataset, recipe, description, scratch=scratch is not None)
 
 

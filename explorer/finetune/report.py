@@ -68,4 +68,6 @@ def run_report(state, plan) -> Report:
     rep.columns, rep.rows = without_top5(rep.columns, rep.rows, len(names))
     validation = max(((m.training.validation_images if m.training else 0) or 0 for m in state.members), default=0)
     rep.note = small_splits({"validation": validation, "test": len(plan.dataset.y_test)})
+    if plan.dataset.unreadable:
+        rep.note = "\n\n".join(t for t in (rep.note, f"⚠ {plan.dataset.note}.") if t)
     return rep
