@@ -143,6 +143,10 @@ def test_a_few_unreadable_images_are_left_out_and_named_more_are_refused(tmp_pat
     many = {**good, **{f"photos/{c}/{i}.png": _png("red") for c in ("cats", "dogs") for i in range(6, 30)}}
     with pytest.raises(DatasetError, match="class 'owls' has no readable image"):
         read_image_zip(_zip(tmp_path, {**many, "photos/owls/0.png": b"not an image"}))
+    phone = {f"photos/{c}/{i}.HEIC": b"ftypheic" for c in ("cats", "dogs") for i in range(6)}
+    with pytest.raises(DatasetError, match=r"12 of 12 images could not be read \(photos/cats/0.HEIC is not a "
+                                           r"readable image \(HEIC is not a format this app reads; save it as JPEG"):
+        read_image_zip(_zip(tmp_path, phone))
     for name, data in {**good, "photos/dogs/6.jpg": b"not an image"}.items():
         (tmp_path / "folder" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "folder" / name).write_bytes(data)

@@ -34,6 +34,8 @@ def test_plain_rgb(tmp_path):
     ("truncated.png", lambda p: p.write_bytes(_png_bytes(Image.effect_noise((200, 200), 50))[:3000]),
      "damaged or truncated"),
     ("truncated.jpg", lambda p: p.write_bytes(_jpeg_bytes()[:2000]), "damaged or truncated"),
+    ("IMG_0042.HEIC", lambda p: p.write_bytes(b"\0\0\0\x18ftypheic\0\0\0\0mif1heic"),
+     "HEIC is not a format this app reads; save it as JPEG or PNG"),
 ])
 def test_broken_files_are_refused_clearly(tmp_path, name, make, message):
     path = tmp_path / name

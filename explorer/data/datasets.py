@@ -42,7 +42,7 @@ _SHA256 = {"cifar10": "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b
            "cifar100": "85cd44d02ba6437773c5bbd22e183051d648de2e7d6b014e1ef29b855ba677a7"}
 SAMPLE_FILE = Path(__file__).resolve().parents[1] / "samples" / "cifar10_test_1000.npz"  # explorer/samples
 SAMPLE_SOURCE = "the CIFAR-10 sample bundled with the app"
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".avif")
 
 
 class DatasetError(ValueError):

@@ -14,11 +14,16 @@ import numpy as np
 
 from explorer.core.settings import Settings
 from explorer.data.datasets import DATASETS, IMAGE_EXTENSIONS, Dataset, DatasetError, load_cifar
+from explorer.data.inputs import UNDECODED
 from explorer.data.packed import load_packed
 
 
 def _open_rgb(data: bytes, name: str, size: int) -> np.ndarray:
     from PIL import Image, ImageOps
+    kind = Path(name).suffix.lower()
+    if kind in UNDECODED:
+        raise DatasetError(f"{name} is not a readable image ({kind[1:].upper()} is not a format this app reads; "
+                           f"save it as JPEG or PNG)")
     try:
         with Image.open(io.BytesIO(data)) as img:
             img = ImageOps.exif_transpose(img)
@@ -50,8 +55,8 @@ def _read_images(named: list[tuple[str, int, Callable[[], bytes]]], classes: lis
     shown = "; ".join(unreadable[:3]) + (f"; and {len(unreadable) - 3} more" if len(unreadable) > 3 else "")
     empty = [c for i, c in enumerate(classes) if i not in set(y)]
     if len(unreadable) > MAX_UNREADABLE * len(named) or empty:
-        why = f"class {empty[0]!r} has no readable image" if empty else \
-            f"{len(unreadable)} of {len(named)} images could not be read"
+        why = f"{len(unreadable)} of {len(named)} images could not be read" if len(unreadable) > \
+            MAX_UNREADABLE * len(named) else f"class {empty[0]!r} has no readable image"
         raise DatasetError(f"{where}: {why} ({shown})")
     return np.stack(x), np.asarray(y), (len(unreadable), f"{len(unreadable)} of {len(named)} images could not be "
                                                          f"read and were left out ({shown})")
@@ -65,7 +70,7 @@ def read_image_folder(root: str | os.PathLike, image_size: int = 32, test_fracti
     if not root.is_dir():
         raise DatasetError(f"{root} is not a folder")
     classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    files = {c: sorted(p for p in (root / c).rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
+    files = {c: sorted(p for p in (root / c).rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS + UNDECODED)
              for c in classes}
     classes = [c for c in classes if files[c]]
     if len(classes) < 2:
@@ -137,7 +142,7 @@ def read_image_zip(path: str | os.PathLike, image_size: int = 32, test_fraction:
             parts = Path(m.filename.replace("\\", "/")).parts
             if m.filename.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
                 raise DatasetError(f"{path.name} has an unsafe member path {m.filename!r}")
-        images = [m for m in members if Path(m.filename).suffix.lower() in IMAGE_EXTENSIONS
+        images = [m for m in members if Path(m.filename).suffix.lower() in IMAGE_EXTENSIONS + UNDECODED
                   and not any(p.startswith((".", "__MACOSX")) for p in Path(m.filename).parts)]
         if len(images) > max_files:
             raise DatasetError(f"{path.name} holds {len(images)} images; the limit is {max_files}")

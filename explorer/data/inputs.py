@@ -20,6 +20,10 @@ MAX_PIXELS = Settings.max_pixels
 class ImageInputError(ValueError):
     """An upload that cannot be used as an image; the message says why, in the user's terms."""
 
+# Photo formats Pillow does not decode (a phone's HEIC, a camera's raw files): an upload of one, or
+# one among a folder's images, is named as unreadable with what to do, not passed over as if the folder had none.
+UNDECODED = (".heic", ".heif", ".jxl", ".dng", ".cr2", ".nef", ".arw")
+
 
 def _to_rgb(img):
     from PIL import Image
@@ -82,6 +86,9 @@ def load_image(path: str | os.PathLike, size: int = 32, preview: int = 256,
     except ImageInputError:
         raise
     except UnidentifiedImageError:
+        if path.suffix.lower() in UNDECODED:
+            raise ImageInputError(f"{name}: {path.suffix[1:].upper()} is not a format this app reads; save it as "
+                                  f"JPEG or PNG") from None
         raise ImageInputError(f"{name} is not an image PIL can read (is it really "
                               f"{path.suffix or 'an image'}?)") from None
     except Image.DecompressionBombError:
