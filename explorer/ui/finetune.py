@@ -19,7 +19,7 @@ from explorer.finetune.backend import hardware
 from explorer.finetune.plan import ZIP, JobError, Plan
 from explorer.finetune.queue import Busy, Ticket
 from explorer.model.config import PRESETS, VARIANTS
-from explorer.ui.context import AppState, Page, expected, reporter
+from explorer.ui.context import IN_PLACE, AppState, Page, expected, reporter
 from explorer.ui.finetune_run import PAIR, SCRATCH, RunOutputs, RunView, base_choices
 from explorer.ui.finetune_text import CANCEL_ANSWERS, hardware_note, help_text, refused_status, training_where
 from explorer.ui.pictures import PLOT_MIN
@@ -245,7 +245,7 @@ def build(app: AppState, page: Page) -> FinetuneTab:
         # A run's progress bar, drawn by the run's own updates (each with the status line it agrees with), in a
         # box of its own above the status line; Gradio's progress (reading a zip, downloading CIFAR before a
         # run starts) shows over this box too, never over the status line.
-        progress_box = gr.HTML("", elem_id="ft-progress")
+        progress_box = gr.HTML("", elem_id="ft-progress", elem_classes=IN_PLACE)  # a refusal: the status says why
         status = gr.Markdown("No run yet.", elem_id="ft-status")
         # The report comes when a run is done, right under the status line that ends with what qualifies it
         # (splits too small to trust a point); the curves follow the run as it goes.

@@ -162,6 +162,8 @@ def test_a_zip_without_images_keeps_its_reason_in_place_of_the_last_report(finet
     assert not [t for t in page.locator("#ft-results, #ft-per-class, #ft-gallery").all() if t.is_visible()]
     assert page.locator("#ft-plots img").count() == 0
     assert page.locator(".toast-body").all_inner_texts() == []
+    assert not page.evaluate("() => [...document.querySelectorAll('#ft-progress [data-testid=status-tracker] .error')]"
+                             ".some((e) => e.offsetParent !== null)")  # no "Error" badge above the reason
 
 
 @pytest.mark.parametrize("width", [1280, 800])
