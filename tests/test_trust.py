@@ -138,6 +138,8 @@ def test_labelled_zip_maps_folders_onto_the_models_classes(tmp_path):
     assert sorted(data.labels.tolist()) == [3, 3, 5, 5, 5]  # cat = 3, dog = 5 in CIFAR-10's order
     with pytest.raises(ValueError, match="do not predict \\['pumpkin'\\]"):
         trust.labelled_zip(write_zip(tmp_path / "odd.zip", {"cat": 2, "pumpkin": 2}), CIFAR)
+    cased = trust.labelled_zip(write_zip(tmp_path / "cased.zip", {"Dog": 3, "CAT": 2}), CIFAR)  # as a fine-tune reads
+    assert sorted(cased.labels.tolist()) == [3, 3, 5, 5, 5]
 
 
 def test_shipped_pair_on_the_bundled_sample():
