@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import uuid
 from dataclasses import dataclass
 
@@ -55,6 +56,7 @@ class FinetuneTab:
         # ended unseen shows how it ended (follow_own). A Start is not tied to its page.
         self._starts: dict[str | None, LastStart] = {}
         self._protected: dict[int, LastStart] = {}  # the Starts whose bases are kept from pruning, by id
+        self._lock = threading.Lock()  # both, changed by every visitor's events
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
@@ -132,32 +134,38 @@ class FinetuneTab:
     def _protect(self, start: LastStart) -> LastStart:
         """Keeps the bases of `start` from being pruned while it waits or runs (see _release)."""
         self._release()
-        self._protected[id(start)] = start
+        with self._lock:
+            self._protected[id(start)] = start
         self.app.visitors.protect_bases(id(start), start.refs)
         return start
 
     def _keep(self, owner: str | None, start: LastStart) -> LastStart:
         """Keeps `start` (protected) as `owner`'s last Start for follow_own."""
-        self._starts.pop(owner, None)
-        self._starts[owner] = start
-        while len(self._starts) > STARTS_KEPT:
-            self._starts.pop(next(iter(self._starts)))
+        with self._lock:
+            self._starts.pop(owner, None)
+            self._starts[owner] = start
+            while len(self._starts) > STARTS_KEPT:
+                self._starts.pop(next(iter(self._starts)))
         return start
 
     def _forget(self, owner: str | None, start: LastStart) -> None:
         """`owner`'s Start `start` has been shown to its end (or never started): no page shows it again."""
-        if self._starts.get(owner) is start:
-            self._starts.pop(owner)
+        with self._lock:
+            if self._starts.get(owner) is start:
+                self._starts.pop(owner)
         self._release()
 
     def _release(self) -> None:
         """Lets the bases of every Start that no longer waits or runs be pruned again."""
         runner = self.app.runner
-        for key, start in list(self._protected.items()):
+        with self._lock:
+            starts = list(self._protected.items())
+        for key, start in starts:
             waiting = start.ticket is not None and start.ticket.waiting
             running = start.run_id is not None and runner.snapshot(start.run_id).running
             if not (waiting or running):
-                self._protected.pop(key, None)
+                with self._lock:
+                    self._protected.pop(key, None)
                 self.app.visitors.protect_bases(key, None)
 
     def _take_up(self, owner: str | None, start: LastStart, a, b, request):
