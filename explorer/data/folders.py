@@ -53,10 +53,11 @@ def _read_images(named: list[tuple[str, int, Callable[[], bytes]]], classes: lis
     if not unreadable:
         return np.stack(x), np.asarray(y), (0, "")
     shown = "; ".join(unreadable[:3]) + (f"; and {len(unreadable) - 3} more" if len(unreadable) > 3 else "")
-    empty = [c for i, c in enumerate(classes) if i not in set(y)]
-    if len(unreadable) > MAX_UNREADABLE * len(named) or empty:
-        why = f"{len(unreadable)} of {len(named)} images could not be read" if len(unreadable) > \
-            MAX_UNREADABLE * len(named) else f"class {empty[0]!r} has no readable image"
+    too_many, present = len(unreadable) > MAX_UNREADABLE * len(named), set(y)
+    empty = [c for i, c in enumerate(classes) if i not in present]
+    if too_many or empty:
+        why = (f"{len(unreadable)} of {len(named)} images could not be read" if too_many else
+               f"class {empty[0]!r} has no readable image")
         raise DatasetError(f"{where}: {why} ({shown})")
     return np.stack(x), np.asarray(y), (len(unreadable), f"{len(unreadable)} of {len(named)} images could not be "
                                                          f"read and were left out ({shown})")
