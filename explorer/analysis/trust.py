@@ -76,14 +76,15 @@ def labelled_zip(path, class_names: list[str], image_size: int = 32) -> Labelled
     from pathlib import Path
 
     from explorer.data.folders import read_image_zip
+    from explorer.training.head import base_rows
     ds = read_image_zip(path, image_size, test_fraction=0.0)
-    index = {str(c).strip().lower(): i for i, c in enumerate(class_names)}  # "Cat/" is cat, as a fine-tune has it
-    unknown = [c for c in ds.class_names if c.strip().lower() not in index]
-    if unknown:
+    rows = base_rows(class_names, ds.class_names)  # matched as a fine-tune matches them: "Cat/" is cat
+    if rows is None:
+        unknown = [c for c in ds.class_names if base_rows(class_names, [c]) is None]
         raise ValueError(f"{Path(path).name}: the models do not predict {unknown}; folders must be named after "
                          f"their classes ({', '.join(class_names)}), or fine-tune on this zip first for models of "
                          f"its classes")
-    mapping = np.asarray([index[c.strip().lower()] for c in ds.class_names], np.int64)
+    mapping = np.asarray(rows, np.int64)
     images = np.concatenate([ds.x_train, ds.x_test])
     labels = mapping[np.concatenate([ds.y_train, ds.y_test]).astype(np.int64)]
     name = f"{Path(path).name} ({ds.note})" if ds.unreadable else Path(path).name
