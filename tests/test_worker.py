@@ -97,7 +97,7 @@ def test_cancel_in_a_warm_worker_stops_the_run_at_once_and_the_worker_serves_on(
             time.sleep(0.05)
         assert runner.snapshot().members[0].step > 0
         began = time.time()
-        assert runner.cancel_as() == "cancelled"
+        assert runner.cancel_as() == "cancelling"
         runner.wait(30)
         assert time.time() - began < 5
         s = runner.snapshot()

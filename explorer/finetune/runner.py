@@ -234,8 +234,8 @@ class FineTuneRunner:
 
     def cancel_as(self, owner: str | None = None) -> CancelAnswer:
         """Cancel as `owner` asks it: their run going on stops at its next step (its worker is killed if it
-        does not within cancel_grace_s; nothing is saved), or their place in the queue is given up; another
-        owner's run goes on."""
+        does not within cancel_grace_s; nothing is saved: CANCELLING, the run's own state says when it has
+        ended), or their place in the queue is given up; another owner's run goes on."""
         with self._lock:
             if self._state.running and self._state.owner == owner:
                 self._state.cancelling = True
@@ -254,7 +254,7 @@ class FineTuneRunner:
                 self._finish("cancelled")
 
         threading.Thread(target=enforce, name="fine-tune-cancel", daemon=True).start()
-        return CancelAnswer.CANCELLED
+        return CancelAnswer.CANCELLING
 
     def wait(self, timeout: float | None = None) -> None:
         """Until the run going on has ended (or `timeout`)."""

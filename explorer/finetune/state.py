@@ -28,7 +28,8 @@ ENDED_KEPT = 16  # the ended runs whose final state EndedRuns keeps
 class CancelAnswer(StrEnum):
     """What a visitor's Cancel did."""
 
-    CANCELLED = "cancelled"  # their run was going on: it stops at its next step, nothing is saved
+    CANCELLING = "cancelling"  # their run was going on: told to stop at its next step, nothing is saved
+    CANCELLED = "cancelled"  # their run was going on and has ended (no worker had it yet), nothing saved
     LEFT = "left"            # they were waiting in the queue, and left it
     NOT_YOURS = "not yours"  # another visitor's run is going on, and goes on
     NONE = "none"            # nothing was going on

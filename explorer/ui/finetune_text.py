@@ -16,7 +16,10 @@ from explorer.finetune.queue import QueuePlace
 from explorer.finetune.state import CancelAnswer, RunState
 from explorer.training import head, tuning
 
+# What the run's own line says while a cancelled run stops, and the Cancel button's answer then: the two agree.
+CANCELLING = "Cancelling: the run stops at its next step (within a few seconds); nothing will be saved."
 CANCEL_ANSWERS = {
+    CancelAnswer.CANCELLING: CANCELLING,
     CancelAnswer.CANCELLED: "Cancelled: the training process was stopped and nothing was saved.",
     CancelAnswer.LEFT: "You left the queue; nothing was started.",
     CancelAnswer.NOT_YOURS: "The run going on is not yours: only the visitor who started it can cancel it. "
@@ -105,7 +108,7 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
         saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
         lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")
     if s.cancelling and s.running:
-        lines.append("Cancelling: the run stops at its next step; nothing will be saved.")
+        lines.append(CANCELLING)
     if s.status == "cancelled":
         lines.append(CANCEL_ANSWERS[CancelAnswer.CANCELLED])
     if s.error:

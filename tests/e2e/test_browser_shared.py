@@ -195,8 +195,8 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         # Visitor 1 cancels its run from the reloaded page: visitor 2's starts by itself and is saved under its
         # own folder.
         p1.click("#ft-cancel")
-        # The run's own headline, not the Cancel button's answer (which the next tick replaces with "Cancelling"
-        # while the worker stops, up to its grace period).
+        # The run's own headline, not the Cancel button's answer ("Cancelling", as the run's line says while the
+        # worker stops, up to its grace period).
         assert "ancelled" in wait_status(p1, r"^cancelled · ", timeout=120_000)
         done = wait_status(p2, r"Saved as|the run failed")
         assert "Saved as" in done, done
