@@ -153,3 +153,37 @@ def test_the_original_size_and_what_the_models_did_to_it(tmp_path):
     bad = tmp_path / "bad.png"
     bad.write_text("not an image")
     assert original_size(bad) is None and resize_note(None, [32]) == ""
+
+
+def test_a_file_in_a_zip_gives_the_model_what_the_same_file_uploaded_alone_does(tmp_path):
+    """One photo, one model input: a fine-tune's zip (and Trust's) reads each image as an upload is read, so
+    transparency is white and 16-bit images are scaled in a zip too, not black and saturated."""
+    import zipfile
+
+    from explorer.data.folders import read_image_zip
+    rng = np.random.default_rng(0)
+    photo = Image.fromarray(rng.integers(0, 256, (1200, 1600, 3), np.uint8)).resize((3200, 2400))
+    transparent = Image.new("RGBA", (40, 40), (255, 0, 0, 0))
+    transparent.paste((0, 0, 255, 255), (0, 0, 40, 20))
+    deep = np.zeros((32, 32), np.uint16)
+    deep[:16], deep[16:] = 65535, 32768
+    palette = Image.new("P", (20, 20), 0)
+    palette.putpalette([0, 0, 0, 255, 0, 0] + [0] * 762)
+    palette.paste(1, (0, 0, 20, 10))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    files = {"a-photo": _save(tmp_path, "photo.jpg", photo, quality=90),  # decoded at a reduced DCT scale
+             "b-transparent": _save(tmp_path, "t.png", transparent),
+             "c-deep": _save(tmp_path, "16.png", Image.fromarray(deep)),
+             "d-palette": _save(tmp_path, "pt.png", palette, transparency=0),
+             "e-rotated": _save(tmp_path, "rot.jpg", photo.resize((400, 200)), exif=exif.tobytes()),
+             "f-cmyk": _save(tmp_path, "c.jpg", Image.new("CMYK", (40, 40), (0, 255, 255, 0)))}
+    with zipfile.ZipFile(tmp_path / "kinds.zip", "w") as z:
+        for kind, path in files.items():
+            z.write(path, f"kinds/{kind}/{path.name}")
+    ds = read_image_zip(tmp_path / "kinds.zip", test_fraction=0.0)
+    assert ds.class_names == list(files)
+    for kind, image in zip(files, ds.x_train, strict=True):
+        alone, _ = load_image(files[kind])
+        assert np.array_equal(image, alone), kind
+    assert tuple(ds.x_train[1][-2, -2]) == (255, 255, 255) and abs(int(ds.x_train[2][-2, 5, 0]) - 128) <= 1

@@ -14,21 +14,20 @@ import numpy as np
 
 from explorer.core.settings import Settings
 from explorer.data.datasets import DATASETS, IMAGE_EXTENSIONS, Dataset, DatasetError, load_cifar
-from explorer.data.inputs import UNDECODED
+from explorer.data.inputs import UNDECODED, model_pixels, upright_rgb
 from explorer.data.packed import load_packed
 
 
 def _open_rgb(data: bytes, name: str, size: int) -> np.ndarray:
-    from PIL import Image, ImageOps
+    """One image of a zip or folder as the model reads it: decoded as an upload alone is (upright_rgb)."""
+    from PIL import Image
     kind = Path(name).suffix.lower()
     if kind in UNDECODED:
         raise DatasetError(f"{name} is not a readable image ({kind[1:].upper()} is not a format this app reads; "
                            f"save it as JPEG or PNG)")
     try:
         with Image.open(io.BytesIO(data)) as img:
-            img = ImageOps.exif_transpose(img)
-            img = img.convert("RGB").resize((size, size), Image.BILINEAR)
-            return np.asarray(img, dtype=np.uint8)
+            return model_pixels(upright_rgb(img, size), size)
     except Exception as e:
         raise DatasetError(f"{name} is not a readable image ({type(e).__name__}: {e})") from None
 
