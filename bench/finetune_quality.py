@@ -315,6 +315,34 @@ def summary(title: str, zips: list[str], models: list[str], draws: int, score) -
               f"{sum(g < -1.5 for g in every)} under -1.5 (goals: each mean >= 0; no draw under -1.5)")
 
 
+def pooled(results: dict, folds: int, zip_name: str, ref: str, draw: int, row: str) -> float:
+    """A row's top-1 over all of a draw's folds: images right over images held out, every image once."""
+    names = [f"{zip_name}-d{draw}" + (f"-f{k}" if k else "") for k in range(folds)]
+    n = [results[(name, ref, "n")][0] for name in names]
+    return sum(results[(name, ref, row)][0] * m for name, m in zip(names, n, strict=True)) / sum(n)
+
+
+def held_out_runs(models: list[str], draws: int, folds: int, results: dict) -> None:
+    """Every run of the known zips (each draw's folds) on the 4,000 held-out images of its draw: a run's
+    default - probe in points, counted over 4,000 images."""
+    print(f"\nEvery known run ({folds} folds a draw) on its draw's 4,000 held-out images (default - probe, points):")
+    print("| model | draw | " + " | ".join(f"fold {k}" for k in range(folds)) + " | mean |")
+    print("|---|---|" + "---|" * (folds + 1))
+    every = []
+    for ref in models:
+        for d in range(draws):
+            names = [f"known-d{d}" + (f"-f{k}" if k else "") for k in range(folds)]
+            if any((name, ref, "default", "held") not in results for name in names):
+                continue
+            gaps = [100 * (results[(name, ref, "default", "held")][0] - results[(name, ref, "probe", "held")][0])
+                    for name in names]
+            every += gaps
+            print(f"| {ref} | {d} | " + " | ".join(f"{g:+.2f}" for g in gaps) + f" | {np.mean(gaps):+.2f} |")
+    if every:
+        print(f"all {len(every)} runs: mean {np.mean(every):+.2f}, worst {min(every):+.2f}, "
+              f"{sum(g < -1.5 for g in every)} under -1.5")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default="probe,default", help=f"which of {ROWS} to run")
@@ -375,13 +403,11 @@ def main():
         summary("On the held-out images (known zips: the 4,000 test images of their classes no zip of the draw "
                 "holds):", ["known"], models, args.draws,
                 lambda z, ref, d, row: results.get((f"{z}-d{d}", ref, row, "held"), (None,))[0])
+    if "known" in zip_names and args.folds > 1:
+        held_out_runs(models, args.draws, args.folds, results)
     if args.folds > 1:
-        def pooled(zip_name, ref, d, row):
-            names = [f"{zip_name}-d{d}" + (f"-f{k}" if k else "") for k in range(args.folds)]
-            n = [results[(name, ref, "n")][0] for name in names]
-            return sum(results[(name, ref, row)][0] * m for name, m in zip(names, n, strict=True)) / sum(n)
         summary(f"Over {args.folds} folds, every image of the zip held out once:", zip_names, models, args.draws,
-                pooled)
+                lambda z, ref, d, row: pooled(results, args.folds, z, ref, d, row))
     print("\nThe same runs (the loader's split) had a fine-tuned epoch needed more standard errors over its start "
           "(the run used FT_MARGIN_Z): default - probe, mean / worst draw / draws under -1.5")
     print("| zip | model | " + " | ".join(f"z >= {m:g}" for m in MARGINS) + " |")

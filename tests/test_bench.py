@@ -92,3 +92,20 @@ def test_the_quality_bench_scores_known_zips_on_test_images_the_draw_does_not_ho
         assert sorted(np.concatenate([inside, ident(hx)])) == sorted(np.flatnonzero(np.isin(labels, known)))
         assert [bench.KNOWN[c] for c in hy] == [names[labels[i]] for i in ident(hx)]
         assert zipped.class_names == list(bench.KNOWN)
+
+
+def test_the_quality_bench_counts_a_draw_over_its_folds_and_every_known_run_on_held_out_images(capsys):
+    """Pooled over folds, a draw's top-1 is images right over images held out (not a mean of fold means);
+    every known run is listed with its default - probe on the held-out images, and the worst is found."""
+    bench = _bench_module("finetune_quality")
+    results = {("six-d0", "m", "n"): (100, None), ("six-d0-f1", "m", "n"): (300, None),
+               ("six-d0", "m", "default"): (0.5, 1.0), ("six-d0-f1", "m", "default"): (0.9, 1.0)}
+    assert bench.pooled(results, 2, "six", "m", 0, "default") == pytest.approx((50 + 270) / 400)
+    for name, probe, default in (("known-d0", 0.80, 0.81), ("known-d0-f1", 0.80, 0.78), ("known-d1", 0.7, 0.7),
+                                 ("known-d1-f1", 0.7, 0.75)):
+        results[(name, "m", "probe", "held")] = (probe, None)
+        results[(name, "m", "default", "held")] = (default, None)
+    bench.held_out_runs(["m"], 2, 2, results)
+    out = capsys.readouterr().out
+    assert "| m | 0 | +1.00 | -2.00 | -0.50 |" in out and "| m | 1 | +0.00 | +5.00 | +2.50 |" in out
+    assert "all 4 runs: mean +1.00, worst -2.00, 1 under -1.5" in out
