@@ -44,3 +44,20 @@ def test_the_run_status_says_which_model_was_kept_and_why():
     assert ("A: cifar10-vanilla: Kept the base model's own answers: no fine-tuned epoch of 3 scored above it "
             "on the 8 held-out validation images.<details><summary>") in text
     assert "rows 60.0 %, probe 55.0 %</details>" in text
+
+
+def test_a_run_being_cancelled_says_so_until_it_has_stopped():
+    """After Cancel the run's headline (and its bar's line) says "cancelling", not "training A", and the
+    Cancel button's answer is the run's own Cancelling line; once stopped, "cancelled"."""
+    from explorer.core.protocol import Phase
+    from explorer.finetune.state import CancelAnswer, MemberState, RunState
+    from explorer.ui.finetune_text import CANCEL_ANSWERS, headline, run_status
+    member = MemberState("A", "A: cifar10-vanilla", step=10, total_steps=90, phase=Phase.TRAINING)
+    state = RunState(status="training", running=True, device="CPU", members=[member], description="fine-tune")
+    assert headline(state) == "**training** A"
+    state.cancelling = True
+    assert headline(state) == "**cancelling** the run"
+    assert CANCEL_ANSWERS[CancelAnswer.CANCELLING] in run_status(state, "/runs")
+    state.running, state.status = False, "cancelled"
+    assert headline(state) == "**cancelled**"
+    assert CANCEL_ANSWERS[CancelAnswer.CANCELLING] not in run_status(state, "/runs")

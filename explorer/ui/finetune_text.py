@@ -48,9 +48,11 @@ LOADING_SLOTS = "**loading** the new models into the slots"
 
 def headline(s: RunState) -> str:
     """What the run is doing now, in a few words: starting the training process, compiling A, training B,
-    evaluating B, saving B, ...; once it has ended, how (done, cancelled, failed)."""
+    evaluating B, saving B, ..., cancelling the run; once it has ended, how (done, cancelled, failed)."""
     if not s.running:
         return f"**{s.status}**"
+    if s.cancelling:  # until the worker has stopped: then "cancelled"
+        return "**cancelling** the run"
     if not s.device:
         return "**starting** the training process"
     m = s.members[s.current]
