@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from explorer.core.formatting import rate
+from explorer.finetune.queue import QueuePlace
 from explorer.training import head, tuning
-from explorer.ui.finetune_text import help_text
+from explorer.ui.finetune_text import help_text, wait_bar
 
 
 def test_rate_is_written_as_people_write_it():
@@ -61,3 +62,15 @@ def test_a_run_being_cancelled_says_so_until_it_has_stopped():
     state.running, state.status = False, "cancelled"
     assert headline(state) == "**cancelled**"
     assert CANCEL_ANSWERS[CancelAnswer.CANCELLING] not in run_status(state, "/runs")
+
+
+def test_a_waiting_starts_bar_fills_with_its_wait_and_is_empty_without_an_estimate():
+    """The run's box while a Start waits: the share of its wait behind it (waited / (waited + what is left)), its
+    place and how long it has waited; no value at all (an empty bar) until there is an estimate."""
+    half = wait_bar(QueuePlace(2, 3, 150.0, 50.0))
+    assert 'aria-valuenow="25.0"' in half and "width: 25.0%" in half
+    assert "waiting for your turn · 2 of 3 in the queue · 50 s so far" in half
+    unknown = wait_bar(QueuePlace(1, 1, None, 120.0))
+    assert "aria-valuenow" not in unknown and "width: 0.0%" in unknown and "2 min so far" in unknown
+    assert 'aria-valuenow="100.0"' in wait_bar(QueuePlace(1, 1, 0.0, 30.0))  # its turn is due
+    assert "aria-valuenow" not in wait_bar(QueuePlace(1, 1, 0.0, 0.0))  # nothing to go by yet

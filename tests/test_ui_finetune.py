@@ -131,18 +131,21 @@ def test_a_page_that_opens_while_its_visitors_start_waits_in_the_queue_takes_up_
     monkeypatch.setattr(ex.visitors, "protect_bases", lambda key, refs: protected.__setitem__(key, refs))
     ticket, turns = Ticket(1, None, 0.0), [False, True]
     monkeypatch.setattr(runner, "ready", lambda t: turns.pop(0))
-    monkeypatch.setattr(runner, "position", lambda t: QueuePlace(1, 1, 30.0))
+    monkeypatch.setattr(runner, "position", lambda t: QueuePlace(1, 1, 30.0, 90.0))
     monkeypatch.setattr(runner, "start", lambda plan, owner, out, t: setattr(t, "started", 9) or 9)
     monkeypatch.setattr(follow, "QUEUE_POLL_S", 0.0)
     start = tab._keep(None, tab._protect(LastStart(plan, {"finetuned/me/mine"}, ticket=ticket)))
     assert protected[id(start)] == {"finetuned/me/mine"}
     opened = tab.follow_own(A, B)
-    assert "your place in the queue: **1 of 1**" in next(opened)[out.status]
+    first = next(opened)
+    assert "your place in the queue: **1 of 1**" in first[out.status]
+    # the run's box shows how far the wait has come: 90 s waited of 90 + 30
+    assert 'aria-valuenow="75.0"' in first[out.bar] and "waiting for your turn · 1 of 1 in the queue" in first[out.bar]
     monkeypatch.setattr(runner, "snapshot", lambda run_id=None: RunState(run_id=9, status="failed", error="boom"))
     assert "boom" in list(opened)[-1][out.status] and start.run_id == 9
     assert None not in tab._starts and protected[id(start)] is None
     gone = tab._keep(None, tab._protect(LastStart(plan, set(), ticket=Ticket(2, None, 0.0, dropped=True))))
-    assert list(tab.follow_own(A, B)) == [{out.status: QUEUE_DROPPED}] and protected[id(gone)] is None
+    assert list(tab.follow_own(A, B)) == [{out.status: QUEUE_DROPPED, out.bar: ""}] and protected[id(gone)] is None
     assert len(list(tab.follow_own(A, B))) == 1  # said once
 
 

@@ -116,10 +116,12 @@ def test_the_queue_is_first_come_capped_and_forgets_pages_that_left(tmp_path):
     first, second = runner.join("b"), runner.join("c")
     with pytest.raises(QueueFull, match="queue is full: a run is going on and 2 Starts already wait"):
         runner.join("d")
-    place, length, eta = runner.position(second)
+    time.sleep(0.2)
+    place, length, eta, waited = runner.position(second)
     # A's run is a quarter done after 30 s (B's member not started: as long as A's): 90 s to go, then
-    # the first waiting run, of the same projected length
+    # the first waiting run, of the same projected length; it has waited since it joined
     assert (place, length) == (2, 2) and eta == pytest.approx(90 + 120, rel=0.05)
+    assert 0.2 <= waited < 0.45 and runner.position(second).waited >= waited
     assert not runner.ready(first)                       # a run is going on
     assert runner.cancel_as("c") == "left" and runner.position(first)[:2] == (1, 1)
     assert runner.cancel_as("d") == "not yours" and runner._state.status == "training"

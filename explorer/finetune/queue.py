@@ -21,8 +21,9 @@ class QueueFull(Busy):
 
 @dataclass
 class Ticket:
-    """A Start waiting for the run going on to end: `cancelled` when its visitor left the queue, `dropped` when
-    no page asked about it for the queue's `stale_s`, `started` (the run's id) once its turn came."""
+    """A Start waiting for the run going on to end: `seen` when a page last asked about it, `joined` when it
+    joined the queue (default: `seen`); `cancelled` when its visitor left the queue, `dropped` when no page asked
+    about it for the queue's `stale_s`, `started` (the run's id) once its turn came."""
 
     id: int
     owner: str | None
@@ -30,6 +31,11 @@ class Ticket:
     cancelled: bool = False
     dropped: bool = False
     started: int | None = None
+    joined: float | None = None
+
+    def __post_init__(self):
+        if self.joined is None:
+            self.joined = self.seen
 
     @property
     def waiting(self) -> bool:
@@ -37,12 +43,13 @@ class Ticket:
 
 
 class QueuePlace(NamedTuple):
-    """Where a waiting Start stands: its 1-based place, how many wait, and the seconds until it starts
-    (None: no estimate yet)."""
+    """Where a waiting Start stands: its 1-based place, how many wait, the seconds until it starts (None: no
+    estimate yet), and the seconds it has waited (since it joined the queue, whichever page asks)."""
 
     place: int
     length: int
     eta: float | None
+    waited: float = 0.0
 
 
 class StartQueue:

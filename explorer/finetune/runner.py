@@ -88,7 +88,8 @@ class FineTuneRunner:
         """Where a waiting ticket stands; keeps it alive."""
         with self._lock:
             place, length = self._queue.place(ticket)
-            return QueuePlace(place, length, wait_estimate(self._state, self._durations, place))
+            return QueuePlace(place, length, wait_estimate(self._state, self._durations, place),
+                              max(0.0, ticket.seen - ticket.joined))
 
     def prepare(self, bases: list[str] | None = None, shapes: list[dict] | None = None) -> None:
         """Starts the worker before anyone asks (imports, the compilation cache) and, given `bases` and

@@ -251,8 +251,9 @@ def build(app: AppState, page: Page) -> FinetuneTab:
             start = gr.Button("Start", variant="primary", elem_id="ft-start")
             cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
         # A run's progress bar, drawn by the run's own updates (each with the status line it agrees with), in a
-        # box of its own above the status line; Gradio's progress (reading a zip, downloading CIFAR before a
-        # run starts) shows over this box too, never over the status line.
+        # box of its own above the status line (while a Start waits in the queue, how far its wait has come);
+        # Gradio's progress (reading a zip, downloading CIFAR before a run starts) shows over this box too,
+        # never over the status line.
         progress_box = gr.HTML("", elem_id="ft-progress", elem_classes=IN_PLACE)  # a refusal: the status says why
         status = gr.Markdown("No run yet.", elem_id="ft-status")
         # The report comes when a run is done, right under the status line that ends with what qualifies it

@@ -26,6 +26,7 @@ from explorer.ui.finetune_text import (
     progress_bar,
     queue_status,
     run_status,
+    wait_bar,
 )
 
 SCRATCH = "(a new model from scratch)"
@@ -74,10 +75,12 @@ class RunView:
         self._reports: dict[str | None, tuple[int, int, int]] = {}
 
     def waiting(self, update: follow.InQueue | follow.LeftQueue, description: str) -> dict:
-        """A Start waiting for its turn: its place in the queue, or that the visitor left it (or it was dropped)."""
+        """A Start waiting for its turn: its place in the queue, and in the run's box how far its wait has come;
+        or that the visitor left it (or it was dropped), and no bar."""
+        out = self.outputs
         if isinstance(update, follow.LeftQueue):
-            return {self.outputs.status: QUEUE_DROPPED if update.dropped else CANCEL_ANSWERS[CancelAnswer.LEFT]}
-        return {self.outputs.status: queue_status(update.place, description)}
+            return {out.status: QUEUE_DROPPED if update.dropped else CANCEL_ANSWERS[CancelAnswer.LEFT], out.bar: ""}
+        return {out.status: queue_status(update.place, description), out.bar: wait_bar(update.place)}
 
     def following(self, update: follow.Tick | follow.Loading | follow.Ended, plan, a, b, request=None) -> dict:
         """A followed run's update: while it runs, the status line and the bar from the same moment (and the

@@ -69,15 +69,30 @@ def percent(fraction: float) -> str:
     return f"{100 * fraction:.1f} %"
 
 
+def _bar(fraction: float | None, text: str, label: str) -> str:
+    """A bar filled to `fraction` (None: not known, an empty bar without a value) over the line `text`."""
+    value = "" if fraction is None else f'aria-valuenow="{100 * min(1.0, max(0.0, fraction)):.1f}" '
+    width = 0.0 if fraction is None else 100 * min(1.0, max(0.0, fraction))
+    return (f'<div class="ft-bar" role="progressbar" aria-valuemin="0" aria-valuemax="100" {value}'
+            f'aria-label="{label}"><div class="ft-bar-fill" style="width: {width:.1f}%"></div></div>'
+            f'<div class="ft-bar-text">{html.escape(text)}</div>')
+
+
 def progress_bar(fraction: float, desc: str) -> str:
     """The run's progress bar (HTML): `desc` and the percentage over a bar filled to `fraction`. Drawn by the
     run's own updates, each sent with the status line it agrees with, so that it never blanks: Gradio's
     overlay is hidden whenever an output arrives, until its next progress message."""
     fraction = min(1.0, max(0.0, fraction))
-    return (f'<div class="ft-bar" role="progressbar" aria-valuemin="0" aria-valuemax="100" '
-            f'aria-valuenow="{100 * fraction:.1f}" aria-label="fine-tune progress">'
-            f'<div class="ft-bar-fill" style="width: {100 * fraction:.1f}%"></div></div>'
-            f'<div class="ft-bar-text">{html.escape(desc)} · {percent(fraction)}</div>')
+    return _bar(fraction, f"{desc} · {percent(fraction)}", "fine-tune progress")
+
+
+def wait_bar(where: QueuePlace) -> str:
+    """A waiting Start's bar (HTML), in the run's box: filled to the share of its wait behind it (what it has
+    waited over that plus the estimate of what is left), empty until there is an estimate."""
+    fraction = where.waited / (where.waited + where.eta) if where.eta is not None and where.waited + where.eta > 0 \
+        else None
+    return _bar(fraction, f"waiting for your turn · {where.place} of {where.length} in the queue · "
+                          f"{duration(where.waited)} so far", "wait in the queue")
 
 
 def run_status(s: RunState, root: str | os.PathLike, loading: float | None = None, now: float | None = None) -> str:

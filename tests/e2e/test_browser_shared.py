@@ -166,6 +166,8 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         assert "another visitor's run is going on" in waiting
         assert "your place in the queue: 1 of 1" in waiting, waiting
         p2.wait_for_timeout(1500)  # a refresh or two of the line before its picture
+        # the run's box above the line says how far the wait has come, not an empty gap
+        assert "waiting for your turn · 1 of 1 in the queue" in p2.inner_text("#ft-progress")
         shot = tmp_path / "shared-queue.png"
         shot_waiting(p2, shot)
         assert Image.open(shot).size[0] == WIDTH
