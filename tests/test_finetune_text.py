@@ -52,13 +52,19 @@ def test_a_run_being_cancelled_says_so_until_it_has_stopped():
     Cancel button's answer is the run's own Cancelling line; once stopped, "cancelled"."""
     from explorer.core.protocol import Phase
     from explorer.finetune.state import CancelAnswer, MemberState, RunState
-    from explorer.ui.finetune_text import CANCEL_ANSWERS, headline, run_status
+    from explorer.ui.finetune_text import CANCEL_ANSWERS, headline, run_bar, run_status
     member = MemberState("A", "A: cifar10-vanilla", step=10, total_steps=90, phase=Phase.TRAINING)
     state = RunState(status="training", running=True, device="CPU", members=[member], description="fine-tune")
     assert headline(state) == "**training** A"
+    assert run_status(state, "/runs", now=0.0).startswith("**training** A · 46.0 % · ")  # 0.4 + 0.54 * 10/90
+    assert "training A · 40.0 %" in run_bar(state, 0.4)
     state.cancelling = True
     assert headline(state) == "**cancelling** the run"
     assert CANCEL_ANSWERS[CancelAnswer.CANCELLING] in run_status(state, "/runs")
+    # no percentage while it stops, in the line or on the bar (which keeps the fill it had reached)
+    assert run_status(state, "/runs", now=0.0).startswith("**cancelling** the run · fine-tune · ")
+    bar = run_bar(state, 0.4)
+    assert "cancelling the run</div>" in bar and "%</div>" not in bar and 'aria-valuenow="40.0"' in bar
     state.running, state.status = False, "cancelled"
     assert headline(state) == "**cancelled**"
     assert CANCEL_ANSWERS[CancelAnswer.CANCELLING] not in run_status(state, "/runs")

@@ -21,10 +21,10 @@ from explorer.ui.finetune_text import (
     CANCEL_ANSWERS,
     LOADING_SLOTS,
     QUEUE_DROPPED,
-    headline,
     plain,
     progress_bar,
     queue_status,
+    run_bar,
     run_status,
     wait_bar,
 )
@@ -92,7 +92,7 @@ class RunView:
         if isinstance(update, follow.Loading):
             return {out.status: run_status(update.state, self.app.root, loading=update.seconds),
                     out.bar: progress_bar(1.0, plain(LOADING_SLOTS))}
-        bar = {out.bar: progress_bar(update.fraction, plain(headline(update.state)))}
+        bar = {out.bar: run_bar(update.state, update.fraction)}
         if update.curves_due:
             return self.run_outputs(update.state, plan, a, b, request=request, now=update.now) | bar
         return {out.status: run_status(update.state, self.app.root, now=update.now)} | bar

@@ -86,6 +86,14 @@ def progress_bar(fraction: float, desc: str) -> str:
     return _bar(fraction, f"{desc} · {percent(fraction)}", "fine-tune progress")
 
 
+def run_bar(s: RunState, fraction: float) -> str:
+    """A running run's bar: its headline and percentage over the fill; while it is being cancelled its headline
+    alone ("cancelling the run") over the fill it had reached: it goes no further."""
+    if s.cancelling:
+        return _bar(fraction, plain(headline(s)), "fine-tune progress")
+    return progress_bar(fraction, plain(headline(s)))
+
+
 def wait_bar(where: QueuePlace) -> str:
     """A waiting Start's bar (HTML), in the run's box: filled to the share of its wait behind it (what it has
     waited over that plus the estimate of what is left), empty until there is an estimate."""
@@ -104,7 +112,8 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
         return "No run yet."
     where = f"on **{s.device}** ({s.backend})" if s.device else f"starting a {s.backend} worker"
     doing, elapsed = (LOADING_SLOTS, loading) if loading is not None else (headline(s), s.elapsed)
-    far = f" · {percent(run_fraction(s, now))}" if s.running and loading is None else ""
+    # no percentage while cancelling: the run goes no further
+    far = f" · {percent(run_fraction(s, now))}" if s.running and not s.cancelling and loading is None else ""
     lines = [f"{doing}{far} · {s.description} · {where} · {elapsed:.0f} s"]
     for m in s.members:
         t = m.training or Training()
