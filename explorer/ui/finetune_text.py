@@ -71,8 +71,8 @@ def percent(fraction: float) -> str:
 
 def _bar(fraction: float | None, text: str, label: str) -> str:
     """A bar filled to `fraction` (None: not known, an empty bar without a value) over the line `text`."""
-    value = "" if fraction is None else f'aria-valuenow="{100 * min(1.0, max(0.0, fraction)):.1f}" '
     width = 0.0 if fraction is None else 100 * min(1.0, max(0.0, fraction))
+    value = "" if fraction is None else f'aria-valuenow="{width:.1f}" '
     return (f'<div class="ft-bar" role="progressbar" aria-valuemin="0" aria-valuemax="100" {value}'
             f'aria-label="{label}"><div class="ft-bar-fill" style="width: {width:.1f}%"></div></div>'
             f'<div class="ft-bar-text">{html.escape(text)}</div>')
