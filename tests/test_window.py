@@ -146,9 +146,21 @@ def test_a_finished_run_ships_evaluated_lean_and_with_its_windows(tiny_checkpoin
     x = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3)).astype("float32")
     np.testing.assert_array_equal(predict_logits(load_checkpoint(dest)[0], x),
                                   predict_logits(load_checkpoint(tiny_checkpoints["vanilla"])[0], x))
-    before = sorted(p.name for p in dest.iterdir())
+    # the state keeps its log and where the weights went, not a second copy of them; it is done
+    assert sorted(p.name for p in state.iterdir()) == [window.SHIPPED, window.WINDOWS]
+    assert json.loads((state / window.SHIPPED).read_text())["checkpoint"] == dest.as_posix()
     assert window.main(["ship", str(state), str(dest), "--data-dir", str(data_dir)]) == 2
+    assert f"done, shipped as {dest.as_posix()}" in capsys.readouterr().err
+    assert window.main(["--state", str(state), "--out", str(tmp_path / "out"), "--budget", "60",
+                        "--preset", "tiny"]) == 2
+    assert "this run is done" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    again = tmp_path / "again"
+    window.split_files(tiny_checkpoints["vanilla"], again / "checkpoint", part_bytes=50_000)
+    (again / window.WINDOWS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    before = sorted(p.name for p in dest.iterdir())
+    assert window.main(["ship", str(again), str(dest), "--data-dir", str(data_dir)]) == 2
     assert "exists" in capsys.readouterr().err and sorted(p.name for p in dest.iterdir()) == before
+    assert (again / "checkpoint").is_dir()  # a refused ship keeps the state as it was
     assert [p.name for p in dest.parent.iterdir()] == ["cifar10-vanilla"]  # no temporary folder left
 
 

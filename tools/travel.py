@@ -4,9 +4,9 @@ A call sends the checkout's tracked files, its untracked files that git does not
 it carries, at most LIMIT_BYTES (64 MiB) in all. The project's tracked tree is larger than that (the study's
 checkpoints, the figures of docs/), so a GPU call leaves such folders out of the index for its duration:
 
-    python tools/travel.py size --leave-out checkpoints study ablation docs paper/cifar10-vanilla \
+    python tools/travel.py size --leave-out checkpoints study ablation docs \
         --carry .whl runs/cifar10-q90-train.npz
-    python tools/travel.py leave-out checkpoints study ablation docs paper/cifar10-vanilla    # before the call
+    python tools/travel.py leave-out checkpoints study ablation docs    # before the call
     python tools/travel.py restore                                      # right after it: the index as it was
 
 `leave-out` untracks the folders in the index only (`git rm -r --cached`: the files stay on disk, HEAD is

@@ -46,6 +46,7 @@ RETURN_TOTAL_BYTES = 64 * 2 ** 20
 PART_BYTES = RETURN_FILE_BYTES - 2 ** 16
 PARTS = "parts.json"
 WINDOWS = "windows.jsonl"
+SHIPPED = "shipped.json"  # a shipped run's state folder: where its checkpoint went (its weights are there only)
 
 
 class WindowError(ValueError):
@@ -135,8 +136,8 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
     from explorer import train
     from explorer.training.runs import train_new
     state, out = Path(args.state), Path(args.out)
-    if (state / "checkpoint").is_dir():
-        raise WindowError(f"{state} holds a finished checkpoint: this run is done")
+    if (state / "checkpoint").is_dir() or (state / SHIPPED).is_file():
+        raise WindowError(f"{state} holds a finished run{_shipped_to(state)}: this run is done")
     work = Path(args.work or Path("runs") / "window" / state.name)
     backup = work / "backup"
     shutil.rmtree(work, ignore_errors=True)
@@ -215,11 +216,19 @@ def shipped_name(dest: Path) -> str:
     return f"{dataset}-{PAPER}-{rest}" if dest.parent.name == PAPER and rest else dest.name
 
 
+def _shipped_to(state: Path) -> str:
+    path = state / SHIPPED
+    return f", shipped as {json.loads(path.read_text())['checkpoint']}" if path.is_file() else ""
+
+
 def ship(state: Path, dest: Path, data_dir: str | None) -> str:
     """The finished run in `state` as a checkpoint at `dest` (which must not exist): its windows on the card,
-    its test metrics measured here on the whole test split, lean; all or nothing."""
+    its test metrics measured here on the whole test split, lean; all or nothing. The state folder then keeps
+    its windows' log and where the checkpoint went (`shipped.json`), not a second copy of the weights."""
     from explorer.analysis.evaluate import evaluate
     from explorer.checkpoints.store import make_lean, update_card
+    if (state / SHIPPED).is_file():
+        raise WindowError(f"{state} is done{_shipped_to(state)}")
     if not (state / "checkpoint").is_dir():
         last = json.loads(_windows(state)[-1]) if _windows(state) else {}
         raise WindowError(f"{state} holds no finished checkpoint yet"
@@ -235,6 +244,9 @@ def ship(state: Path, dest: Path, data_dir: str | None) -> str:
         make_lean(tmp)
         result = evaluate([str(tmp)], data_dir=data_dir, store=True, flip=True)[0]
     metrics = result["metrics"]
+    atomic.write_text(state / SHIPPED, json.dumps({"checkpoint": dest.as_posix(), "shipped": _now(),
+                                                   "test_top1": metrics["top1"]}, indent=1) + "\n")
+    shutil.rmtree(state / "checkpoint")
     return (f"{dest}: test top-1 {100 * metrics['top1']:.2f} % on {len(result['dataset'].y_test):,} test images, "
             f"{len(windows)} windows on its card")
 
