@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from explorer.checkpoints.catalog import HUB_NOTE, ablation_pairs, grouped, label, listed_model, model_list, study_pairs
+from explorer.checkpoints.catalog import (HUB_NOTE, ablation_pairs, grouped, label, listed_model, model_list, paper_pair,
+                                        study_pairs)
 from explorer.core.card import Card, Data, Training
 
 
@@ -146,3 +147,8 @@ def test_paper_scale_models_are_a_group_of_their_own():
     pairs = ablation_pairs(cards, "cifar10-spt_lsa")
     assert ("ViT | SPT + LSA", "cifar10-vanilla", "cifar10-spt_lsa") in pairs
     assert not any(ref.startswith("paper/") for _, a, b in pairs for ref in (a, b))
+    # the paper-scale pair: the paper recipe's ViT and SPT + LSA, never the AutoAugment one's, nor a small model
+    assert paper_pair(cards) == ("paper/cifar10-vanilla", "paper/cifar10-spt_lsa")
+    assert paper_pair({**CARDS, "paper/cifar10-vanilla-autoaugment": extra["paper/cifar10-vanilla-autoaugment"],
+                       "paper/cifar10-spt_lsa": extra["paper/cifar10-spt_lsa"]}) is None
+    assert paper_pair(CARDS) is None

@@ -81,6 +81,9 @@ def test_randomisation_top_down(probe, images):
     assert rc["rollout"][-1] < 0.9 and rc["last-layer attention"][-1] < 0.9
     # The trained model itself is left untouched (a copy is randomised).
     assert all(np.array_equal(a, b) for a, b in zip(weights_before, probe.model.get_weights(), strict=True))
+    # Seeded: the same check again draws the same re-initialisation, whatever was drawn in between.
+    np.random.default_rng().random(3)
+    assert ff.randomisation(probe.model, probe.config, images) == (names, rc)
 
 
 def test_report_round_trips(probe, images):
@@ -137,3 +140,23 @@ def test_shipped_for_finds_one_model_by_its_weights():
     assert measured.name == "cifar10-spt_lsa" and count == 32 and "32" in dataset
     assert ff.shipped_for(weights_digest(ROOT / "checkpoints" / "cifar10-lsa")) is None
     assert ff.shipped_for("") is None
+
+
+@pytest.mark.slow
+def test_the_shipped_randomisation_check_is_what_a_recompute_gives():
+    """The randomisation check of the shipped pair, recomputed here on the shipped report's images, is the
+    shipped table's (the Trust tab shows either, and they must agree)."""
+    from explorer.analysis.corruptions import weights_digest
+    from explorer.checkpoints.store import load_checkpoint
+    from explorer.data.datasets import sample_set
+    from explorer.model.config import ViTConfig
+    images = sample_set().x_test
+    for name in ("cifar10-spt_lsa", "paper/cifar10-spt_lsa"):
+        folder = ROOT / "checkpoints" / name
+        measured, _, _ = ff.shipped_for(weights_digest(folder))
+        model, card = load_checkpoint(folder)
+        config = ViTConfig.from_dict(card.config)
+        names, rc = ff.randomisation(model, config, images[:ff.RANDOMISATION_IMAGES])
+        assert names == measured.stages
+        for kind, values in rc.items():
+            np.testing.assert_allclose(values, measured.rank_correlation[kind], atol=1e-3, err_msg=(name, kind))

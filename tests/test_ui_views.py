@@ -203,6 +203,21 @@ def test_ablation_pairs_put_two_corners_of_the_2x2_in_the_slots_in_one_click(abl
     assert not any("pair-btn" in (c["props"].get("elem_classes") or []) for c in build_demo(ex).config["components"])
 
 
+def test_the_paper_scale_pair_is_one_click_from_the_first_screen(tmp_path, tiny_checkpoints, data_dir, ex):
+    """A button beside the toolbar puts the paper-scale ViT and SPT + LSA in the slots, when both are here."""
+    root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints)
+    for variant in ("vanilla", "spt_lsa"):
+        shutil.copytree(tiny_checkpoints[variant], root / "paper" / f"cifar10-{variant}")
+    demo = build_demo(AppState(root=root, data_dir=str(data_dir)))
+    button = [c["id"] for c in demo.config["components"] if c["props"].get("elem_id") == "paper-pair-btn"]
+    assert len(button) == 1
+    slots = {c["props"].get("label"): c["id"] for c in demo.config["components"]}
+    wired = [fn for fn in demo.fns.values() if (button[0], "click") in [tuple(t) for t in fn.targets]]
+    assert len(wired) == 1 and [o._id for o in wired[0].outputs] == [slots["Model A"], slots["Model B"]]
+    assert wired[0].fn() == ("paper/cifar10-vanilla", "paper/cifar10-spt_lsa")
+    assert not any(c["props"].get("elem_id") == "paper-pair-btn" for c in build_demo(ex).config["components"])
+
+
 def test_evidence_tab_occlusion_strip_and_robustness(ex, image_file, cifar10):
     from explorer.analysis import evidence, robustness
     mean = "the image's mean colour"

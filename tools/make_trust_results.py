@@ -1,8 +1,11 @@
-"""Computes the Trust tab's shipped results for the shipped pair (cifar10-vanilla as A, cifar10-spt_lsa as B)
-on the bundled 1,000 CIFAR-10 test images, once, and writes them beside the code:
+"""Computes the Trust tab's shipped results for a pair on the bundled 1,000 CIFAR-10 test images, once, and
+writes them beside the code: the shipped pair (cifar10-vanilla as A, cifar10-spt_lsa as B) or the paper-scale
+pair (paper/cifar10-vanilla as A, paper/cifar10-spt_lsa as B):
 
-    python tools/make_trust_results.py corruptions    # explorer/shipped/corruptions.json
-    python tools/make_trust_results.py faithfulness   # explorer/shipped/faithfulness.json
+    python tools/make_trust_results.py corruptions            # explorer/shipped/corruptions.json
+    python tools/make_trust_results.py faithfulness           # explorer/shipped/faithfulness.json
+    python tools/make_trust_results.py corruptions paper      # explorer/shipped/corruptions-paper.json
+    python tools/make_trust_results.py faithfulness paper     # explorer/shipped/faithfulness-paper.json
 
 Each file records the weights' SHA-256 of both models: the app shows it only for those exact models.
 """
@@ -17,43 +20,53 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")
+# A pair's name -> (its references in checkpoints/, A then B; the suffix of its files' names)
+PAIRS = {"shipped": (("cifar10-vanilla", "cifar10-spt_lsa"), ""),
+         "paper": (("paper/cifar10-vanilla", "paper/cifar10-spt_lsa"), "-paper")}
 
 
-def _pair():
+def _pair(which: str):
     from explorer.analysis.corruptions import weights_digest
     from explorer.checkpoints.store import load_checkpoint
-    folders = [ROOT / "checkpoints" / name for name in PAIR]
+    folders = [ROOT / "checkpoints" / name for name in PAIRS[which][0]]
     return [load_checkpoint(f) for f in folders], [weights_digest(f) for f in folders]
 
 
-def corruptions() -> None:
+def _target(kind: str, which: str) -> Path:
+    from explorer.analysis.corruptions import SHIPPED
+    return SHIPPED.parent / f"{kind}{PAIRS[which][1]}.json"
+
+
+def corruptions(which: str = "shipped") -> None:
     from explorer.analysis import corruptions as cc
     from explorer.data.datasets import sample_set
-    loaded, digests = _pair()
+    loaded, digests = _pair(which)
+    pair = PAIRS[which][0]
     sample = sample_set()
     began = time.perf_counter()
     table = cc.corruption_table([m for m, _ in loaded], sample.x_test, sample.y_test,
                                 f"cifar10 test images 0-{len(sample.y_test) - 1} (the bundled sample)",
-                                names=list(PAIR), progress=lambda f, m: print(f"{f:5.0%} {m}", flush=True))
+                                names=list(pair), progress=lambda f, m: print(f"{f:5.0%} {m}", flush=True))
     table.weights = digests
-    cc.SHIPPED.parent.mkdir(exist_ok=True)
-    cc.SHIPPED.write_text(json.dumps(table.to_json(), indent=1) + "\n")
-    print(f"wrote {cc.SHIPPED} in {time.perf_counter() - began:.0f} s")
+    target = _target("corruptions", which)
+    target.write_text(json.dumps(table.to_json(), indent=1) + "\n")
+    print(f"wrote {target} in {time.perf_counter() - began:.0f} s")
 
 
-def faithfulness() -> None:
+def faithfulness(which: str = "shipped") -> None:
     from explorer.analysis import faithfulness as ff
     from explorer.data.datasets import sample_set
-    loaded, digests = _pair()
+    loaded, digests = _pair(which)
+    pair = PAIRS[which][0]
     sample = sample_set()
-    report = ff.faithfulness_report([(m, c) for m, c in loaded], sample.x_test, names=list(PAIR),
+    began = time.perf_counter()
+    report = ff.faithfulness_report([(m, c) for m, c in loaded], sample.x_test, names=list(pair),
                                     progress=lambda f, m: print(f"{f:5.0%} {m}", flush=True))
     report.weights = digests
-    ff.SHIPPED.parent.mkdir(exist_ok=True)
-    ff.SHIPPED.write_text(json.dumps(report.to_json(), indent=1) + "\n")
-    print(f"wrote {ff.SHIPPED}")
+    target = _target("faithfulness", which)
+    target.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    print(f"wrote {target} in {time.perf_counter() - began:.0f} s")
 
 
 if __name__ == "__main__":
-    {"corruptions": corruptions, "faithfulness": faithfulness}[sys.argv[1]]()
+    {"corruptions": corruptions, "faithfulness": faithfulness}[sys.argv[1]](*sys.argv[2:3])

@@ -281,11 +281,20 @@ def corruption_table(models, images: np.ndarray, labels: np.ndarray, dataset: st
                            tuple(severities), seed=seed, seconds=seconds)
 
 
-def shipped(digests: list[str], path: str | Path = SHIPPED) -> CorruptionTable | None:
-    """The table computed once for the shipped pair, when `digests` (the slots' weights digests, A then B)
-    are the ones it was computed for; None otherwise (or when the file is missing)."""
-    try:
-        table = CorruptionTable.from_json(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, KeyError):
-        return None
-    return table if list(digests) == table.weights else None
+def shipped_files(kind: str) -> list[Path]:
+    """The results of `kind` ("corruptions", "faithfulness") computed once per pair and shipped beside the
+    code: `<kind>.json` for the shipped pair, `<kind>-<pair>.json` for another (the paper-scale pair)."""
+    return sorted(SHIPPED.parent.glob(f"{kind}*.json"))
+
+
+def shipped(digests: list[str], path: str | Path | None = None) -> CorruptionTable | None:
+    """The table computed once for a shipped pair, when `digests` (the slots' weights digests, A then B)
+    are the ones it was computed for; None otherwise (or when no file holds it). `path`: that file alone."""
+    for file in [Path(path)] if path is not None else shipped_files("corruptions"):
+        try:
+            table = CorruptionTable.from_json(json.loads(file.read_text()))
+        except (OSError, ValueError, KeyError):
+            continue
+        if list(digests) == table.weights:
+            return table
+    return None

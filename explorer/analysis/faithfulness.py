@@ -204,6 +204,9 @@ def randomisation(model, config, images: np.ndarray, seed: int = SEED, progress=
     num_classes = int(keras_model.output_shape[-1])
     scratch = build_vit(config, num_classes, name=f"{keras_model.name}_randomised")
     scratch.set_weights(keras_model.get_weights())
+    # Seeded, so that the check repeats: a shipped table and a recompute draw the same re-initialisation.
+    import keras
+    keras.utils.set_random_seed(seed)
     fresh = build_vit(config, num_classes, name=f"{keras_model.name}_fresh")
     probe = Probe(scratch, config)
     base, classes = maps(probe, images, seed)
@@ -281,13 +284,19 @@ def _read_shipped(path: str) -> FaithfulnessReport | None:
         return None
 
 
-def shipped_for(digest: str, path: str | Path = SHIPPED) -> tuple[ModelFaithfulness, str, int] | None:
-    """One model's part of the shipped report (its areas, the report's dataset and image count), when
+def _shipped_reports(path: str | Path | None) -> list[FaithfulnessReport]:
+    from explorer.analysis.corruptions import shipped_files
+    files = [Path(path)] if path is not None else shipped_files("faithfulness")
+    return [report for report in map(_read_shipped, map(str, files)) if report is not None]
+
+
+def shipped_for(digest: str, path: str | Path | None = None) -> tuple[ModelFaithfulness, str, int] | None:
+    """One model's part of a shipped report (its areas, the report's dataset and image count), when
     `digest` is the weights' SHA-256 of one of the models it was computed for; else None."""
-    report = _read_shipped(str(path))
-    if report is None or not digest or digest not in report.weights:
-        return None
-    return report.models[report.weights.index(digest)], report.dataset, report.count
+    for report in _shipped_reports(path):
+        if digest and digest in report.weights:
+            return report.models[report.weights.index(digest)], report.dataset, report.count
+    return None
 
 
 # What a reader calls each kind of map beside the picture that shows it.
@@ -329,7 +338,6 @@ def note(measured: list, kinds: tuple[str, ...], where: str = "") -> str:
     return "\n".join(lines).strip()
 
 
-def shipped(digests: list[str], path: str | Path = SHIPPED) -> FaithfulnessReport | None:
-    """The report computed once for the shipped pair, when `digests` are its weights'; else None."""
-    report = _read_shipped(str(path))
-    return report if report is not None and list(digests) == report.weights else None
+def shipped(digests: list[str], path: str | Path | None = None) -> FaithfulnessReport | None:
+    """The report computed once for a shipped pair, when `digests` are its weights'; else None."""
+    return next((report for report in _shipped_reports(path) if list(digests) == report.weights), None)

@@ -123,6 +123,11 @@ class ExplorerState:
         refs = [ref for ref in self.runs.listing(None) if not ref.startswith(f"{FINETUNED}/")]
         return catalog.ablation_pairs({ref: self.store.local_card(ref) for ref in refs}, ref_b)
 
+    def paper_pair(self) -> tuple[str, str] | None:
+        """The paper-scale pair (ViT, SPT + LSA) among the app's own checkpoints, when both are here."""
+        refs = [ref for ref in self.runs.listing(None) if ref.startswith(f"{catalog.PAPER}/")]
+        return catalog.paper_pair({ref: self.store.local_card(ref) for ref in refs})
+
     def model_list(self, request=None) -> dict:
         """The `models` tool's answer: what the slots offer this visitor, each as its card says, and which
         are loaded."""

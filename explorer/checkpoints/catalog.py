@@ -102,6 +102,17 @@ def study_pairs(refs: list[str], cards: dict[str, Card | None]) -> dict[int, tup
     return {n: (v["vanilla"], v["spt_lsa"]) for n, v in sorted(found.items()) if set(v) == set(PAIR_VARIANTS)}
 
 
+def paper_pair(cards: dict[str, Card | None]) -> tuple[str, str] | None:
+    """The paper-scale (ViT, SPT + LSA) references (checkpoints/paper/, trained under the paper's recipe),
+    when both are here; else None."""
+    found = {}
+    for ref, card in sorted(cards.items()):
+        card = card or Card()
+        if ref.split("/")[0] == PAPER and card.variant in PAIR_VARIANTS and study_recipe(card) in (None, "paper"):
+            found.setdefault(card.variant, ref)
+    return (found["vanilla"], found["spt_lsa"]) if set(found) == set(PAIR_VARIANTS) else None
+
+
 def ablation_pairs(cards: dict[str, Card | None], ref_b: str | None) -> list[tuple[str, str, str]]:
     """(label, A, B) for each pair of the 2x2 ablation among `cards` (the app's own checkpoints, fine-tuned
     runs left out) of slot B's dataset: one per variant, the one named <dataset>-<variant> when there are

@@ -91,6 +91,10 @@ INTRO = ("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with *
          "small dataset. Pick two models, give them an image (or click an example), and look inside.")
 
 
+# The paper-scale pair's button: what it puts in the slots, in a few words.
+PAPER_PAIR_LABEL = "Paper scale (2.7 M parameters): ViT | SPT + LSA"
+
+
 def slot_card(app: AppState, ref: str | None) -> str:
     """A slot's card as the page is built: the model's, or why it could not be loaded."""
     try:
@@ -249,19 +253,22 @@ def _model_slots(app: AppState, choices, refs) -> tuple[gr.Dropdown, gr.Markdown
 
 
 def _toolbar(app: AppState, ref_b: str | None) -> tuple[gr.Button, list[tuple[gr.Button, str, str]]]:
-    """The refresh button and, when the 2x2 ablation is here, a button per pair (with the pair it puts in
-    the slots)."""
-    pairs, pair_btns = app.ablation_pairs(ref_b), []
+    """The refresh button, the paper-scale pair's button when both its models are here, and, when the 2x2
+    ablation is here, a button per pair (each with the pair it puts in the slots)."""
+    pairs, pair_btns, paper = app.ablation_pairs(ref_b), [], app.paper_pair()
     with gr.Row(equal_height=True):
         refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm", scale=0, min_width=220)
         # Gradio's deep link: what the page shows is saved, and the copied link reopens it (see Slots.reopen).
         gr.DeepLinkButton("Copy a link to this view", copied_value="Link copied", size="sm", scale=0,
                           min_width=220)
+        if paper:  # the paper's own scale, one click from the first screen
+            pair_btns.append((gr.Button(PAPER_PAIR_LABEL, size="sm", variant="primary", scale=0, min_width=220,
+                                        elem_id="paper-pair-btn", elem_classes="pair-btn"), *paper))
     if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots (a row of their own: one line at 1280 px)
         with gr.Row():
             gr.Markdown("**Ablation pairs** (A | B):", elem_id="pairs-label", scale=0, min_width=190)
-            pair_btns = [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
-                         for label, a, b in pairs]
+            pair_btns += [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
+                          for label, a, b in pairs]
     return refresh_btn, pair_btns
 
 
