@@ -93,13 +93,14 @@ def test_report_round_trips(probe, images):
     assert back.models[0].deletion_auc == m.deletion_auc and len(back.rows()) == len(ff.KINDS)
 
 
-def test_shipped_report_is_the_shipped_pairs():
+@pytest.mark.parametrize("pair", [("cifar10-vanilla", "cifar10-spt_lsa"), ("paper/cifar10-vanilla",
+                                                                           "paper/cifar10-spt_lsa")])
+def test_shipped_report_is_the_shipped_pairs(pair):
     from explorer.analysis.corruptions import weights_digest
-    if not ff.SHIPPED.is_file():
-        pytest.skip("not computed yet: python tools/make_trust_results.py faithfulness")
-    digests = [weights_digest(ROOT / "checkpoints" / n) for n in ("cifar10-vanilla", "cifar10-spt_lsa")]
+    digests = [weights_digest(ROOT / "checkpoints" / n) for n in pair]
     report = ff.shipped(digests)
-    assert report is not None, "explorer/shipped/faithfulness.json is missing or for other weights"
+    assert report is not None, f"no report in explorer/shipped/ for {pair}: python tools/make_trust_results.py faithfulness"
+    assert [m.name for m in report.models] == list(pair)
     assert ff.shipped(digests[::-1]) is None
     for m in report.models:
         assert set(m.deletion_auc) == set(ff.KINDS) and m.stages[0] == "head"
