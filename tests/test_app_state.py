@@ -45,3 +45,22 @@ def test_a_sessions_visitor_reaches_the_shipped_models_and_their_own_runs_only(s
 def test_a_refusal_shown_in_shared_mode_names_no_server_path(shared):
     error = OSError(f"cannot read {shared.root.resolve()}/finetuned/x/model.keras or /srv/app/secret/file.txt")
     assert shared.safe(error) == "cannot read checkpoints/finetuned/x/model.keras or file.txt"
+
+
+def test_the_first_visits_pair_is_a_setting(tmp_path, tiny_checkpoints, data_dir):
+    """EXPLORER_MODEL_A / _B choose the pair a first visit opens with (a deployer's choice, and the first-visit
+    bench's); a reference not here falls back to the list's ends, as before."""
+    from explorer.core.settings import Settings
+    from explorer.ui import AppState
+    from tests.helpers import pair_folder
+    root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints)
+    for variant in ("vanilla", "spt_lsa"):
+        shutil.copytree(tiny_checkpoints[variant], root / "paper" / f"cifar10-{variant}")
+    chosen = Settings.from_env({"EXPLORER_MODEL_A": "paper/cifar10-vanilla",
+                                "EXPLORER_MODEL_B": "paper/cifar10-spt_lsa"})
+    assert AppState(root=root, data_dir=str(data_dir), settings=chosen).initial_refs() == (
+        "paper/cifar10-vanilla", "paper/cifar10-spt_lsa")
+    assert AppState(root=root, data_dir=str(data_dir), settings=Settings.from_env({})).initial_refs() == (
+        "cifar10-vanilla", "cifar10-spt_lsa")
+    gone = Settings.from_env({"EXPLORER_MODEL_A": "paper/missing"})
+    assert AppState(root=root, data_dir=str(data_dir), settings=gone).initial_refs()[0] == "cifar10-spt_lsa"

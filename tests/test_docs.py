@@ -127,3 +127,17 @@ def test_the_readme_headline_tables_are_the_cards_and_the_study():
                         f"{100 * low:+.2f} to {100 * high:+.2f} |")
     shown = re.findall(r"^\| [\d,]+ \| [\d.]+ % \| [\d.]+ % \| .*$", readme, re.M)
     assert shown == expected, "README.md's small-data table: the study's means, gaps and intervals"
+
+
+def test_the_readme_three_settings_are_the_shipped_measurements():
+    """The README's answer at three settings is settings_table of the numbers the app ships (the Small data tab
+    says the same): `python -m explorer.study mechanisms` rewrites it between its markers."""
+    from explorer.study import mechanisms
+    from explorer.study.report import read_results
+    rows = mechanisms.read_csv(ROOT / "checkpoints" / "study" / "mechanisms.csv")
+    table = mechanisms.settings_table(rows, read_results(ROOT / "checkpoints" / "study" / "results.csv"))
+    for page in (README, ROOT / "docs" / "results.md"):
+        text = page.read_text()
+        assert mechanisms.BEGIN in text and mechanisms.with_settings(text, table) == text, (
+            f"{page.name}'s three settings: rerun `python -m explorer.study mechanisms`")
+    assert table.count("\n") == 4 and "2.7 M, the paper's recipe at the paper's scale" in table

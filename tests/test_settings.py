@@ -20,6 +20,8 @@ SAMPLES = {
     "data_dir": ("/data/cifar", "/data/cifar"),
     "cifar_url": ("http://mirror.example/cifar/", "http://mirror.example/cifar/"),
     "keras_home": ("/cache/keras", "/cache/keras"),
+    "model_a": ("paper/cifar10-vanilla", "paper/cifar10-vanilla"),
+    "model_b": ("paper/cifar10-spt_lsa", "paper/cifar10-spt_lsa"),
     "mcp": ("off", False),
     "server_name": ("0.0.0.0", "0.0.0.0"),
     "gradio_mcp_server": ("true", "true"),

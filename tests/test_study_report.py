@@ -94,8 +94,26 @@ def test_curve_figure_draws_lines_bands_and_stars():
     assert "95 % interval of the mean" in [t.get_text() for t in gap.get_legend().get_texts()]
     full = study_report.curve_figure(ROWS, {"vanilla": {"train_images": 45000, "test_top1": 0.77},
                                             "spt_lsa": {"train_images": 45000, "test_top1": 0.80}})
-    stars = [c for c in full.axes[1].collections if c.get_label() == "shipped pair (staged recipe)"]
+    stars = [c for c in full.axes[1].collections if c.get_label() == "shipped pair (0.2 M, staged recipe)"]
     assert len(stars) == 1 and stars[0].get_offsets()[0][1] == pytest.approx(3.0)
+    # the paper recipe's arm (dotted, hollow squares) and the paper-scale pair (diamonds) beside them
+    paper = [dict(r, recipe="paper", variant={"vanilla": "vanilla", "spt_lsa": "spt_lsa_head"}[r["variant"]],
+                  test_top1=r["test_top1"] + 0.05 * (r["variant"] == "spt_lsa"))
+             for r in ROWS if r["variant"] in ("vanilla", "spt_lsa") and r["train_images"] == 1000]
+    scale = {"vanilla": {"train_images": 45000, "test_top1": 0.85},
+             "spt_lsa": {"train_images": 45000, "test_top1": 0.9}}
+    both = study_report.curve_figure(ROWS + paper, None, paper_scale=scale)
+    lines = {line.get_label(): line for line in both.axes[0].get_lines()}
+    assert lines["ViT, paper recipe"].get_linestyle() == ":" and lines["ViT, paper recipe"].get_marker() == "s"
+    assert "SPT + LSA, per-head τ, paper recipe" in lines
+    diamonds = {c.get_label(): c.get_offsets()[0][1] for c in both.axes[0].collections if c.get_label().endswith(
+        "paper scale, 2.7 M, paper recipe")}
+    assert diamonds == pytest.approx({"ViT, paper scale, 2.7 M, paper recipe": 85.0,
+                                      "SPT + LSA, paper scale, 2.7 M, paper recipe": 90.0})
+    arm = [line for line in both.axes[1].get_lines() if line.get_label() == study_report.PAPER_ARM_GAP]
+    assert len(arm) == 1 and list(arm[0].get_ydata()) == pytest.approx([100 * 0.16 / 3 + 5.0])
+    gap_diamond = [c for c in both.axes[1].collections if c.get_label() == "paper scale, 2.7 M, paper recipe"]
+    assert gap_diamond[0].get_offsets()[0][1] == pytest.approx(5.0)
     alone = study_report.gap_figure(ROWS).axes[0]  # the app's second figure: the same panel on its own
     assert list(alone.get_lines()[0].get_ydata()) == list(gap.get_lines()[0].get_ydata())
     assert len(study_report.curve_figure(ROWS, gap_panel=False).axes) == 1
@@ -314,3 +332,41 @@ def test_the_mechanisms_never_mix_recipes(tmp_path):
     old = [{k: v for k, v in r.items() if k not in ("distance_min_px", "image_size")} for r in rows]
     assert "entropy 3.60 → 3.30 nats" in mechanisms.answer(old) and "| – |" in mechanisms.markdown(old)
     assert mechanisms.layer_table(old) == ""
+
+
+def test_the_answer_at_three_settings_sets_them_side_by_side():
+    """Issue 73: 0.2 M under the light recipe, 0.2 M under the paper's, 2.7 M at the paper's scale, a row each
+    with what SPT + LSA and LSA alone add (paired over seeds, or one seed at the paper's scale), how far τ
+    moved, the ViT's most self-attending head and the most local heads; and the caveats in words."""
+    from explorer.study import mechanisms
+    def layer(model, variant, recipe, n, top1, tau=None, self_max=0.02, local=0.4):
+        return {"model": model, "variant": variant, "recipe": recipe, "train_images": n, "layer": 0,
+                "tau_mean": tau, "tau_min": tau, "tau_max": tau, "tau_start": 4.0 if tau else None, "entropy": 3.0,
+                "distance_px": 10.0, "distance_min_px": local * 32, "self_attention": self_max / 2,
+                "self_attention_max": self_max, "patches": 64, "image_size": 32, "test_top1": top1}
+    rows = [layer("a", "vanilla", "light", 1000, 0.35), layer("b", "spt_lsa", "light", 1000, 0.42, tau=4.2),
+            layer("c", "vanilla", "paper", 1000, 0.43), layer("d", "spt_lsa_head", "paper", 1000, 0.46, tau=3.8),
+            layer("paper/cifar10-vanilla", "vanilla", mechanisms.PAPER_SCALE, 45000, 0.8502, self_max=0.155,
+                  local=0.008),
+            layer("paper/cifar10-spt_lsa", "spt_lsa_head", mechanisms.PAPER_SCALE, 45000, 0.8991, tau=5.8, local=0.235)]
+    results = []
+    for seed in range(3):
+        results += [{"train_images": 1000, "variant": "vanilla", "seed": seed, "recipe": "light", "test_top1": 0.35},
+                    {"train_images": 1000, "variant": "spt_lsa", "seed": seed, "recipe": "light",
+                     "test_top1": 0.41 + 0.01 * seed},
+                    {"train_images": 1000, "variant": "vanilla", "seed": seed, "recipe": "paper", "test_top1": 0.43},
+                    {"train_images": 1000, "variant": "spt_lsa_head", "seed": seed, "recipe": "paper",
+                     "test_top1": 0.46}]
+    table = mechanisms.settings_table(rows, results)
+    lines = table.splitlines()
+    assert len(lines) == 5
+    assert lines[2].startswith("| 0.2 M, the light recipe (crop and flip), 1,000 images | +7.00 at 1,000 (3 seeds) | "
+                               "not trained | 1.05 to 1.05 | 2.0 % (even: 1.56 %) | 0.400 / 0.400 |")
+    assert lines[3].startswith("| 0.2 M, the paper's recipe, 1,000 images | +3.00 at 1,000 (3 seeds) |")
+    assert lines[4] == ("| 2.7 M, the paper's recipe at the paper's scale, 45,000 images | +4.89 (one seed) | "
+                        "to train | 1.45 to 1.45 | 15.5 % (even: 1.56 %) | 0.008 / 0.235 |")
+    said = mechanisms.three_settings(rows, results)
+    assert said.startswith("**What SPT + LSA does, at three settings**") and table in said
+    assert "+0.95" in said and "under-fits" in said and "still to be trained" in said
+    assert mechanisms.three_settings(rows[:2], []).count("\n|") == 3  # one setting: one row, still a table
+    assert mechanisms.three_settings([], []) == ""

@@ -1,6 +1,6 @@
 """Plots for the explorer (matplotlib, drawn off-screen): per-layer attention distance and entropy, the
-what-if, tau per layer and over training, training curves; one colour per model across the app; a cache of
-drawn plots (PlotCache)."""
+what-if, tau per layer (and per head) and over training, training curves; one colour per model across the
+app; a cache of drawn plots (PlotCache)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from collections import OrderedDict
 import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 MODEL_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                 "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -259,16 +261,21 @@ def _mark_kept(ax, runs: dict[str, list[dict]], kept: dict[str, int]) -> None:
 
 def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[str, tuple[float, float]] | None = None,
                     note: str = "", colors: dict[str, str] | None = None, gaps: dict[int, dict] | None = None,
-                    gap_marker: tuple[float, float, str] | None = None, gap_label: str = "",
-                    dashed: frozenset[str] = frozenset()) -> Figure:
+                    gap_marker=None, gap_label: str = "", dashed: frozenset[str] = frozenset(),
+                    styles: dict[str, tuple[str, str]] | None = None, shapes: dict[str, str] | None = None,
+                    gap_arms: dict[str, dict[int, dict]] | None = None) -> Figure:
     """Test top-1 against training-set size on a log axis: one line per variant (label -> sizes, means,
-    stds) with a mean ± std band, and single points drawn apart as star markers (label -> (size, top-1)),
-    for example models trained with another, longer recipe. `colors`: label -> colour (else by order).
-    The `dashed` labels are drawn dashed and on top, so that a line running level with another stays seen.
+    stds) with a mean ± std band, and single points drawn apart as markers (label -> (size, top-1)), for
+    example models trained with another, longer recipe: stars, or `shapes` (label -> a matplotlib marker).
+    `colors`: label -> colour (else by order). The `dashed` labels are drawn dashed and on top, so that a
+    line running level with another stays seen; `styles` (label -> (line style, marker)) draws a line of
+    another recipe apart, with hollow markers.
 
     With `gaps` (size -> {"gaps": per seed, "mean", "interval": (low, high) or None}) a second panel shows
-    the paired gap against the same sizes: each seed's gap, the mean with its 95 % interval, zero, and
-    `gap_marker` (size, gap, label) as a star."""
+    the paired gap against the same sizes: each seed's gap, the mean with its 95 % interval, zero, each of
+    `gap_arms` (label -> gaps of the same form: another recipe's) apart, and `gap_marker` ((size, gap, label)
+    or a list of them, with an optional fourth item: the marker's shape; default a star)."""
+    styles, shapes = styles or {}, shapes or {}
     colors = colors or {}
     # Alone, 5.2 inches: in the app's narrow column (at 800 px) the type stays near its size.
     fig = _figure((11.0, 4.8) if gaps else (5.2, 4.8))
@@ -281,13 +288,19 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     for k, (label, (sizes, means, stds)) in enumerate(curves.items()):
         x, m, sd = (np.asarray(v, np.float64) for v in (sizes, means, stds))
         color = colors.get(label, model_color(k))
+        if label in styles:  # another recipe's line: its own style, hollow markers, a lighter band
+            line, shape = styles[label]
+            ax.plot(x, 100 * m, color=color, marker=shape, label=label, zorder=2.5, linestyle=line,
+                    markersize=7, markerfacecolor="white", markeredgewidth=1.5)
+            ax.fill_between(x, 100 * (m - sd), 100 * (m + sd), color=color, alpha=0.08, linewidth=0)
+            continue
         ax.plot(x, 100 * m, color=color, marker="o", label=label, zorder=2.5 if label in dashed else 2,
                 linestyle="--" if label in dashed else "-", markersize=4 if label in dashed else 6)
         ax.fill_between(x, 100 * (m - sd), 100 * (m + sd), color=color, alpha=0.18, linewidth=0)
     for k, (label, (size, value)) in enumerate((markers or {}).items()):
-        ax.scatter([size], [100 * value], color=colors.get(label, model_color(k)), marker="*", s=140,
-                   edgecolors="black",
-                   linewidths=0.6, zorder=3, label=label)
+        shape = shapes.get(label, "*")
+        ax.scatter([size], [100 * value], color=colors.get(label, model_color(k)), marker=shape,
+                   s=140 if shape == "*" else 80, edgecolors="black", linewidths=0.6, zorder=3, label=label)
     ax.set_xscale("log")
     ticks = sorted({int(v) for _, (sizes, _, _) in curves.items() for v in sizes}
                    | {int(size) for size, _ in (markers or {}).values()})
@@ -301,22 +314,33 @@ def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[st
     # Below the axes: inside, the legend covered the ends of the curves in a narrow figure.
     _fitted_legend(fig, *ax.get_legend_handles_labels(), ncols=2)
     if gap_ax is not None:
-        _gap_panel(gap_ax, gaps, gap_marker, gap_label, ticks)
+        _gap_panel(gap_ax, gaps, gap_marker, gap_label, ticks, gap_arms)
     return fig
 
 
-def plot_gaps(gaps: dict[int, dict], marker: tuple[float, float, str] | None = None, label: str = "") -> Figure:
+def _gap_markers(marker) -> list[tuple]:
+    """(size, gap, label, shape) for each of plot_gaps' markers: one tuple, a list of them, or None."""
+    if marker is None:
+        return []
+    found = [marker] if isinstance(marker, tuple) else list(marker)
+    return [(*m[:3], m[3] if len(m) > 3 else "*") for m in found]
+
+
+def plot_gaps(gaps: dict[int, dict], marker=None, label: str = "", arms: dict[str, dict[int, dict]] | None = None
+              ) -> Figure:
     """The paired gap against training-set size alone (the second panel of plot_data_curve), for a page
-    that lays the two out itself."""
+    that lays the two out itself: `marker` as plot_data_curve's `gap_marker`, `arms` as its `gap_arms`."""
     fig = _figure((4.7, 4.8))  # beside the 5.2-inch curve at 9 : 10, the same height and type size
     if not gaps:
         return _no_data(fig, "no size has both models yet")
-    ticks = sorted(set(gaps) | ({int(marker[0])} if marker else set()))
-    _gap_panel(fig.add_subplot(), gaps, marker, label, ticks)
+    ticks = sorted(set(gaps) | {int(m[0]) for m in _gap_markers(marker)}
+                   | {n for arm in (arms or {}).values() for n in arm})
+    _gap_panel(fig.add_subplot(), gaps, marker, label, ticks, arms)
     return fig
 
 
-def _gap_panel(ax, gaps: dict[int, dict], marker, label: str, ticks: list[int]) -> None:
+def _gap_panel(ax, gaps: dict[int, dict], marker, label: str, ticks: list[int],
+               arms: dict[str, dict[int, dict]] | None = None) -> None:
     sizes = sorted(gaps)
     for n in sizes:
         seeds = 100 * np.asarray(gaps[n]["gaps"], np.float64)
@@ -331,9 +355,22 @@ def _gap_panel(ax, gaps: dict[int, dict], marker, label: str, ticks: list[int]) 
         mid = np.array([100 * gaps[n]["mean"] for n in with_ci])
         ax.errorbar(with_ci, mid, yerr=[mid - lo, hi - mid], fmt="none", ecolor="black", capsize=4,
                     linewidth=1.2, zorder=3, label="95 % interval of the mean")
-    if marker is not None:
-        ax.scatter([marker[0]], [100 * marker[1]], marker="*", s=140, color="0.35", edgecolors="black",
-                   linewidths=0.6, zorder=4, label=marker[2])
+    for k, (arm, found) in enumerate((arms or {}).items()):  # another recipe's gaps: hollow squares, dotted
+        color = model_color(4 + k)
+        near = sorted(found)
+        shifted = [n * 1.06 for n in near]  # a little to the right of the light recipe's points at the same size
+        mid = np.array([100 * found[n]["mean"] for n in near])
+        ax.plot(shifted, mid, color=color, linestyle=":", marker="s", markersize=7, markerfacecolor="white",
+                markeredgewidth=1.5, zorder=3, label=arm)
+        for x, n in zip(shifted, near, strict=True):
+            if found[n].get("interval"):
+                low, high = (100 * v for v in found[n]["interval"])
+                ax.errorbar([x], [100 * found[n]["mean"]], yerr=[[100 * found[n]["mean"] - low],
+                            [high - 100 * found[n]["mean"]]], fmt="none", ecolor=color, capsize=3, linewidth=1.0,
+                            zorder=3)
+    for size, gap, text, shape in _gap_markers(marker):
+        ax.scatter([size], [100 * gap], marker=shape, s=140 if shape == "*" else 80, color="0.35" if shape == "*"
+                   else model_color(1), edgecolors="black", linewidths=0.6, zorder=4, label=text)
     ax.axhline(0, color="0.3", linewidth=0.8)
     ax.set_xscale("log")
     ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
@@ -342,7 +379,8 @@ def _gap_panel(ax, gaps: dict[int, dict], marker, label: str, ticks: list[int]) 
     ax.set_ylabel(label or "gap (points)")
     ax.grid(alpha=0.3)
     ax.set_title("the paired gap, seed by seed", fontsize="small")
-    ax.legend(fontsize="small", loc="best")
+    # below the axes: inside, it covered points (the pairs' markers sit at the right edge)
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2))
 
 
 def figure_to_array(fig: Figure) -> np.ndarray:
@@ -373,3 +411,115 @@ class PlotCache:
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
         return picture
+
+
+# The Tau tab's colours: τ / √d_k diverging at 1 (its start), blue below (sharper attention), red above.
+TAU_RATIO_CMAP = "RdBu_r"
+
+
+def _tau_ratio_cells(ax, ratios: np.ndarray, norm, limit: float) -> None:
+    """Each cell's τ / √d_k written in it, white on the strongest colours, small enough for 13 columns."""
+    rows, cols = ratios.shape
+    size = 7 if cols > 8 else 8
+    for (i, j), v in np.ndenumerate(ratios):
+        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=size,
+                color="white" if abs(v - 1.0) > 0.6 * limit else "black")
+
+
+def plot_tau_heads(per_model: dict[str, list[list[float]]], initial: dict[str, float]) -> Figure:
+    """τ / √d_k of every layer (rows) and head (columns) of each model, its value in the cell, the layer's mean
+    over heads in a last column; one panel per model, one colour scale for all (diverging at 1, the start)."""
+    shown = {name: tau for name, tau in per_model.items() if tau and name in initial}
+    rows = sum(len(tau) for tau in shown.values())
+    fig = _figure((WIDTH, max(3.0, 0.27 * rows + 1.15 * len(shown) + 0.6)))
+    if not shown:
+        return _no_data(fig, NO_LSA_TEXT)
+    ratios = {name: [np.asarray(t, np.float64) / float(initial[name]) for t in tau] for name, tau in shown.items()}
+    spread = max(float(np.max(np.abs(r - 1.0))) for rs in ratios.values() for r in rs)
+    limit = max(0.2, float(np.ceil(spread * 20) / 20))  # a few per cent stay pale; in steps of 0.05
+    norm = Normalize(1.0 - limit, 1.0 + limit)
+    axes = fig.subplots(len(shown), 1, squeeze=False,
+                        height_ratios=[len(tau) + 1.5 for tau in shown.values()])[:, 0]
+    for ax, (name, rs) in zip(axes, ratios.items(), strict=True):
+        heads = max(len(r) for r in rs)
+        grid = np.full((len(rs), heads), np.nan)
+        for layer, r in enumerate(rs):
+            grid[layer, :len(r)] = r
+        if heads > 1:  # the layer's mean beside its heads, after a white gap
+            grid = np.hstack([grid, np.nanmean(grid, axis=1, keepdims=True)])
+        image = ax.imshow(grid, cmap=TAU_RATIO_CMAP, norm=norm, aspect="auto", interpolation="nearest")
+        _tau_ratio_cells(ax, grid, norm, limit)
+        if heads > 1:
+            ax.axvline(heads - 0.5, color="white", linewidth=4)
+            ax.set_xticks(range(heads + 1), [*map(str, range(heads)), "mean"], fontsize="small")
+            ax.set_xlabel("head", fontsize="small")
+        else:
+            ax.set_xticks([0], ["one τ per layer"], fontsize="small")
+        ax.set_yticks(range(len(rs)), [f"L{layer}" for layer in range(len(rs))], fontsize="small")
+        ax.tick_params(length=0)
+        ax.set_title(f"{name} · √d_k = {float(initial[name]):.3g}", fontsize="small")
+        for side in ax.spines.values():
+            side.set_visible(False)
+    bar = fig.colorbar(image, ax=list(axes), location="right", shrink=min(1.0, 3.5 / fig.get_figheight() + 0.3),
+                       pad=0.02, fraction=0.04)
+    bar.set_label("τ / √d_k  (below 1: sharper)", fontsize="small")
+    bar.ax.tick_params(labelsize="small")
+    fig.suptitle("Learned temperature against its start √d_k", fontsize="medium")
+    return fig
+
+
+def plot_tau_trajectory(per_model: dict[str, list[dict]], initial: dict[str, float],
+                        colors: dict[str, str] | None = None, empty: str = NO_LSA_TEXT) -> Figure:
+    """τ / √d_k over training, one panel per layer: each model's mean over heads as a line, the heads' range
+    (lowest to highest) as a band of its colour; `colors` maps a model to its colour (else by position)."""
+    series: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+    for name, history in per_model.items():
+        points = [(float(e["epoch"]), e["tau"]) for e in history if e.get("tau")]
+        if not points or name not in initial:
+            continue
+        start = float(initial[name])
+        per_layer = []
+        for layer in range(max(len(tau) for _, tau in points)):
+            kept = [(x, np.asarray(tau[layer], np.float64) / start) for x, tau in points if len(tau) > layer]
+            xs = np.array([x for x, _ in kept])
+            per_layer.append((xs, np.array([r.mean() for _, r in kept]), np.array([r.min() for _, r in kept]),
+                              np.array([r.max() for _, r in kept])))
+        series[name] = per_layer
+    layers = max((len(s) for s in series.values()), default=0)
+    cols = min(3, max(layers, 1))
+    panel_rows = -(-layers // cols) if layers else 1
+    fig = _figure((WIDTH, 1.2 + 1.25 * panel_rows))
+    if not series:
+        return _no_data(fig, empty)
+    axes = fig.subplots(panel_rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
+    handles = []
+    for k, (name, per_layer) in enumerate(series.items()):
+        color = (colors or {}).get(name, model_color(k))
+        banded = False
+        for layer, (xs, mean, low, high) in enumerate(per_layer):
+            ax = axes[layer]
+            if np.any(high > low):
+                ax.fill_between(xs, low, high, color=color, alpha=0.22, linewidth=0)
+                banded = True
+            ax.plot(xs, mean, color=color, linewidth=1.4, marker="." if len(xs) == 1 else None)
+        handles.append(Line2D([], [], color=color, linewidth=1.4, label=f"{name}: mean over heads"
+                              if banded else name))
+        if banded:
+            handles.append(Patch(color=color, alpha=0.22, linewidth=0,
+                                                    label=f"{name}: heads' range"))
+    for layer, ax in enumerate(axes):
+        if layer >= layers:
+            ax.set_visible(False)
+            continue
+        ax.axhline(1.0, color="0.45", linestyle="--", linewidth=0.8)
+        ax.set_title(f"layer {layer}", fontsize="small", pad=2)
+        ax.tick_params(labelsize="x-small")
+        ax.grid(alpha=0.3)
+        if layer + cols >= layers:  # the lowest panel of its column: the epoch axis is written under it
+            ax.set_xlabel("epoch", fontsize="small")
+            ax.tick_params(labelbottom=True)
+    _epoch_axis(axes[0], [x for per_layer in series.values() for xs, *_ in per_layer for x in xs])
+    fig.supylabel("τ / √d_k  (dashed: the start)", fontsize="small")
+    fig.suptitle("Temperature during training", fontsize="medium")
+    _fitted_legend(fig, handles, [h.get_label() for h in handles], ncols=min(len(handles), 2))
+    return fig

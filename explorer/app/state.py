@@ -28,9 +28,6 @@ from explorer.finetune.plan import Limits, Plan, job_data, plan_job
 from explorer.finetune.runner import FineTuneRunner
 from explorer.model.config import PRESETS
 
-DEFAULT_A = "cifar10-vanilla"
-DEFAULT_B = "cifar10-spt_lsa"
-
 
 def default_data_dir(settings: Settings) -> str | None:
     """$EXPLORER_DATA_DIR, else a `shared/data` folder beside the project (this repo's layout), else None:
@@ -51,7 +48,7 @@ class ExplorerState:
     the environment's, read here) give what `root`, `data_dir` and `shared` do not."""
 
     def __init__(self, root: str | os.PathLike | None = None, data_dir: str | None = None,
-                 default_a: str = DEFAULT_A, default_b: str = DEFAULT_B, shared: bool | None = None,
+                 default_a: str | None = None, default_b: str | None = None, shared: bool | None = None,
                  settings: Settings | None = None):
         self.settings = settings = Settings.from_env() if settings is None else settings
         self.root = Path(root or settings.checkpoints or PROJECT / "checkpoints")
@@ -72,7 +69,7 @@ class ExplorerState:
                                      max_queue=self.shared_limits.max_queue if self.shared else 0,
                                      on_publish=self.visitors.published, settings=settings)
         self.limits = Limits.from_settings(settings)
-        self.default_a, self.default_b = default_a, default_b
+        self.default_a, self.default_b = default_a or settings.model_a, default_b or settings.model_b
         self.downloads_dir = Path(tempfile.mkdtemp(prefix="explorer-downloads-"))
 
     # --- visitors (shared mode: explorer.app.sharing) --------------------------------------------------

@@ -401,11 +401,13 @@ def report(grid: Grid) -> list[Path]:
     write_results(grid)
     rows = read_results(grid.results_csv)
     shipped = study_report.shipped_points(grid.keep_dir.parent, grid.dataset)
+    paper_scale = study_report.shipped_points(grid.keep_dir.parent / "paper", grid.dataset)
     markdown = study_report.markdown(rows)  # the recipes side by side too, once another recipe has a row
     (grid.folder / "RESULTS.md").write_text(
         f"# {grid.name}: results\n\nWritten by `python -m explorer.study report` from {len(rows)} finished "
         f"trials of {len(grid.trials)} (results.csv).\n\n{markdown}\n\n![curve](curve.png)\n")
-    Image.fromarray(figure_to_array(study_report.curve_figure(rows, shipped))).save(grid.folder / "curve.png")
+    Image.fromarray(figure_to_array(study_report.curve_figure(rows, shipped, paper_scale=paper_scale))).save(
+        grid.folder / "curve.png")
     written = [grid.results_csv, grid.folder / "RESULTS.md", grid.folder / "curve.png"]
     readme = grid.folder.parent / "README.md"  # the project's, for the grid in its study folder
     if readme.is_file() and study_report.tables_block(readme.read_text()) is not None:

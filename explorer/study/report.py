@@ -395,33 +395,73 @@ def _curves(rows: list[dict], shipped: dict[str, dict] | None):
     return curves, markers, colors
 
 
-def _gaps(rows: list[dict], shipped: dict[str, dict] | None):
+# The study's arm under the paper's recipe: its ViT and its SPT + LSA (the paper's own LSA, τ per head).
+PAPER_ARM = ("vanilla", "spt_lsa_head")
+PAPER_ARM_GAP = "paper recipe: SPT + LSA (τ per head) − ViT"
+PAPER_SCALE_WORDS = "paper scale, 2.7 M, paper recipe"
+
+
+def _paper_arm(rows: list[dict]):
+    """The paper recipe's curves (label -> sizes, means, stds) of PAPER_ARM, their colours and styles."""
+    from explorer.analysis.plots import model_color
+    s = summary(rows, "paper")
+    curves, colors, styles = {}, {}, {}
+    for v, slot in zip(PAPER_ARM, ("vanilla", "spt_lsa"), strict=True):
+        sizes = sorted(n for n, w in s if w == v)
+        if sizes:
+            label = f"{ALL_NAMES[v]}, paper recipe"
+            curves[label] = (sizes, [s[(n, v)]["mean"] for n in sizes], [s[(n, v)]["std"] for n in sizes])
+            colors[label], styles[label] = model_color(VARIANT_COLOR[slot]), (":", "s")
+    return curves, colors, styles
+
+
+def _pair_gap(pair: dict[str, dict] | None, words: str, shape: str):
+    if pair and {"vanilla", "spt_lsa"} <= set(pair) and \
+            pair["vanilla"]["train_images"] == pair["spt_lsa"]["train_images"]:
+        return (pair["spt_lsa"]["train_images"], pair["spt_lsa"]["test_top1"] - pair["vanilla"]["test_top1"], words,
+                shape)
+    return None
+
+
+def _gaps(rows: list[dict], shipped: dict[str, dict] | None, paper_scale: dict[str, dict] | None = None):
+    """The light recipe's paired gaps, the paper recipe's (PAPER_ARM), and the shipped and paper-scale pairs'
+    gaps as a star and a diamond."""
     gaps = {n: {**g, "interval": interval(g["gaps"])} for n, g in paired_gaps(rows).items()}
-    pair, marker = shipped or {}, None
-    if {"vanilla", "spt_lsa"} <= set(pair) and pair["vanilla"]["train_images"] == pair["spt_lsa"]["train_images"]:
-        marker = (pair["spt_lsa"]["train_images"], pair["spt_lsa"]["test_top1"] - pair["vanilla"]["test_top1"],
-                  "shipped pair (staged recipe)")
-    return gaps, marker
+    arm = {n: {**g, "interval": interval(g["gaps"])} for n, g in paired_gaps(rows, *PAPER_ARM, recipe="paper").items()}
+    markers = [m for m in (_pair_gap(shipped, "shipped pair (0.2 M, staged recipe)", "*"),
+                           _pair_gap(paper_scale, f"{PAPER_SCALE_WORDS}", "D")) if m is not None]
+    return gaps, markers, ({PAPER_ARM_GAP: arm} if arm else {})
 
 
 GAP_LABEL = f"{NAMES['spt_lsa']} − {NAMES['vanilla']} (points)"
-NOTE = "one recipe for every size; band: ± one std over seeds"
+NOTE = "lines: the study's recipes; band: ± one std over seeds"
 
 
-def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None, gap_panel: bool = True):
-    """The study's figure: test top-1 against training-set size, a line and mean ± std band per variant,
-    the shipped pair as stars; beside it (`gap_panel`) the paired gap per size (each seed, the mean and its
-    95 % interval; the shipped pair's gap as a star)."""
-    from explorer.analysis.plots import plot_data_curve
+def curve_figure(rows: list[dict], shipped: dict[str, dict] | None = None, gap_panel: bool = True,
+                 paper_scale: dict[str, dict] | None = None):
+    """The study's figure: test top-1 against training-set size, a line and mean ± std band per variant
+    under the light recipe, and (dotted, hollow squares) the paper recipe's ViT and SPT + LSA; the shipped
+    pair as stars, the paper-scale pair (`paper_scale`, shipped_points of checkpoints/paper) as diamonds;
+    beside it (`gap_panel`) the paired gap per size (each seed, the mean and its 95 % interval; the paper
+    recipe's; the two pairs' gaps)."""
+    from explorer.analysis.plots import model_color, plot_data_curve
     curves, markers, colors = _curves(rows, shipped)
-    gaps, marker = _gaps(rows, shipped) if gap_panel else ({}, None)
+    arm, arm_colors, styles = _paper_arm(rows)
+    curves, colors = {**curves, **arm}, {**colors, **arm_colors}
+    shapes = {}
+    for v, point in (paper_scale or {}).items():
+        label = f"{NAMES[v]}, {PAPER_SCALE_WORDS}"
+        markers[label], colors[label], shapes[label] = (point["train_images"], point["test_top1"]), \
+            model_color(VARIANT_COLOR[v]), "D"
+    gaps, marker, arms = _gaps(rows, shipped, paper_scale) if gap_panel else ({}, None, None)
     return plot_data_curve(curves, markers, note=NOTE, colors=colors, gaps=gaps or None, gap_marker=marker,
-                           gap_label=GAP_LABEL, dashed=frozenset({NAMES["spt"], NAMES["lsa"]}))
+                           gap_label=GAP_LABEL, dashed=frozenset({NAMES["spt"], NAMES["lsa"]}), styles=styles,
+                           shapes=shapes, gap_arms=arms)
 
 
-def gap_figure(rows: list[dict], shipped: dict[str, dict] | None = None):
+def gap_figure(rows: list[dict], shipped: dict[str, dict] | None = None, paper_scale: dict[str, dict] | None = None):
     """The paired gap per size on its own (the app lays the two figures out side by side, or one above the
     other in a narrow window)."""
     from explorer.analysis.plots import plot_gaps
-    gaps, marker = _gaps(rows, shipped)
-    return plot_gaps(gaps, marker, GAP_LABEL)
+    gaps, markers, arms = _gaps(rows, shipped, paper_scale)
+    return plot_gaps(gaps, markers, GAP_LABEL, arms)

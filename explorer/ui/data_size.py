@@ -8,16 +8,17 @@ import gradio as gr
 from explorer.checkpoints.catalog import PAPER, STUDY
 from explorer.study import report as study_report
 from explorer.study.report import read_results
-from explorer.ui.context import UNLISTED, AppState, Page
+from explorer.ui.context import UNLISTED, AppState, Page, repo_link
 
 INTRO = """\
 The paper's claim is about **small** datasets. The same two models (and at 1,000 and 2,500 images SPT
 alone and LSA alone) were trained with one light recipe (crop and flip) on nested, class-balanced subsets of
-CIFAR-10, with several seeds each, and tested on all 10,000 test images (`study/README.md` has the design).
-At 1,000 images the 2x2 was also trained under the paper's own heavy recipe (CutMix and mixup, RandAugment,
-erasing, repeated augmentation, stochastic depth), and a ViT with CutMix alone; the tables below set the
-recipes side by side. Pick a training-set size to put that size's pair in the slots: every tab then works
-on them."""
+CIFAR-10, with several seeds each, and tested on all 10,000 test images ({study_md} has the design).
+At 1,000 and 2,500 images the ViT, LSA alone and SPT + LSA (and SPT alone at 1,000) were also trained under the
+paper's own heavy recipe (CutMix and mixup, RandAugment, erasing, repeated augmentation, stochastic depth), and a
+ViT with CutMix alone at 1,000; the tables below set the recipes side by side. The paper-scale pair (2.7 M
+parameters, the paper's recipe on 45,000 images) is drawn as diamonds. Pick a training-set size to put that
+size's pair in the slots: every tab then works on them."""
 
 
 class DataSizeTab:
@@ -57,11 +58,22 @@ class DataSizeTab:
         (checkpoints/study/results.csv)."""
         rows = self.results()
         shipped = study_report.shipped_points(self.app.root)
+        paper_scale = study_report.shipped_points(self.app.root / PAPER)
         text = study_report.markdown(rows) if rows else (
             "No trial of the study has finished yet: the figure shows the shipped models only.")
-        return (study_report.curve_figure(rows, shipped, gap_panel=False), study_report.gap_figure(rows, shipped),
-                text)
+        return (study_report.curve_figure(rows, shipped, gap_panel=False, paper_scale=paper_scale),
+                study_report.gap_figure(rows, shipped, paper_scale), text)
 
+
+    def answer(self) -> str:
+        """The measured answer, first: what SPT + LSA does at three settings (0.2 M under the light recipe and
+        under the paper's, 2.7 M at the paper's scale), from the numbers the app ships; "" without them."""
+        from explorer.study import mechanisms
+        try:
+            rows = mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")
+        except (OSError, ValueError, KeyError):
+            return ""
+        return mechanisms.three_settings(rows, self.results()) if rows else ""
 
     def mechanisms(self) -> str:
         """What LSA does to attention in the study's kept models, in words and a table, from the numbers
@@ -105,7 +117,10 @@ def build(app: AppState, page: Page) -> DataSizeTab:
     figure, gaps, text = tab.curve()
     sizes = tab.sizes()
     with gr.Tab("Small data", id="small-data"):
-        gr.Markdown(INTRO)
+        answer = tab.answer()
+        if answer:  # the outcome first, the design below it
+            gr.Markdown(answer, elem_id="data-size-answer")
+        gr.Markdown(INTRO.format(study_md=repo_link("study/README.md", app.settings.space_id)))
         # A first visit selects the size whose pair the slots open with (the shipped pair: 45,000 images).
         size = gr.Radio(sizes, value=tab.selected(*page.refs), elem_id="data-size",
                         label="training images: put that size's pair in the slots (A: ViT, B: SPT + LSA)")
