@@ -3,8 +3,16 @@
 
 from __future__ import annotations
 
-from explorer.checkpoints.catalog import (HUB_NOTE, ablation_pairs, grouped, label, listed_model, model_list, paper_pair,
-                                        study_pairs)
+from explorer.checkpoints.catalog import (
+    HUB_NOTE,
+    ablation_pairs,
+    grouped,
+    label,
+    listed_model,
+    model_list,
+    paper_pair,
+    study_pairs,
+)
 from explorer.core.card import Card, Data, Training
 
 
@@ -27,7 +35,11 @@ def test_the_lists_are_grouped_and_labelled():
                                    "study/cifar10-2500-vanilla", "study/cifar10-2500-spt_lsa",
                                    "study/cifar10-5000-vanilla", "finetuned/me/run-A"]
     labels = dict((r, lab) for lab, r in out)
-    assert labels["cifar10-vanilla"] == "cifar10-vanilla"
+    # The shipped 2x2 by variant and size (display only: the reference stays the value).
+    assert labels["cifar10-vanilla"] == "shipped · ViT · 45,000 images"
+    assert labels["cifar10-lsa"] == "shipped · LSA alone · 45,000 images"
+    assert label("cifar100-spt", card("spt", 45000, "cifar100")) == "shipped · SPT alone · 45,000 images · cifar100"
+    assert label("old-lsa", card("lsa", 45000)) == "old-lsa"  # not named as a shipped model: its name
     assert labels["study/cifar10-1000-spt_lsa"] == "small data · 1,000 images · SPT + LSA"
     assert labels["finetuned/me/run-A"] == "fine-tuned · run-A"
     assert label("study/broken", None) == "study/broken"  # an unreadable card: its name, as the slot says why

@@ -95,8 +95,9 @@ def test_shipped_table_is_the_shipped_pairs(pair):
     """Each shipped pair's table (corruptions.json, corruptions-paper.json) is found by its weights, A then B."""
     digests = [cc.weights_digest(ROOT / "checkpoints" / n) for n in pair]
     t = cc.shipped(digests)
-    assert t is not None, f"no table in explorer/shipped/ for {pair}: python tools/make_trust_results.py corruptions"
-    assert t.models == list(pair) and t.accuracy.shape == (2, 15, 5) and t.count == 1000 and t.library == "imagecorruptions==1.1.2"
+    assert t is not None, f"no table in explorer/shipped/ for {pair}: tools/make_trust_results.py corruptions"
+    assert t.models == list(pair) and t.accuracy.shape == (2, 15, 5) and t.count == 1000
+    assert t.library == "imagecorruptions==1.1.2"
     assert cc.shipped(digests[::-1]) is None
     # More severe is worse, on average over the corruptions, for both models.
     assert (np.diff(t.accuracy.mean(1), axis=-1) < 0.02).all()

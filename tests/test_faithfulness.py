@@ -99,7 +99,7 @@ def test_shipped_report_is_the_shipped_pairs(pair):
     from explorer.analysis.corruptions import weights_digest
     digests = [weights_digest(ROOT / "checkpoints" / n) for n in pair]
     report = ff.shipped(digests)
-    assert report is not None, f"no report in explorer/shipped/ for {pair}: python tools/make_trust_results.py faithfulness"
+    assert report is not None, f"no report in explorer/shipped/ for {pair}: tools/make_trust_results.py faithfulness"
     assert [m.name for m in report.models] == list(pair)
     assert ff.shipped(digests[::-1]) is None
     for m in report.models:

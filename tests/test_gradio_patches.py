@@ -57,7 +57,8 @@ def test_install_twice_patches_once():
     before = {name: fn for name, fn in ORIGINALS.items()}
     gradio_patches.install()
     assert ORIGINALS == before and set(ORIGINALS) == {"get_tool_to_endpoint", "_execute_tool_without_progress",
-                                                      "get_input_schema", "save_pil_to_cache"}
+                                                      "get_input_schema", "save_pil_to_cache",
+                                                      "SessionState.__setitem__"}
 
 
 def test_gradio_makes_every_public_endpoint_a_tool_and_the_patch_leaves_out_the_run_endpoints(server):
@@ -137,3 +138,37 @@ def test_the_patched_cache_names_a_file_as_gradio_does(tmp_path):
     gradios = ORIGINALS["save_pil_to_cache"](grey, str(tmp_path / "gradio"), format="png")
     assert Path(ours).relative_to(tmp_path / "ours") == Path(gradios).relative_to(tmp_path / "gradio"), \
         "Gradio names its cached images otherwise: install_image_cache must follow"
+
+
+def saved_values(patched: bool) -> dict:
+    """What a link to the view would save for a dropdown (its id's value, and any other id's) after a
+    handler has updated its choices, then the visitor picked "c" and a handler answered "b"."""
+    from gradio.state_holder import SessionState
+    with gr.Blocks() as demo:
+        slot = gr.Dropdown(["a", "b", "c"], value="b", allow_custom_value=True)
+        gr.Button().click(lambda: gr.update(choices=["a", "b", "c"]), None, slot)
+        slot.change(lambda ref: ref, slot, slot)
+    lists, picked = demo.fns.values()
+    setitem = SessionState.__setitem__
+    if not patched:
+        SessionState.__setitem__ = ORIGINALS["SessionState.__setitem__"]
+    try:
+        state = SessionState(demo)
+        asyncio.run(demo.postprocess_data(lists, gr.update(choices=["a", "b", "c"]), state))
+        asyncio.run(demo.preprocess_data(picked, ["c"], state))
+        seen_c = {c["id"]: c["props"].get("value") for c in state.components if c["type"] == "dropdown"}
+        asyncio.run(demo.postprocess_data(picked, "b", state))
+        seen_b = {c["id"]: c["props"].get("value") for c in state.components if c["type"] == "dropdown"}
+    finally:
+        SessionState.__setitem__ = setitem
+    return {"id": slot._id, "after_input": seen_c, "after_output": seen_b}
+
+
+def test_gradio_saves_an_updated_components_values_under_a_new_id_and_the_patch_under_its_own():
+    plain = saved_values(patched=False)
+    assert plain["after_input"][plain["id"]] == "a"  # the update left the first choice under the page's id
+    assert "c" in plain["after_input"].values() and len(plain["after_input"]) == 2
+    assert plain["after_output"][plain["id"]] == "a" and "b" in plain["after_output"].values()
+    patched = saved_values(patched=True)
+    assert patched["after_input"] == {patched["id"]: "c"}
+    assert patched["after_output"] == {patched["id"]: "b"}

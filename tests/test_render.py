@@ -429,3 +429,39 @@ def test_encode_png_is_lossless(shape):
     decoded = Image.open(io.BytesIO(render.encode_png(pixels)))
     assert decoded.mode == "RGB" and decoded.size == (shape[1], shape[0])
     np.testing.assert_array_equal(np.asarray(decoded), pixels)
+
+
+def test_plot_tau_heads_writes_each_heads_ratio_beside_its_layers_mean_on_a_scale_centred_at_one():
+    fig = plots.plot_tau_heads({"A: lsa": [[8.8], [7.2]], "B: spt_lsa": [[4.8, 3.2, 4.0], [4.4, 3.6, 4.0]]},
+                               {"A: lsa": 8.0, "B: spt_lsa": 4.0})
+    per_layer, per_head = [ax for ax in fig.axes if ax.images]
+    assert [t.get_text() for t in per_layer.get_xticklabels()] == ["one τ per layer"]
+    assert [t.get_text() for t in per_layer.texts] == ["1.10", "0.90"]
+    assert [t.get_text() for t in per_head.get_xticklabels()] == ["0", "1", "2", "mean"]
+    assert [t.get_text() for t in per_head.texts] == ["1.20", "0.80", "1.00", "1.00", "1.10", "0.90", "1.00", "1.00"]
+    assert [t.get_text() for t in per_head.get_yticklabels()] == ["L0", "L1"]
+    norm = per_head.images[0].norm
+    assert norm.vmin + norm.vmax == pytest.approx(2.0) and norm.vmax >= 1.2  # both panels on one scale
+    assert per_layer.images[0].norm is norm
+    assert plots.figure_to_array(fig).shape[1] == 520
+    empty = plots.plot_tau_heads({"A: vanilla": []}, {})
+    assert [t.get_text() for t in empty.axes[0].texts] == [plots.NO_LSA_TEXT]
+
+
+def test_plot_tau_trajectory_draws_each_layers_mean_and_its_heads_range_in_the_models_colour():
+    history = [{"epoch": e, "tau": [[4.0 + 0.1 * e, 4.0 - 0.1 * e], [4.4, 4.4]]} for e in (1, 2, 3)]
+    fig = plots.plot_tau_trajectory({"B: spt_lsa": history, "A: vanilla": []}, {"B: spt_lsa": 4.0},
+                                    {"B: spt_lsa": plots.model_color(1)})
+    layers = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in layers] == ["layer 0", "layer 1"]
+    mean = layers[0].lines[0]
+    np.testing.assert_allclose(mean.get_ydata(), [1.0, 1.0, 1.0])
+    assert mean.get_color() == plots.model_color(1)
+    band = layers[0].collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(0.925) and band.max() == pytest.approx(1.075)
+    assert not layers[1].collections  # one tau in all heads: no band
+    np.testing.assert_allclose(layers[1].lines[0].get_ydata(), [1.1, 1.1, 1.1])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["B: spt_lsa: mean over heads",
+                                                                  "B: spt_lsa: heads' range"]
+    empty = plots.plot_tau_trajectory({"A: vanilla": []}, {}, empty="no tau per epoch")
+    assert [t.get_text() for t in empty.axes[0].texts] == ["no tau per epoch"]

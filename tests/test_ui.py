@@ -245,7 +245,7 @@ def test_the_small_data_tab_puts_a_size_pair_in_the_slots(tmp_path, tiny_checkpo
     config = build_demo(ex).config
     slot = next(c for c in config["components"] if c["props"].get("label") == "Model A")
     labels = [choice[0] for choice in slot["props"]["choices"]]
-    assert labels[:2] == ["cifar10-spt_lsa", "cifar10-vanilla"]
+    assert [lab.split(" · ")[:2] for lab in labels[:2]] == [["shipped", "SPT + LSA"], ["shipped", "ViT"]], labels
     assert labels[2:] == ["small data · 1,000 images · ViT", "small data · 1,000 images · SPT + LSA",
                           "small data · 2,500 images · ViT", "small data · 2,500 images · SPT + LSA",
                           "small data · 5,000 images · ViT"]
@@ -286,3 +286,10 @@ def test_a_buttons_refusal_is_said_in_place_and_still_reaches_an_api_caller(caps
     assert next(failed)[0] == f"**⚠ not evaluated:** {FAULT}"
     with pytest.raises(ZeroDivisionError, match="a bug"):
         next(failed)
+
+
+def test_a_repository_file_is_a_link_on_a_space_and_its_path_elsewhere():
+    from explorer.ui.context import repo_link
+    assert repo_link("docs/trust.md", "me/explorer") == \
+        "[docs/trust.md](https://huggingface.co/spaces/me/explorer/blob/main/docs/trust.md)"
+    assert repo_link("study/README.md", None) == "`study/README.md`"

@@ -82,9 +82,84 @@ def test_faithfulness_is_measured_then_shown_beside_the_maps(tab):
     rollout = next(line for line in after.splitlines() if line.startswith("| attention rollout"))
     cells = [c.strip() for c in rollout.strip("|").split("|")][1:]
     assert cells == [shown[(m, "rollout")][col] for m in (label_a, label_b)
-                     for col in ("deletion AUC (lower is better)", "insertion AUC (higher is better)")]
+                     for col in ("deletion ↓", "insertion ↑")]
     assert "occlusion" not in after and "random ranking" in after
     occlusion = map_note(tab.app, ("occlusion",))("cifar10-spt_lsa", "cifar10-vanilla")
     assert "| occlusion |" in occlusion and "attention rollout" not in occlusion
     again = tab.trust_faithfulness("cifar10-vanilla", "cifar10-spt_lsa", progress=no_progress)
     assert "(cache)" in again[0]
+
+
+def _ship_for(tab, tmp_path, monkeypatch):
+    """The shipped results rewritten for the tiny pair's weights, in a folder of their own."""
+    from explorer.analysis import corruptions
+    digests = [tab.service.digest(tab.app.model(ref)) for ref in ("cifar10-vanilla", "cifar10-spt_lsa")]
+    for name in ("corruptions", "faithfulness"):
+        data = json.loads((corruptions.SHIPPED.parent / f"{name}.json").read_text())
+        data["weights"] = digests
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    monkeypatch.setattr(corruptions, "SHIPPED", tmp_path / "corruptions.json")
+    monkeypatch.setattr("explorer.analysis.faithfulness.SHIPPED", tmp_path / "faithfulness.json")
+
+
+def test_a_pair_with_shipped_results_shows_them_on_arrival_verdict_first(tab, tmp_path, monkeypatch):
+    _ship_for(tab, tmp_path, monkeypatch)
+    shown = tab.arrive("cifar10-vanilla", "cifar10-spt_lsa")
+    assert shown.verdict.startswith("**Verdict**") and "mCE" in shown.verdict and "most faithful" in shown.verdict
+    summary, figure, table, files = shown.corr
+    assert "(shipped;" in summary and len(table) == 30 and figure.ndim == 3 and shown.corr_count == 1000
+    summary, figure, table, files = shown.faith
+    assert "(shipped)" in summary and len(table) == 8 and figure.ndim == 3
+    updates = shown.updates()
+    assert [u.visible for u in updates if isinstance(u, gr.Column)] == [True] * 4 + [False]  # the report's: later
+
+
+def test_a_pair_without_shipped_results_says_in_words_what_each_button_costs(tab):
+    shown = tab.arrive("cifar10-vanilla", "cifar10-spt_lsa", 1000)
+    assert shown.verdict == "" and shown.faith is None and shown.corr is None
+    assert "nothing is shipped for this pair" in shown.corr_text and "about " in shown.corr_text
+    assert f"first {shown.corr_count:,} test images" in shown.corr_text
+    assert 100 <= shown.corr_count <= 1000 and shown.corr_count % 100 == 0
+    assert "nothing is shipped" in shown.faith_text and "about " in shown.faith_text
+    assert "1,000 images" in shown.report_text and "computed when the tab opens" in shown.report_text
+    updates = shown.updates()
+    # No empty table on the page: each result's box stays hidden until it has something to show.
+    assert [u.visible for u in updates if isinstance(u, gr.Column)] == [False] * 5
+    assert updates[2] is None and updates[9] is None  # the tables: nothing, not empty frames
+
+
+def test_the_cost_is_measured_once_the_report_has_run(tab):
+    from explorer.analysis.trust_service import PATIENCE
+    pair = [tab.app.model(ref) for ref in ("cifar10-vanilla", "cifar10-spt_lsa")]
+    count = tab.service.corruption_count(pair)
+    assert tab.service.corruption_cost(pair, count).seconds <= PATIENCE or count == 100
+    tab.trust_report("cifar10-vanilla", "cifar10-spt_lsa", TEST, None, 300, progress=no_progress)
+    assert tab.service.rate(pair).measured
+    words = tab.arrive("cifar10-vanilla", "cifar10-spt_lsa").corr_text
+    assert "at this host's measured rate" in words
+
+
+def test_the_report_computes_itself_when_the_tab_opens_once_per_pair(tab):
+    skipped = tab.opened("Compare", "cifar10-vanilla", "cifar10-spt_lsa", None, 200, progress=no_progress)
+    assert len(skipped) == 11 and all(isinstance(s, type(gr.skip())) for s in skipped)
+    out = tab.opened("Trust", "cifar10-vanilla", "cifar10-spt_lsa", None, 200, progress=no_progress)
+    assert "200 images" in out[0]
+    again = tab.opened("Trust", "cifar10-vanilla", "cifar10-spt_lsa", out[-1], 200, progress=no_progress)
+    assert all(isinstance(s, type(gr.skip())) for s in again)
+
+
+def test_progress_says_done_of_total_and_the_time_left():
+    from explorer.analysis.trust_service import Eta
+    from explorer.ui import trust_text
+    assert (trust_text.progress_line("gaussian_noise severity 3 (3/75)", 3, 75, "settings", 30.4)
+            == "gaussian_noise severity 3 · 3 of 75 settings · about 30 s left")
+    assert trust_text.progress_line("model A", 0, 2000, "images", None) == "model A · 0 of 2,000 images"
+    assert trust_text.progress_line("x", 1, 4, "steps", 600) == "x · 1 of 4 steps · about 10 min left"
+    eta = Eta(began=100.0)
+    assert eta.left(0.25, now=110.0) == pytest.approx(30.0) and eta.left(0.0, now=110.0) is None
+    seen = []
+    report = trust_text.timed(lambda f, desc: seen.append((f, desc)), 10, "steps")
+    report(0.5, "A: rollout curves")
+    assert seen[0][0] == 0.5 and seen[0][1].startswith("A: rollout curves · 5 of 10 steps · about ")
+    assert trust_text.cost(trust_text.Cost(40.2, True)) == "about 40 s at this host's measured rate"
+    assert trust_text.cost(trust_text.Cost(400, False)) == "about 7 min (estimated from the models' sizes)"

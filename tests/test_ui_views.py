@@ -12,7 +12,7 @@ import pytest
 
 from explorer.ui import AppState, build_demo
 from explorer.ui.evidence import LABEL, STRIP_ROW, TOP1
-from explorer.ui.tau import TauTab
+from explorer.ui.tau import TauTab, on_page
 from tests.handlers import A, B, ui
 from tests.helpers import pair_folder
 
@@ -109,7 +109,7 @@ def test_a_query_click_sends_one_picture_and_the_cell_the_page_outlines(ex, imag
     assert picker.shape == (224, 224, 3)  # the plain image: no outline drawn into it
     np.testing.assert_array_equal(picker, ui(ex).attention.query_picker(image_file))
     layer0, caption, _ = ui(ex).attention.attention_query(image_file, A, B, 0, "head 1", 31.0, 0.0)
-    assert layer0.ndim == 3 and "Layer 0 for A" in caption
+    assert layer0.ndim == 3 and "Layer 0 of 2 (the first) for A" in caption
     assert not np.array_equal(layer0, ui(ex).attention.attention_query(image_file, A, B, 1, "head 1", 31.0, 0.0)[0])
     assert ui(ex).attention.query_picker(None) is None
 
@@ -143,10 +143,10 @@ def test_locality_and_tau(ex, image_file):
     assert list(table.columns) == ["model", "mean distance (px)", "mean entropy (nats)"] and len(table) == 2
     dist64, _, _ = ui(ex).attention.locality(image_file, A, B, "64 test images")
     assert len(dist.axes[0].get_lines()) >= 2
-    tau_plot, history_plot, tau_table = ui(ex).tau.tau(A, B)
-    assert set(tau_table["layer"]) == {0, 1} and all("spt_lsa" in m for m in tau_table["model"])
+    tau_plot, history_plot, tau_table, note = ui(ex).tau.tau(A, B)
+    assert set(tau_table["layer"]) == {0, 1} and set(tau_table["model"]) == {f"B: {B}"}
     loaded = ex.store.get(B)
-    assert tau_table["tau"][0] == f"{loaded.probe.tau()[0][0]:.3f}"
+    assert tau_table["tau"][0] == f"{loaded.probe.tau()[0][0]:.2f}" and history_plot is not None
 
 
 @pytest.fixture(scope="module")
@@ -166,20 +166,39 @@ def ablation_root(tmp_path_factory, tiny_checkpoints, cifar10):
     return root
 
 
-def test_the_tau_tab_shows_every_shipped_lsa_model_whatever_the_slots_hold(ablation_root, data_dir):
-    root = ablation_root
-    here = AppState(root=root, data_dir=str(data_dir))
+def test_the_tau_tab_names_only_the_slots_models_and_says_when_one_has_no_tau(ablation_root, data_dir):
+    """Issue: "Tau names only the slots' models and says when one has no τ"; cifar10-lsa, an LSA model in
+    neither slot, is not shown."""
+    here = AppState(root=ablation_root, data_dir=str(data_dir))
     tab = TauTab(here)
-    assert tab.shipped_lsa() == ["cifar10-broken", "cifar10-lsa", "cifar10-spt_lsa"]  # from the cards alone
-    _, _, table = tab.tau(A, A)  # neither slot holds an LSA model
-    labels = [here.store.get(r).label for r in ("cifar10-lsa", "cifar10-spt_lsa")]
-    assert list(dict.fromkeys(table["model"])) == labels and "(lsa)" in labels[0] and "(spt_lsa)" in labels[1]
-    for ref in ("cifar10-lsa", "cifar10-spt_lsa"):
-        loaded = here.store.get(ref)
-        rows = table[table["model"] == loaded.label]
-        assert list(rows["tau"]) == [", ".join(f"{v:.3f}" for v in t) for t in loaded.probe.tau()]
-    plot, history, _ = tab.tau(B, A)
-    assert [t.get_text() for t in plot.legends[0].get_texts()][:2] == labels  # the legend under the plot
+    plot, history, table, note = tab.tau(A, B)  # A: a ViT, B: SPT + LSA
+    assert set(table["model"]) == {f"B: {B}"} and "cifar10-lsa" not in note
+    assert f"**A**: `{A}` is a ViT without LSA: it has no tau." in note and f"**B**: `{B}` learns" in note
+    loaded = here.store.get(B)
+    assert list(table["tau"]) == [", ".join(f"{v:.2f}" for v in t) for t in loaded.probe.tau()]
+    assert [ax.get_title() for ax in plot.axes if ax.images] == [f"B: {B} · √d_k = {loaded.config.initial_tau:.3g}"]
+    assert history is not None
+    _, _, table, note = tab.tau("cifar10-lsa", B)  # both slots hold LSA: both shown, A's first, none else
+    assert list(dict.fromkeys(table["model"])) == ["A: cifar10-lsa", f"B: {B}"] and "no tau" not in note
+    plot, history, table, note = tab.tau(A, A)  # neither slot holds an LSA model; both hold the same one
+    assert plot is None and history is None and table.empty
+    assert note == f"**A = B**: `{A}` is a ViT without LSA: it has no tau."
+    shown = on_page(tab.tau)(A, A)  # the page hides the pictures it has no plot for
+    assert [shown[i]["visible"] for i in (0, 1)] == [False, False]
+    shown = on_page(tab.tau)(A, B)
+    assert [shown[i]["visible"] for i in (0, 1)] == [True, True] and shown[0]["value"].shape[1] == 520
+
+
+def test_a_card_without_tau_per_epoch_gets_words_not_an_empty_trajectory(tmp_path, tiny_checkpoints, data_dir):
+    import json
+    root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints)
+    card = root / B / "explorer.json"
+    data = json.loads(card.read_text())
+    data["history"] = [{k: v for k, v in epoch.items() if k != "tau"} for epoch in data["history"]]
+    card.write_text(json.dumps(data))
+    plot, history, table, note = TauTab(AppState(root=root, data_dir=str(data_dir))).tau(A, B)
+    assert plot is not None and history is None and len(table) == 2
+    assert "its card records no tau per epoch, so there is no trajectory to draw" in note
 
 
 def test_ablation_pairs_put_two_corners_of_the_2x2_in_the_slots_in_one_click(ablation_root, data_dir, ex):

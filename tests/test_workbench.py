@@ -115,17 +115,17 @@ def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, 
     assert analysis["result"].attention.shape == (1, layers, heads, grid * grid, grid * grid)
     assert view.distance.shape == view.entropy.shape == (layers, heads) and np.isfinite(view.entropy).all()
     assert view.query == (2, 5) and len(analysis["top5"]) == 5
-    # one layer's 12 heads in a near square of tiles; every layer x head in the sheet
+    # one layer's 12 heads in a near square of captioned tiles (3 x 4); no every-layer x head sheet past 4 heads
     columns, tile = tile_layout(heads, 224)
-    assert (columns, tile) == (4, 74)
-    assert view.focus.shape[0] < 4 * tile < view.focus.shape[1]
-    assert view.sheet.shape[0] > layers * 40 and view.sheet.shape[1] > heads * 40
+    assert (columns, tile) == (3, 104)
+    assert 4 * tile < view.focus.shape[0] < 4 * (tile + 60) and 3 * tile < view.focus.shape[1] < 4 * tile
+    assert view.sheet is None and view.marks.distance.shape == view.marks.self_share.shape == (heads,)
     for head in ("mean of heads", "head 11"):
         one = analyze_pair([loaded], cache, images[0], images[0], 2, head, (9, 20), parts=("focus",))[0]["view"]
         assert one.focus.shape[:2] == (224, 224 + render.BAR_GAP + render.BAR_WIDTH)
     with pytest.raises(ValueError, match="has 12 heads; there is no head 12"):
         analyze_pair([loaded], cache, images[0], images[0], 2, "head 12", (9, 20), parts=("focus",))
-    assert set(side_by_side_pictures([analysis, analysis])) == {"focus", "sheet", "rollout"}
+    assert set(side_by_side_pictures([analysis, analysis])) == {"focus", "rollout"}
     w = what_if(loaded, cache, images[0], images[0], factor=2.0, diagonal_mask=False, layer=2)
     assert w.entropy.shape == w.distance.shape == (2, layers, heads)
     tau = loaded.probe.tau()

@@ -386,6 +386,58 @@ def head_tiles(image: np.ndarray, maps: np.ndarray, query: tuple[int, int] | Non
     return sheet
 
 
+# The marks of one layer's heads (marked_tiles' frames and words): green for the most local head, blue for the
+# one that gives its own patch the most attention; neither is in inferno, nor the query's cyan.
+MOST_LOCAL_COLOR = (0, 160, 0)
+MOST_SELF_COLOR = (40, 90, 255)
+
+
+def marked_tiles(image: np.ndarray, maps: np.ndarray, query: tuple[int, int] | None = None, cell: int = 112,
+                 columns: int = 2, gap: int = 6, lines: Sequence[Sequence[tuple[str, tuple]]] | None = None,
+                 frames: Sequence[Sequence[tuple]] | None = None, frame: int = 3) -> np.ndarray:
+    """The heads' maps (H, g, g) of one layer as tiles, `columns` to a row, like head_tiles, each under
+    several caption lines of its own colour (`lines[j]`: (text, rgb) pairs, padded to the longest) and framed
+    in the colours of `frames[j]` (outermost first; `frame` px each, drawn in the gap around the tile).
+
+    One colour bar on the right reads 0..max; each tile is coloured from 0 to its own max.
+    """
+    maps = np.asarray(maps)
+    if maps.ndim != 3:
+        raise ValueError(f"maps must be (heads, g, g), got shape {maps.shape}")
+    heads = maps.shape[0]
+    lines = [[(f"head {j}", _BLACK)] for j in range(heads)] if lines is None else [list(t) for t in lines]
+    frames = [()] * heads if frames is None else [tuple(f) for f in frames]
+    if len(lines) != heads or len(frames) != heads or columns < 1:
+        raise ValueError(f"need {heads} caption lists, {heads} frame lists and columns >= 1, "
+                         f"got {len(lines)}, {len(frames)} and {columns}")
+    depth = max((len(f) for f in frames), default=0) * frame
+    pad = max(gap, 2 * depth)  # room around each tile for its frames
+    count = max((len(t) for t in lines), default=0)
+    base = _resized(image, cell)
+    tiles = []
+    for m, caption in zip(maps, lines, strict=True):
+        tile = _overlay(base, m, 0.6, None, query)[0]
+        for text, color in reversed(caption + [("", _BLACK)] * (count - len(caption))):
+            tile = label_image(tile, text, color=color)
+        tiles.append(tile)
+    th, tw = (tiles[0].shape[:2] if tiles else (cell, cell))
+    rows = -(-heads // columns)
+    step_y, step_x = th + pad, tw + pad
+    height, width = rows * step_y - pad + 2 * depth, min(columns, max(heads, 1)) * step_x - pad + 2 * depth
+    sheet = np.full((height, width + gap + BAR_WIDTH, 3), 255, np.uint8)
+    for j, (tile, colors) in enumerate(zip(tiles, frames, strict=True)):
+        y, x = depth + (j // columns) * step_y, depth + (j % columns) * step_x
+        sheet[y:y + th, x:x + tw] = tile
+        for k, color in enumerate(colors):  # outermost first, each inside the last
+            out = depth - k * frame
+            y0, y1, x0, x1 = y - out, y + th + out, x - out, x + tw + out
+            for ys, xs in ((slice(y0, y0 + frame), slice(x0, x1)), (slice(y1 - frame, y1), slice(x0, x1)),
+                           (slice(y0, y1), slice(x0, x0 + frame)), (slice(y0, y1), slice(x1 - frame, x1))):
+                sheet[ys, xs] = color
+    sheet[:, width + gap:] = _colorbar(height, "max")[:, BAR_GAP:]
+    return sheet
+
+
 def side_by_side(images: Sequence[np.ndarray], titles: Sequence[str] | None = None, gap: int = 16) -> np.ndarray:
     """Pictures in one row on white, tops aligned, each under its own one-line title.
 

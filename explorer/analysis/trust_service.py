@@ -4,15 +4,54 @@ is shipped for the shipped pair. The UI and bench/trust_cost.py call this module
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from explorer.analysis import corruptions, faithfulness, trust
 
+# What a measure costs, before it has run: seconds per image and model per million parameters, and seconds to
+# corrupt one image once, measured on a loaded 2-core host (bench/trust_cost.py; docs/trust.md, "What each
+# measure costs"). Once a pair's whole-set report has run here, its own measured rate replaces the first.
+SECONDS_PER_IMAGE_MPARAM = 0.008
+CORRUPT_SECONDS = 0.0055
+PATIENCE = 90.0  # seconds: what a computed corruption table's default image count is sized to on a CPU Space
+CORRUPTION_COUNTS = (100, 1000)  # the default image count's range (a multiple of 100)
 
-def _digests(models) -> list[str]:
-    return [corruptions.weights_digest(m.folder) for m in models]
+
+def forward_passes(config, count: int = faithfulness.IMAGES,
+                   randomised: int = faithfulness.RANDOMISATION_IMAGES) -> int:
+    """Images one model sees in a faithfulness report: per image, the clean maps and occlusion (one pass per
+    patch), then a curve per kind of map and mode; per randomised image, the maps again at every stage (the
+    head, each block, the embedding) and once trained."""
+    patches = config.grid_size ** 2
+    maps = patches + 1
+    curve = len(faithfulness.curve_fractions(patches)) * 2 * len(faithfulness.KINDS)
+    return count * (maps + curve) + randomised * maps * (config.num_layers + 3)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a measure will cost for a pair: seconds, and whether the rate behind them was measured here."""
+
+    seconds: float
+    measured: bool
+
+
+@dataclass
+class Eta:
+    """Time left in a job, from its measured rate: `left(fraction)` is the seconds still to go, extrapolated
+    from the time since the job began (None before any of it is done)."""
+
+    began: float = field(default_factory=time.perf_counter)
+
+    def left(self, fraction: float, now: float | None = None) -> float | None:
+        elapsed = (time.perf_counter() if now is None else now) - self.began
+        if fraction <= 0 or elapsed <= 0:
+            return None
+        return elapsed * (1 - min(fraction, 1.0)) / fraction
 
 
 @dataclass
@@ -26,6 +65,8 @@ class TrustService:
     # Evidence tabs show beside its maps (with the report's dataset and image count).
     by_model: trust.ReportCache = field(default_factory=lambda: trust.ReportCache(64))
     digests: trust.ReportCache = field(default_factory=lambda: trust.ReportCache(64))  # identity -> weights' SHA-256
+    # Seconds per image and model, measured by a whole-set report computed here, by the pair's identities.
+    rates: trust.ReportCache = field(default_factory=lambda: trust.ReportCache(64))
 
     def report(self, models, data: trust.LabelledSet, progress=None) -> tuple[trust.TrustReport, bool]:
         """(the pair's report on `data`, whether it came from the cache)."""
@@ -33,7 +74,9 @@ class TrustService:
         found = self.reports.get(key)
         if found is not None:
             return found, True
+        began = time.perf_counter()
         report = trust.trust_pair(models, data, progress=progress)
+        self.rates.put(key[0], (time.perf_counter() - began) / max(1, len(models) * len(data.labels)))
         self.reports.put(key, report)
         return report, False
 
@@ -41,7 +84,7 @@ class TrustService:
                          progress=None) -> tuple[corruptions.CorruptionTable, str]:
         """(the table, where it came from: "shipped", "cache" or "computed"); the shipped table serves only
         the exact pair it was computed for, on the same number of images."""
-        table = corruptions.shipped(_digests(models))
+        table = corruptions.shipped([self.digest(m) for m in models])
         if table is not None and table.count == len(labels):
             return table, "shipped"
         key = (tuple(m.identity for m in models), trust.LabelledSet(dataset, images, labels, [], np.arange(0)).key)
@@ -55,7 +98,7 @@ class TrustService:
 
     def faithfulness(self, models, images: np.ndarray, dataset: str, count: int = faithfulness.IMAGES,
                      progress=None) -> tuple[faithfulness.FaithfulnessReport, str]:
-        report = faithfulness.shipped(_digests(models))
+        report = faithfulness.shipped([self.digest(m) for m in models])
         if report is not None and report.count == min(count, len(images)):
             return report, "shipped"
         key = (tuple(m.identity for m in models), count, dataset)
@@ -73,9 +116,53 @@ class TrustService:
         many images), from a report computed here or the shipped one; None when never measured."""
         found = self.by_model.get(model.identity)
         if found is None:
-            digest = self.digests.get(model.identity)
-            if digest is None:
-                digest = corruptions.weights_digest(model.folder)
-                self.digests.put(model.identity, digest)
-            found = faithfulness.shipped_for(digest)
+            found = faithfulness.shipped_for(self.digest(model))
         return found
+
+    def digest(self, model) -> str:
+        """The weights' SHA-256 of `model`, read once per identity."""
+        digest = self.digests.get(model.identity)
+        if digest is None:
+            digest = corruptions.weights_digest(model.folder)
+            self.digests.put(model.identity, digest)
+        return digest
+
+    def shipped(self, models) -> tuple[corruptions.CorruptionTable | None, faithfulness.FaithfulnessReport | None]:
+        """The corruption table and the faithfulness report shipped for exactly this pair (A, B), if any."""
+        digests = [self.digest(m) for m in models]
+        return corruptions.shipped(digests), faithfulness.shipped(digests)
+
+    def rate(self, models) -> Cost:
+        """Seconds per image and model for this pair: measured by its whole-set report here, else the constant
+        per million parameters (the larger model's)."""
+        measured = self.rates.get(tuple(m.identity for m in models))
+        if measured is not None:
+            return Cost(measured, True)
+        params = max(_parameters(m) for m in models)
+        return Cost(SECONDS_PER_IMAGE_MPARAM * params / 1e6, False)
+
+    def report_cost(self, models, count: int) -> Cost:
+        r = self.rate(models)
+        return Cost(r.seconds * count * len(models), r.measured)
+
+    def corruption_cost(self, models, count: int) -> Cost:
+        """The clean set and 15 corruptions x 5 severities, each generated once and shown to every model."""
+        r = self.rate(models)
+        settings = len(corruptions.CORRUPTIONS) * len(corruptions.SEVERITIES)
+        per_image = (settings + 1) * len(models) * r.seconds + settings * CORRUPT_SECONDS
+        return Cost(per_image * count, r.measured)
+
+    def corruption_count(self, models) -> int:
+        """The image count a computed corruption table defaults to: what fits PATIENCE, in hundreds."""
+        per_image = self.corruption_cost(models, 1).seconds
+        low, high = CORRUPTION_COUNTS
+        return int(min(high, max(low, math.floor(PATIENCE / max(per_image, 1e-9) / 100) * 100)))
+
+    def faithfulness_cost(self, models) -> Cost:
+        r = self.rate(models)
+        return Cost(sum(r.seconds * forward_passes(m.config) for m in models), r.measured)
+
+
+def _parameters(model) -> int:
+    keras_model = getattr(model, "model", model)
+    return int(keras_model.count_params())

@@ -47,11 +47,22 @@ RECIPE_LABELS = {"paper": "paper recipe", "cutmix": "light recipe + CutMix",
                  "paper-autoaugment": "paper recipe with AutoAugment"}
 
 
+def _shipped(ref: str, card: Card | None) -> bool:
+    """Whether `ref` is one of the shipped 2x2 (checkpoints/<dataset>-<variant>, named as its card says)."""
+    return ("/" not in ref and card is not None and card.variant in ORDER and bool(card.dataset.name)
+            and ref == f"{card.dataset.name}-{card.variant}")
+
+
 def label(ref: str, card: Card | None) -> str:
-    """What a slot shows for `ref`: shipped names as they are, a study model by its training-set size and
+    """What a slot shows for `ref` (display only: the slot's value stays `ref`): a shipped model of the 2x2
+    by its variant and training-set size ("shipped · ViT · 45,000 images"), a study model by its training-set size and
     variant (and "tau per head" for the per-head ones, the recipe when not the light one), a fine-tuned run
     by its name."""
     parts = ref.split("/")
+    if _shipped(ref, card):
+        images = f" · {_images(card):,} images" if _images(card) else ""
+        other = f" · {card.dataset.name}" if card.dataset.name != "cifar10" else ""  # CIFAR-10's, unless named
+        return f"shipped · {NAMES[card.variant]}{images}{other}"
     if parts[0] == PAPER and card is not None and card.variant:
         images = f" · {_images(card):,} images" if _images(card) else ""
         recipe = study_recipe(card)  # the paper recipe is the group's own; another one is named
@@ -64,7 +75,7 @@ def label(ref: str, card: Card | None) -> str:
         return f"small data · {_images(card):,} images · {NAMES.get(card.variant, card.variant)}{per_head}{tag}"
     if parts[0] == FINETUNED:
         return f"fine-tuned · {parts[-1]}"
-    return ref
+    return ref  # any other checkpoint, or one whose card cannot be read: its name
 
 
 def grouped(refs: list[str], cards: dict[str, Card | None]) -> list[tuple[str, str]]:

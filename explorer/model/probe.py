@@ -150,6 +150,13 @@ class WhatIfProbe:
         return ProbeResult(logits=logits, attention=np.stack(scores, axis=1), patches=patches)
 
 
+def what_if_logits_model(model):
+    """A Keras model of `model`'s own layers, called on `[images, factor, diagonal_mask]` (each per image),
+    that returns only the logits with every attention layer run by `attention_what_if`: the what-if probe's
+    switches without its attention maps, for answers over many images."""
+    return _what_if_graph(model, {layer.name for layer in attention_layers(model)})
+
+
 # --- derived quantities (numpy; any leading batch dims are allowed unless said otherwise) ----------
 
 
@@ -159,6 +166,15 @@ def query_attention(attention: np.ndarray, layer: int, query: int, grid: int) ->
     `attention` is one image's (layers, heads, N, N).
     """
     return attention[layer, :, query, :].reshape(-1, grid, grid)
+
+
+def query_locality(attention: np.ndarray, layer: int, query: int, grid: int,
+                   pixels_per_patch: float) -> tuple[np.ndarray, np.ndarray]:
+    """For one query patch of one layer: each head's attention distance from it (input pixels: the measure
+    mean_attention_distance averages over queries) and the share of its attention it gives its own patch
+    (what LSA's diagonal mask sets to 0). `attention` is one image's (layers, heads, N, N); two (heads,)."""
+    row = attention[layer, :, query, :]
+    return (row * patch_distances(grid, pixels_per_patch)[query]).sum(-1), row[:, query]
 
 
 def received_attention(attention: np.ndarray, grid: int) -> np.ndarray:
@@ -221,6 +237,9 @@ def attention_entropy(attention: np.ndarray) -> np.ndarray:
 
 
 def tau_table(model, config: ViTConfig) -> list[dict]:
-    """One row per LSA layer: the learned tau (per head when per-head) beside its initial sqrt(d_k)."""
-    return [{"layer": i, "tau": values, "mean_tau": float(np.mean(values)), "initial": config.initial_tau}
+    """One row per LSA layer: the learned tau (per head when per-head) beside its initial sqrt(d_k), and each
+    tau's ratio to it."""
+    start = config.initial_tau
+    return [{"layer": i, "tau": values, "mean_tau": float(np.mean(values)), "initial": start,
+             "ratio": [float(v) / start for v in values]}
             for i, values in enumerate(tau_values(model))]

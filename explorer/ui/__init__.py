@@ -13,6 +13,8 @@ the public ones (the explorer's questions) are also MCP tools, the page's own wi
     what_if.py    Attention's what-if switches: every layer's tau scaled, the diagonal mask switched
     evidence.py   Evidence: occlusion maps, and answers under shifts of a few pixels and a mirror
     trust.py      Trust: whole-set confusion, calibration, corruptions and how faithful each map is
+    trust_text.py  the Trust tab's words: the verdict of shipped results, a job's cost before it starts, its
+                  progress
     tau.py        Tau: each LSA layer's learned temperature
     data_size.py  Small data: the study's curve and tables; a training-set size's pair put in the slots
     finetune.py   Fine-tune: a run in a worker process, its queue on a shared instance, its report

@@ -1,6 +1,7 @@
-"""The Attention tab: maps from a query patch (the chosen layer and head, and every layer × head), the
-attention rollout, and locality (mean attention distance and entropy per layer); the what-if switches
-sit below (explorer.ui.what_if).
+"""The Attention tab: maps from a query patch (a layer of each model, head by head, each head's distance and
+self-attention written on its tile and the most local and most self-attending heads framed; every layer × head
+for models of up to 4 heads), the attention rollout, and locality (mean attention distance and entropy per
+layer); the what-if switches sit below (explorer.ui.what_if).
 
 A click on the picker sends one picture: the query's outline is drawn by the page itself (OUTLINE_JS,
 from the small `cell` value) and both kinds of maps from the query come as one picture.
@@ -12,7 +13,20 @@ import gradio as gr
 import pandas as pd
 
 from explorer.analysis import plots, render, reports
-from explorer.app.workbench import HEAD_ALL, HEAD_MEAN, PARTS, analyze_pair, query_patch, side_by_side_pictures, square
+from explorer.app.workbench import (
+    HEAD_ALL,
+    HEAD_MEAN,
+    PARTS,
+    SAME_DEPTH,
+    SHEET_HEADS,
+    analyze_pair,
+    check_layer,
+    layer_words,
+    pair_layers,
+    query_patch,
+    side_by_side_pictures,
+    square,
+)
 from explorer.checkpoints.store import CheckpointError
 from explorer.ui import what_if
 from explorer.ui.context import UNLISTED, AppState, Page, in_place, initial, quiet
@@ -62,6 +76,25 @@ function outline(cell, tries = 0) {
 """
 
 
+# The button that shows the paper-scale ViT's self-attending head: both first layers, every head, the middle patch.
+SELF_HEAD_LABEL = "The ViT's self-attending head (paper scale)"
+SELF_HEAD_QUERY = (16.0, 16.0)
+
+
+def _marks_words(tag: str, loaded, view) -> str:
+    """What one model's marked heads are, in words (the frames' key)."""
+    marks = view.marks
+    local = (f"most local head **{marks.most_local}** (green: attends {marks.distance[marks.most_local]:.2f} of the "
+             f"image's side from the query)")
+    if marks.most_self is None:
+        own = ("no head attends to the query's own patch (LSA masks it)" if loaded.probe.diagonal_mask else
+               "no head gives the query's own patch more than even attention")
+    else:
+        share = 100 * marks.self_share[marks.most_self]
+        own = f"most self-attending head **{marks.most_self}** (blue: {share:.1f} % to its own patch)"
+    return f"{tag}: {local}; {own}."
+
+
 class AttentionTab:
     def __init__(self, app: AppState):
         self.app = app
@@ -79,70 +112,101 @@ class AttentionTab:
         row, col = query_patch((float(qy or 0), float(qx or 0)), config)
         return {"row": row, "col": col, "grid": config.grid_size}
 
-    def _pictures(self, file, ref_a, ref_b, layer, head, qy, qx, parts, request=None):
+    def _pictures(self, file, ref_a, ref_b, layer, head, qy, qx, parts, layer_b=SAME_DEPTH, request=None,
+                  clip=False):
         image, preview = self.app.image(file)
         a, b = self.app.pair(ref_a, ref_b, request)
         try:
-            views = analyze_pair([a, b], self.app.cache, image, preview, int(layer or 0), head or HEAD_ALL,
+            if clip:  # the page's own redraw after a slot change may still hold the previous models' layers
+                layer = min(max(int(float(layer or 0)), 0), a.config.num_layers - 1)
+                if layer_b not in (None, "", SAME_DEPTH):
+                    layer_b = min(max(int(float(layer_b)), 0), b.config.num_layers - 1)
+            layers = pair_layers([a, b], layer, layer_b)
+            views = analyze_pair([a, b], self.app.cache, image, preview, layers, head or HEAD_ALL,
                                  (float(qy or 0), float(qx or 0)), parts=parts)
         except ValueError as e:
             raise gr.Error(str(e)) from None
         va, vb = views[0]["view"], views[1]["view"]
-        caption = (f"Query patch row {vb.query[0]}, col {vb.query[1]} of B's {b.config.grid_size}×"
-                   f"{b.config.grid_size} grid (cyan). Layer {va.layer} for A, {vb.layer} for B; A on the left, "
-                   f"B on the right; colours run from 0 to each map's maximum. LSA models never attend to the "
-                   f"query patch itself.")
+        grid = b.config.grid_size
+        said = f"{layer_words(va.layer, a.config.num_layers)} for A, {layer_words(vb.layer, b.config.num_layers)} for B"
+        caption = (f"Query patch row {vb.query[0]}, col {vb.query[1]} of B's {grid}×{grid} grid (cyan). "
+                   f"{said[0].upper() + said[1:]} (layers from 0); A on the left, B on the right; colours run from 0 "
+                   f"to each map's maximum.")
+        if (head or HEAD_ALL) == HEAD_ALL:
+            caption += (f"\n\nEach head: **dist**, how far from the query patch it attends (the attention-weighted "
+                        f"distance, a fraction of the image's side); **self**, the share of its attention the query "
+                        f"keeps for its own patch (even attention: {100 / grid ** 2:.2f} %; LSA masks it to 0). "
+                        + " ".join(_marks_words(t, m, v) for t, m, v in (("A", a, va), ("B", b, vb))))
+        if "sheet" in parts and (va.sheet is None or vb.sheet is None):
+            caption += (f"\n\nEvery layer × head is drawn for models of up to {SHEET_HEADS} heads; here step through "
+                        f"the layers with A's and B's layer.")
         pictures = side_by_side_pictures(views, parts)
-        # The chosen layer above every layer x head: everything that depends on the query, in one file.
-        return render.stacked([pictures["focus"], pictures["sheet"]]), pictures.get("rollout"), caption
+        # The chosen layer above every layer x head (small models): everything that depends on the query, in one file.
+        shown = [pictures[p] for p in ("focus", "sheet") if p in pictures]
+        return render.stacked(shown), pictures.get("rollout"), caption
 
-    def choices(self, ref_a: str, ref_b: str, layer, head: str, request: gr.Request = None):
+    def choices(self, ref_a: str, ref_b: str, layer, layer_b, head: str, request: gr.Request = None):
         """The layer and head dropdowns for the models now in the slots (the paper's ViT has 9 layers of 12
-        heads, the shipped ones 6 of 4): their choices, and the choice kept where it still exists."""
+        heads, the shipped ones 6 of 4): A's layers, B's (at A's relative depth), the heads; A's layer and the
+        head kept where they still exist."""
         try:
-            models = self.app.pair(ref_a, ref_b, request)
+            a, b = self.app.pair(ref_a, ref_b, request)
         except gr.Error:
-            return gr.update(), gr.update()
-        layers = max(model.config.num_layers for model in models)
-        heads = [HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(max(model.config.num_heads for model in models))]
-        layer = int(layer) if layer is not None and 0 <= int(layer) < layers else layers - 1
-        return (gr.update(choices=list(range(layers)), value=layer),
+            return gr.update(), gr.update(), gr.update()
+        count = a.config.num_layers
+        heads = [HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(max(a.config.num_heads, b.config.num_heads))]
+        try:
+            layer = check_layer(a, layer)
+        except ValueError:
+            layer = count - 1
+        return (gr.update(choices=list(range(count)), value=layer),
+                gr.update(choices=[SAME_DEPTH, *range(b.config.num_layers)], value=SAME_DEPTH),
                 gr.update(choices=heads, value=head if head in heads else HEAD_ALL))
 
     def attention(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
-                  request: gr.Request = None):
-        """Where each model attends from one query patch: per head, in one layer and in every layer, model A
+                  layer_b: str = SAME_DEPTH, request: gr.Request = None):
+        """Where each model attends from one query patch: per head, in one layer of each model, model A
         beside model B, and the attention rollout through all layers.
 
         Args:
             file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
-            layer: the transformer layer, from 0 (the last layer is shown when it is out of range)
+            layer: model A's transformer layer, from 0 to its depth - 1 (9 layers: 0 to 8)
             head: "all heads", "mean of heads", or "head N" (N from 0)
             qy: the query patch: its row as a pixel y on the 32-pixel input (0 to 31)
             qx: the query patch: its column as a pixel x on the 32-pixel input (0 to 31)
+            layer_b: model B's layer, from 0; "same depth as A" (the default): the layer at A's relative depth
 
         Returns:
             the maps from the query (image), the rollout (image), a caption (Markdown), the query cell
         """
-        maps, rollout, caption = self._pictures(file, ref_a, ref_b, layer, head, qy, qx, PARTS, request)
+        maps, rollout, caption = self._pictures(file, ref_a, ref_b, layer, head, qy, qx, PARTS, layer_b, request)
+        return maps, rollout, caption, self._cell(ref_b, qy, qx, request)
+
+    def redraw(self, file, ref_a: str, ref_b: str, layer, head: str, qy, qx, layer_b=SAME_DEPTH,
+               request: gr.Request = None):
+        """The page's own redraw for a new image or models: as `attention`, with layers out of the new models'
+        range clipped (the dropdowns follow a moment later)."""
+        maps, rollout, caption = self._pictures(file, ref_a, ref_b, layer, head, qy, qx, PARTS, layer_b, request,
+                                                clip=True)
         return maps, rollout, caption, self._cell(ref_b, qy, qx, request)
 
     def attention_query(self, file, ref_a: str, ref_b: str, layer: float, head: str, qy: float, qx: float,
-                        request: gr.Request = None):
+                        layer_b: str = SAME_DEPTH, request: gr.Request = None):
         """A new query patch (or layer, or head): the maps from the query, caption and query cell; the
         rollout does not depend on them and is not sent again."""
-        maps, _, caption = self._pictures(file, ref_a, ref_b, layer, head, qy, qx, ("focus", "sheet"), request)
+        maps, _, caption = self._pictures(file, ref_a, ref_b, layer, head, qy, qx, ("focus", "sheet"), layer_b,
+                                          request)
         return maps, caption, self._cell(ref_b, qy, qx, request)
 
     def pick_query(self, evt: gr.SelectData, file, ref_a: str, ref_b: str, layer: float, head: str,
-                   request: gr.Request = None):
+                   layer_b: str = SAME_DEPTH, request: gr.Request = None):
         """A click on the picker, in one request: the new query and what depends on it."""
         x, y = evt.index
         size = self.app.model(ref_b, request).config.image_size
         qy, qx = float(y) * size / QUERY_PICKER, float(x) * size / QUERY_PICKER
-        return (qy, qx, *self.attention_query(file, ref_a, ref_b, layer, head, qy, qx, request))
+        return (qy, qx, *self.attention_query(file, ref_a, ref_b, layer, head, qy, qx, layer_b, request))
 
     def locality(self, file, ref_a: str, ref_b: str, scope: str, request: gr.Request = None, progress=gr.Progress()):
         """How local each model's attention is, layer by layer: the mean attention distance (pixels) and
@@ -167,26 +231,28 @@ class AttentionTab:
                 pd.DataFrame(result.rows(), columns=list(result.COLUMNS)))
 
 
-def _shape(app: AppState, refs) -> tuple[int, int]:
-    """The most layers and heads of the slots' models: the choices the dropdowns offer."""
-    layers, heads = 1, 1
+def _shapes(app: AppState, refs) -> list[tuple[int, int]]:
+    """(layers, heads) of each slot's model as the page is built ((1, 1) where none loads): the dropdowns' first
+    choices, which a change of models replaces (the API takes any layer and head, checked by the handler)."""
+    out = []
     for ref in refs:
         try:
             model = app.store.get(ref) if ref else None
         except (CheckpointError, ValueError, OSError):
             model = None
-        if model is not None:
-            layers, heads = max(layers, model.config.num_layers), max(heads, model.config.num_heads)
-    return layers, heads
+        out.append((model.config.num_layers, model.config.num_heads) if model is not None else (1, 1))
+    return out
 
 
 def build(app: AppState, page: Page) -> AttentionTab:
     tab = AttentionTab(app)
-    layers, heads = _shape(app, page.refs)
+    (layers, heads_a), (layers_b, heads_b) = _shapes(app, page.refs)
+    heads = max(heads_a, heads_b)
     first = (page.first, *page.refs, layers - 1, HEAD_ALL, 16.0, 16.0)
     maps0, rollout0, caption0, cell0 = initial(tab.attention, *first, default=(None, None, "", None))
     locality0 = initial(tab.locality, page.first, *page.refs, SCOPES[0], default=(None, None, None))
     note = map_note(app, ("rollout", "last-layer attention"))
+    paper = app.paper_pair()
     with gr.Tab("Attention", id="attention") as attention_tab:
         with gr.Row():
             with gr.Column(scale=1, min_width=240):
@@ -196,19 +262,23 @@ def build(app: AppState, page: Page) -> AttentionTab:
                                  height=QUERY_PICKER + 40, elem_id="picker",
                                  value=initial(tab.query_picker, page.first))
                 cell = gr.JSON(cell0, visible=False)
-                layer = gr.Dropdown(list(range(layers)), value=layers - 1, label="layer")
+                # Any value reaches the handler, which checks it against the models then in the slots.
+                layer = gr.Dropdown(list(range(layers)), value=layers - 1, label="A's layer",
+                                    allow_custom_value=True, elem_id="layer-a")
+                layer_b = gr.Dropdown([SAME_DEPTH, *range(layers_b)], value=SAME_DEPTH, label="B's layer",
+                                      allow_custom_value=True, elem_id="layer-b")
                 head = gr.Dropdown([HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(heads)], value=HEAD_ALL,
-                                   label="head")
+                                   label="head", allow_custom_value=True)
                 with gr.Row():
                     qy = gr.Number(16, label="query y (px of 32)", precision=1)
                     qx = gr.Number(16, label="query x (px of 32)", precision=1)
                 attn_btn = gr.Button("Show attention", variant="primary", elem_id="attn-btn")
+                self_btn = (gr.Button(SELF_HEAD_LABEL, size="sm", elem_id="self-head-btn") if paper else None)
             with gr.Column(scale=3):
                 caption = gr.Markdown(caption0, elem_id="attn-caption")
                 rollout = picture("attention rollout: A | B", elem_id="rollout", value=rollout0)
                 faithful = gr.Markdown(initial(note, *page.refs, default=""), elem_id="attn-faithfulness")
-        maps = picture("from the query: the chosen layer, then every layer × head · A | B", elem_id="maps",
-                       value=maps0)
+        maps = picture("from the query: each model's layer, head by head · A | B", elem_id="maps", value=maps0)
         with gr.Accordion("Locality: mean attention distance and entropy", open=True):
             scope = gr.Radio(SCOPES, value=SCOPES[0], label="over")
             loc_btn = gr.Button("Measure locality")
@@ -218,26 +288,37 @@ def build(app: AppState, page: Page) -> AttentionTab:
                 ent_plot = picture("attention entropy", show_label=False, value=drawn(locality0[1]),
                                    min_width=PLOT_MIN)
             loc_table = gr.Dataframe(locality0[2], interactive=False, wrap=True, elem_id="locality-table")
-        what_if.build(app, page, layer, qy, qx)
+        what_if.build(app, page, layer, qy, qx, layer_b)
 
-    inputs = [page.upload, page.slot_a, page.slot_b, layer, head, qy, qx]
+    inputs = [page.upload, page.slot_a, page.slot_b, layer, head, qy, qx, layer_b]
+    # The page's own events read B's layer from a State that follows its dropdown: an API caller of the unlisted
+    # endpoints then passes the seven values it always did (a State is no parameter), B at A's depth.
+    held_b = gr.State(SAME_DEPTH)
+    own = [*inputs[:-1], held_b]
     query_outputs = [maps, caption, cell]
     attn = dict(concurrency_limit=4, concurrency_id="attention")
     # A new image or the button draws everything; a query click (one request), a layer or a head change
     # only what depends on them.
     attn_btn.click(in_place(tab.attention, [maps, rollout, caption, cell], caption, "not shown"), inputs,
                    [maps, rollout, caption, cell], api_name="attention", **attn)
-    gr.on(page.new_input(), quiet(tab.attention, (None, None, "", None), why=2), page.held(inputs),
+    gr.on(page.new_input(), quiet(tab.redraw, (None, None, "", None), why=2), page.held(own),
           [maps, rollout, caption, cell], api_name=False, **attn)
-    gr.on([layer.change, head.change], tab.attention_query, inputs, query_outputs, api_name="attention_layer",
-          **attn, **UNLISTED)
-    gr.on([qy.submit, qx.submit], tab.attention_query, inputs, query_outputs, api_name="attention_query", **attn,
+    layer_b.change(lambda value: value, layer_b, held_b, api_name=False, queue=False).then(
+        tab.attention_query, own, query_outputs, api_name=False, **attn)
+    gr.on([layer.change, head.change], tab.attention_query, own, query_outputs, api_name="attention_layer", **attn,
           **UNLISTED)
-    gr.on(page.new_models(), tab.choices, [*page.loaded, layer, head], [layer, head], api_name=False)
+    gr.on([qy.submit, qx.submit], tab.attention_query, own, query_outputs, api_name="attention_query", **attn,
+          **UNLISTED)
+    gr.on(page.new_models(), tab.choices, [*page.loaded, layer, layer_b, head], [layer, layer_b, head],
+          api_name=False)
     gr.on(page.new_models(), note, list(page.loaded), [faithful], api_name=False)
+    if self_btn is not None:
+        # The paper's pair in the slots (their loads redraw the tab), both first layers, every head, the middle patch.
+        self_btn.click(lambda: (*paper, 0, SAME_DEPTH, HEAD_ALL, *SELF_HEAD_QUERY), None,
+                       [page.slot_a, page.slot_b, layer, layer_b, head, qy, qx], api_name=False, queue=False)
     page.from_tabs.map_notes.append((faithful, note))
     page.upload.change(tab.query_picker, [page.upload], [picker], api_name=False)
-    picker.select(tab.pick_query, inputs[:5], [qy, qx, *query_outputs], api_name=False, **attn)
+    picker.select(tab.pick_query, [*inputs[:5], held_b], [qy, qx, *query_outputs], api_name=False, **attn)
     cell.change(None, [cell], None, js=OUTLINE_JS)
     gr.on([picker.change, attention_tab.select], None, [cell], None, js=OUTLINE_JS)
     page.from_tabs.query_cell, page.from_tabs.outline_js = cell, OUTLINE_JS  # drawn once the page has loaded

@@ -53,10 +53,17 @@ class CompareTab:
                      "image: logits and all attention maps, shared by every tab)")
         return top_a, top_b, "\n\n".join(lines)
 
-    def headings(self, ref_a: str | None, ref_b: str | None, request: gr.Request = None):
+    def headings(self, ref_a: str | None, ref_b: str | None, request: gr.Request = None) -> tuple[str, str]:
         """Each top-k's heading for the models in the slots: top-5, or top-3 for a model of three classes."""
-        return tuple(gr.update(label=f"Model {tag} top-{self.app.top_count(ref, request)}")
-                     for tag, ref in (("A", ref_a), ("B", ref_b)))
+        return tuple(f"Model {tag} top-{self.app.top_count(ref, request)}" for tag, ref in (("A", ref_a), ("B", ref_b)))
+
+    def answer(self, file, ref_a: str, ref_b: str, request: gr.Request = None):
+        """The page's own compare (a new image, other models, a reopened link): each top-k under its heading
+        for the models that gave it, in one update, so that a heading never stands over the previous
+        models' bars (a fine-tune's 3-class models replacing 10-class ones)."""
+        headings = self.headings(ref_a, ref_b, request)
+        top_a, top_b, verdict = quiet(self.compare, (None, None, ""), why=2)(file, ref_a, ref_b, request)
+        return (gr.update(value=top_a, label=headings[0]), gr.update(value=top_b, label=headings[1]), verdict)
 
     def disagreements(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None,
                       progress=gr.Progress()):
@@ -91,12 +98,16 @@ def build(app: AppState, page: Page) -> CompareTab:
     tab = CompareTab(app)
     top_a, top_b, verdict_text = initial(tab.compare, page.first, *page.refs, default=(None, None, ""))
     with gr.Tab("Compare", id="compare"):
-        compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+        # The answer first (an 800 px window shows it on its first screen), then both top-5, then the button
+        # that asks again (the page answers by itself for a new image or other models).
+        verdict = gr.Markdown(verdict_text, elem_id="verdict")
+        # One line while the visitor's fine-tune waits or runs: its models come into the slots when it ends.
+        page.from_tabs.compare_running = gr.Markdown("", elem_id="compare-running")
         with gr.Row():
             label_a, label_b = (gr.Label(top, num_top_classes=5, label=f"Model {tag} top-{app.top_count(ref)}",
                                          elem_id=f"label-{tag.lower()}")
                                 for tag, top, ref in (("A", top_a, page.refs[0]), ("B", top_b, page.refs[1])))
-        verdict = gr.Markdown(verdict_text, elem_id="verdict")
+        compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
         with gr.Accordion("Find disagreements on the test set", open=False):
             n_test = gr.Slider(50, 10000, value=1000, step=50, label="test images (the first N; 10,000 = all of them)",
                                info=None if app.tests.has_full() else "beyond the bundled 1,000, the full test set is "
@@ -112,9 +123,7 @@ def build(app: AppState, page: Page) -> CompareTab:
     inputs, outputs = [page.upload, page.slot_a, page.slot_b], [label_a, label_b, verdict]
     compare_btn.click(in_place(tab.compare, outputs, verdict, "not compared"), inputs, outputs, api_name="compare",
                       concurrency_limit=4)
-    gr.on(page.new_input(), quiet(tab.compare, (None, None, ""), why=2), page.held(inputs), outputs, api_name=False,
-          concurrency_limit=4)
-    gr.on(page.new_models(), tab.headings, list(page.loaded), [label_a, label_b], api_name=False, queue=False)
+    gr.on(page.new_input(), tab.answer, page.held(inputs), outputs, api_name=False, concurrency_limit=4)
     dis_outputs = [dis_summary, dis_table, dis_gallery]
     dis_btn.click(in_place(tab.disagreements, dis_outputs, dis_summary, "not run"), [page.slot_a, page.slot_b, n_test],
                   dis_outputs, api_name="disagreements")

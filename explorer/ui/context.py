@@ -41,6 +41,7 @@ class TabComponents:
 
     finetune_base: gr.Dropdown | None = None  # what to fine-tune: its list follows the slots' lists
     finetune_runs: gr.Dropdown | None = None  # the visitor's fine-tuned checkpoints: listed as a page opens
+    compare_running: gr.Markdown | None = None  # Compare's line on the visitor's fine-tune (waiting, running)
     query_cell: gr.JSON | None = None         # Attention's query patch: the page draws its outline ...
     outline_js: str | None = None             # ... with this script, once the page has loaded
     # Notes beside a kind of map (how faithful it measured), each with the handler that writes it: redrawn
@@ -211,3 +212,15 @@ class AppState(ExplorerState):
         except ImageInputError as e:
             raise ImageError(str(e)) from None
 
+
+
+SPACE_FILES = "https://huggingface.co/spaces/{space}/blob/main/{path}"
+
+
+def repo_link(path: str, space_id: str | None) -> str:
+    """A file of this repository (docs/trust.md, study/README.md) as a page's Markdown names it: on a Space
+    (`space_id`, Settings.space_id) a link to the Space's own copy, readable there; elsewhere its path, in
+    the checkout the app runs from."""
+    if space_id:
+        return f"[{path}]({SPACE_FILES.format(space=space_id, path=path)})"
+    return f"`{path}`"

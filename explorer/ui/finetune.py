@@ -22,7 +22,15 @@ from explorer.finetune.queue import Busy, Ticket
 from explorer.model.config import PRESETS, VARIANTS
 from explorer.ui.context import IN_PLACE, AppState, Page, expected, reporter
 from explorer.ui.finetune_run import PAIR, SCRATCH, RunOutputs, RunView, base_choices
-from explorer.ui.finetune_text import CANCEL_ANSWERS, hardware_note, help_text, refused_status, training_where
+from explorer.ui.finetune_text import (
+    CANCEL_ANSWERS,
+    COMPARE_RUNNING,
+    COMPARE_WAITING,
+    hardware_note,
+    help_text,
+    refused_status,
+    training_where,
+)
 from explorer.ui.pictures import PLOT_MIN
 
 # How many visitors' last Starts the tab keeps for follow_own (each with its test split only once it has started).
@@ -194,6 +202,15 @@ class FinetuneTab:
                 yield view.following(update, plan, a, b, request)
         self._forget(owner, start)
 
+    def running_note(self, request: gr.Request = None) -> str:
+        """Compare's line on the visitor's last Start: that it waits in the queue or runs; else nothing."""
+        start = self._starts.get(self.app.owner(request))
+        if start is None:
+            return ""
+        if start.run_id is None:
+            return COMPARE_WAITING if start.ticket is not None and start.ticket.waiting else ""
+        return COMPARE_RUNNING if self.app.runner.snapshot(start.run_id).running else ""
+
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
         return CANCEL_ANSWERS[self.app.runner.cancel_as(self.app.owner(request))]
@@ -300,5 +317,7 @@ def build(app: AppState, page: Page) -> FinetuneTab:
         show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False).then(
         tab.view.show_report, None, [results, per_class, gallery], api_name=False, queue=False)
     cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None)
+    if page.from_tabs.compare_running is not None:  # Compare says while the visitor's run waits or goes on
+        status.change(tab.running_note, None, [page.from_tabs.compare_running], api_name=False, queue=False)
     download.click(tab.download, [mine], [archive], api_name="download_checkpoint")
     return tab

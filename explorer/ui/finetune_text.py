@@ -43,6 +43,11 @@ DOING = {Phase.WAITING: "**loading** {}", Phase.LOADING: "**loading** {}", Phase
 BEFORE_STEPS = {Phase.WAITING: "waits its turn", Phase.LOADING: "loading its checkpoint",
                 Phase.HEAD: "choosing its head (the base's rows or a linear probe, on validation)",
                 Phase.COMPILING: "compiling its training step"}
+# Compare's one line while the visitor's fine-tune waits or runs (explorer.ui.finetune.FinetuneTab.running_note).
+COMPARE_WAITING = ("_Your fine-tune waits in the queue (Fine-tune tab): when it has run, its models come into the "
+                   "slots and these answers are redone for them._")
+COMPARE_RUNNING = ("_Your fine-tune is running (Fine-tune tab): when it ends, its models come into the slots and "
+                   "these answers are redone for them._")
 LOADING_SLOTS = "**loading** the new models into the slots"
 
 

@@ -4,7 +4,9 @@ against (6.31) by a test in tests/test_gradio_patches.py that fails when Gradio'
 - the MCP tool list leaves out the endpoints that are not tools (NOT_TOOLS);
 - the MCP server answers each output of a tool as its own content;
 - the MCP input schemas are ones a client can satisfy;
-- the image cache writes atomically, encodes PNG fast and encodes a picture once.
+- the image cache writes atomically, encodes PNG fast and encodes a picture once;
+- a component a handler has updated (its choices, say) keeps its id in the session, so a link to the view
+  (gr.DeepLinkButton) saves what the component shows.
 
 `install()` applies them all (idempotent); ORIGINALS keeps what each replaced, for the tests."""
 
@@ -31,6 +33,7 @@ def install() -> None:
     install_tool_list()
     install_mcp_outputs()
     install_mcp_schemas()
+    install_session_ids()
 
 
 # Public API endpoints that are not MCP tools: a fine-tune run is long and belongs to one visitor's page
@@ -108,11 +111,11 @@ def install_mcp_schemas() -> None:
         if len(components) != len(properties):  # not one property per component: left as Gradio made it
             return schema, filedata_positions
         for prop, component in zip(properties.values(), components, strict=True):
-            if getattr(component, "allow_custom_value", False):
-                prop.pop("enum", None)
             enum = prop.get("enum") or []
             if enum and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in enum):
                 prop["type"] = "integer" if all(isinstance(v, int) for v in enum) else "number"
+            if getattr(component, "allow_custom_value", False):  # a layer past the first models' depth too
+                prop.pop("enum", None)
             if isinstance(prop.get("default"), dict):
                 prop.pop("default")
         return schema, filedata_positions
@@ -169,3 +172,29 @@ def install_image_cache() -> None:
 
     save_pil_to_cache._explorer_atomic = True
     pu.save_pil_to_cache = save_pil_to_cache
+
+
+def install_session_ids() -> None:
+    """Gradio 6.31 keeps a session's components, and what each shows, by id: what a link to the view
+    (gr.DeepLinkButton) saves. A handler's update of a component's properties (a dropdown's choices)
+    replaces the session's component by a new one, with a new id; from then on every value the component
+    takes, or a handler gives it, is saved under that new id, and the page's own id keeps the value the
+    update left it (a dropdown's first choice): a link reopened a model slot on the list's first model,
+    whatever the slot held. This gives the new component the id of the one it replaces."""
+    from gradio.blocks import Block
+    from gradio.components import State
+    from gradio.state_holder import SessionState
+
+    if getattr(SessionState.__setitem__, "_explorer", False):
+        return
+    original = ORIGINALS["SessionState.__setitem__"] = SessionState.__setitem__
+
+    def __setitem__(self, key: int, value) -> None:
+        replaced = self.blocks_config.blocks.get(key)
+        if isinstance(value, Block) and replaced is not None and not isinstance(replaced, State) \
+                and value._id != key:
+            value._id = key
+        original(self, key, value)
+
+    __setitem__._explorer = True
+    SessionState.__setitem__ = __setitem__

@@ -76,14 +76,15 @@ def build(app: AppState, slot_b: gr.Dropdown, loaded: tuple, first: Example | No
                           elem_id="upload-own")
     # Right under the upload, where the eye is: why an image cannot be used (every tab points here).
     image_note = gr.Markdown(note0, elem_id="image-note")
-    preview = picture("Input", captioned=False, height=PREVIEW, elem_id="preview", value=preview0)
     found = examples()
     if found:
-        # A click puts the file in the upload, whose change fills every tab.
+        # A click puts the file in the upload, whose change fills every tab. Above the preview: on the first
+        # screen at 1280 px (beside the preview, in a column of its own, at 800 px: shell.CSS).
         gr.Examples([[e.path] for e in found], [upload], elem_id="examples",
                     label="Examples: click one (true label · who is right, of the shipped pair)",
                     example_labels=[f"{e.label} · {CASES.get(e.case, e.case)}" for e in found])
-    with gr.Row():
+    preview = picture("Input", captioned=False, height=PREVIEW, elem_id="preview", value=preview0)
+    with gr.Row(elem_id="sample-row"):
         sample_class = gr.Dropdown(classes, value="random", label="Test sample of class", scale=2)
         sample_btn = gr.Button("Sample", scale=1, elem_id="sample")
     # Hidden in the page (always random there); API callers pass a seed to pick reproducibly.

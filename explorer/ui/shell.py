@@ -70,6 +70,37 @@ footer {display: none !important}
 @media (max-width: 900px) {.tab-container button {padding-left: 10px !important; padding-right: 10px !important}}
 /* The Trust tab's tables: a confusion table's eleven columns within the tabs' width of an 800 px window. */
 @media (max-width: 900px) {.trust-table table {font-size: 13px}}
+/* The image's file name whole, wrapped if it must (Gradio cuts it to "cifar10-te… .png" at 1280 px). */
+#upload td.filename {display: block !important; white-space: normal !important; overflow-wrap: anywhere;
+                     font-size: 0}
+#upload td.filename .stem, #upload td.filename .ext {display: inline !important; overflow: visible !important;
+                                                     white-space: normal !important; text-overflow: clip !important;
+                                                     font-size: var(--text-md)}
+/* An 800 px window: the first answer (Compare's verdict) on the first screen. A smaller header and cards, the
+   toolbar's buttons at their own width, and the image column in two columns: the upload, its note and the
+   test samples beside the preview and the examples. */
+@media (max-width: 900px) {
+    #intro h1 {font-size: 1.45em; margin-bottom: 2px}
+    #intro p {font-size: 14px; line-height: 1.35; margin-top: 2px}
+    #slots-row .info-text {display: none}
+    .slot-card {font-size: 13px; line-height: 1.35; min-height: 0}
+    #toolbar > *, #pairs-row > * {min-width: 0 !important; flex: 0 1 auto !important}
+    #pairs-row {gap: 4px !important}
+    #pairs-row button, #pairs-label {font-size: 11px; padding: 2px 5px}
+    #image-col {display: grid !important; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 8px 16px;
+                align-items: start}
+    #image-col > #upload {grid-column: 1; grid-row: 1}
+    #image-col > #upload-own {grid-column: 1; grid-row: 2}
+    #image-col > #image-note {grid-column: 1; grid-row: 3}
+    #image-col > #sample-row {grid-column: 1; grid-row: 4}
+    #image-col > #truth {grid-column: 1; grid-row: 5}
+    #image-col > .form {grid-column: 1; grid-row: 5}
+    #image-col > #preview {grid-column: 2; grid-row: 1 / span 3}
+    #image-col > #examples {grid-column: 2; grid-row: 4 / span 2}
+    #image-col > #data-note {grid-column: 1 / -1; grid-row: 6}
+    #sample-row [data-testid="block-info"], #examples .label {font-size: 12px}
+    #examples button {font-size: 12px; padding: 2px 6px}
+}
 /* A button's outputs whose refusal the page says in place (context.in_place): no "Error" badge over each. */
 .in-place > [data-testid="status-tracker"]:has(> .error) {display: none !important}
 /* A fine-tune's progress in a box of its own above the status line, never over it: the run's bar, or Gradio's
@@ -205,12 +236,12 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
         # Shared mode: the visitor's random id, kept (encrypted) in their browser across reloads.
         visitor = (gr.BrowserState(None, storage_key="spt-lsa-explorer-visitor", secret=app.browser_secret())
                    if app.shared else None)
-        gr.Markdown(INTRO)
+        gr.Markdown(INTRO, elem_id="intro")
         loaded = gr.State(refs[0]), gr.State(refs[1])
         slot_a, card_a, slot_b, card_b = _model_slots(app, choices, refs)
         refresh_btn, pair_btns = _toolbar(app, refs[1])
         with gr.Row():
-            with gr.Column(scale=1, min_width=260):
+            with gr.Column(scale=1, min_width=260, elem_id="image-col"):  # two columns of its own at 800 px (CSS)
                 upload = images.build(app, slot_b, loaded, first)
             # Beside the image column where both fit; in a narrow window (800 px) the tabs go below it, with
             # the whole width for their tab buttons, tables and pictures.
@@ -242,7 +273,7 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
 def _model_slots(app: AppState, choices, refs) -> tuple[gr.Dropdown, gr.Markdown, gr.Dropdown, gr.Markdown]:
     """Model A's slot and card beside model B's."""
     made = []
-    with gr.Row():
+    with gr.Row(elem_id="slots-row"):
         for name, ref in zip("AB", refs, strict=True):
             with gr.Column():
                 slot = gr.Dropdown(choices, value=ref, label=f"Model {name}", allow_custom_value=True,
@@ -256,7 +287,7 @@ def _toolbar(app: AppState, ref_b: str | None) -> tuple[gr.Button, list[tuple[gr
     """The refresh button, the paper-scale pair's button when both its models are here, and, when the 2x2
     ablation is here, a button per pair (each with the pair it puts in the slots)."""
     pairs, pair_btns, paper = app.ablation_pairs(ref_b), [], app.paper_pair()
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=True, elem_id="toolbar"):
         refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm", scale=0, min_width=220)
         # Gradio's deep link: what the page shows is saved, and the copied link reopens it (see Slots.reopen).
         gr.DeepLinkButton("Copy a link to this view", copied_value="Link copied", size="sm", scale=0,
@@ -265,7 +296,7 @@ def _toolbar(app: AppState, ref_b: str | None) -> tuple[gr.Button, list[tuple[gr
             pair_btns.append((gr.Button(PAPER_PAIR_LABEL, size="sm", variant="primary", scale=0, min_width=220,
                                         elem_id="paper-pair-btn", elem_classes="pair-btn"), *paper))
     if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots (a row of their own: one line at 1280 px)
-        with gr.Row():
+        with gr.Row(elem_id="pairs-row"):
             gr.Markdown("**Ablation pairs** (A | B):", elem_id="pairs-label", scale=0, min_width=190)
             pair_btns += [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
                           for label, a, b in pairs]

@@ -5,6 +5,7 @@ corruptions, and which map to trust (deletion/insertion, randomisation); with a 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 
 import gradio as gr
 import numpy as np
@@ -13,7 +14,8 @@ import pandas as pd
 from explorer.analysis import corruptions, faithfulness, render_trust, trust
 from explorer.core.formatting import pct
 from explorer.data.datasets import DatasetError
-from explorer.ui.context import AppState, Page, in_place
+from explorer.ui import trust_text
+from explorer.ui.context import AppState, Page, in_place, initial, repo_link
 
 TAB = "Trust"
 TEST, ZIP = "the CIFAR test set", "my labelled zip"
@@ -25,12 +27,14 @@ TEXT = (f"Both models over a **whole labelled set**: the CIFAR test set (the fir
         f"numbers are measured on the other half. Corruptions: the 15 CIFAR-10-C corruption types at 5 "
         f"severities (`{corruptions.LIBRARY}=={corruptions.LIBRARY_VERSION}`, ImageNet-C's parameters), "
         f"corruption error relative to model A. Faithfulness: deletion/insertion areas (lower/higher is more "
-        f"faithful) and the randomisation check. docs/trust.md explains each measure and its caveats.")
+        f"faithful) and the randomisation check. {{trust_md}} explains each measure and its caveats.")
 TRUE = "true class"
 CLASS_COLUMNS = ["class", "A", "A interval", "B", "B interval", "images"]
 CAL_COLUMNS = ["model", "top-1", "temperature", "ECE before", "ECE after", "NLL before", "NLL after"]
 FAITH_COLUMNS = ["model", "map", "deletion AUC (lower is better)", "insertion AUC (higher is better)",
                  "rank corr. after head re-init", "rank corr. after all re-init"]
+# The page's headers for the same columns: short words that wrap between words in an 800 px window.
+FAITH_SHOWN = ["model", "map", "deletion ↓", "insertion ↑", "rank corr., head reset", "rank corr., all reset"]
 
 
 def _thumb(image: np.ndarray, size: int = 96) -> np.ndarray:
@@ -80,7 +84,8 @@ class TrustTab:
         if a.class_names != b.class_names:
             raise gr.Error("the two models predict different classes; compare models of one dataset")
         data = self._set(source, zip_file, count, ref_b, b.class_names, request, progress)
-        report, cached = self.service.report([a, b], data, lambda f, m: progress(f, desc=m))
+        report, cached = self.service.report([a, b], data, trust_text.timed(progress, 2 * len(data.labels),
+                                                                            "images"))
         return self._show(report, cached, ((a.identity, b.identity), data.key), _cards(a, b))
 
     def _show(self, report: trust.TrustReport, cached: bool, key, cards: dict[str, dict]):
@@ -154,21 +159,25 @@ class TrustTab:
         a, b = self.app.pair(ref_a, ref_b, request)
         ds = self.app.test_images(ref_b, int(count or 1000), request, progress)
         data = trust.test_set(ds, int(count or 1000))
+        settings = len(corruptions.CORRUPTIONS) * len(corruptions.SEVERITIES)
         try:
             table, where = self.service.corruption_table([a, b], data.images, data.labels, data.name,
-                                                         lambda f, m: progress(f, desc=m))
+                                                         trust_text.timed(progress, settings, "settings"))
         except corruptions.CorruptionError as e:
             raise gr.Error(str(e)) from None
+        return self._corruptions(table, where, a, b)
+
+    def _corruptions(self, table: corruptions.CorruptionTable, where: str, a, b):
         # A row per corruption and model (A's above B's): eight columns fit an 800 px window, thirteen do not.
         header = ["corruption", "model", *[f"s{s}" for s in table.severities], "mean"]
         step = len(table.severities) + 1
         rows = [[r[0], tag, *[pct(v) for v in r[1 + k * step:1 + (k + 1) * step]]] for r in table.rows()
                 for k, tag in enumerate("AB")]
-        summary = (f"{table.dataset}, {table.count:,} images ({where}; `{table.library}`, seed {table.seed}): "
-                   f"clean A {pct(table.clean[0])}, B {pct(table.clean[1])}; mean over 15 corruptions x 5 "
-                   f"severities A **{pct(table.mean_accuracy[0])}**, B **{pct(table.mean_accuracy[1])}**; "
-                   f"B's mCE relative to A **{100 * table.mce(1):.1f} %** (A = 100 %), relative mCE "
-                   f"{100 * table.relative_mce(1):.1f} %.")
+        summary = (f"**Corruptions**: {table.dataset}, {table.count:,} images ({where}; `{table.library}`, seed "
+                   f"{table.seed}): clean A {pct(table.clean[0])}, B {pct(table.clean[1])}; mean over 15 "
+                   f"corruptions x 5 severities A **{pct(table.mean_accuracy[0])}**, B "
+                   f"**{pct(table.mean_accuracy[1])}**; B's mCE relative to A **{100 * table.mce(1):.1f} %** "
+                   f"(A = 100 %), relative mCE {100 * table.relative_mce(1):.1f} %.")
         figure = render_trust.picture(render_trust.corruption_figure(table))
         folder = tempfile.mkdtemp(prefix="corruptions-", dir=self.app.downloads_dir)
         files = render_trust.write_files(folder, None, {"corruptions": figure}, cards=_cards(a, b),
@@ -192,18 +201,90 @@ class TrustTab:
         """
         a, b = self.app.pair(ref_a, ref_b, request)
         ds = self.app.test_images(ref_b, faithfulness.IMAGES, request, progress)
-        report, where = self.service.faithfulness([a, b], ds.x_test, ds.name, progress=lambda f, m: progress(
-            f, desc=m))
+        steps = 2 * (len(faithfulness.KINDS) + 1)  # each model's curves per kind of map, then its randomisation
+        report, where = self.service.faithfulness([a, b], ds.x_test, ds.name,
+                                                  progress=trust_text.timed(progress, steps, "steps"))
+        return self._faithfulness(report, where, a, b)
+
+    def _faithfulness(self, report: faithfulness.FaithfulnessReport, where: str, a, b):
         rows = report.rows()
         shown = [[r[0], r[1], f"{r[2]:.3f}", f"{r[3]:.3f}", "–" if r[4] is None else f"{r[4]:.2f}",
                   "–" if r[5] is None else f"{r[5]:.2f}"] for r in rows]
-        summary = (f"{report.dataset}: {report.count} images, {report.step} patches per step ({where}); the "
+        over = report.dataset if str(report.count) in report.dataset else f"{report.dataset}, {report.count} images"
+        summary = (f"**Which map to trust**: {over}, {report.step} patches per step ({where}); the "
                    f"randomisation check on the first {report.randomisation_count}.")
         figure = render_trust.picture(render_trust.faithfulness_figure(report, faithfulness.KINDS))
         folder = tempfile.mkdtemp(prefix="faithfulness-", dir=self.app.downloads_dir)
         files = render_trust.write_files(folder, None, {"faithfulness": figure}, faithfulness_rows=rows,
                                          faithfulness_header=FAITH_COLUMNS, cards=_cards(a, b))
-        return summary, figure, pd.DataFrame(shown, columns=FAITH_COLUMNS), files
+        return summary, figure, pd.DataFrame(shown, columns=FAITH_SHOWN), files
+
+    def arrive(self, ref_a: str, ref_b: str, count: float = 1000, request: gr.Request = None) -> Arrival:
+        """What the tab shows for a pair before any button: the verdict and the corruption and faithfulness
+        results shipped for it (read at once), or for each measure what its button computes and costs."""
+        a, b = self.app.pair(ref_a, ref_b, request)
+        pair = [a, b]
+        table, report = self.service.shipped(pair)
+        corr_count = table.count if table is not None else self.service.corruption_count(pair)
+        return Arrival(
+            verdict=trust_text.verdict(table, report),
+            faith=self._faithfulness(report, "shipped", a, b) if report is not None else None,
+            faith_text=trust_text.faithfulness_words(self.service.faithfulness_cost(pair)),
+            corr=self._corruptions(table, "shipped", a, b) if table is not None else None,
+            corr_text=trust_text.corruption_words(self.service.corruption_cost(pair, corr_count), corr_count),
+            corr_count=corr_count,
+            report_text=trust_text.report_words(self.service.report_cost(pair, int(count or 1000)),
+                                                int(count or 1000)))
+
+    def arrived(self, ref_a: str, ref_b: str, count: float, request: gr.Request = None) -> tuple:
+        """arrive() as the page's outputs (ARRIVAL_OUTPUTS' order), for another pair in the slots; the
+        previous pair's whole-set report is put away."""
+        try:
+            shown = self.arrive(ref_a, ref_b, count, request)
+        except gr.Error:
+            return tuple(gr.skip() for _ in range(ARRIVAL_OUTPUTS))
+        return shown.updates()
+
+    def opened(self, tab_label: str, ref_a: str, ref_b: str, key, count: float, request: gr.Request = None,
+               progress=gr.Progress()):
+        """The whole-set report on the CIFAR test set, once the Trust tab is open with a pair it has not shown
+        (the tab is opened, or other models are loaded while it is open); nothing otherwise."""
+        skip = tuple(gr.skip() for _ in range(REPORT_OUTPUTS))
+        if tab_label != TAB:
+            return skip
+        a, b = self.app.pair(ref_a, ref_b, request)
+        if key and tuple(key[0]) == (a.identity, b.identity):
+            return skip
+        return self.trust_report(ref_a, ref_b, TEST, None, count, request, progress)
+
+
+REPORT_OUTPUTS = 11  # trust_report's
+ARRIVAL_OUTPUTS = 17  # Arrival.updates()'s
+
+
+@dataclass
+class Arrival:
+    """What the tab shows for a pair before any button (TrustTab.arrive); `faith` and `corr` are their
+    handlers' outputs (summary, figure, table, files) when shipped, else None and the words say the cost."""
+
+    verdict: str
+    faith: tuple | None
+    faith_text: str
+    corr: tuple | None
+    corr_text: str
+    corr_count: int
+    report_text: str
+
+    def updates(self) -> tuple:
+        """The page's outputs: verdict; faithfulness summary, figure, table, files and its two boxes'
+        visibility; the same for corruptions with the image count; the report's summary, box and key."""
+        faith = self.faith or (self.faith_text, None, None, None)
+        corr = self.corr or (self.corr_text, None, None, None)
+        return (self.verdict, *faith, gr.Column(visible=self.faith is not None),
+                gr.Column(visible=self.faith is not None), *corr, gr.Column(visible=self.corr is not None),
+                gr.Column(visible=self.corr is not None), gr.Slider(value=self.corr_count, visible=self.corr is None),
+                self.report_text,
+                gr.Column(visible=False), None)
 
 
 MEASURE_HERE = "the Trust tab's **Which map to trust** measures both slots' models"
@@ -231,69 +312,124 @@ def _range(interval) -> str:
     return f"95 % interval {100 * interval[0]:.1f}–{100 * interval[1]:.1f} %"
 
 
+# A clicked confusion cell's images are below both tables: brought into the window once they are shown.
+SCROLL_TO_CELL = ("() => { const e = document.querySelector('#trust-cell-text'); "
+                  "if (e) e.scrollIntoView({block: 'start'}); }")
+
+
 def build(app: AppState, page: Page) -> TrustTab:
     tab = TrustTab(app)
-    with gr.Tab(TAB, id="trust"):
-        gr.Markdown(TEXT, elem_id="trust-text")
+    first = initial(tab.arrive, *page.refs, default=None)
+    shipped_faith, shipped_corr = (first.faith, first.corr) if first else (None, None)
+    faith0 = shipped_faith or ((first.faith_text if first else ""), None, None, None)
+    corr0 = shipped_corr or ((first.corr_text if first else ""), None, None, None)
+    with gr.Tab(TAB, id="trust") as trust_tab:
+        with gr.Accordion("What the Trust tab measures (docs/trust.md)", open=False):
+            gr.Markdown(TEXT.format(trust_md=repo_link("docs/trust.md", app.settings.space_id)),
+                        elem_id="trust-text")
+        # The verdict first, then the results shipped for the pair (read at once), then what is computed.
+        verdict = gr.Markdown(first.verdict if first else "", elem_id="trust-verdict")
+        with gr.Row(equal_height=True):
+            faith_text = gr.Markdown(faith0[0], elem_id="trust-faithfulness-summary")
+            faith_btn = gr.Button("Which map to trust", elem_id="trust-faithfulness-btn", scale=0, min_width=200)
+        with gr.Column(visible=shipped_faith is not None) as faith_box:
+            faith_table = gr.Dataframe(faith0[2], interactive=False, headers=FAITH_SHOWN, wrap=True,
+                                       elem_id="trust-faithfulness-table", elem_classes="trust-table")
+        with gr.Row(equal_height=True):
+            corr_text = gr.Markdown(corr0[0], elem_id="trust-corruptions-summary")
+            corr_count = gr.Slider(100, 10000, value=first.corr_count if first else 1000, step=100,
+                                   label="corrupted test images (the first N)", elem_id="trust-corruptions-count",
+                                   visible=shipped_corr is None,
+                                   scale=0, min_width=220)
+            corr_btn = gr.Button("Corruptions (15 x 5 severities)", elem_id="trust-corruptions-btn", scale=0,
+                                 min_width=200)
+        with gr.Column(visible=shipped_corr is not None) as corr_box:
+            corr_table = gr.Dataframe(corr0[2], label="top-1 accuracy at severities s1 (mildest) to s5",
+                                      interactive=False, max_height=1200, elem_id="trust-corruptions-table",
+                                      elem_classes="trust-table")
+        with gr.Column(visible=shipped_faith is not None) as faith_pics:
+            faith_plot = gr.Image(faith0[1], label="deletion and insertion curves", interactive=False,
+                                  elem_id="trust-faithfulness-plot", elem_classes="pic")
+            faith_files = gr.File(faith0[3], label="download the faithfulness numbers", file_count="multiple")
+        with gr.Column(visible=shipped_corr is not None) as corr_pics:
+            corr_plot = gr.Image(corr0[1], label="accuracy against severity", interactive=False,
+                                 elem_id="trust-corruptions-plot", elem_classes="pic")
+            corr_files = gr.File(corr0[3], label="download the corruption table", file_count="multiple")
+
         with gr.Row():
             source = gr.Radio([TEST, ZIP], value=TEST, label="evaluate on")
-            zip_file = gr.File(label="labelled zip (class folders)", file_types=[".zip"])
+            zip_file = gr.File(label="labelled zip (class folders)", file_types=[".zip"], elem_id="trust-zip")
             count = gr.Slider(100, 10000, value=1000, step=100, label="test images (the first N)")
-        run_btn = gr.Button("Evaluate both models", variant="primary", elem_id="trust-btn")
-        summary = gr.Markdown(elem_id="trust-summary")
-        confusion = gr.Image(label="confusion matrices · A | B", interactive=False, elem_id="trust-confusion",
-                             elem_classes="pic")
-        # One above the other: ten classes' columns take the tabs' whole width in an 800 px window.
-        table_a, table_b = (gr.Dataframe(label=f"{tag}'s answers (columns: the first letters of each class) · "
-                                               f"click a cell to see its images", interactive=False,
-                                         elem_id=f"trust-c{tag.lower()}", elem_classes="trust-table")
-                            for tag in "AB")
-        cell_text = gr.Markdown(elem_id="trust-cell-text")
-        cell = gr.Gallery(label="the cell's images: true class · A's answer · B's answer", columns=8,
-                          elem_id="trust-cell")
-        classes = gr.Dataframe(label="per-class accuracy, with 95 % Wilson intervals", interactive=False,
-                               headers=CLASS_COLUMNS, wrap=True, elem_id="trust-classes", elem_classes="trust-table")
-        reliability = gr.Image(label="reliability diagrams", interactive=False, elem_id="trust-reliability",
-                               elem_classes="pic")
-        calibration = gr.Dataframe(label="temperature scaling (models A and B as in the slots)", interactive=False,
-                                   headers=CAL_COLUMNS, elem_id="trust-calibration", elem_classes="trust-table")
-        with gr.Row():
-            only_a = gr.Gallery(label="only A right", columns=6, elem_id="trust-only-a")
-            only_b = gr.Gallery(label="only B right", columns=6, elem_id="trust-only-b")
-        files = gr.File(label="download what is shown (JSON, CSV, PNG)", file_count="multiple")
+        with gr.Row(equal_height=True):
+            summary = gr.Markdown(first.report_text if first else "", elem_id="trust-summary")
+            run_btn = gr.Button("Evaluate both models", variant="primary", elem_id="trust-btn", scale=0,
+                                min_width=200)
+        with gr.Column(visible=False) as report_box:
+            confusion = gr.Image(label="confusion matrices · A | B", interactive=False, elem_id="trust-confusion",
+                                 elem_classes="pic")
+            # One above the other: ten classes' columns take the tabs' whole width in an 800 px window.
+            table_a, table_b = (gr.Dataframe(label=f"{tag}'s answers (columns: the first letters of each class) · "
+                                                   f"click a cell to see its images", interactive=False,
+                                             elem_id=f"trust-c{tag.lower()}", elem_classes="trust-table")
+                                for tag in "AB")
+            with gr.Column(visible=False) as cell_box:
+                cell_text = gr.Markdown(elem_id="trust-cell-text")
+                cell = gr.Gallery(label="the cell's images: true class · A's answer · B's answer", columns=8,
+                                  elem_id="trust-cell")
+            classes = gr.Dataframe(label="per-class accuracy, with 95 % Wilson intervals", interactive=False,
+                                   headers=CLASS_COLUMNS, wrap=True, elem_id="trust-classes",
+                                   elem_classes="trust-table")
+            reliability = gr.Image(label="reliability diagrams", interactive=False, elem_id="trust-reliability",
+                                   elem_classes="pic")
+            calibration = gr.Dataframe(label="temperature scaling (models A and B as in the slots)",
+                                       interactive=False, headers=CAL_COLUMNS, elem_id="trust-calibration",
+                                       elem_classes="trust-table")
+            with gr.Row():
+                only_a = gr.Gallery(label="only A right", columns=6, elem_id="trust-only-a")
+                only_b = gr.Gallery(label="only B right", columns=6, elem_id="trust-only-b")
+            files = gr.File(label="download what is shown (JSON, CSV, PNG)", file_count="multiple")
         key = gr.State(None)
-        corr_btn = gr.Button("Corruptions (15 x 5 severities)", elem_id="trust-corruptions-btn")
-        corr_text = gr.Markdown(elem_id="trust-corruptions-summary")
-        corr_plot = gr.Image(label="accuracy against severity", interactive=False, elem_id="trust-corruptions-plot",
-                             elem_classes="pic")
-        corr_table = gr.Dataframe(label="top-1 accuracy at severities s1 (mildest) to s5", interactive=False,
-                                  max_height=1200, elem_id="trust-corruptions-table",
-                                  elem_classes="trust-table")
-        corr_files = gr.File(label="download the corruption table", file_count="multiple")
-        faith_btn = gr.Button("Which map to trust", elem_id="trust-faithfulness-btn")
-        faith_text = gr.Markdown(elem_id="trust-faithfulness-summary")
-        faith_plot = gr.Image(label="deletion and insertion curves", interactive=False,
-                              elem_id="trust-faithfulness-plot", elem_classes="pic")
-        faith_table = gr.Dataframe(interactive=False, headers=FAITH_COLUMNS, wrap=True,
-                                   elem_id="trust-faithfulness-table", elem_classes="trust-table")
-        faith_files = gr.File(label="download the faithfulness numbers", file_count="multiple")
+
+    def show(*boxes):
+        return lambda: tuple(gr.Column(visible=True) for _ in boxes) if len(boxes) > 1 else gr.Column(visible=True)
 
     report_outputs = [summary, confusion, table_a, table_b, classes, reliability, calibration, only_a, only_b, files,
                       key]
     run_btn.click(in_place(tab.trust_report, report_outputs, summary, "not evaluated"),
                   [page.slot_a, page.slot_b, source, zip_file, count], report_outputs, api_name="trust_report",
-                  concurrency_limit=2)
-    table_a.select(in_place(tab.cell_a, [cell, cell_text], cell_text, "not shown"), [key], [cell, cell_text],
-                   api_name="trust_cell_a")
-    table_b.select(in_place(tab.cell_b, [cell, cell_text], cell_text, "not shown"), [key], [cell, cell_text],
-                   api_name="trust_cell_b")
+                  concurrency_limit=2).success(show(report_box), None, [report_box], api_name=False, queue=False)
+    # The whole-set report computes itself when the tab opens (or the slots change while it is open).
+    opened = in_place(tab.opened, report_outputs, summary, "not evaluated")
+    opened_tab = gr.State(TAB)
+
+    def show_if_open(tab_label):
+        return gr.Column(visible=True) if tab_label == TAB else gr.skip()
+
+    def open_report(event, tab_label):
+        return event.then(opened, [tab_label, *page.loaded, key, count], report_outputs, api_name=False,
+                          concurrency_limit=2, concurrency_id="trust_report").success(
+            show_if_open, [tab_label], [report_box], api_name=False, queue=False)
+    # Another pair: its shipped results (or what each button would cost), the previous report put away.
+    arrival_outputs = [verdict, faith_text, faith_plot, faith_table, faith_files, faith_box, faith_pics,
+                       corr_text, corr_plot, corr_table, corr_files, corr_box, corr_pics, corr_count, summary,
+                       report_box, key]
+    open_report(trust_tab.select(lambda: None, None, None, api_name=False, queue=False), opened_tab)
+    open_report(gr.on(page.new_models(), tab.arrived, [*page.loaded, count], arrival_outputs, api_name=False),
+                page.tab)
+    for table, handler, name in ((table_a, tab.cell_a, "trust_cell_a"), (table_b, tab.cell_b, "trust_cell_b")):
+        table.select(in_place(handler, [cell, cell_text], cell_text, "not shown"), [key], [cell, cell_text],
+                     api_name=name).success(show(cell_box), None, [cell_box], api_name=False, queue=False).then(
+            None, None, None, js=SCROLL_TO_CELL)
     corr_outputs = [corr_text, corr_plot, corr_table, corr_files]
     corr_btn.click(in_place(tab.trust_corruptions, corr_outputs, corr_text, "not measured"),
-                   [page.slot_a, page.slot_b, count], corr_outputs, api_name="trust_corruptions", concurrency_limit=1)
+                   [page.slot_a, page.slot_b, corr_count], corr_outputs, api_name="trust_corruptions",
+                   concurrency_limit=1).success(show(corr_box, corr_pics), None, [corr_box, corr_pics],
+                                                api_name=False, queue=False)
     faith_outputs = [faith_text, faith_plot, faith_table, faith_files]
     measured = faith_btn.click(in_place(tab.trust_faithfulness, faith_outputs, faith_text, "not measured"),
                                [page.slot_a, page.slot_b], faith_outputs, api_name="trust_faithfulness",
                                concurrency_limit=1)
+    measured.success(show(faith_box, faith_pics), None, [faith_box, faith_pics], api_name=False, queue=False)
     for shown, write in page.from_tabs.map_notes:  # the Attention and Evidence tabs' notes now have numbers
         measured.success(write, [page.slot_a, page.slot_b], [shown], api_name=False)
     return tab

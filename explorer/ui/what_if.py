@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer.analysis import render
-from explorer.app.workbench import picture_title, what_if, what_if_plot
+from explorer.analysis import lsa_switches, render
+from explorer.app.workbench import SAME_DEPTH, pair_layers, picture_title, what_if, what_if_plot
 from explorer.core.formatting import pct
 from explorer.ui.context import AppState, Page, in_place
 from explorer.ui.pictures import picture
@@ -23,8 +23,6 @@ TEXT = ("LSA divides every layer's attention logits by a learned temperature τ 
 DEFAULTS = (1.0, "as learned", 1.0, "as learned")  # both as learned, until the visitor turns a switch
 PRESS = "_Press **What if** for this image._"
 
-
-
 def summary_line(name: str, w) -> str:
     own = "on" if w.model.probe.diagonal_mask else "off"
     (top, p), (top_w, p_w) = next(iter(w.top5.items())), next(iter(w.top5_what_if.items()))
@@ -33,6 +31,37 @@ def summary_line(name: str, w) -> str:
             f"top-1 **{top}** {pct(p)} → **{top_w}** {pct(p_w)} · mean entropy "
             f"{w.entropy[0].mean():.2f} → {w.entropy[1].mean():.2f} nats · mean distance "
             f"{w.distance[0].mean():.1f} → {w.distance[1].mean():.1f} px · what-if pass {timing}")
+
+
+def measured_table(models) -> str:
+    """The shipped whole-test-set measure of the switches (explorer/shipped/lsa_switches.json) for each (tag,
+    loaded model) that has a row, as a Markdown table; a line for those that have none."""
+    rows, missing = [], []
+    for tag, loaded in models:
+        row = lsa_switches.shipped_row(loaded.folder, loaded.identity)
+        if row is None:
+            missing.append(f"{tag} ({loaded.name}{'' if loaded.config.use_lsa else ', no LSA'})")
+        else:
+            rows.append((tag, loaded, row))
+    names = [name for name, *_ in lsa_switches.SETTINGS]
+    lines = []
+    if rows:
+        count = rows[0][2].count
+        lines += [f"**Measured: top-1 on {rows[0][2].dataset}** with each switch, on the same weights (the paper "
+                  f"never showed this; `tools/make_lsa_switches.py`):", "",
+                  "| model | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        for tag, loaded, row in rows:
+            base = row.top1[names[0]]
+            cells = [f"{100 * base:.2f} %"] + [f"{100 * row.top1[n]:.2f} % ({100 * (row.top1[n] - base):+.2f})"
+                                               for n in names[1:]]
+            lines.append(f"| {tag}: {loaded.name} | " + " | ".join(cells) + " |")
+        lines += ["", f"Each change in points against as trained, over {count:,} images; τ = √d_k sets every "
+                      f"head's temperature back to where training started (learned: "
+                      + ", ".join(f"{row.tau_ratio:.3f}" for *_, row in rows) + " × √d_k on average)."]
+    if missing:
+        lines += ["", f"Not measured over the test set for {' and '.join(missing)}: only the shipped SPT + LSA models "
+                      "are; use the switches below on one image."]
+    return "\n".join(lines).strip()
 
 
 class WhatIfTab:
@@ -45,8 +74,16 @@ class WhatIfTab:
         return tuple(gr.update(label=f"{tag} top-{k} {how}") for tag, k in (("A", ka), ("B", kb))
                      for how in ("as learned", "what if"))
 
+    def measured(self, ref_a: str | None, ref_b: str | None, request: gr.Request = None) -> str:
+        """The switches measured over the whole test set, for the models in the slots that were."""
+        try:
+            a, b = self.app.pair(ref_a, ref_b, request)
+        except gr.Error:
+            return ""
+        return measured_table([("A", a), ("B", b)])
+
     def what_if(self, file, ref_a: str, ref_b: str, layer: float, qy: float, qx: float, factor_a: float,
-                mask_a: str, factor_b: float, mask_b: str, request: gr.Request = None):
+                mask_a: str, factor_b: float, mask_b: str, layer_b: str = SAME_DEPTH, request: gr.Request = None):
         """What if the LSA switches were set otherwise: each model as learned beside the same model with its
         attention temperature tau scaled and its diagonal mask (a token not attending to itself) on or off.
 
@@ -54,13 +91,14 @@ class WhatIfTab:
             file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
-            layer: the layer whose maps are shown, from 0 (the change applies to every layer)
+            layer: model A's layer whose maps are shown, from 0 (the change applies to every layer)
             qy: the query patch: its row as a pixel y on the 32-pixel input (0 to 31)
             qx: the query patch: its column as a pixel x on the 32-pixel input (0 to 31)
             factor_a: model A's tau multiplied by this (1.0: as learned; 0.25 to 4)
             mask_a: model A's diagonal mask: "as learned", "on" or "off"
             factor_b: model B's tau multiplied by this (1.0: as learned; 0.25 to 4)
             mask_b: model B's diagonal mask: "as learned", "on" or "off"
+            layer_b: model B's layer shown, from 0; "same depth as A" (the default): at A's relative depth
 
         Returns:
             top-5 of A as learned, A what-if, B as learned, B what-if; the maps (image); entropy and
@@ -71,9 +109,10 @@ class WhatIfTab:
         if mask_a not in MASKS or mask_b not in MASKS:
             raise gr.Error(f"the diagonal mask is one of {list(MASKS)}")
         try:
-            wa, wb = (what_if(model, self.app.cache, image, preview, factor, MASKS[mask], int(layer or 0),
+            la, lb = pair_layers([a, b], layer, layer_b)
+            wa, wb = (what_if(model, self.app.cache, image, preview, factor, MASKS[mask], index,
                               (float(qy or 0), float(qx or 0)))
-                      for model, factor, mask in ((a, factor_a, mask_a), (b, factor_b, mask_b)))
+                      for model, factor, mask, index in ((a, factor_a, mask_a, la), (b, factor_b, mask_b, lb)))
         except ValueError as e:
             raise gr.Error(str(e)) from None
         tagged = (("A", wa), ("B", wb))
@@ -82,17 +121,19 @@ class WhatIfTab:
         # A above B: side by side the picture is twice as wide, and shown at 0.7 of its size at 800 px.
         maps = render.stacked([render.label_image(w.maps, picture_title(tag, w.model)) for tag, w in tagged])
         summary = "\n\n".join(summary_line(n, w) for n, w in zip(names, (wa, wb), strict=True))
-        summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wb.layer} "
-                    f"(each coloured from 0 to its own maximum).")
+        summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wa.layer} for A, "
+                    f"{wb.layer} for B (each coloured from 0 to its own maximum).")
         return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, maps, plot, summary
 
 
-def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.Number) -> WhatIfTab:
+def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.Number,
+          layer_b: gr.Dropdown) -> WhatIfTab:
     tab = WhatIfTab(app)
     # Nothing is computed at start-up: the accordion is closed, and a what-if probe costs memory per model.
     first = (None,) * 6 + (PRESS,)
     with gr.Accordion("LSA switches: what if τ or the diagonal mask were different?", open=False):
         gr.Markdown(TEXT, elem_id="what-if-text")
+        measured = gr.Markdown(tab.measured(*page.refs) if all(page.refs) else "", elem_id="lsa-switches-measured")
         with gr.Row():
             factor_a = gr.Dropdown(TAU_CHOICES, value=DEFAULTS[0], label="A: τ factor", elem_id="wi-factor-a")
             mask_a = gr.Radio(list(MASKS), value=DEFAULTS[1], label="A: diagonal mask", elem_id="wi-mask-a")
@@ -111,7 +152,8 @@ def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.N
                        value=first[5])
     outputs = [top_a, top_a2, top_b, top_b2, maps, plot, summary]
     button.click(in_place(tab.what_if, outputs, summary, "not shown"),
-                 [page.upload, page.slot_a, page.slot_b, layer, qy, qx, factor_a, mask_a, factor_b, mask_b], outputs,
+                 [page.upload, page.slot_a, page.slot_b, layer, qy, qx, factor_a, mask_a, factor_b, mask_b, layer_b],
+                 outputs,
                  api_name="what_if", concurrency_limit=4, concurrency_id="attention")
     # A new image or another model: the shown what-if is out of date; nothing is computed until What if
     # is pressed.
@@ -119,4 +161,5 @@ def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.N
           [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name=False, queue=False)
     gr.on(page.new_models(), tab.headings, list(page.loaded),
           [top_a, top_a2, top_b, top_b2], api_name=False, queue=False)
+    gr.on(page.new_models(), tab.measured, list(page.loaded), [measured], api_name=False)
     return tab

@@ -92,7 +92,7 @@ def test_attention_for_a_chosen_query(client, upload):
     assert all(np.asarray(Image.open(p)).ndim == 3 for p in (maps, rollout))
     # 16 px input, 4 px patches: pixel (y=4, x=30) of the 32 px image lies in row 0, col 3
     assert "row 0, col 3" in caption and cell == {"row": 0, "col": 3, "grid": 4}
-    with pytest.raises(Exception, match="head 7 is not in the list of choices"):
+    with pytest.raises(Exception, match="there is no head 7"):  # checked against the models in the call
         client.predict(handle_file(str(upload)), A, B, 1, "head 7", 4.0, 30.0, api_name="/attention")
 
 
@@ -104,7 +104,7 @@ def test_a_query_click_returns_one_picture(client, upload):
     np.testing.assert_array_equal(np.asarray(Image.open(maps)), np.asarray(Image.open(full[0])))  # pixel for pixel
     maps, caption, cell = client.predict(handle_file(str(upload)), A, B, 0, "head 1", 4.0, 30.0,
                                          api_name="/attention_layer")
-    assert "Layer 0 for A" in caption and np.asarray(Image.open(maps)).ndim == 3
+    assert "Layer 0 of 2 (the first) for A" in caption and np.asarray(Image.open(maps)).ndim == 3
 
 
 def test_what_if(client, upload):
@@ -121,12 +121,13 @@ def test_what_if(client, upload):
 def test_locality_and_tau(client, upload):
     distance, entropy, table = client.predict(handle_file(str(upload)), A, B, "this image", api_name="/locality")
     assert len(table["data"]) == 2
-    tau_plot, history_plot, tau_table = client.predict(A, B, api_name="/tau")
+    tau_plot, history_plot, tau_table, note = client.predict(A, B, api_name="/tau")
     for picture in (distance, entropy, tau_plot, history_plot):  # figures arrive as pictures (PNG)
         with Image.open(picture) as im:
             assert im.format == "PNG" and im.width > im.height > 200
     rows = tau_table["data"]
-    assert rows and all("spt_lsa" in r[0] for r in rows)  # only the LSA model has tau
+    assert rows and all(r[0] == f"B: {B}" for r in rows)  # only the LSA model has tau
+    assert f"**A**: `{A}` is a ViT without LSA: it has no tau." in note
     assert {r[1] for r in rows} == {0, 1}
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from PIL import Image
 
-from tests.e2e.pages import open_tab, visit
+from tests.e2e.pages import choose, open_tab, slot_value, visit
 from tests.helpers import shipped_copy, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -109,6 +109,64 @@ def test_a_link_reopens_the_models_the_image_and_the_tab(browser, app, tmp_path)
         other.wait_for_function(SETTLED, arg=shown, timeout=60_000)
         # The first page is untouched by the second.
         assert labels(page) == shown
+    finally:
+        page.close()
+        if other is not None:
+            other.close()
+
+
+# Each slot's top-5 as words, both given (the answers of the link's models, on the link's image).
+BOTH = """([a, b]) => ['a', 'b'].map((tag) => (document.querySelector('#label-' + tag) || {innerText: ''}).innerText
+    .replace('Model ' + tag.toUpperCase(), '').split(/\\s+/).join(' ').trim()).join('|') === a + '|' + b"""
+
+
+def top5(page, tag: str) -> str:
+    return " ".join(page.inner_text(f"#label-{tag}").replace(f"Model {tag.upper()}", "").split())
+
+
+def test_a_link_reopens_a_pair_that_is_not_the_lists_first_on_another_tab(browser, app, tmp_path):
+    """Issue: a link reopened both slots on the list's first model (cifar10-lsa), whatever they held: Gradio
+    saved the slots' values under new ids once the page had updated their choices (gradio_patches)."""
+    from explorer.data.datasets import sample_set
+    page = visit(browser, app[0], 1280, height=1000)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    other = None
+    try:
+        page.click("#paper-pair-btn")
+        page.wait_for_function("() => /cifar10-paper-vanilla/.test(document.querySelector('#card-a').innerText) && "
+                               "/cifar10-paper-spt_lsa/.test(document.querySelector('#card-b').innerText)",
+                               timeout=90_000)
+        choose(page, "Model B", "shipped · SPT alone · 45,000 images")
+        page.wait_for_function("() => /\\(cifar10-spt\\)/.test(document.querySelector('#card-b').innerText)",
+                               timeout=60_000)
+        image = tmp_path / "my-ship.png"
+        Image.fromarray(sample_set().x_test[1]).save(image)
+        page.set_input_files(UPLOAD, str(image))
+        page.wait_for_function("() => /my-ship/.test(document.querySelector('#upload').innerText)", timeout=30_000)
+        page.wait_for_function("() => /both say|disagree/.test(document.querySelector('#verdict').innerText)",
+                               timeout=60_000)
+        page.wait_for_timeout(2000)  # the last answers in
+        answers = [top5(page, "a"), top5(page, "b")]
+        slots = [slot_value(page, "Model A"), slot_value(page, "Model B")]
+        assert slots == ["paper scale · ViT · 45,000 images", "shipped · SPT alone · 45,000 images"], slots
+        open_tab(page, "Tau")
+        page.wait_for_function("() => /paper\\/cifar10-vanilla/.test(document.querySelector('#tau-note').innerText)",
+                               timeout=60_000)
+
+        page.get_by_role("button", name="Copy a link to this view").click()
+        link = copied_link(page)
+        other = browser.new_page(viewport={"width": 1280, "height": 1000})
+        other.goto(link)
+        other.wait_for_function("() => /cifar10-paper-vanilla/.test((document.querySelector('#card-a') || "
+                                "{innerText: ''}).innerText) && /\\(cifar10-spt\\)/.test((document.querySelector("
+                                "'#card-b') || {innerText: ''}).innerText)", timeout=90_000)
+        other.wait_for_function("() => [...document.querySelectorAll('[role=tab]')].some((t) => "
+                                "t.innerText.trim() === 'Tau' && t.getAttribute('aria-selected') === 'true')",
+                                timeout=60_000)
+        assert [slot_value(other, "Model A"), slot_value(other, "Model B")] == slots
+        assert "my-ship" in other.inner_text("#upload"), other.inner_text("#upload")
+        open_tab(other, "Compare")
+        other.wait_for_function(BOTH, arg=answers, timeout=90_000)
     finally:
         page.close()
         if other is not None:

@@ -1,5 +1,6 @@
-"""The Trust tab in a real browser on the shipped pair, at 1280 and 800 px: one click away; the whole-set
-report on the bundled 1,000 test images with both confusion tables, the calibration numbers and a cell's
+"""The Trust tab in a real browser on the shipped pair, at 1280 and 800 px: one click away; the verdict and the
+shipped tables on its first screen without a click; the whole-set report (computed as the tab opens) on the bundled
+1,000 test images with both confusion tables, the calibration numbers and a cell's
 images under both models' answers; the shipped corruption and faithfulness tables, read and not computed;
 and, at 800 px, every table inside its box and every figure at 0.75 of its drawn width or more."""
 
@@ -46,11 +47,23 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         assert not page.locator("button[aria-label='More tabs']").is_visible()
         page.get_by_role("tab", name="Trust").click()
 
-        page.click("#trust-btn")
+        # On arrival, without a click: the verdict first, then the shipped faithfulness and corruption tables,
+        # all within the tab's first screen (no empty placeholder above them).
+        wait_text(page, "#trust-verdict", "Verdict", SHIPPED)
+        assert "shipped" in page.inner_text("#trust-corruptions-summary")
+        assert "shipped" in page.inner_text("#trust-faithfulness-summary")
+        page.evaluate("() => document.querySelector('#trust-verdict').closest('[role=tabpanel]').scrollIntoView()")
+        tops = page.evaluate("""() => Object.fromEntries(['#trust-verdict', '#trust-faithfulness-table',
+            '#trust-corruptions-table'].map((s) => [s, document.querySelector(s).getBoundingClientRect().top]))""")
+        order = [tops[s] for s in ("#trust-verdict", "#trust-faithfulness-table", "#trust-corruptions-table")]
+        assert order == sorted(order) and order[-1] < 900 - 80, tops  # its label and header on the first screen
+        assert len(page.evaluate(ROWS, "#trust-faithfulness-table")) == 8
+        # The whole-set report computes itself as the tab opens.
         wait_text(page, "#trust-summary", "only B on", 300_000)
         summary = page.inner_text("#trust-summary")
         assert "1,000 images" in summary, summary
-        assert page.locator("#trust-confusion img").count() == 1
+        page.wait_for_function("() => document.querySelectorAll('#trust-confusion img').length === 1",
+                               timeout=30_000)  # its box is shown once the report is in
         tables = {tag: page.evaluate(ROWS, f"#trust-c{tag}") for tag in "ab"}
         for tag, rows in tables.items():
             assert len(rows) == 10 and all(len(r) == 11 for r in rows), (tag, rows)
@@ -72,6 +85,10 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         captions = page.locator("#trust-cell .caption-label").all_inner_texts()
         assert len(captions) == min(count, 60) and all(" · A: " in c and " · B: " in c for c in captions), captions
         assert all(c.startswith(rows[i][0]) for c in captions), captions
+        # ... brought into the window, not left 700 px below it.
+        page.wait_for_timeout(500)
+        box = page.locator("#trust-cell img").first.bounding_box()
+        assert box and 0 <= box["y"] and box["y"] + box["height"] <= 900, box
 
         # The shipped pair's corruption and faithfulness results are shipped: read at once, never computed.
         page.click("#trust-corruptions-btn")
@@ -117,8 +134,9 @@ def test_a_zip_of_other_classes_is_refused_in_place_without_an_error_badge(brows
     page = visit(browser, app[0], 1280)
     try:
         page.get_by_role("tab", name="Trust").click()
+        wait_text(page, "#trust-summary", "only B on", 300_000)  # the report the tab computes as it opens
         page.locator('[data-testid="my labelled zip-radio-label"]').click()
-        page.locator("div[role=tabpanel]:visible input[type=file]").first.set_input_files(str(path))
+        page.locator("#trust-zip input[type=file]").set_input_files(str(path))
         page.wait_for_function("() => [...document.querySelectorAll('div[role=tabpanel] a, div[role=tabpanel] td')]"
                                ".some((e) => e.innerText.includes('my-photos'))", timeout=30_000)
         page.click("#trust-btn")

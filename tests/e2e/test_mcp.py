@@ -81,7 +81,7 @@ def test_the_tools_are_the_curated_set_each_described(app_url):
     assert by_name["what_if"].inputSchema["properties"]["factor_b"]["type"] == "number"
     assert list(by_name["compare"].inputSchema["properties"]) == ["file", "ref_a", "ref_b"]
     assert set(by_name["attention"].inputSchema["properties"]) == {"file", "ref_a", "ref_b", "layer", "head", "qy",
-                                                                    "qx"}
+                                                                    "qx", "layer_b"}
     assert by_name["models"].inputSchema.get("properties", {}) == {}
     # the fine-tune runs are in the API, not tools: not callable through MCP either
     refused = call(app_url, "cancel")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from explorer.checkpoints.store import list_checkpoints, read_card
+from explorer.checkpoints.store import read_card
 from explorer.model.config import ViTConfig
 from tests.helpers import NO_NETWORK, ROOT, stop
 
@@ -165,10 +165,10 @@ def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
     for scope in ("this image", "64 test images"):
         table = client.predict(handle_file(str(upload)), A, B, scope, api_name="/locality")[2]
         assert len(table["data"]) == 2
-    tau_table = client.predict(A, B, api_name="/tau")[2]
-    shipped = [c for c in list_checkpoints(ROOT / "checkpoints") if c.parent == ROOT / "checkpoints"]
-    shipped_lsa = [c for c in shipped if ViTConfig.from_dict(read_card(c).config).use_lsa]
-    assert len(tau_table["data"]) == 6 * len(shipped_lsa) >= 6  # six layers per shipped LSA model
+    tau_table, note = client.predict(A, B, api_name="/tau")[2:]
+    layers = ViTConfig.from_dict(read_card(ROOT / "checkpoints" / B).config).num_layers
+    assert [r[0] for r in tau_table["data"]] == [f"B: {B}"] * layers  # the slots' models only: B's layers
+    assert f"**A**: `{A}` is a ViT without LSA: it has no tau." in note
     # Fine-tune: the tab answers (a run needs the full data or a zip; see test_ui and test_load).
     assert "No run" in client.predict(api_name="/cancel")
     # A Space runs in shared mode: a visitor id for the browser, and the button to duplicate it.

@@ -1,0 +1,66 @@
+"""The Attention tab at the paper's scale, in a real browser on copies of the shipped checkpoints: one click puts the
+paper-scale pair in the slots on both first layers, and one layer's 12 heads of each model stay legible at 1280 and
+800 px (each tile 60 css px or more, nothing wider than the window). Takes docs/attention-paper.png and
+docs/attention-paper-800.png."""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer.ui.attention import SELF_HEAD_LABEL
+from tests.e2e.pages import open_tab, visit
+from tests.helpers import ROOT, shipped_copy, start_app, stop
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
+pytest.importorskip("playwright")  # a machine without playwright still collects the suite
+
+# The maps' picture: its shown width over its own, and the page's width against the window's.
+SHOWN = """() => { const i = document.querySelector('#maps img');
+    return {natural: i.naturalWidth, shown: i.getBoundingClientRect().width,
+            page: document.documentElement.scrollWidth, window: window.innerWidth}; }"""
+FIRST_LAYERS = "Layer 0 of 9 (the first) for A, layer 0 of 9 (the first) for B"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory, data_dir):
+    root = shipped_copy(tmp_path_factory.mktemp("attention-paper"))
+    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
+    yield url
+    stop(proc)
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_paper_pairs_heads_stay_legible(browser, app, width):
+    from explorer.app.workbench import TILE
+    page = visit(browser, app, width, height=1000)
+    open_tab(page, "Attention")
+    page.get_by_role("button", name=SELF_HEAD_LABEL).click()
+    # Both slots load, each redraws the tab, and the dropdowns follow: wait until all of it has settled on the
+    # paper pair's first layers, with the new picture (two models of 3 tiles to a row and their colour bars).
+    settled = (f"() => document.querySelector('#attn-caption').innerText.includes({FIRST_LAYERS!r})"
+               f" && (document.querySelector('#maps img') || {{}}).naturalWidth > {6 * TILE}"
+               f" && !document.querySelector('.tabitem:not([style*=none]) .eta-bar, .generating, .pending')")
+    page.wait_for_function(settled, timeout=240_000)
+    page.wait_for_timeout(3000)
+    page.wait_for_function(settled, timeout=120_000)
+    caption = page.inner_text("#attn-caption")
+    assert "most self-attending head" in caption and "LSA masks it" in caption, caption
+    assert page.input_value("#layer-a input") == "0"
+    shown = page.evaluate(SHOWN)
+    scale = shown["shown"] / shown["natural"]
+    assert TILE * scale >= 60, shown  # each tile shown 60 css px or more
+    assert shown["page"] <= shown["window"], shown  # no horizontal scroll
+    # From the tab's row of controls to the maps' bottom, in page coordinates.
+    top, bottom = page.evaluate("""() => [document.querySelector('#picker-hint').getBoundingClientRect().top - 50,
+        document.querySelector('#maps').getBoundingClientRect().bottom].map((y) => y + window.scrollY)""")
+    name = "attention-paper.png" if width == 1280 else f"attention-paper-{width}.png"
+    page.screenshot(path=str(ROOT / "docs" / name), full_page=True,
+                    clip={"x": 0, "y": top, "width": width, "height": bottom - top})
+    if width == 1280:  # B's own layer, chosen on the page, redraws B alone at it
+        box = page.locator("#layer-b input")
+        box.fill("8")
+        page.wait_for_timeout(300)
+        box.press("Enter")
+        page.wait_for_function("() => document.querySelector('#attn-caption').innerText"
+                               ".includes('for A, layer 8 of 9 (the last) for B')", timeout=60_000)
+    page.close()

@@ -1,0 +1,78 @@
+"""The first screen in a real browser, on the shipped checkpoints: at 800 px the first answer (Compare's verdict)
+is on it, at 1280 px the examples; the image's file name is never cut; the paper-scale button fills both slots
+and their cards at either width."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.pages import slot_value, visit
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
+pytest.importorskip("playwright")  # a machine without playwright still collects the suite
+
+HEIGHT = 1000  # the window's height: the first screen
+
+# Where an element is on the page (its top and bottom from the page's top, before any scrolling).
+BOX = """(selector) => { const r = document.querySelector(selector).getBoundingClientRect();
+    return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY}; }"""
+
+# The file name's parts as drawn: each within the upload box, none cut (no ellipsis, nothing hidden).
+NAME_SHOWN = """() => [...document.querySelectorAll('#upload td.filename span')].map((s) => {
+    const box = document.querySelector('#upload').getBoundingClientRect(), r = s.getBoundingClientRect();
+    return {text: s.innerText, cut: s.scrollWidth > s.clientWidth + 1 && getComputedStyle(s).display !== 'inline',
+            inside: r.left >= box.left - 1 && r.right <= box.right + 1,
+            ellipsis: getComputedStyle(s).textOverflow === 'ellipsis' && getComputedStyle(s).overflow === 'hidden'};
+})"""
+
+
+def test_at_800_px_the_first_answer_is_on_the_first_screen(browser, shipped_app):
+    page = visit(browser, shipped_app[0], 800, height=HEIGHT)
+    try:
+        verdict = page.evaluate(BOX, "#verdict")
+        first_line = verdict["top"] + 30  # "✔ both say cat" or "✘ they disagree: ..."
+        assert first_line <= HEIGHT, verdict
+        # Everything still there: the upload, the preview, the examples, the test samples, both slots.
+        for selector in ("#upload", "#upload-own", "#preview", "#examples", "#sample", "#card-a", "#card-b"):
+            assert page.locator(selector).is_visible(), selector
+        # The upload beside the preview, and neither wider than the window.
+        upload, preview = (page.locator(s).bounding_box() for s in ("#upload", "#preview"))
+        assert upload["x"] + upload["width"] <= preview["x"] and preview["x"] + preview["width"] <= 800
+    finally:
+        page.close()
+
+
+def test_at_1280_px_the_examples_are_on_the_first_screen_and_the_file_name_is_whole(browser, shipped_app):
+    page = visit(browser, shipped_app[0], 1280, height=HEIGHT)
+    try:
+        examples = page.evaluate(BOX, "#examples")
+        assert examples["bottom"] <= HEIGHT, examples
+        parts = page.evaluate(NAME_SHOWN)
+        assert "".join(p["text"] for p in parts).replace(" ", "").endswith(".png"), parts
+        assert all(p["inside"] and not p["cut"] and not p["ellipsis"] for p in parts), parts
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_paper_scale_button_fills_both_slots_and_their_cards(browser, shipped_app, width):
+    page = visit(browser, shipped_app[0], width, height=HEIGHT)
+    try:
+        button = page.locator("#paper-pair-btn")
+        assert button.bounding_box()["y"] + button.bounding_box()["height"] <= HEIGHT
+        button.click()
+        page.wait_for_function("() => /cifar10-paper-vanilla/.test(document.querySelector('#card-a').innerText) && "
+                               "/cifar10-paper-spt_lsa/.test(document.querySelector('#card-b').innerText)",
+                               timeout=90_000)
+        assert slot_value(page, "Model A") == "paper scale · ViT · 45,000 images"
+        assert slot_value(page, "Model B") == "paper scale · SPT + LSA · 45,000 images"
+        card_a, card_b = page.inner_text("#card-a"), page.inner_text("#card-b")
+        assert "paper scale · ViT · 45,000 images" in card_a and "vanilla" in card_a and "85.0 %" in card_a, card_a
+        assert "paper scale · SPT + LSA · 45,000 images" in card_b and "tau per head" in card_b \
+            and "89.9 %" in card_b, card_b
+        assert "⚠" not in card_a + card_b
+        # The answers come for the new pair, under the new headings.
+        page.wait_for_function("() => /both say|disagree/.test(document.querySelector('#verdict').innerText)",
+                               timeout=90_000)
+    finally:
+        page.close()

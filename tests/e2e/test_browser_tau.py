@@ -1,0 +1,59 @@
+"""The Tau tab in a real browser with the paper-scale pair in the slots, at 1280 and 800 px: it names the two
+slots' models only, says that A (a ViT) has no tau, shows B's tau per layer and head and over training
+legibly, and nothing overflows the window. Takes docs/tau-paper.png and docs/tau-paper-800.png."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.e2e.pages import SHOWN_SCALE, TABLE_FITS, choose, open_tab, visit
+from tests.helpers import ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
+pytest.importorskip("playwright")  # a machine without playwright still collects the suite
+
+A, B = "paper/cifar10-vanilla", "paper/cifar10-spt_lsa"
+NO_TAU = f"A: {A} is a ViT without LSA: it has no tau."
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_tau_tab_shows_the_paper_pair_by_slot(browser, shipped_app, width):
+    page = visit(browser, shipped_app[0], width, height=1000)
+    try:
+        for slot, option, name in (("Model A", "paper scale · ViT · 45,000 images", "paper-vanilla"),
+                                   ("Model B", "paper scale · SPT + LSA · 45,000 images", "paper-spt_lsa")):
+            choose(page, slot, option)
+            card = "#card-a" if slot == "Model A" else "#card-b"
+            page.wait_for_function(f"() => /{name}/.test(document.querySelector('{card}').innerText)",
+                                   timeout=90_000)
+        open_tab(page, "Tau")
+        page.wait_for_function("(text) => (document.querySelector('#tau-note') || {innerText: ''}).innerText"
+                               ".includes(text)", arg=NO_TAU, timeout=90_000)
+        page.wait_for_function("() => document.querySelectorAll('#tau-table [role=row].virtual-row').length === 9",
+                               timeout=60_000)
+        note = page.inner_text("#tau-note")
+        named = re.findall(r"\b(?:[\w.-]+/)*cifar10-[\w.-]+", note)
+        assert named == [A, B], note  # the slots' models, and no other checkpoint
+        models = page.eval_on_selector_all("#tau-table [role=gridcell][data-col='0']",
+                                           "(cells) => cells.map((c) => c.innerText.trim())")
+        assert set(models) == {f"B: {B}"}, models
+        assert "learns one tau per head (9 layers × 12 heads)" in note and "over 100 epochs" in note
+        plots = "#tau-plots img"
+        page.locator("#tau-plots").scroll_into_view_if_needed()
+        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=60_000)
+        scales = page.evaluate(SHOWN_SCALE, plots)
+        assert min(scales) >= 0.75, f"the tau plots are shown at {[f'{s:.0%}' for s in scales]}"
+        fit = page.evaluate(TABLE_FITS, "#tau-table")
+        broken = [h for h in fit["headers"] if h["lines"] > h["words"]]
+        assert not broken, f"headers broken inside a word: {broken}"
+        assert fit["right"] <= fit["width"] and not fit["hidden"], fit
+        wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+        assert wide <= 0, f"the page is {wide} px wider than the window"
+        page.wait_for_timeout(1500)
+        panel = page.locator("[role=tabpanel]:visible").first
+        name = "tau-paper.png" if width == 1280 else f"tau-paper-{width}.png"
+        panel.screenshot(path=str(ROOT / "docs" / name))
+    finally:
+        page.close()
