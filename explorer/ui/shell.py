@@ -18,6 +18,8 @@ from explorer.ui.finetune import FinetuneTab
 from explorer.ui.finetune_run import base_choices
 
 CSS = """
+/* The Tau tab's pictures: one with nothing to draw (no LSA model, no trajectory on the card) takes no room. */
+#tau-plots .pic:not(:has(img)) {display: none !important}
 .slot-card {min-height: 3.2em}
 #pairs-label {align-self: center; flex: 0 0 auto !important; min-width: max-content !important}
 .pair-btn {white-space: nowrap; flex: 0 0 auto !important; min-width: max-content !important}

@@ -33,6 +33,20 @@ def summary_line(name: str, w) -> str:
             f"{w.distance[0].mean():.1f} → {w.distance[1].mean():.1f} px · what-if pass {timing}")
 
 
+def measured_lines(models) -> str:
+    """One line per (tag, loaded model) with a shipped whole-test-set measure of the switches: each setting's
+    top-1 and its change against as trained; "" when none has one."""
+    names = [name for name, *_ in lsa_switches.SETTINGS]
+    lines = []
+    for tag, loaded in models:
+        row = lsa_switches.shipped_row(loaded.folder, loaded.identity)
+        if row is not None:
+            base = row.top1[names[0]]
+            lines.append(f"{tag} over {row.count:,} test images: as trained {100 * base:.2f} %, " + ", ".join(
+                f"{n} {100 * row.top1[n]:.2f} % ({100 * (row.top1[n] - base):+.2f})" for n in names[1:]) + ".")
+    return "\n\n".join(lines)
+
+
 def measured_table(models) -> str:
     """The shipped whole-test-set measure of the switches (explorer/shipped/lsa_switches.json) for each (tag,
     loaded model) that has a row, as a Markdown table; a line for those that have none."""
@@ -123,6 +137,9 @@ class WhatIfTab:
         summary = "\n\n".join(summary_line(n, w) for n, w in zip(names, (wa, wb), strict=True))
         summary += (f"\n\nMaps from query patch row {wb.query[0]}, col {wb.query[1]}, layer {wa.layer} for A, "
                     f"{wb.layer} for B (each coloured from 0 to its own maximum).")
+        measured = measured_lines([("A", a), ("B", b)])
+        if measured:  # beside one image's answer, what the same switches do over the whole test set
+            summary += "\n\n" + measured
         return wa.top5, wa.top5_what_if, wb.top5, wb.top5_what_if, maps, plot, summary
 
 
