@@ -64,6 +64,12 @@ def analysis_ratio(pair, images) -> float:
     return statistics.median(timed[full]) / statistics.median(timed[naive])
 
 
+def _depth(ref: str) -> int:
+    from explorer.checkpoints.store import read_card
+    from explorer.model.config import ViTConfig
+    return ViTConfig.from_dict(read_card(ROOT / "checkpoints" / ref).config).num_layers
+
+
 def served(pair, files) -> dict:
     """A fresh app with `pair` as the first visit's: start-up, the first answer, then each question's p95."""
     from gradio_client import Client, handle_file
@@ -75,7 +81,7 @@ def served(pair, files) -> dict:
         client.predict(handle_file(files[0]), *pair, api_name="/compare")
         first = time.perf_counter() - start
         a, b = pair
-        layer = 10 ** 6  # the last layer of each model (the handler caps it at each model's depth)
+        layer = _depth(a) - 1  # A's last layer (B's: the same relative depth, its last)
         ask = {
             "compare": lambda f, i: client.predict(f, a, b, api_name="/compare"),
             "click": lambda f, i: client.predict(f, a, b, layer, "all heads", float(4 * (i % 8) + 1),

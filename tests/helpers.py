@@ -159,13 +159,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_app(checkpoints, env_extra=None, timeout=120, data_dir=None):
-    """`python app.py` on a free port; with `data_dir` its CIFAR comes from there ($EXPLORER_DATA_DIR)."""
+# The pair the app's tests open with: the shipped 0.2 M pair they were written for, whatever the first visit's
+# default is (tests/e2e/test_browser_first_screen.py checks that default, with first_visit=None).
+TEST_PAIR = {"EXPLORER_MODEL_A": "cifar10-vanilla", "EXPLORER_MODEL_B": "cifar10-spt_lsa"}
+
+
+def start_app(checkpoints, env_extra=None, timeout=120, data_dir=None, first_visit=TEST_PAIR):
+    """`python app.py` on a free port; with `data_dir` its CIFAR comes from there ($EXPLORER_DATA_DIR); its first
+    visit's pair `first_visit` (None: the app's default)."""
     port = free_port()
     data = {"EXPLORER_DATA_DIR": str(data_dir)} if data_dir else {}
-    # The tester's own MCP settings never decide what is tested (the MCP server is on by default).
-    inherited = {k: v for k, v in os.environ.items() if k not in ("GRADIO_MCP_SERVER", "EXPLORER_MCP")}
-    env = {**inherited, "EXPLORER_CHECKPOINTS": str(checkpoints), **data,
+    # The tester's own MCP settings and first pair never decide what is tested (the MCP server is on by default).
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in ("GRADIO_MCP_SERVER", "EXPLORER_MCP", *TEST_PAIR)}
+    env = {**inherited, **(first_visit or {}), "EXPLORER_CHECKPOINTS": str(checkpoints), **data,
            "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "PYTHONUNBUFFERED": "1",
            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env_extra or {})}
     log = open(checkpoints.parent / f"app-{port}.log", "w")

@@ -49,7 +49,7 @@ def test_a_refusal_shown_in_shared_mode_names_no_server_path(shared):
 
 def test_the_first_visits_pair_is_a_setting(tmp_path, tiny_checkpoints, data_dir):
     """EXPLORER_MODEL_A / _B choose the pair a first visit opens with (a deployer's choice, and the first-visit
-    bench's); a reference not here falls back to the list's ends, as before."""
+    bench's; by default the paper-scale pair); a pair not here falls back to the shipped pair."""
     from explorer.core.settings import Settings
     from explorer.ui import AppState
     from tests.helpers import pair_folder
@@ -60,7 +60,12 @@ def test_the_first_visits_pair_is_a_setting(tmp_path, tiny_checkpoints, data_dir
                                 "EXPLORER_MODEL_B": "paper/cifar10-spt_lsa"})
     assert AppState(root=root, data_dir=str(data_dir), settings=chosen).initial_refs() == (
         "paper/cifar10-vanilla", "paper/cifar10-spt_lsa")
-    assert AppState(root=root, data_dir=str(data_dir), settings=Settings.from_env({})).initial_refs() == (
+    small = Settings.from_env({"EXPLORER_MODEL_A": "cifar10-vanilla", "EXPLORER_MODEL_B": "cifar10-spt_lsa"})
+    assert AppState(root=root, data_dir=str(data_dir), settings=small).initial_refs() == (
         "cifar10-vanilla", "cifar10-spt_lsa")
+    # by default the paper-scale pair; where it is not whole, the shipped pair
+    assert AppState(root=root, data_dir=str(data_dir), settings=Settings.from_env({})).initial_refs() == (
+        "paper/cifar10-vanilla", "paper/cifar10-spt_lsa")
     gone = Settings.from_env({"EXPLORER_MODEL_A": "paper/missing"})
-    assert AppState(root=root, data_dir=str(data_dir), settings=gone).initial_refs()[0] == "cifar10-spt_lsa"
+    assert AppState(root=root, data_dir=str(data_dir), settings=gone).initial_refs() == (
+        "cifar10-vanilla", "cifar10-spt_lsa")

@@ -1,6 +1,7 @@
 """Writes the examples a first visit sees (explorer/examples/): test images from the bundled sample, one per
-case of the shipped pair (A = cifar10-vanilla, B = cifar10-spt_lsa): only B right, only A right, both right,
-both wrong, each of a different class, the ones each model is most sure of in its case.
+case of the first visit's pair (EXPLORER_MODEL_A / _B, by default the paper-scale pair: A = paper/cifar10-vanilla,
+B = paper/cifar10-spt_lsa): only B right, only A right, both right, both wrong, each of a different class, the
+ones each model is most sure of in its case.
 
     python tools/make_examples.py
 
@@ -27,13 +28,14 @@ def main() -> int:
     from PIL import Image
 
     from explorer.checkpoints.store import load_checkpoint
+    from explorer.core.settings import Settings
     from explorer.data.datasets import sample_set
     from explorer.data.samples import EXAMPLES_DIR
     from explorer.model.predict import predict_logits
-
+    settings = Settings.from_env()
     ds = sample_set()
     probs = []
-    for name in ("cifar10-vanilla", "cifar10-spt_lsa"):
+    for name in (settings.model_a, settings.model_b):
         model, _ = load_checkpoint(ROOT / "checkpoints" / name)
         logits = predict_logits(model, ds.x_test)
         e = np.exp(logits - logits.max(-1, keepdims=True))

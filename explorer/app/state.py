@@ -28,6 +28,9 @@ from explorer.finetune.plan import Limits, Plan, job_data, plan_job
 from explorer.finetune.runner import FineTuneRunner
 from explorer.model.config import PRESETS
 
+# The shipped 0.2 M pair: a first visit's pair where the settings' is not here (a checkpoint folder of one's own).
+SHIPPED_PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")
+
 
 def default_data_dir(settings: Settings) -> str | None:
     """$EXPLORER_DATA_DIR, else a `shared/data` folder beside the project (this repo's layout), else None:
@@ -139,7 +142,12 @@ class ExplorerState:
         return [r for r in self.choices(request) if r.startswith(f"{FINETUNED}/")]
 
     def initial_refs(self) -> tuple[str | None, str | None]:
+        """The pair a first visit opens with: the settings' (EXPLORER_MODEL_A / _B, by default the paper-scale
+        pair) where both are here, else the shipped pair, else each slot's choice or the list's ends."""
         choices = self.runs.listing(None)
+        for a, b in ((self.default_a, self.default_b), SHIPPED_PAIR):
+            if a in choices and b in choices:
+                return a, b
 
         def pick(want, fallback):
             return want if want in choices else (fallback if fallback in choices else None)

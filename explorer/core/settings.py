@@ -115,10 +115,11 @@ class Settings:
         "KERAS_HOME", None, "text", "Keras' own: downloads go into its `datasets/`", "`~/.keras`")
 
     # --- the app ------------------------------------------------------------------------------------
-    model_a: str = _setting("EXPLORER_MODEL_A", "cifar10-vanilla", "text",
-                            "the model slot A holds on a first visit (a checkpoint's reference; docs/app.md)")
-    model_b: str = _setting("EXPLORER_MODEL_B", "cifar10-spt_lsa", "text",
-                            "the model slot B holds on a first visit (e.g. `paper/cifar10-spt_lsa`)")
+    model_a: str = _setting("EXPLORER_MODEL_A", "paper/cifar10-vanilla", "text",
+                            "the model slot A holds on a first visit, with B's (a checkpoint's reference; "
+                            "docs/app.md, The first visit); where the pair is not here, the shipped pair")
+    model_b: str = _setting("EXPLORER_MODEL_B", "paper/cifar10-spt_lsa", "text",
+                            "the model slot B holds on a first visit (e.g. `cifar10-spt_lsa`)")
     mcp: bool = _setting("EXPLORER_MCP", True, "flag", "serve the tools over MCP as well (`--no-mcp` too)", "`1`")
     server_name: str = _setting(
         "GRADIO_SERVER_NAME", "127.0.0.1", "text", "Gradio's: the address the app listens on (`--host`)")

@@ -81,7 +81,7 @@ def build(app: AppState, slot_b: gr.Dropdown, loaded: tuple, first: Example | No
         # A click puts the file in the upload, whose change fills every tab. Above the preview: on the first
         # screen at 1280 px (beside the preview, in a column of its own, at 800 px: shell.CSS).
         gr.Examples([[e.path] for e in found], [upload], elem_id="examples",
-                    label="Examples: click one (true label · who is right, of the shipped pair)",
+                    label="Examples: click one (true label · who is right, of the first visit's pair)",
                     example_labels=[f"{e.label} · {CASES.get(e.case, e.case)}" for e in found])
     preview = picture("Input", captioned=False, height=PREVIEW, elem_id="preview", value=preview0)
     with gr.Row(elem_id="sample-row"):

@@ -76,3 +76,27 @@ def test_the_paper_scale_button_fills_both_slots_and_their_cards(browser, shippe
                                timeout=90_000)
     finally:
         page.close()
+
+
+@pytest.fixture(scope="module")
+def default_app(tmp_path_factory, data_dir):
+    """The app on copies of the shipped checkpoints with its own first-visit pair (no test pins it)."""
+    from tests.helpers import shipped_copy, start_app, stop
+    root = shipped_copy(tmp_path_factory.mktemp("first-visit"))
+    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300, first_visit=None)
+    yield url
+    stop(proc)
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_a_first_visit_opens_on_the_paper_scale_pair_already_answered(browser, default_app, width):
+    """The first visit's pair is the paper-scale one (chosen by bench/first_visit.py, docs/app.md): both slots
+    hold it, both cards say it, and the first example is answered without a click."""
+    page = visit(browser, default_app, width, height=HEIGHT)
+    try:
+        assert slot_value(page, "Model A").startswith("paper scale · ViT")
+        assert slot_value(page, "Model B").startswith("paper scale · SPT + LSA")
+        assert "85.0 %" in page.inner_text("#card-a") and "89.9 %" in page.inner_text("#card-b")
+        assert page.evaluate(BOX, "#verdict")["top"] + 30 <= HEIGHT
+    finally:
+        page.close()
