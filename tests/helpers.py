@@ -5,6 +5,7 @@ function run on JAX in a process of its own, and the runner's worker. Fixtures l
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -31,9 +32,46 @@ NO_NETWORK = "http://127.0.0.1:9/"
 TINY = dict(image_size=32, input_size=16, patch_size=4, num_layers=2, projection_dim=16, num_heads=2,
             key_dim=8, mlp_units=(32, 16), head="pool", head_units=(), dropout=0.0, head_dropout=0.0)
 
+# The host's speed, for waits that load models, run analyses or train (the browser tests): one round of
+# host_round takes about SPEED_REFERENCE_S on a 2-core host training at about 500 images/s with nothing beside
+# it; a slower host (or one busy with other work) waits that much longer, up to WAIT_FACTOR_MOST times.
+SPEED_REFERENCE_S = 0.10
+WAIT_FACTOR_MOST = 6.0
+
 # Every variant and tau mode that differs in weights: vanilla and spt have no tau.
 VARIANT_MODES = [("vanilla", "layer"), ("spt", "layer"), ("lsa", "layer"), ("lsa", "head"),
                  ("spt_lsa", "layer"), ("spt_lsa", "head")]
+
+
+def host_round() -> float:
+    """Seconds of a fixed CPU workload (small float32 matrix products, as a model's steps, and a Python loop,
+    as a server's handlers): about SPEED_REFERENCE_S on a fast host."""
+    a = np.random.default_rng(0).standard_normal((160, 160), dtype=np.float32)
+    began = time.perf_counter()
+    for _ in range(800):
+        a = np.tanh(a @ a.T * 0.01)
+    total = 0
+    for i in range(3_000_000):
+        total += i % 7
+    return time.perf_counter() - began
+
+
+def wait_factor(seconds: float, reference: float = SPEED_REFERENCE_S, most: float = WAIT_FACTOR_MOST) -> float:
+    """How many times longer than on the reference host to wait, for a host whose round took `seconds`: at
+    least 1 (a faster host keeps the waits as written), at most `most` (a host slower than that fails)."""
+    return float(min(most, max(1.0, seconds / reference)))
+
+
+@functools.cache
+def host_slowness() -> float:
+    """wait_factor of this host, measured once per process: the median of five rounds (about half a second
+    on a fast host)."""
+    return wait_factor(float(np.median([host_round() for _ in range(5)])))
+
+
+def scaled(ms: float) -> int:
+    """A wait of `ms` on the reference host (a Playwright timeout), as long as this host needs."""
+    return int(ms * host_slowness())
 
 
 def tiny_config(**overrides):

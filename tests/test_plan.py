@@ -64,6 +64,26 @@ def test_a_pair_plan_shares_one_split_and_names_both(tiny_checkpoints, cifar10):
                                                          np.zeros(0, int), ["a", "b"]))
 
 
+def test_a_plans_splits_are_its_runs_and_say_how_many_images_a_class_would_validate_on_enough(
+        tiny_checkpoints, tmp_path):
+    """plan_splits counts what a run of the plan trains and validates on (fit's own training_split), and
+    images_per_class_for is the fewest images a class for a validation split of that size."""
+    from explorer.data.batches import training_split
+    from explorer.finetune.plan import images_per_class_for, plan_splits
+    need = images_per_class_for(20, 3)
+    got = []
+    for n in (need - 1, need):
+        y = np.repeat(np.arange(3), n)
+        x = np.zeros((len(y), 32, 32, 3), np.uint8)
+        plan = plan_job(plan_members(tiny_checkpoints, "A", "B"),
+                        read_image_zip(class_zip(tmp_path / f"{n}.zip", x, y, ["a", "b", "c"])))
+        split = plan_splits(plan)
+        (fit, _), val = training_split(plan.dataset, recipe_for(plan.recipe, len(plan.dataset.x_train), False))
+        assert (split.train, split.validation, split.test) == (len(fit), len(val[0]), len(plan.dataset.x_test))
+        got.append(split.validation)
+    assert got[0] < 20 <= got[1], (need, got)
+
+
 def test_the_worker_reads_back_the_plan_the_app_wrote(tiny_checkpoints, cifar10, tmp_path):
     from explorer.finetune.jobfolder import read_job, write_job
     for plan in (plan_job(plan_members(tiny_checkpoints, "A", "B"), cifar10, images=100, epochs=2, freeze=True),

@@ -293,3 +293,15 @@ def test_a_repository_file_is_a_link_on_a_space_and_its_path_elsewhere():
     assert repo_link("docs/trust.md", "me/explorer") == \
         "[docs/trust.md](https://huggingface.co/spaces/me/explorer/blob/main/docs/trust.md)"
     assert repo_link("study/README.md", None) == "`study/README.md`"
+
+
+def test_every_child_of_the_tabs_is_a_tab(ex):
+    """A component made among gr.Tabs' children but in no tab (a State after a tab's block) is taken for a tab by
+    the page: opening the Trust tab then showed it twice, in the Tau tab's place."""
+    import gradio as gr
+
+    from explorer.ui import build_demo
+    demo = build_demo(ex)
+    tabs = [block for block in demo.blocks.values() if isinstance(block, gr.Tabs)]
+    assert tabs and all(isinstance(child, gr.Tab) for t in tabs for child in t.children), [
+        type(child).__name__ for t in tabs for child in t.children]

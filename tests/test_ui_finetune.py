@@ -17,6 +17,7 @@ from explorer.ui import AppState, build_demo
 from explorer.ui.finetune import SCRATCH, FinetuneTab
 from explorer.ui.finetune_text import QUEUE_DROPPED
 from tests.handlers import A, B, fine_tune_form, ui
+from tests.helpers import class_zip, pick
 
 
 def built_finetune(ex: AppState) -> FinetuneTab:
@@ -161,6 +162,37 @@ def test_fine_tune_form_refuses_a_zip_too_small_to_judge_unless_told_to_train_on
         ui(ex).finetune.finetune_plan(**form)
     plan = ui(ex).finetune.finetune_plan(**form, train_on_all=True)
     assert len(plan.dataset.x_train) == 2 and len(plan.dataset.x_test) == 0
+
+
+def test_the_tab_says_before_a_start_when_a_zip_is_too_small_for_the_fine_tune_to_decide(ex, cifar10, tmp_path):
+    """3 classes of 20 images: 12 held out to test, 5 of the other 48 to validate (the numbers of the plan's own
+    split), too few to tell a fine-tuned model from its start, and the note says so and what would do; 3
+    classes of 200 get no note, nor CIFAR, nor a form a Start refuses."""
+    import numpy as np
+
+    from explorer.finetune.plan import images_per_class_for, plan_splits
+    from explorer.training.head import MIN_VALIDATION_IMAGES
+    tab, classes = ui(ex).finetune, ["cat", "dog", "ship"]
+    x, y = pick(cifar10, classes, 20)
+    form = fine_tune_form(data=ZIP, zip_file=str(class_zip(tmp_path / "small.zip", x, y, classes)), epochs=0, lr=0,
+                          batch_size=0, images=0)
+    split = plan_splits(tab.finetune_plan(**form))
+    assert (split.train, split.validation, split.test) == (43, 5, 12)
+    note = tab.plan_note(**form)
+    assert note.startswith("⚠ **Too few images for the fine-tune to decide.** Of 60 images, 12 to test, 5 to "
+                           "validate and 43 to train each model."), note
+    need = images_per_class_for(MIN_VALIDATION_IMAGES, len(classes))
+    assert f"on 5 (under {MIN_VALIDATION_IMAGES}) one image is worth 20 points" in note
+    assert f"the start on a tie. Add images: {need} a class give {MIN_VALIDATION_IMAGES} to validate." in note
+    alone = tab.plan_note(**{**form, "what": A})
+    assert "to train the model." in alone
+    assert tab.plan_note(**{**form, "epochs": -1}) == ""  # refused: the Start says why
+    assert tab.plan_note(**fine_tune_form()) == ""  # CIFAR
+    x, y = pick(cifar10, classes, 100)
+    x, y = np.concatenate([x, x[:, :, ::-1]]), np.concatenate([y, y])  # 200 a class
+    big = {**form, "zip_file": str(class_zip(tmp_path / "big.zip", x, y, classes))}
+    assert plan_splits(tab.finetune_plan(**big)).validation >= MIN_VALIDATION_IMAGES
+    assert tab.plan_note(**big) == ""
 
 
 def test_the_fine_tune_tab_says_when_a_gpu_would_sit_idle(ex, tmp_path, monkeypatch):

@@ -98,11 +98,16 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_al
     return Batches()
 
 
+def validation_count(n: int, fraction: float) -> int:
+    """How many of `n` training images split_validation holds out for validation."""
+    return max(1, int(round(n * fraction))) if fraction else 0
+
+
 def split_validation(x, y, fraction, seed):
     if not fraction:
         return (x, y), None
     order = np.random.default_rng(seed + 1).permutation(len(x))
-    n_val = max(1, int(round(len(x) * fraction)))
+    n_val = validation_count(len(x), fraction)
     val, train = np.sort(order[:n_val]), np.sort(order[n_val:])
     return (x[train], y[train]), (x[val], y[val])
 

@@ -93,7 +93,7 @@ def _split(x, y, classes, test_fraction, seed, name, source, left_out: tuple[int
     for c in range(len(classes)):
         members = np.flatnonzero(y == c)
         members = members[rng.permutation(len(members))]
-        k = int(round(len(members) * test_fraction))
+        k = held_out_count(len(members), test_fraction)
         test.append(members[:k])
         train.append(members[k:])
     test, train = np.sort(np.concatenate(test)), np.sort(np.concatenate(train))
@@ -101,11 +101,16 @@ def _split(x, y, classes, test_fraction, seed, name, source, left_out: tuple[int
                    unreadable=left_out[0])
 
 
+def held_out_count(n: int, test_fraction: float) -> int:
+    """How many of a class's `n` images _split holds out for the test."""
+    return int(round(n * test_fraction))
+
+
 def images_per_class_needed(num_classes: int, test_fraction: float = 0.2, min_test: int = MIN_TEST_IMAGES) -> int:
     """The fewest images per class for a held-out part with an image of every class and `min_test` in all."""
     want = max(1, -(-min_test // num_classes))
     n = 1
-    while int(round(n * test_fraction)) < want:
+    while held_out_count(n, test_fraction) < want:
         n += 1
     return n
 

@@ -12,6 +12,8 @@ from explorer.data.datasets import Dataset
 from explorer.model.config import PRESETS, VARIANTS
 
 ZIP = "zip of class folders"
+# The part of each class of a zip held out to test the models (none with "Train on all images").
+TEST_FRACTION = 0.2
 
 
 class JobError(ValueError):
@@ -71,6 +73,46 @@ class Plan:
                           d["class_names"], d.get("source", ""), d.get("note", ""))
         return cls([Member(**m) for m in data["members"]], dataset, dict(data["recipe"]), data["description"],
                    scratch=data.get("scratch", False))
+
+
+@dataclass(frozen=True)
+class Splits:
+    """How a plan's images are split for each of its models, counted by the code that splits them: `train`
+    to train on, `validation` to decide whether a fine-tuned epoch is kept over its start, `test` to score."""
+
+    train: int
+    validation: int
+    test: int
+
+
+def plan_splits(plan: Plan) -> Splits:
+    """The split every model of `plan` gets: the recipe's validation part of the training images (the recipe
+    a run of the plan takes, its split drawn by the run's own training_split), and the test images."""
+    import dataclasses
+
+    import numpy as np
+
+    from explorer.data.batches import training_split
+    from explorer.training.runs import recipe_for
+    d = plan.dataset
+    recipe = recipe_for(plan.recipe, len(d.x_train), plan.scratch)  # the split is the same for every member
+    counted = dataclasses.replace(d, x_train=np.arange(len(d.x_train)))  # the same split of indices, not images
+    (fit, _), val = training_split(counted, recipe)
+    return Splits(len(fit), 0 if val is None else len(val[0]), len(d.x_test))
+
+
+def images_per_class_for(validation: int, num_classes: int, test_fraction: float = TEST_FRACTION) -> int:
+    """The fewest images per class (in a zip of `num_classes` classes, `test_fraction` of each held out to
+    test) for which a fine-tune's recipe validates on `validation` images or more."""
+    from explorer.data.batches import validation_count
+    from explorer.data.folders import held_out_count
+    from explorer.training.tuning import fine_tune_recipe
+    n = 1
+    while True:
+        train = num_classes * (n - held_out_count(n, test_fraction))
+        if validation_count(train, fine_tune_recipe(train).validation_fraction) >= validation:
+            return n
+        n += 1
 
 
 def lsa_labels(plan: Plan) -> list[str]:
@@ -178,14 +220,15 @@ def _members(members: list[tuple[str, str, str, dict]], data_name: str, name: st
 
 def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int,
              train_on_all: bool = False) -> Dataset:
-    """The data a job asks for: an uploaded zip of class folders (read within the limits, each class split
-    80/20, or all for training with `train_on_all`) or a CIFAR dataset through `load_cifar(name)`."""
+    """The data a job asks for: an uploaded zip of class folders (read within the limits, TEST_FRACTION of each
+    class held out to test, or all for training with `train_on_all`) or a CIFAR dataset through
+    `load_cifar(name)`."""
     if source == ZIP:
         if zip_file is None:
             raise JobError("upload a zip of class folders (one sub-folder of images per class)")
         from explorer.data.folders import read_image_zip
         return read_image_zip(zip_file, image_size=image_size, max_bytes=limits.max_zip_mb * 2**20,
-                              max_files=limits.max_images * 2, test_fraction=0.0 if train_on_all else 0.2)
+                              max_files=limits.max_images * 2, test_fraction=0.0 if train_on_all else TEST_FRACTION)
     if source in ("cifar10", "cifar100"):
         return load_cifar(source)
     raise JobError(f"unknown data source {source!r}; choose a zip of class folders, cifar10 or cifar100")

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 # it gains outnumber those it loses by this many standard errors (settle): a few hundred images judge a
 # choice between epochs to within several points, which is as large as the gains being chosen between.
 FT_MARGIN_Z = 1.0
+# Fewer validation images than this cannot tell a fine-tuned model from its start: one image is then worth more
+# than 5 points, and a real gain of 10 points is under one standard error of the paired count (McNemar's, with a
+# fifth of the images answered differently). The tab says so before a Start; the decision says so after it.
+MIN_VALIDATION_IMAGES = 20
 
 
 def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
@@ -195,6 +199,8 @@ def settle(model, record: RunRecord, start_weights: list, choice: HeadChoice | N
         training.epochs = kept if val is not None else ran
         return
     n = len(val[1])
+    few = (f" ({n} validation images are fewer than the {MIN_VALIDATION_IMAGES} it takes to tell them apart: one "
+           f"image is worth {100 / n:.3g} points)" if n < MIN_VALIDATION_IMAGES else "")
     if kept:
         correct = predict_logits(model, val[0]).argmax(-1) == val[1]
         gained, lost = paired_gain(correct, choice.start_correct)
@@ -208,7 +214,7 @@ def settle(model, record: RunRecord, start_weights: list, choice: HeadChoice | N
             training.kept_model = f"fine-tuned, epoch {kept}"
             training.decision = (f"Kept the fine-tuned model (epoch {kept} of {ran}): on the {n} held-out "
                                  f"validation images it did clearly better than where it started "
-                                 f"({gained - lost:+d} images).")
+                                 f"({gained - lost:+d} images){few}.")
             training.decision_detail = numbers
             training.epochs = kept
             return
@@ -230,5 +236,5 @@ def settle(model, record: RunRecord, start_weights: list, choice: HeadChoice | N
     training.kept_epoch = 0
     training.epochs = 0
     training.kept_model = choice.fallback_name
-    training.decision = f"Kept {choice.fallback_plain or choice.fallback_name}: {why}."
+    training.decision = f"Kept {choice.fallback_plain or choice.fallback_name}: {why}{few}."
     training.decision_detail = detail

@@ -289,11 +289,13 @@ def build(app: AppState, page: Page) -> AttentionTab:
                                    min_width=PLOT_MIN)
             loc_table = gr.Dataframe(locality0[2], interactive=False, wrap=True, elem_id="locality-table")
         what_if.build(app, page, layer, qy, qx, layer_b)
+        # The page's own events read B's layer from a State that follows its dropdown: an API caller of the
+        # unlisted endpoints then passes the seven values it always did (a State is no parameter), B at A's
+        # depth. Inside the tab: a component among gr.Tabs' children but in no tab shifts the page's tabs (the
+        # Trust tab, opened, showed twice, in the Tau tab's place).
+        held_b = gr.State(SAME_DEPTH)
 
     inputs = [page.upload, page.slot_a, page.slot_b, layer, head, qy, qx, layer_b]
-    # The page's own events read B's layer from a State that follows its dropdown: an API caller of the unlisted
-    # endpoints then passes the seven values it always did (a State is no parameter), B at A's depth.
-    held_b = gr.State(SAME_DEPTH)
     own = [*inputs[:-1], held_b]
     query_outputs = [maps, caption, cell]
     attn = dict(concurrency_limit=4, concurrency_id="attention")

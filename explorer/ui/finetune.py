@@ -29,6 +29,7 @@ from explorer.ui.finetune_text import (
     hardware_note,
     help_text,
     refused_status,
+    small_data_note,
     training_where,
 )
 from explorer.ui.pictures import PLOT_MIN
@@ -83,6 +84,20 @@ class FinetuneTab:
                                           train_on_all)
         except (JobError, DatasetError, CheckpointError, OSError) as e:
             raise gr.Error(self.app.safe(e)) from None
+
+    def plan_note(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name, ref_a,
+                  ref_b, train_on_all=False, request: gr.Request = None) -> str:
+        """Said before a Start, as the zip or the form changes: that the zip is too small for the fine-tune to
+        decide, how it is split and what the run will do (small_data_note); nothing without a zip, or for a form
+        a Start would refuse (the Start says why)."""
+        if data != ZIP or zip_file is None:
+            return ""
+        try:
+            plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
+                                      name, ref_a, ref_b, request=request, train_on_all=train_on_all)
+        except gr.Error:
+            return ""
+        return small_data_note(plan)
 
     def finetune(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name,
                  a, b, train_on_all=False, request: gr.Request = None, progress=gr.Progress()):
@@ -264,6 +279,7 @@ def build(app: AppState, page: Page) -> FinetuneTab:
             freeze = gr.Checkbox(False, label="freeze the backbone (train only the head)", elem_id="ft-freeze")
             all_images = gr.Checkbox(False, label="Train on all images (no test score)", elem_id="ft-all",
                                      info="a zip with too few images per class to hold a fifth out")
+        plan_note = gr.Markdown("", elem_id="ft-plan-note")  # a zip too small for the run to decide, before Start
         with gr.Row():
             start = gr.Button("Start", variant="primary", elem_id="ft-start")
             cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
@@ -300,6 +316,10 @@ def build(app: AppState, page: Page) -> FinetuneTab:
         archive = gr.File(label="checkpoint zip", interactive=False, height=120, visible=False, elem_id="ft-archive")
     # The zip box only matters for a zip: CIFAR comes from the data folder or is downloaded.
     data.change(lambda d: gr.update(visible=d == ZIP), [data], [zip_file], api_name=False, queue=False)
+    form = [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name, page.slot_a, page.slot_b,
+            all_images]
+    gr.on([zip_file.change, data.change, base.change, subset.blur, subset.submit, all_images.change], tab.plan_note,
+          form, [plan_note], api_name=False, show_progress="hidden", trigger_mode="always_last")
     page.from_tabs.finetune_base, page.from_tabs.finetune_runs = base, mine
     tab.view.outputs = RunOutputs(status, curves, tau, results, per_class, gallery, base,
                                   slots=(page.slot_a, page.slot_b), loaded=page.loaded, cards=page.cards,
@@ -308,15 +328,14 @@ def build(app: AppState, page: Page) -> FinetuneTab:
     # A Start first takes an earlier run's report off the page; this run's shows once it has ended.
     # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.
     start.click(tab.view.hide_report, None, [results, per_class, gallery], api_name=False, queue=False).then(
-        tab.finetune, [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name, page.slot_a,
-                       page.slot_b, all_images],
-        tab.view.outputs.components(), api_name="finetune", concurrency_id="finetune",
+        tab.finetune, form, tab.view.outputs.components(), api_name="finetune", concurrency_id="finetune",
         # every waiting Start holds a worker: the queue, the run followed, one to refuse
         concurrency_limit=app.shared_limits.max_queue + 2 if app.shared else 4,
         # progress shows in its own box only: not over the status line, the slots or the plots
         show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False).then(
         tab.view.show_report, None, [results, per_class, gallery], api_name=False, queue=False)
-    cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None)
+    # The run's own line, never under Gradio's timer (the tab draws its own progress bar).
+    cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None, show_progress="hidden")
     if page.from_tabs.compare_running is not None:  # Compare says while the visitor's run waits or goes on
         status.change(tab.running_note, None, [page.from_tabs.compare_running], api_name=False, queue=False)
     download.click(tab.download, [mine], [archive], api_name="download_checkpoint")

@@ -12,6 +12,7 @@ from explorer.core.formatting import rate
 from explorer.core.protocol import Phase
 from explorer.finetune.backend import Hardware
 from explorer.finetune.follow import run_fraction
+from explorer.finetune.plan import TEST_FRACTION, Plan, images_per_class_for, plan_splits
 from explorer.finetune.queue import QueuePlace
 from explorer.finetune.state import CancelAnswer, RunState
 from explorer.training import head, tuning
@@ -145,6 +146,26 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
     if s.error:
         lines.append(f"**⚠ the run failed:** {s.error} · nothing was saved; the slots are as they were.")
     return "\n\n".join(lines)
+
+
+def small_data_note(plan: Plan) -> str:
+    """Markdown said before a Start when the plan's validation split is too small for the fine-tune's decision
+    (keep a fine-tuned epoch, or its start) to mean much: how the images are split, what the run will do, and
+    how many images would do; empty when it is not (or when a new model is trained: it has no start to keep)."""
+    split = plan_splits(plan)
+    if plan.scratch or not split.validation or split.validation >= head.MIN_VALIDATION_IMAGES:
+        return ""
+    d, n = plan.dataset, split.validation
+    models = "each model" if len(plan.members) > 1 else "the model"
+    test = f"{split.test} to test, " if split.test else ""
+    need = images_per_class_for(head.MIN_VALIDATION_IMAGES, d.num_classes, TEST_FRACTION if split.test else 0.0)
+    return (f"⚠ **Too few images for the fine-tune to decide.** Of {len(d.x_train) + len(d.x_test)} images, "
+            f"{test}{n} to validate and {split.train} to train {models}. A fine-tuned model is kept only when it "
+            f"does clearly better than its start (the base model's answers, or a linear classifier on its features) "
+            f"on the validation images, and on {n} (under {head.MIN_VALIDATION_IMAGES}) one image is worth "
+            f"{100 / n:.3g} points: the run cannot tell the two apart: after training it keeps whichever a single "
+            f"image favours, and the start on a tie. Add images: {need} a class give "
+            f"{head.MIN_VALIDATION_IMAGES} to validate.")
 
 
 def refused_status(reason: str) -> str:

@@ -324,6 +324,9 @@ def build(app: AppState, page: Page) -> TrustTab:
     faith0 = shipped_faith or ((first.faith_text if first else ""), None, None, None)
     corr0 = shipped_corr or ((first.corr_text if first else ""), None, None, None)
     with gr.Tab(TAB, id="trust") as trust_tab:
+        # Inside the tab: a component made among gr.Tabs' children but in no tab is taken for one by the page
+        # (its value, "Trust", became the next tab's label).
+        opened_tab = gr.State(TAB)
         with gr.Accordion("What the Trust tab measures (docs/trust.md)", open=False):
             gr.Markdown(TEXT.format(trust_md=repo_link("docs/trust.md", app.settings.space_id)),
                         elem_id="trust-text")
@@ -400,7 +403,6 @@ def build(app: AppState, page: Page) -> TrustTab:
                   concurrency_limit=2).success(show(report_box), None, [report_box], api_name=False, queue=False)
     # The whole-set report computes itself when the tab opens (or the slots change while it is open).
     opened = in_place(tab.opened, report_outputs, summary, "not evaluated")
-    opened_tab = gr.State(TAB)
 
     def show_if_open(tab_label):
         return gr.Column(visible=True) if tab_label == TAB else gr.skip()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.pages import UPLOAD
-from tests.helpers import CHROMIUM, FLAGS, pair_folder, shipped_copy, start_app, stop
+from tests.helpers import CHROMIUM, FLAGS, pair_folder, scaled, shipped_copy, start_app, stop
 
 
 @pytest.fixture(scope="session")
@@ -65,8 +65,8 @@ def shipped_app(tmp_path_factory, data_dir):
 def tiny_page(browser, tiny_pair_app):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(tiny_pair_app[0])
-    page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
+    page.wait_for_selector(UPLOAD, state="attached", timeout=scaled(60_000))
     page.wait_for_function("() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText"
-                           " || '')", timeout=60_000)
+                           " || '')", timeout=scaled(60_000))
     yield page
     page.close()

@@ -8,6 +8,8 @@ import zipfile
 
 from PIL import Image
 
+from tests.helpers import scaled
+
 # The first analysis of the image the page opens with has been shown.
 DONE = "() => /both say|disagree/.test((document.querySelector('#verdict') || {}).innerText || '')"
 
@@ -16,7 +18,7 @@ def visit(browser, url, width, height=900):
     """A new page at `url` in a `width` x `height` window, once its first analysis is shown."""
     page = browser.new_page(viewport={"width": width, "height": height})
     page.goto(url)
-    page.wait_for_function(DONE, timeout=90_000)
+    page.wait_for_function(DONE, timeout=scaled(90_000))
     return page
 
 

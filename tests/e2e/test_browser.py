@@ -8,6 +8,8 @@ import shutil
 import pytest
 from PIL import Image
 
+from tests.helpers import scaled
+
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
 
@@ -20,7 +22,7 @@ UPLOAD = "input[type=file]:has(+ #upload-own)"
 def page(browser, app_url):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(app_url)
-    page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
+    page.wait_for_selector(UPLOAD, state="attached", timeout=scaled(60_000))
     yield page
     page.close()
 
@@ -30,12 +32,12 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     image = tmp_path / "bird.png"  # test image 13 is a bird
     Image.fromarray(cifar10.x_test[13]).resize((128, 128)).save(image)
     page.set_input_files(UPLOAD, str(image))
-    page.wait_for_selector("#preview img", timeout=30_000)
+    page.wait_for_selector("#preview img", timeout=scaled(30_000))
     page.click("#compare-btn")
     page.wait_for_function(
         "() => document.querySelector('#verdict') && "
         "/both say|disagree/.test(document.querySelector('#verdict').innerText)",
-        timeout=30_000)
+        timeout=scaled(30_000))
     for slot in ("#label-a", "#label-b"):
         text = page.inner_text(slot)
         assert any(name in text for name in classes), text
@@ -47,10 +49,10 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     page.wait_for_function(
         "() => document.querySelector('#attn-caption') && "
         "/Query patch row/.test(document.querySelector('#attn-caption').innerText)",
-        timeout=30_000)
+        timeout=scaled(30_000))
     assert "LSA models never attend to the query patch itself" in page.inner_text("#attn-caption")
     picker = page.locator("#picker img").first
-    picker.wait_for(timeout=30_000)
+    picker.wait_for(timeout=scaled(30_000))
     box = picker.bounding_box()
     hint = page.locator("#picker-hint").bounding_box()  # above the picture, never over its top patches
     assert "Click a patch" in page.inner_text("#picker-hint") and hint["y"] + hint["height"] <= box["y"] + 1
@@ -59,7 +61,7 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     side = min(box["width"], box["height"])
     page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
     page.wait_for_function(
-        "() => /row 3, col 3/.test(document.querySelector('#attn-caption').innerText)", timeout=30_000)
+        "() => /row 3, col 3/.test(document.querySelector('#attn-caption').innerText)", timeout=scaled(30_000))
     # The page outlines the query itself, over the bottom-right patch of the picture as shown (a 4 x 4 grid).
     page.wait_for_function("""() => {
         const o = document.querySelector('#picker .query-outline'), i = document.querySelector('#picker img');
@@ -75,7 +77,7 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     page.click("#what-if-btn")
     page.wait_for_function(
         "() => /diagonal mask off \\(learned: on\\)/.test(document.querySelector('#what-if-summary').innerText)",
-        timeout=30_000)
+        timeout=scaled(30_000))
     assert "sharpens attention" in page.inner_text("#what-if-text")
     shot = tmp_path / "attention.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -89,15 +91,15 @@ def test_a_broken_upload_shows_a_message_and_the_app_keeps_serving(page, tmp_pat
     bad.write_text("this is text, not a PNG")
     page.get_by_role("tab", name="Compare").click()
     page.set_input_files(UPLOAD, str(bad))
-    page.wait_for_function("() => /not an image PIL can read/.test(document.body.innerText)", timeout=30_000)
+    page.wait_for_function("() => /not an image PIL can read/.test(document.body.innerText)", timeout=scaled(30_000))
     page.goto(page.url)  # a fresh page: the same server answers the next upload
     good = tmp_path / "ok.png"
     Image.fromarray(cifar10.x_test[3]).save(good)
     page.set_input_files(UPLOAD, str(good))
-    page.wait_for_selector("#preview img", timeout=30_000)
+    page.wait_for_selector("#preview img", timeout=scaled(30_000))
     page.click("#compare-btn")
     page.wait_for_function(
-        "() => /both say|disagree/.test(document.querySelector('#verdict').innerText)", timeout=30_000)
+        "() => /both say|disagree/.test(document.querySelector('#verdict').innerText)", timeout=scaled(30_000))
 
 
 def test_a_first_visit_shows_an_example_and_an_example_click_fills_every_tab(page):
@@ -117,11 +119,12 @@ def test_a_first_visit_shows_an_example_and_an_example_click_fills_every_tab(pag
     maps_before = page.locator("#maps img").get_attribute("src") if page.locator("#maps img").count() else None
     page.locator("#examples").get_by_text(f"{other.label} ·").first.click()
     page.wait_for_function(f"() => /True label {other.label}/.test(document.querySelector('#verdict').innerText)",
-                           timeout=30_000)
-    page.wait_for_function(f"() => /{other.label}/.test(document.querySelector('#truth').innerText)", timeout=30_000)
+                           timeout=scaled(30_000))
+    page.wait_for_function(f"() => /{other.label}/.test(document.querySelector('#truth').innerText)",
+                           timeout=scaled(30_000))
     page.get_by_role("tab", name="Attention").click()
     page.wait_for_function("(before) => { const i = document.querySelector('#maps img');"
-                           " return i && i.getAttribute('src') !== before }", arg=maps_before, timeout=30_000)
+                           " return i && i.getAttribute('src') !== before }", arg=maps_before, timeout=scaled(30_000))
 
 
 def test_the_evidence_tab_shows_both_models_evidence_and_their_shift_robustness(page, tmp_path):
@@ -131,7 +134,7 @@ def test_the_evidence_tab_shows_both_models_evidence_and_their_shift_robustness(
     assert page.inner_text("#evidence-summary").count("of patches carry") == 2
     page.click("#robustness-btn")
     page.wait_for_function("() => /keeps/.test((document.querySelector('#robustness-summary') || {}).innerText || '')",
-                           timeout=120_000)
+                           timeout=scaled(120_000))
     assert "unchanged at S px" in page.inner_text("#robustness-table")
     page.locator("#evidence-text").scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / "evidence.png"), full_page=True)
@@ -146,26 +149,27 @@ def test_evidence_follows_a_new_image_when_the_tab_is_open_or_opened(page):
     # While the tab is open, a new image is analysed at once.
     page.locator("#examples").get_by_text(f"{second.label} ·").first.click()
     page.wait_for_function("(before) => { const i = document.querySelector('#occlusion img');"
-                           " return i && i.getAttribute('src') !== before }", arg=src, timeout=30_000)
+                           " return i && i.getAttribute('src') !== before }", arg=src, timeout=scaled(30_000))
     assert page.inner_text("#evidence-summary").count("of patches carry") == 2
-    page.wait_for_selector("#shift-strip img", timeout=30_000)
+    page.wait_for_selector("#shift-strip img", timeout=scaled(30_000))
     # On another tab, an upload costs no occlusion pass: the tab says so and analyses it once opened.
     page.get_by_role("tab", name="Compare").click()
     src = page.locator("#occlusion img").get_attribute("src") if page.locator("#occlusion img").count() else None
     page.locator("#examples").get_by_text(f"{third.label} ·").first.click()
     page.wait_for_function(f"() => /True label {third.label}/.test(document.querySelector('#verdict').innerText)",
-                           timeout=30_000)
+                           timeout=scaled(30_000))
     # The notice is its own event: under load it may land after Compare's verdict, so wait for it here.
     page.wait_for_function("() => /A new image or model: open this tab/.test("
-                           "(document.querySelector('#evidence-summary') || {}).textContent || '')", timeout=30_000)
+                           "(document.querySelector('#evidence-summary') || {}).textContent || '')",
+                           timeout=scaled(30_000))
     assert page.locator("#occlusion img").count() == 0
     page.get_by_role("tab", name="Evidence").click()
     page.wait_for_function("() => (document.querySelector('#evidence-summary') || {}).innerText"
                            " && document.querySelector('#evidence-summary').innerText.split('of patches carry')"
-                           ".length === 3", timeout=30_000)
-    page.wait_for_selector("#occlusion img", timeout=30_000)
+                           ".length === 3", timeout=scaled(30_000))
+    page.wait_for_selector("#occlusion img", timeout=scaled(30_000))
     assert page.locator("#occlusion img").get_attribute("src") != src
-    page.wait_for_selector("#shift-strip img", timeout=30_000)
+    page.wait_for_selector("#shift-strip img", timeout=scaled(30_000))
 
 
 def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(browser, tmp_path, tiny_checkpoints,
@@ -194,12 +198,12 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(url)
         page.wait_for_function("() => /both say|disagree/.test((document.querySelector('#verdict') || {})"
-                               ".innerText || '')", timeout=60_000)
+                               ".innerText || '')", timeout=scaled(60_000))
         label_a = page.locator("#label-a").inner_text()
         page.get_by_text("Find disagreements on the test set").click()
         page.click("#dis-btn")
         page.wait_for_function("() => /they disagree on/.test((document.querySelector('#dis-summary') || {})"
-                               ".innerText || '')", timeout=60_000)
+                               ".innerText || '')", timeout=scaled(60_000))
         page.get_by_role("tab", name="Small data").click()
         sizes = page.locator("#data-size label")
         assert [sizes.nth(i).inner_text().strip() for i in range(sizes.count())] == ["1,000", "45,000"]
@@ -207,20 +211,20 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
             "#data-size-tables")
         sizes.first.click()
         page.wait_for_function("() => document.querySelector('input[aria-label=\"Model A\"]').value"
-                               " === 'small data · 1,000 images · ViT'", timeout=30_000)
+                               " === 'small data · 1,000 images · ViT'", timeout=scaled(30_000))
         assert page.locator('input[aria-label="Model B"]').input_value() == "small data · 1,000 images · SPT + LSA"
-        page.wait_for_function("() => /cifar10-1000-vanilla/.test(document.body.innerText)", timeout=60_000)
+        page.wait_for_function("() => /cifar10-1000-vanilla/.test(document.body.innerText)", timeout=scaled(60_000))
         page.wait_for_function("(before) => document.querySelector('#label-a').innerText !== before",
-                               arg=label_a, timeout=60_000)
+                               arg=label_a, timeout=scaled(60_000))
         page.wait_for_function("() => /Another model in a slot: press Find disagreements/.test("
-                               "document.querySelector('#dis-summary').innerText)", timeout=30_000)
+                               "document.querySelector('#dis-summary').innerText)", timeout=scaled(30_000))
         # B's model typed into slot A: the same weights, the same top-5.
         box = page.locator('input[aria-label="Model A"]')
         box.fill("study/cifar10-1000-spt_lsa")
         box.press("Enter")
         page.wait_for_function("() => document.querySelector('#label-a').innerText.replace('Model A', '')"
                                " === document.querySelector('#label-b').innerText.replace('Model B', '')",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         page.close()
     finally:
         proc.terminate()

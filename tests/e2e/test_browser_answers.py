@@ -16,6 +16,7 @@ from tests.e2e.pages import (
     open_tab,
     visit,
 )
+from tests.helpers import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -24,7 +25,8 @@ def test_an_upload_says_how_the_models_saw_it_and_a_first_analysis_is_not_called
     image = tmp_path / "wide.png"
     Image.fromarray(cifar10.x_test[21]).resize((500, 300)).save(image)
     tiny_page.set_input_files(UPLOAD, str(image))
-    tiny_page.wait_for_function("() => /500x300/.test(document.querySelector('#verdict').innerText)", timeout=30_000)
+    tiny_page.wait_for_function("() => /500x300/.test(document.querySelector('#verdict').innerText)",
+                                timeout=scaled(30_000))
     verdict = tiny_page.inner_text("#verdict")
     assert "squashed to 32x32" in verdict and "aspect ratio" in verdict, verdict
     assert "cached" not in verdict and re.search(r"Time: A \d+ ms · B \d+ ms", verdict), verdict
@@ -34,7 +36,7 @@ def test_an_upload_says_how_the_models_saw_it_and_a_first_analysis_is_not_called
     tiny_page.set_input_files(UPLOAD, str(square))
     tiny_page.wait_for_function("() => !/500x300/.test(document.querySelector('#verdict').innerText)"
                            " && /both say|disagree/.test(document.querySelector('#verdict').innerText)",
-                           timeout=30_000)
+                           timeout=scaled(30_000))
     assert "squashed" not in tiny_page.inner_text("#verdict")
 
 
@@ -46,10 +48,10 @@ def test_a_broken_image_gets_one_message_and_clears_every_answer_about_the_previ
         assert re.search(r"both say|disagree", page.inner_text("#verdict"))
         open_tab(page, "Attention")
         page.wait_for_function("() => /Query patch/.test(document.querySelector('#attn-caption').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         open_tab(page, "Compare")
         page.set_input_files(UPLOAD, str(broken))
-        page.wait_for_function("() => /⚠/.test(document.body.innerText)", timeout=30_000)
+        page.wait_for_function("() => /⚠/.test(document.body.innerText)", timeout=scaled(30_000))
         page.wait_for_timeout(5000)  # every tab has had its turn at the new image
         toasts = page.locator(".toast-body").all_inner_texts()
         assert toasts == [], f"{len(toasts)} toasts for one bad image: {toasts}"
@@ -73,5 +75,5 @@ def test_both_what_if_factors_start_at_the_learned_tau(tiny_page):
     tiny_page.get_by_text("LSA switches: what if").click()
     for slot in ("a", "b"):
         box = tiny_page.locator(f"#wi-factor-{slot} input")
-        box.wait_for(timeout=30_000)
+        box.wait_for(timeout=scaled(30_000))
         assert box.input_value() == "1× (as learned)"

@@ -9,7 +9,7 @@ import pytest
 
 from explorer.ui.attention import SELF_HEAD_LABEL
 from tests.e2e.pages import open_tab, visit
-from tests.helpers import ROOT, shipped_copy, start_app, stop
+from tests.helpers import ROOT, scaled, shipped_copy, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -40,9 +40,9 @@ def test_the_paper_pairs_heads_stay_legible(browser, app, width):
     settled = (f"() => document.querySelector('#attn-caption').innerText.includes({FIRST_LAYERS!r})"
                f" && (document.querySelector('#maps img') || {{}}).naturalWidth > {6 * TILE}"
                f" && !document.querySelector('.tabitem:not([style*=none]) .eta-bar, .generating, .pending')")
-    page.wait_for_function(settled, timeout=240_000)
+    page.wait_for_function(settled, timeout=scaled(240_000))
     page.wait_for_timeout(3000)
-    page.wait_for_function(settled, timeout=120_000)
+    page.wait_for_function(settled, timeout=scaled(120_000))
     caption = page.inner_text("#attn-caption")
     assert "most self-attending head" in caption and "LSA masks it" in caption, caption
     assert page.input_value("#layer-a input") == "0"
@@ -62,5 +62,5 @@ def test_the_paper_pairs_heads_stay_legible(browser, app, width):
         page.wait_for_timeout(300)
         box.press("Enter")
         page.wait_for_function("() => document.querySelector('#attn-caption').innerText"
-                               ".includes('for A, layer 8 of 9 (the last) for B')", timeout=60_000)
+                               ".includes('for A, layer 8 of 9 (the last) for B')", timeout=scaled(60_000))
     page.close()

@@ -16,6 +16,7 @@ from tests.e2e.pages import (
     open_tab,
     visit,
 )
+from tests.helpers import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -62,17 +63,19 @@ def test_a_fine_tune_keeps_status_and_progress_readable_and_the_page_follows_its
     Tau tab lists only what the slots hold (and the shipped LSA model); a reload lists the new runs."""
     data = class_zip_of(tmp_path / "three.zip", cifar10, ["cat", "dog", "ship"], 20)
     tiny_page.get_by_role("tab", name="Fine-tune").click()
-    tiny_page.wait_for_selector("#ft-start", timeout=60_000)
+    tiny_page.wait_for_selector("#ft-start", timeout=scaled(60_000))
     tiny_page.locator("#ft-zip input[type=file]").set_input_files(data)
-    tiny_page.wait_for_function("() => /three.zip/.test(document.querySelector('#ft-zip').innerText)", timeout=30_000)
+    tiny_page.wait_for_function("() => /three.zip/.test(document.querySelector('#ft-zip').innerText)",
+                                timeout=scaled(30_000))
     tiny_page.get_by_label("name (optional)").fill("e2e40")
     tiny_page.get_by_label("name (optional)").press("Tab")
     tiny_page.evaluate(WATCH_SLOT)
     tiny_page.evaluate(WATCH_PROGRESS)
     tiny_page.click("#ft-start")
     tiny_page.wait_for_function("() => /Saved as/.test((document.querySelector('#ft-status') || {}).innerText || '')",
-                           timeout=RUN_TINY)
-    tiny_page.wait_for_function("() => /e2e40-A/.test(document.querySelector('#card-a').innerText)", timeout=30_000)
+                           timeout=scaled(RUN_TINY))
+    tiny_page.wait_for_function("() => /e2e40-A/.test(document.querySelector('#card-a').innerText)",
+                                timeout=scaled(30_000))
     tiny_page.wait_for_timeout(1500)
     progress = tiny_page.evaluate("() => { clearInterval(window.__progressWatch); return window.__progress; }")
     samples = tiny_page.evaluate("() => { clearInterval(window.__slotWatch); return window.__slotSamples; }")
@@ -92,21 +95,23 @@ def test_a_fine_tune_keeps_status_and_progress_readable_and_the_page_follows_its
 
     # The Tau tab: B's new model while it is in the slot; gone once the slot holds another.
     tiny_page.get_by_role("tab", name="Tau").click()
-    tiny_page.wait_for_function("() => /e2e40-B/.test(document.querySelector('#tau-table').innerText)", timeout=60_000)
+    tiny_page.wait_for_function("() => /e2e40-B/.test(document.querySelector('#tau-table').innerText)",
+                                timeout=scaled(60_000))
     box = tiny_page.locator('input[aria-label="Model B"]')
     box.fill("cifar10-spt_lsa")
     box.press("Enter")
-    tiny_page.wait_for_function("() => !/e2e40-B/.test(document.querySelector('#card-b').innerText)", timeout=60_000)
+    tiny_page.wait_for_function("() => !/e2e40-B/.test(document.querySelector('#card-b').innerText)",
+                                timeout=scaled(60_000))
     tiny_page.wait_for_function("() => !/e2e40-B/.test(document.querySelector('#tau-table').innerText)"
-                           " && /spt_lsa/.test(document.querySelector('#tau-table').innerText)", timeout=60_000)
+                           " && /spt_lsa/.test(document.querySelector('#tau-table').innerText)", timeout=scaled(60_000))
 
     # A reload lists the runs at once, in the slots and ready to download.
     tiny_page.reload()
-    tiny_page.wait_for_selector(UPLOAD, state="attached", timeout=60_000)
+    tiny_page.wait_for_selector(UPLOAD, state="attached", timeout=scaled(60_000))
     tiny_page.get_by_role("tab", name="Fine-tune").click()
     mine = tiny_page.locator('input[aria-label="fine-tuned checkpoints"]')
     tiny_page.wait_for_function("() => /e2e40-[AB]/.test(document.querySelector("
-                           "'input[aria-label=\"fine-tuned checkpoints\"]').value)", timeout=30_000)
+                           "'input[aria-label=\"fine-tuned checkpoints\"]').value)", timeout=scaled(30_000))
     assert re.search(r"finetuned/e2e40-[AB]", mine.input_value())
     box = tiny_page.locator('input[aria-label="Model B"]')
     box.click()
@@ -116,7 +121,7 @@ def test_a_fine_tune_keeps_status_and_progress_readable_and_the_page_follows_its
     tiny_page.keyboard.press("Escape")
     tiny_page.click("#ft-download")
     tiny_page.wait_for_function("() => /e2e40/.test(document.querySelector('body').innerText)"
-                           " && document.querySelector('a[download]')", timeout=60_000)
+                           " && document.querySelector('a[download]')", timeout=scaled(60_000))
 
 
 def test_a_run_whose_page_closed_mid_run_shows_how_it_ended_on_the_next_page_once(
@@ -128,14 +133,14 @@ def test_a_run_whose_page_closed_mid_run_shows_how_it_ended_on_the_next_page_onc
     data = class_zip_of(tmp_path / "four.zip", cifar10, ["cat", "dog", "ship", "frog"], 20)
     page = visit(browser, url, 1280, height=1000)
     open_tab(page, "Fine-tune")
-    page.wait_for_selector("#ft-start", timeout=60_000)
+    page.wait_for_selector("#ft-start", timeout=scaled(60_000))
     page.locator("#ft-zip input[type=file]").set_input_files(data)
-    page.wait_for_function("() => /four.zip/.test(document.querySelector('#ft-zip').innerText)", timeout=30_000)
+    page.wait_for_function("() => /four.zip/.test(document.querySelector('#ft-zip').innerText)", timeout=scaled(30_000))
     page.get_by_label("name (optional)").fill("away")
     page.get_by_label("name (optional)").press("Tab")
     page.click("#ft-start")
     page.wait_for_function("() => /step \\d+\\/\\d+/.test(document.querySelector('#ft-status').innerText)",
-                           timeout=RUN_TINY)
+                           timeout=scaled(RUN_TINY))
     page.close()
     saved = [root / "finetuned" / f"away-{tag}" for tag in "AB"]
     deadline = time.monotonic() + RUN_TINY / 1000
@@ -147,10 +152,11 @@ def test_a_run_whose_page_closed_mid_run_shows_how_it_ended_on_the_next_page_onc
     try:
         open_tab(again, "Fine-tune")
         again.wait_for_function("() => /Saved as/.test(document.querySelector('#ft-status').innerText)",
-                                timeout=60_000)
+                                timeout=scaled(60_000))
         again.wait_for_function("() => /away-A/.test(document.querySelector('#card-a').innerText)"
-                                " && /away-B/.test(document.querySelector('#card-b').innerText)", timeout=60_000)
-        again.wait_for_selector("#ft-results table thead", timeout=30_000)
+                                " && /away-B/.test(document.querySelector('#card-b').innerText)",
+                                timeout=scaled(60_000))
+        again.wait_for_selector("#ft-results table thead", timeout=scaled(30_000))
         assert "four" in again.inner_text("#ft-status")
     finally:
         again.close()
@@ -176,7 +182,9 @@ WATCH_RUN = """() => {
             const r = e.getBoundingClientRect(), s = getComputedStyle(e);
             return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && (e.innerText || '').trim();
         }) : false;
-        window.__run.push([performance.now(), status ? status.innerText : '', shown]);
+        // the run's own line (its Markdown), never Gradio's overlay over the block
+        const own = status ? (status.querySelector('.prose') || status).innerText : '';
+        window.__run.push([performance.now(), own, shown]);
     }, 200);
 }"""
 
@@ -191,18 +199,18 @@ def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fi
     page = visit(browser, shipped_app[0], 800, height=1000)
     try:
         open_tab(page, "Fine-tune")
-        page.wait_for_selector("#ft-start", timeout=60_000)
+        page.wait_for_selector("#ft-start", timeout=scaled(60_000))
         page.locator("#ft-zip input[type=file]").set_input_files(data)
         page.wait_for_function("() => /three.zip/.test(document.querySelector('#ft-zip').innerText)",
-                               timeout=30_000)
+                               timeout=scaled(30_000))
         page.evaluate(WATCH_RUN)
         page.click("#ft-start")
         page.wait_for_function("() => /step \\d+\\/\\d+/.test(document.querySelector('#ft-status').innerText)",
-                               timeout=RUN_SHIPPED)
+                               timeout=scaled(RUN_SHIPPED))
         tables = [t for t in page.locator("#ft-results").all() if t.is_visible()]
         assert not tables, "a report table shows while the run goes on"
         page.wait_for_function("() => /Saved as|failed/.test(document.querySelector('#ft-status').innerText)",
-                               timeout=RUN_SHIPPED)
+                               timeout=scaled(RUN_SHIPPED))
         page.wait_for_timeout(1000)
         samples = page.evaluate("() => { clearInterval(window.__runWatch); return window.__run; }")
         status = page.inner_text("#ft-status")
@@ -232,11 +240,11 @@ def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fi
         headings = page.locator("#label-a, #label-b").all_inner_texts()
         assert all("top-3" in h and "top-5" not in h for h in headings), headings
         open_tab(page, "Fine-tune")
-        page.wait_for_selector("#ft-results table thead", timeout=30_000)  # the tab draws its tables on return
+        page.wait_for_selector("#ft-results table thead", timeout=scaled(30_000))  # the tab draws its tables on return
         headers = page.locator("#ft-results table thead").all_inner_texts()
         assert headers and not any("top-5" in h for h in headers), headers
         page.locator("#ft-plots").scroll_into_view_if_needed()
-        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg="#ft-plots img", timeout=30_000)
+        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg="#ft-plots img", timeout=scaled(30_000))
         scales = page.evaluate(SHOWN_SCALE, "#ft-plots img")
         assert min(scales) >= 0.75, f"the fine-tune plots are shown at {[f'{s:.0%}' for s in scales]}"
         # A gallery image is drawn at most at twice its size, however few there are; none: no gallery.
@@ -246,7 +254,7 @@ def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fi
             return
         # Measured once every picture has loaded (before that its natural size is 0).
         page.wait_for_function("""() => { const imgs = [...document.querySelectorAll('#ft-gallery img')];
-            return imgs.length > 0 && imgs.every((i) => i.complete && i.naturalWidth > 0); }""", timeout=30_000)
+            return imgs.length > 0 && imgs.every((i) => i.complete && i.naturalWidth > 0); }""", timeout=scaled(30_000))
         painted = page.evaluate("""() => [...document.querySelectorAll('#ft-gallery img')].map((i) => {
             const r = i.getBoundingClientRect(), fit = getComputedStyle(i).objectFit;
             const s = Math.min(r.width / i.naturalWidth, r.height / i.naturalHeight);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.pages import slot_value, visit
+from tests.helpers import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -63,7 +64,7 @@ def test_the_paper_scale_button_fills_both_slots_and_their_cards(browser, shippe
         button.click()
         page.wait_for_function("() => /cifar10-paper-vanilla/.test(document.querySelector('#card-a').innerText) && "
                                "/cifar10-paper-spt_lsa/.test(document.querySelector('#card-b').innerText)",
-                               timeout=90_000)
+                               timeout=scaled(90_000))
         assert slot_value(page, "Model A") == "paper scale · ViT · 45,000 images"
         assert slot_value(page, "Model B") == "paper scale · SPT + LSA · 45,000 images"
         card_a, card_b = page.inner_text("#card-a"), page.inner_text("#card-b")
@@ -73,7 +74,7 @@ def test_the_paper_scale_button_fills_both_slots_and_their_cards(browser, shippe
         assert "⚠" not in card_a + card_b
         # The answers come for the new pair, under the new headings.
         page.wait_for_function("() => /both say|disagree/.test(document.querySelector('#verdict').innerText)",
-                               timeout=90_000)
+                               timeout=scaled(90_000))
     finally:
         page.close()
 

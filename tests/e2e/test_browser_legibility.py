@@ -12,6 +12,7 @@ from tests.e2e.pages import (
     open_tab,
     visit,
 )
+from tests.helpers import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -22,18 +23,18 @@ def test_attention_and_tau_plots_and_the_tau_table_stay_legible(browser, shipped
     try:
         choose(page, "Model B", "small data · 1,000 images · SPT + LSA · tau per head")  # tau per head: long rows
         page.wait_for_function("() => /spt_lsa_head/.test(document.querySelector('#card-b').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         open_tab(page, "Attention")
         plots = "#locality-plots img"
         page.locator("#locality-plots").scroll_into_view_if_needed()
-        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=60_000)
+        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=scaled(60_000))
         scales = page.evaluate(SHOWN_SCALE, plots)
         assert min(scales) >= 0.75, f"the locality plots are shown at {[f'{s:.0%}' for s in scales]}"
         open_tab(page, "Tau")
         page.wait_for_function("() => /spt_lsa_head/.test(document.querySelector('#tau-table').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         plots = "#tau-plots img"
-        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=60_000)
+        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=scaled(60_000))
         scales = page.evaluate(SHOWN_SCALE, plots)
         assert min(scales) >= 0.75, f"the tau plots are shown at {[f'{s:.0%}' for s in scales]}"
         fit = page.evaluate(TABLE_FITS, "#tau-table")
@@ -49,16 +50,16 @@ def test_at_800_px_the_small_data_figures_and_the_shift_strip_keep_their_type_ne
     try:
         page.goto(tiny_pair_app[0])
         page.wait_for_function("() => /both say|disagree/.test((document.querySelector('#verdict') || {})"
-                               ".innerText || '')", timeout=60_000)
+                               ".innerText || '')", timeout=scaled(60_000))
         open_tab(page, "Evidence")
-        page.wait_for_selector("#shift-strip img", timeout=60_000)
+        page.wait_for_selector("#shift-strip img", timeout=scaled(60_000))
         page.locator("#shift-strip img").scroll_into_view_if_needed()
-        page.wait_for_function(f"() => ({SHOWN_SCALE})('#shift-strip img').length === 1", timeout=30_000)
+        page.wait_for_function(f"() => ({SHOWN_SCALE})('#shift-strip img').length === 1", timeout=scaled(30_000))
         (strip,) = page.evaluate(SHOWN_SCALE, "#shift-strip img")
         assert strip >= 0.75, f"the shift strip is shown at {strip:.0%} of its size"
         open_tab(page, "Small data")
         figures = "#data-size-curve img, #data-size-gap img"
-        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length >= 2", arg=figures, timeout=30_000)
+        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length >= 2", arg=figures, timeout=scaled(30_000))
         scales = page.evaluate(SHOWN_SCALE, figures)
         assert min(scales) >= 0.75, f"the Small data figures are shown at {[f'{s:.0%}' for s in scales]}"
     finally:

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from tests.e2e.pages import choose, open_tab, slot_value, visit
-from tests.helpers import shipped_copy, start_app, stop
+from tests.helpers import scaled, shipped_copy, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -70,17 +70,17 @@ def test_a_link_reopens_the_models_the_image_and_the_tab(browser, app, tmp_path)
         put(page, "Model A", MODEL)
         put(page, "Model B", MODEL)
         page.wait_for_function(f"() => ['#card-a', '#card-b'].every((c) => "
-                               f"document.querySelector(c).innerText.includes('{MODEL}'))", timeout=60_000)
-        page.wait_for_function(SETTLED, arg=first, timeout=60_000)  # the page's image, under the new models
+                               f"document.querySelector(c).innerText.includes('{MODEL}'))", timeout=scaled(60_000))
+        page.wait_for_function(SETTLED, arg=first, timeout=scaled(60_000))  # the page's image, under the new models
         before = labels(page)
         image = tmp_path / "my-horse.png"  # test image 13 is a bird, 7 a horse
         Image.fromarray(cifar10.x_test[7]).resize((96, 96)).save(image)
         page.set_input_files(UPLOAD, str(image))
-        page.wait_for_function(SETTLED, arg=before, timeout=60_000)
+        page.wait_for_function(SETTLED, arg=before, timeout=scaled(60_000))
         shown = labels(page)
         open_tab(page, "Attention")
         page.wait_for_function("() => /not measured yet/.test(document.querySelector('#attn-faithfulness')"
-                               ".innerText)", timeout=60_000)
+                               ".innerText)", timeout=scaled(60_000))
 
         page.get_by_role("button", name="Copy a link to this view").click()
         link = copied_link(page)
@@ -88,10 +88,10 @@ def test_a_link_reopens_the_models_the_image_and_the_tab(browser, app, tmp_path)
         other = browser.new_page(viewport={"width": 1280, "height": 1000})
         other.goto(link)
         other.wait_for_function(f"() => ['#card-a', '#card-b'].every((c) => (document.querySelector(c) || "
-                                f"{{innerText: ''}}).innerText.includes('{MODEL}'))", timeout=90_000)
+                                f"{{innerText: ''}}).innerText.includes('{MODEL}'))", timeout=scaled(90_000))
         other.wait_for_function("() => [...document.querySelectorAll('[role=tab]')].some((t) => "
                                 "t.innerText.trim() === 'Attention' && t.getAttribute('aria-selected') === 'true')",
-                                timeout=60_000)
+                                timeout=scaled(60_000))
         for slot in ("Model A", "Model B"):
             assert (other.locator(f'input[aria-label="{slot}"]').input_value()
                     == page.locator(f'input[aria-label="{slot}"]').input_value())
@@ -100,13 +100,13 @@ def test_a_link_reopens_the_models_the_image_and_the_tab(browser, app, tmp_path)
         assert "not measured yet" in other.inner_text("#attn-faithfulness")
         # Compare answers for the link's models on the link's image: page 1's top-5, the same in both slots.
         open_tab(other, "Compare")
-        other.wait_for_function(SHOWN, arg=shown, timeout=60_000)
+        other.wait_for_function(SHOWN, arg=shown, timeout=scaled(60_000))
 
         # What the visitor does next is answered for the link's models too (both slots: one top-5).
         second = tmp_path / "a-bird.png"
         Image.fromarray(cifar10.x_test[13]).resize((96, 96)).save(second)
         other.set_input_files(UPLOAD, str(second))
-        other.wait_for_function(SETTLED, arg=shown, timeout=60_000)
+        other.wait_for_function(SETTLED, arg=shown, timeout=scaled(60_000))
         # The first page is untouched by the second.
         assert labels(page) == shown
     finally:
@@ -135,23 +135,24 @@ def test_a_link_reopens_a_pair_that_is_not_the_lists_first_on_another_tab(browse
         page.click("#paper-pair-btn")
         page.wait_for_function("() => /cifar10-paper-vanilla/.test(document.querySelector('#card-a').innerText) && "
                                "/cifar10-paper-spt_lsa/.test(document.querySelector('#card-b').innerText)",
-                               timeout=90_000)
+                               timeout=scaled(90_000))
         choose(page, "Model B", "shipped · SPT alone · 45,000 images")
         page.wait_for_function("() => /\\(cifar10-spt\\)/.test(document.querySelector('#card-b').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         image = tmp_path / "my-ship.png"
         Image.fromarray(sample_set().x_test[1]).save(image)
         page.set_input_files(UPLOAD, str(image))
-        page.wait_for_function("() => /my-ship/.test(document.querySelector('#upload').innerText)", timeout=30_000)
+        page.wait_for_function("() => /my-ship/.test(document.querySelector('#upload').innerText)",
+                               timeout=scaled(30_000))
         page.wait_for_function("() => /both say|disagree/.test(document.querySelector('#verdict').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         page.wait_for_timeout(2000)  # the last answers in
         answers = [top5(page, "a"), top5(page, "b")]
         slots = [slot_value(page, "Model A"), slot_value(page, "Model B")]
         assert slots == ["paper scale · ViT · 45,000 images", "shipped · SPT alone · 45,000 images"], slots
         open_tab(page, "Tau")
         page.wait_for_function("() => /paper\\/cifar10-vanilla/.test(document.querySelector('#tau-note').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
 
         page.get_by_role("button", name="Copy a link to this view").click()
         link = copied_link(page)
@@ -159,14 +160,14 @@ def test_a_link_reopens_a_pair_that_is_not_the_lists_first_on_another_tab(browse
         other.goto(link)
         other.wait_for_function("() => /cifar10-paper-vanilla/.test((document.querySelector('#card-a') || "
                                 "{innerText: ''}).innerText) && /\\(cifar10-spt\\)/.test((document.querySelector("
-                                "'#card-b') || {innerText: ''}).innerText)", timeout=90_000)
+                                "'#card-b') || {innerText: ''}).innerText)", timeout=scaled(90_000))
         other.wait_for_function("() => [...document.querySelectorAll('[role=tab]')].some((t) => "
                                 "t.innerText.trim() === 'Tau' && t.getAttribute('aria-selected') === 'true')",
-                                timeout=60_000)
+                                timeout=scaled(60_000))
         assert [slot_value(other, "Model A"), slot_value(other, "Model B")] == slots
         assert "my-ship" in other.inner_text("#upload"), other.inner_text("#upload")
         open_tab(other, "Compare")
-        other.wait_for_function(BOTH, arg=answers, timeout=90_000)
+        other.wait_for_function(BOTH, arg=answers, timeout=scaled(90_000))
     finally:
         page.close()
         if other is not None:

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from explorer.checkpoints.visitors import REFUSED
-from tests.helpers import ROOT, pair_folder, start_app, stop
+from tests.helpers import ROOT, pair_folder, scaled, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 # Imported here, not at the top: a machine without playwright still collects the suite.
@@ -72,10 +72,10 @@ def open_finetune(page, url=None):
     """Opens (or reloads) the app, and its Fine-tune tab once the page's load events (the visitor's id and
     lists among them) have come back."""
     page.goto(url) if url else page.reload()
-    page.wait_for_function(SETTLED, timeout=120_000)
+    page.wait_for_function(SETTLED, timeout=scaled(120_000))
     assert page.evaluate(f"() => localStorage.getItem('{STORAGE_KEY}')")
     page.get_by_role("tab", name="Fine-tune").click()
-    page.wait_for_selector("#ft-start", timeout=60_000)
+    page.wait_for_selector("#ft-start", timeout=scaled(60_000))
 
 
 def dropdown(page, label):
@@ -87,14 +87,14 @@ def choose(page, label, value):
     box, listbox = dropdown(page, label)
     box.click()
     listbox.locator(f'li[aria-label="{value}"]').click()
-    expect(box).to_have_value(value, timeout=UI)
+    expect(box).to_have_value(value, timeout=scaled(UI))
 
 
 def options(page, label) -> list[str]:
     """The choices a dropdown offers, as its open list shows them."""
     box, listbox = dropdown(page, label)
     box.click()
-    listbox.wait_for(state="attached", timeout=UI)
+    listbox.wait_for(state="attached", timeout=scaled(UI))
     names = [li.get_attribute("aria-label") for li in listbox.locator("li[role=option]").all()]
     page.keyboard.press("Escape")
     box.blur()
@@ -121,10 +121,11 @@ def fill_form(page, data, epochs, lr, batch, images, name=""):
         page.get_by_label("name (optional)").press("Tab")
 
 
-def wait_status(page, pattern: str, timeout=RUN) -> str:
+def wait_status(page, pattern: str, timeout=None) -> str:
+    """The status line's own text (not Gradio's overlay over its block) once it matches `pattern`."""
     page.wait_for_function(
         "(p) => new RegExp(p).test((document.querySelector('#ft-status') || {}).innerText || '')",
-        arg=pattern, timeout=timeout)
+        arg=pattern, timeout=scaled(RUN) if timeout is None else timeout)
     return page.inner_text("#ft-status")
 
 
@@ -162,7 +163,7 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         choose(p2, "variant (new model)", "vanilla")
         fill_form(p2, "cifar10", 1, 0.001, 32, 128, name="visitor-two")
         p2.click("#ft-start")
-        waiting = wait_status(p2, r"waiting · ", timeout=120_000)
+        waiting = wait_status(p2, r"waiting · ", timeout=scaled(120_000))
         assert "another visitor's run is going on" in waiting
         assert "your place in the queue: 1 of 1" in waiting, waiting
         p2.wait_for_timeout(1500)  # a refresh or two of the line before its picture
@@ -179,27 +180,29 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         # to its page), its Cancel still visitor 1's; a second tab of visitor 2 (who waits behind it) shows
         # visitor 2's place, nothing of visitor 1's run, and visitor 2's reloaded page keeps the place.
         p1.reload()
-        p1.get_by_role("tab", name="Fine-tune").click(timeout=UI)
-        first = re.search(r"step (\d+)/", wait_status(p1, r"(^|\n)training [AB] · (.|\n)*step \d+/", timeout=UI))
+        p1.get_by_role("tab", name="Fine-tune").click(timeout=scaled(UI))
+        first = re.search(r"step (\d+)/", wait_status(p1, r"(^|\n)training [AB] · (.|\n)*step \d+/",
+                                                      timeout=scaled(UI)))
         p1.wait_for_function("(n) => { const m = /step (\\d+)\\//.exec(document.querySelector('#ft-status').innerText);"
-                             " return m && Number(m[1]) !== n; }", arg=int(first.group(1)), timeout=UI)  # it moves
+                             " return m && Number(m[1]) !== n; }", arg=int(first.group(1)),
+                             timeout=scaled(UI))  # it moves
         # (Not open_finetune: a page that takes up a wait has an event going on, so its events never settle.)
         p2b = two.new_page()
         p2b.goto(url)
-        p2b.get_by_role("tab", name="Fine-tune").click(timeout=UI)
-        assert "your place in the queue: 1 of 1" in wait_status(p2b, r"waiting · ", timeout=UI)
+        p2b.get_by_role("tab", name="Fine-tune").click(timeout=scaled(UI))
+        assert "your place in the queue: 1 of 1" in wait_status(p2b, r"waiting · ", timeout=scaled(UI))
         assert "training" not in p2b.inner_text("#ft-status")
         p2b.close()
         p2.reload()
-        p2.get_by_role("tab", name="Fine-tune").click(timeout=UI)
-        assert "your place in the queue: 1 of 1" in wait_status(p2, r"waiting · ", timeout=UI)
+        p2.get_by_role("tab", name="Fine-tune").click(timeout=scaled(UI))
+        assert "your place in the queue: 1 of 1" in wait_status(p2, r"waiting · ", timeout=scaled(UI))
 
         # Visitor 1 cancels its run from the reloaded page: visitor 2's starts by itself and is saved under its
         # own folder.
         p1.click("#ft-cancel")
         # The run's own headline, not the Cancel button's answer ("Cancelling", as the run's line says while the
         # worker stops, up to its grace period).
-        assert "ancelled" in wait_status(p1, r"^cancelled · ", timeout=120_000)
+        assert "ancelled" in wait_status(p1, r"^cancelled · ", timeout=scaled(120_000))
         done = wait_status(p2, r"Saved as|the run failed")
         assert "Saved as" in done, done
         saved = SAVED.findall(done)
@@ -226,9 +229,9 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         box, _ = dropdown(p1, "Model A")
         box.fill(mine)
         box.press("Enter")
-        p1.wait_for_function("(t) => document.body.innerText.includes(t)", arg=REFUSED[:40], timeout=60_000)
+        p1.wait_for_function("(t) => document.body.innerText.includes(t)", arg=REFUSED[:40], timeout=scaled(60_000))
         p1.wait_for_function("(t) => !document.querySelector(\"input[aria-label='Model A']\").value.includes(t)",
-                             arg=mine, timeout=UI)  # the slot goes back to the model it held
+                             arg=mine, timeout=scaled(UI))  # the slot goes back to the model it held
     except Exception:
         for i, c in enumerate((one, two), 1):
             for page in c.pages:

@@ -14,6 +14,7 @@ from tests.e2e.pages import (
     slot_value,
     visit,
 )
+from tests.helpers import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -33,7 +34,7 @@ def test_every_shipped_model_is_in_the_slot_lists_under_a_label_of_its_own(brows
                 "small data · 2,500 images · LSA alone · tau per head"} <= set(heads), heads
         choose(page, "Model B", "small data · 1,000 images · SPT + LSA · tau per head")
         page.wait_for_function("() => /cifar10-1000-spt_lsa_head/.test(document.querySelector('#card-b').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         assert "tau per head" in page.inner_text("#card-b")
         assert page.locator('input[aria-label="Model B"]').input_value() == (
             "small data · 1,000 images · SPT + LSA · tau per head")
@@ -44,7 +45,7 @@ def test_every_shipped_model_is_in_the_slot_lists_under_a_label_of_its_own(brows
         assert "small data · 2,500 images · LSA alone · tau per head" in reported, reported
         choose(page, "put one of these models in slot B", "small data · 2,500 images · LSA alone · tau per head")
         page.wait_for_function("() => /cifar10-2500-lsa_head/.test(document.querySelector('#card-b').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
     finally:
         page.close()
 
@@ -55,9 +56,9 @@ def test_a_hub_id_that_cannot_load_keeps_its_message_until_the_visitor_acts(tiny
     box.fill("nobody/not-cached")
     box.press("Enter")
     tiny_page.wait_for_function("() => /could not load 'nobody\\/not-cached'/.test("
-                           "document.querySelector('#card-a').innerText)", timeout=30_000)
+                           "document.querySelector('#card-a').innerText)", timeout=scaled(30_000))
     tiny_page.wait_for_function("(v) => document.querySelector('input[aria-label=\"Model A\"]').value === v",
-                           arg=before, timeout=30_000)  # the slot keeps its model ...
+                           arg=before, timeout=scaled(30_000))  # the slot keeps its model ...
     tiny_page.wait_for_timeout(4000)
     card = tiny_page.inner_text("#card-a")  # ... and the message stays, beside that model's card
     assert "could not load 'nobody/not-cached'" in card and "· vanilla ·" in card, card
@@ -67,6 +68,6 @@ def test_a_hub_id_that_cannot_load_keeps_its_message_until_the_visitor_acts(tiny
 def test_a_first_visit_selects_the_size_whose_pair_the_slots_hold(tiny_page):
     tiny_page.get_by_role("tab", name="Small data").click()
     checked = tiny_page.locator("#data-size input:checked")
-    checked.wait_for(state="attached", timeout=30_000)
+    checked.wait_for(state="attached", timeout=scaled(30_000))
     assert checked.count() == 1
     assert tiny_page.locator("#data-size label:has(input:checked)").inner_text().strip() == "45,000"

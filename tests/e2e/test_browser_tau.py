@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.e2e.pages import SHOWN_SCALE, TABLE_FITS, choose, open_tab, visit
-from tests.helpers import ROOT
+from tests.helpers import ROOT, scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -27,12 +27,12 @@ def test_the_tau_tab_shows_the_paper_pair_by_slot(browser, shipped_app, width):
             choose(page, slot, option)
             card = "#card-a" if slot == "Model A" else "#card-b"
             page.wait_for_function(f"() => /{name}/.test(document.querySelector('{card}').innerText)",
-                                   timeout=90_000)
+                                   timeout=scaled(90_000))
         open_tab(page, "Tau")
         page.wait_for_function("(text) => (document.querySelector('#tau-note') || {innerText: ''}).innerText"
-                               ".includes(text)", arg=NO_TAU, timeout=90_000)
+                               ".includes(text)", arg=NO_TAU, timeout=scaled(90_000))
         page.wait_for_function("() => document.querySelectorAll('#tau-table [role=row].virtual-row').length === 9",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         note = page.inner_text("#tau-note")
         named = re.findall(r"\b(?:[\w.-]+/)*cifar10-[\w.-]+", note)
         assert named == [A, B], note  # the slots' models, and no other checkpoint
@@ -42,7 +42,7 @@ def test_the_tau_tab_shows_the_paper_pair_by_slot(browser, shipped_app, width):
         assert "learns one tau per head (9 layers × 12 heads)" in note and "over 100 epochs" in note
         plots = "#tau-plots img"
         page.locator("#tau-plots").scroll_into_view_if_needed()
-        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=60_000)
+        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=scaled(60_000))
         scales = page.evaluate(SHOWN_SCALE, plots)
         assert min(scales) >= 0.75, f"the tau plots are shown at {[f'{s:.0%}' for s in scales]}"
         fit = page.evaluate(TABLE_FITS, "#tau-table")

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from tests.e2e.pages import measure, visit
-from tests.helpers import shipped_copy, start_app, stop
+from tests.helpers import scaled, shipped_copy, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -63,7 +63,7 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         summary = page.inner_text("#trust-summary")
         assert "1,000 images" in summary, summary
         page.wait_for_function("() => document.querySelectorAll('#trust-confusion img').length === 1",
-                               timeout=30_000)  # its box is shown once the report is in
+                               timeout=scaled(30_000))  # its box is shown once the report is in
         tables = {tag: page.evaluate(ROWS, f"#trust-c{tag}") for tag in "ab"}
         for tag, rows in tables.items():
             assert len(rows) == 10 and all(len(r) == 11 for r in rows), (tag, rows)
@@ -81,7 +81,7 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         page.click(f"#trust-ca [data-testid='cell-{i}-{j}']")
         wait_text(page, "#trust-cell-text", "images that A answers", 60_000)
         assert f"{count} {rows[i][0]} images" in page.inner_text("#trust-cell-text").replace("*", "")
-        page.wait_for_function("() => document.querySelectorAll('#trust-cell img').length > 0", timeout=30_000)
+        page.wait_for_function("() => document.querySelectorAll('#trust-cell img').length > 0", timeout=scaled(30_000))
         captions = page.locator("#trust-cell .caption-label").all_inner_texts()
         assert len(captions) == min(count, 60) and all(" · A: " in c and " · B: " in c for c in captions), captions
         assert all(c.startswith(rows[i][0]) for c in captions), captions
@@ -138,7 +138,7 @@ def test_a_zip_of_other_classes_is_refused_in_place_without_an_error_badge(brows
         page.locator('[data-testid="my labelled zip-radio-label"]').click()
         page.locator("#trust-zip input[type=file]").set_input_files(str(path))
         page.wait_for_function("() => [...document.querySelectorAll('div[role=tabpanel] a, div[role=tabpanel] td')]"
-                               ".some((e) => e.innerText.includes('my-photos'))", timeout=30_000)
+                               ".some((e) => e.innerText.includes('my-photos'))", timeout=scaled(30_000))
         page.click("#trust-btn")
         wait_text(page, "#trust-summary", "not evaluated", 120_000)
         said = page.inner_text("#trust-summary")

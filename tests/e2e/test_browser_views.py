@@ -13,7 +13,7 @@ import zipfile
 import pytest
 
 from tests.e2e.pages import MESSAGES, UPLOAD, choose, class_zip_of, measure, open_tab, open_why, slot_options, visit
-from tests.helpers import ROOT, start_app, stop
+from tests.helpers import ROOT, scaled, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -29,7 +29,7 @@ WATCH_RUN = """() => {
     window.__run = [];
     window.__runWatch = setInterval(() => {
         const box = document.querySelector('#ft-progress'), status = document.querySelector('#ft-status');
-        const line = status ? status.innerText.split('\\n')[0] : '';
+        const line = status ? (status.querySelector('.prose') || status).innerText.split('\\n')[0] : '';
         window.__run.push([performance.now(), box ? box.innerText : '', line]);
     }, 200);
 }"""
@@ -52,13 +52,14 @@ def finetuned(browser, app, cifar10, tmp_path_factory):
     data = class_zip_of(tmp_path_factory.mktemp("three") / "three.zip", cifar10, CLASSES, 20)
     page = visit(browser, app[0], 1280)
     open_tab(page, "Fine-tune")
-    page.wait_for_selector("#ft-start", timeout=60_000)
+    page.wait_for_selector("#ft-start", timeout=scaled(60_000))
     page.locator("#ft-zip input[type=file]").set_input_files(data)
-    page.wait_for_function("() => /three.zip/.test(document.querySelector('#ft-zip').innerText)", timeout=30_000)
+    page.wait_for_function("() => /three.zip/.test(document.querySelector('#ft-zip').innerText)",
+                           timeout=scaled(30_000))
     page.evaluate(WATCH_RUN)
     page.click("#ft-start")
     page.wait_for_function("() => /Saved as|failed/.test(document.querySelector('#ft-status').innerText)",
-                           timeout=RUN)
+                           timeout=scaled(RUN))
     samples = page.evaluate("() => { clearInterval(window.__runWatch); return window.__run; }")
     assert "Saved as" in page.inner_text("#ft-status"), page.inner_text("#ft-status")
     yield page, samples
@@ -78,7 +79,7 @@ def test_compare_answers_for_the_fine_tuned_models_without_a_click(finetuned):
     # The what-if headings too, and the cards name each model as the slot list does and by its name.
     open_tab(page, "Attention")
     page.get_by_text("LSA switches").click()
-    page.locator("#wi-top-a").wait_for(timeout=30_000)
+    page.locator("#wi-top-a").wait_for(timeout=scaled(30_000))
     headings = page.locator("#wi-learned-a, #wi-top-a, #wi-learned-b, #wi-top-b").all_text_contents()
     assert len(headings) == 4 and all("top-3" in h and "top-5" not in h for h in headings), headings
     for slot in ("A", "B"):
@@ -119,7 +120,7 @@ def test_the_cifar10_tools_on_a_model_of_three_cifar10_classes(finetuned):
     page.get_by_text("Find disagreements on the test set").click()
     page.click("#dis-btn")
     page.wait_for_function("() => /test images/.test(document.querySelector('#dis-summary').innerText)",
-                           timeout=120_000)
+                           timeout=scaled(120_000))
     summary = page.inner_text("#dis-summary")
     assert "cat, dog, ship" in summary, summary
     page.locator("#dis-table").scroll_into_view_if_needed()
@@ -137,7 +138,8 @@ def test_the_cifar10_tools_on_a_model_of_three_cifar10_classes(finetuned):
     before = page.inner_text("#truth")
     page.click("#sample")
     page.wait_for_function("(before) => /True label/.test(document.querySelector('#truth').innerText)"
-                           " && document.querySelector('#truth').innerText !== before", arg=before, timeout=60_000)
+                           " && document.querySelector('#truth').innerText !== before", arg=before,
+                           timeout=scaled(60_000))
     truth = re.search(r"True label: (\w+)", page.inner_text("#truth")).group(1)
     assert truth in CLASSES, truth
 
@@ -151,10 +153,11 @@ def test_a_zip_without_images_keeps_its_reason_in_place_of_the_last_report(finet
     assert "Saved as" in page.inner_text("#ft-status")  # the last run's report is on the page
     page.locator("#ft-zip button[aria-label='Clear']").click()  # the run's zip goes, an empty one comes
     page.locator("#ft-zip input[type=file]").set_input_files(str(empty))
-    page.wait_for_function("() => /empty.zip/.test(document.querySelector('#ft-zip').innerText)", timeout=30_000)
+    page.wait_for_function("() => /empty.zip/.test(document.querySelector('#ft-zip').innerText)",
+                           timeout=scaled(30_000))
     page.click("#ft-start")
     page.wait_for_function("() => /needs class folders/.test(document.querySelector('#ft-status').innerText)",
-                           timeout=60_000)
+                           timeout=scaled(60_000))
     page.wait_for_timeout(15_000)
     status = page.inner_text("#ft-status")
     assert "needs class folders" in status and "found 0" in status, status
@@ -173,7 +176,7 @@ def test_a_bad_image_says_why_on_the_first_screen_and_every_tab_says_why_it_is_e
     page = visit(browser, app[0], width)
     try:
         page.set_input_files(UPLOAD, str(broken))
-        page.wait_for_function("() => /⚠/.test(document.body.innerText)", timeout=30_000)
+        page.wait_for_function("() => /⚠/.test(document.body.innerText)", timeout=scaled(30_000))
         page.wait_for_timeout(3000)
         notes = page.evaluate(MESSAGES, "⚠")
         assert len(notes) == 1 and "broken.png" in notes[0], notes
@@ -186,7 +189,7 @@ def test_a_bad_image_says_why_on_the_first_screen_and_every_tab_says_why_it_is_e
                               ("Evidence", "#evidence-summary")):
             open_tab(page, tab)
             page.wait_for_function(f"() => /{why}/.test(document.querySelector('{selector}').innerText)",
-                                   timeout=30_000)
+                                   timeout=scaled(30_000))
         assert not [e for e in page.locator(".error").all() if e.is_visible()]
     finally:
         page.close()
@@ -207,10 +210,10 @@ def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, a
                 page.get_by_text("Find disagreements on the test set").click()
                 page.click("#dis-btn")
                 page.wait_for_function("() => document.querySelectorAll('#dis-gallery img').length > 0",
-                                       timeout=180_000)
+                                       timeout=scaled(180_000))
             elif tab == "Patches":
                 page.wait_for_function("() => document.querySelectorAll('#spt-views img').length === 5",
-                                       timeout=60_000)
+                                       timeout=scaled(60_000))
                 # All five views inside their box, right-down included: none cut, none behind a scroll.
                 cut = page.evaluate("""() => { const box = document.querySelector('#spt-views').getBoundingClientRect();
                     return [...document.querySelectorAll('#spt-views img')].map((i) => i.getBoundingClientRect())
@@ -220,11 +223,11 @@ def test_every_tab_is_one_click_away_and_every_table_and_picture_fits(browser, a
                 page.get_by_text("LSA switches").click()
                 page.click("#what-if-btn")
                 page.wait_for_function("() => document.querySelectorAll('#what-if-maps img, #what-if-plot img')"
-                                       ".length === 2", timeout=180_000)
+                                       ".length === 2", timeout=scaled(180_000))
             elif tab == "Evidence":
                 page.click("#robustness-btn")
                 page.wait_for_function("() => /On the first/.test(document.querySelector('#robustness-summary')"
-                                       ".innerText)", timeout=300_000)
+                                       ".innerText)", timeout=scaled(300_000))
             elif tab == "Small data":
                 # Closed, and the moment it opens, the accordion's own box holds its label and turned triangle
                 # (Gradio stretched the triangle to a two-line label's height: turned, it poked out by 3 px).
@@ -250,7 +253,7 @@ def test_a_fresh_fine_tune_tab_the_small_data_list_and_a_long_tau_table(browser,
     page = visit(browser, app[0], 1280)
     try:
         open_tab(page, "Fine-tune")
-        page.wait_for_selector("#ft-start", timeout=60_000)
+        page.wait_for_selector("#ft-start", timeout=scaled(60_000))
         empty = [s for s in ("#ft-curves", "#ft-tau", "#ft-archive") if page.locator(s).is_visible()]
         assert not empty, f"empty boxes on a fresh Fine-tune tab: {empty}"
         # The Small data tab's list of reported models follows slot B.
@@ -258,15 +261,15 @@ def test_a_fresh_fine_tune_tab_the_small_data_list_and_a_long_tau_table(browser,
         open_why(page, app[1])
         choose(page, "put one of these models in slot B", "small data · 1,000 images · SPT + LSA · tau per head")
         page.wait_for_function("() => /cifar10-1000-spt_lsa_head/.test(document.querySelector('#card-b').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         # The card: the slot list's label and the checkpoint's name.
         assert "small data · 1,000 images · SPT + LSA · tau per head" in page.inner_text("#card-b")
         choose(page, "Model A", "small data · 2,500 images · SPT + LSA · tau per head")
         page.wait_for_function("() => /cifar10-2500-spt_lsa_head/.test(document.querySelector('#card-a').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         open_tab(page, "Tau")
         page.wait_for_function("() => /2500-spt_lsa_head/.test(document.querySelector('#tau-table').innerText)",
-                               timeout=60_000)
+                               timeout=scaled(60_000))
         scrolled = page.evaluate("""() => [...document.querySelectorAll('#tau-table *')].filter((e) =>
             e.scrollHeight > e.clientHeight + 1 && /auto|scroll/.test(getComputedStyle(e).overflowY))
             .map((e) => [e.scrollHeight, e.clientHeight])""")
@@ -274,9 +277,9 @@ def test_a_fresh_fine_tune_tab_the_small_data_list_and_a_long_tau_table(browser,
         open_tab(page, "Small data")
         page.locator("#data-size label", has_text="45,000").click()
         page.wait_for_function("() => /cifar10-spt_lsa\\b/.test(document.querySelector('#card-b').innerText)"
-                               " && !/head/.test(document.querySelector('#card-b').innerText)", timeout=60_000)
+                               " && !/head/.test(document.querySelector('#card-b').innerText)", timeout=scaled(60_000))
         page.wait_for_function("""() => document.querySelector('input[aria-label="put one of these models in slot B"]')
-            .value === ''""", timeout=30_000)
+            .value === ''""", timeout=scaled(30_000))
     finally:
         page.close()
 
