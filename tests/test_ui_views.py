@@ -289,3 +289,14 @@ def _holiday(image_file):
     target = Path(image_file).with_name("holiday.png")
     shutil.copy(image_file, target)
     return str(target)
+
+
+def test_the_pages_compare_sends_each_heading_with_its_bars(ex, image_file):
+    """A new image or other models: each top-k comes in one update with the heading of the models that gave it
+    (a heading never stands over the previous models' bars), and Compare's fine-tune line is empty for a
+    visitor with no Start."""
+    top_a, top_b, verdict = ui(ex).compare.answer(image_file, A, B)
+    alone = ui(ex).compare.compare(image_file, A, B)
+    assert top_a["label"] == "Model A top-5" and top_b["label"] == "Model B top-5"
+    assert (top_a["value"], top_b["value"], verdict) == alone
+    assert ui(ex).finetune.running_note() == ""
