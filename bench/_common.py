@@ -21,6 +21,21 @@ def data_dir() -> str:
     return os.environ.get("EXPLORER_DATA_DIR", str(ROOT.parent / "shared" / "data"))
 
 
+def image_files(count: int, name: str = "cifar10-test-{i:05d}.png") -> list[str]:
+    """The first `count` CIFAR-10 test images as PNG files in a new temporary folder (what a client uploads)."""
+    import tempfile
+
+    from PIL import Image
+
+    from explorer.data.datasets import load_cifar
+    folder = Path(tempfile.mkdtemp())
+    files = []
+    for i, x in enumerate(load_cifar("cifar10", data_dir()).x_test[:count]):
+        files.append(str(folder / name.format(i=i)))
+        Image.fromarray(x).save(files[-1])
+    return files
+
+
 def percentile(values, q) -> float:
     import numpy as np
     return float(np.percentile(np.asarray(values) * 1000.0, q))

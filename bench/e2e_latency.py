@@ -25,7 +25,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from _common import data_dir, launch_app, percentile
+from _common import image_files, launch_app, percentile
 
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
 HEADS = ("all heads", "mean of heads", "head 0", "head 1", "head 2", "head 3")
@@ -80,20 +80,9 @@ def main():
     p.add_argument("--layers", type=int, default=6, help="layers of the smaller model")
     args = p.parse_args()
 
-    import tempfile
-    from pathlib import Path
-
     from gradio_client import Client
-    from PIL import Image
 
-    from explorer.data.datasets import load_cifar
-
-    images = load_cifar("cifar10", data_dir()).x_test[:args.n + 12]
-    folder = Path(tempfile.mkdtemp())
-    files = []
-    for i, x in enumerate(images):
-        files.append(str(folder / f"img{i}.png"))
-        Image.fromarray(x).save(files[-1])
+    files = image_files(args.n + 12, "img{i}.png")
     solo_files, load_files = files[:args.n], files[args.n:]
     proc, url, _ = launch_app(args.checkpoints)
     errors = 0

@@ -26,11 +26,9 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from _common import ROOT, data_dir, launch_app, percentile
+from _common import ROOT, data_dir, image_files, launch_app, percentile
 
 PAIRS = {"shipped": ("cifar10-vanilla", "cifar10-spt_lsa"),
          "paper scale": ("paper/cifar10-vanilla", "paper/cifar10-spt_lsa")}
@@ -120,15 +118,9 @@ def main():
     p.add_argument("--n", type=int, default=30, help="images per pair (each question asked once per image)")
     p.add_argument("--no-throughput", action="store_true", help="skip the host's training images/s")
     args = p.parse_args()
-    from PIL import Image
-
     from explorer.data.datasets import load_cifar
     images = load_cifar("cifar10", data_dir()).x_test[:args.n + 4]
-    folder = Path(tempfile.mkdtemp())
-    files = []
-    for i, x in enumerate(images):
-        files.append(str(folder / f"cifar10-test-{i:05d}.png"))
-        Image.fromarray(x).save(files[-1])
+    files = image_files(args.n + 1)
 
     results = {}
     for name, pair in PAIRS.items():

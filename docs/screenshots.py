@@ -137,6 +137,7 @@ def main(only: str | None = None) -> int:
                 page.get_by_role("tab", name="Attention").click()
                 picker = page.locator("#picker img").first
                 picker.wait_for(timeout=30_000)
+                picker.scroll_into_view_if_needed()  # the button below it may have scrolled it away
                 box = picker.bounding_box()
                 side = min(box["width"], box["height"])
                 page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)

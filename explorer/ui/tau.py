@@ -106,7 +106,9 @@ class TauTab:
         traced = {s.label: [e for e in (epoch.to_json() for epoch in s.model.card.history) if e.get("tau")]
                   for s in shown}
         notes += [lsa_note(s, taus[s.label], start[s.label], len(traced[s.label])) for s in shown]
-        rows = [[s.label, row["layer"], ", ".join(f"{v:.2f}" for v in row["tau"]), f"{row['initial']:.3g}",
+        # one tau per layer to three decimals, as a card's; twelve per head to two, to fit the row
+        rows = [[s.label, row["layer"], ", ".join(f"{v:.{3 if len(row['tau']) == 1 else 2}f}" for v in row["tau"]),
+                 f"{row['initial']:.3g}",
                  ratios(row)] for s in shown for row in tau_table(s.model.model, s.model.config)]
         traced = {label: history for label, history in traced.items() if history}
         colors = {s.label: plots.model_color(s.color) for s in shown}

@@ -137,6 +137,21 @@ TABLE_FITS = """(selector) => {
 }"""
 
 
+def assert_tau_legible(page) -> None:
+    """The Tau tab as shown: both its pictures at 0.75 of their drawn width or more, the table's headers never
+    broken inside a word, its last column on the page and nothing of it behind a scroll."""
+    from tests.helpers import scaled
+    plots = "#tau-plots img"
+    page.locator("#tau-plots").scroll_into_view_if_needed()
+    page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=scaled(60_000))
+    scales = page.evaluate(SHOWN_SCALE, plots)
+    assert min(scales) >= 0.75, f"the tau plots are shown at {[f'{s:.0%}' for s in scales]}"
+    fit = page.evaluate(TABLE_FITS, "#tau-table")
+    broken = [h for h in fit["headers"] if h["lines"] > h["words"]]
+    assert not broken, f"headers broken inside a word: {broken}"
+    assert fit["right"] <= fit["width"] and not fit["hidden"], fit
+
+
 def class_zip_of(path, cifar10, classes, per_class):
     """A zip of `per_class` CIFAR-10 test images of each class, as a visitor uploads one (mine/<class>/)."""
     with zipfile.ZipFile(path, "w") as z:

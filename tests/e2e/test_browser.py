@@ -50,9 +50,10 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
         "() => document.querySelector('#attn-caption') && "
         "/Query patch row/.test(document.querySelector('#attn-caption').innerText)",
         timeout=scaled(30_000))
-    assert "LSA models never attend to the query patch itself" in page.inner_text("#attn-caption")
+    assert "no head attends to the query's own patch (LSA masks it)" in page.inner_text("#attn-caption")
     picker = page.locator("#picker img").first
     picker.wait_for(timeout=scaled(30_000))
+    picker.scroll_into_view_if_needed()  # the button below it may have scrolled it away
     box = picker.bounding_box()
     hint = page.locator("#picker-hint").bounding_box()  # above the picture, never over its top patches
     assert "Click a patch" in page.inner_text("#picker-hint") and hint["y"] + hint["height"] <= box["y"] + 1

@@ -224,7 +224,7 @@ def test_two_browsers_queue_and_each_lists_only_its_own_runs(shared_app, browser
         # Visitor 1 reloads: the shipped checkpoints only, and visitor 2's run by its name is refused.
         open_finetune(p1)
         listed = options(p1, "Model A")
-        assert "cifar10-vanilla" in listed and mine not in listed
+        assert "shipped · ViT · 192 images" in listed and mine not in listed  # the shipped models, by their labels
         assert options(p1, "your fine-tuned checkpoints") == []
         box, _ = dropdown(p1, "Model A")
         box.fill(mine)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.e2e.pages import SHOWN_SCALE, TABLE_FITS, choose, open_tab, visit
+from tests.e2e.pages import assert_tau_legible, choose, open_tab, visit
 from tests.helpers import ROOT, scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -40,15 +40,7 @@ def test_the_tau_tab_shows_the_paper_pair_by_slot(browser, shipped_app, width):
                                            "(cells) => cells.map((c) => c.innerText.trim())")
         assert set(models) == {f"B: {B}"}, models
         assert "learns one tau per head (9 layers × 12 heads)" in note and "over 100 epochs" in note
-        plots = "#tau-plots img"
-        page.locator("#tau-plots").scroll_into_view_if_needed()
-        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg=plots, timeout=scaled(60_000))
-        scales = page.evaluate(SHOWN_SCALE, plots)
-        assert min(scales) >= 0.75, f"the tau plots are shown at {[f'{s:.0%}' for s in scales]}"
-        fit = page.evaluate(TABLE_FITS, "#tau-table")
-        broken = [h for h in fit["headers"] if h["lines"] > h["words"]]
-        assert not broken, f"headers broken inside a word: {broken}"
-        assert fit["right"] <= fit["width"] and not fit["hidden"], fit
+        assert_tau_legible(page)
         wide = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
         assert wide <= 0, f"the page is {wide} px wider than the window"
         page.wait_for_timeout(1500)

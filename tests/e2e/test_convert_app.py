@@ -107,10 +107,10 @@ def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
             np.testing.assert_allclose(list(got.values()), np.sort(expected)[::-1][:5], atol=1e-5, rtol=0)
 
     # The Tau tab shows each one's learned temperatures, as the fixtures set them.
-    _, _, table = client.predict(KERAS3, KERAS2, api_name="/tau")
+    _, _, table, _ = client.predict(KERAS3, KERAS2, api_name="/tau")
     rows = {(r[0], r[1]): r[2] for r in table["data"]}
     taus2 = json.loads((keras2 / "spt_lsa.json").read_text())["taus"]
-    label2, label3 = "keras-io-vit-small-ds-test (spt_lsa)", "someone-example-keras3 (spt_lsa)"
+    label2, label3 = f"B: {KERAS2}", f"A: {KERAS3}"  # each row names its slot and the model in it
     assert {k: v for k, v in rows.items() if k[0] == label2} == {(label2, i): f"{t:.3f}" for i, t in enumerate(taus2)}
     assert {k: v for k, v in rows.items() if k[0] == label3} == {
         (label3, i): f"{t:.3f}" for i, t in enumerate(reference3["taus"])}
@@ -125,7 +125,7 @@ def test_example_models_from_the_hub_work_in_every_tab(example_app, tmp_path):
                                                   api_name="/attention")
     assert cell["grid"] == 4 and np.asarray(Image.open(maps)).ndim == 3
     maps, caption, _ = client.predict(image, KERAS3, KERAS2, 0, "all heads", 4.0, 30.0, api_name="/attention_layer")
-    assert "Layer 0 for A" in caption
+    assert "Layer 0 of 2 (the first) for A" in caption
     *_, summary = client.predict(image, KERAS3, KERAS2, 1, 16.0, 16.0, 0.5, "as learned", 1.0, "off",
                                  api_name="/what_if")
     assert "τ × 0.5" in summary

@@ -134,7 +134,8 @@ def test_the_shipped_checkpoints_and_hub_ids_stay_open(shared_app):
     client, _, choices = visitor(url)
     assert sorted(choices_of({"choices": choices})) == [B, A]
     ref, card = client.predict(B, api_name="/load_model_b")
-    assert ref == B and f"**{B}** (`tiny-spt_lsa`)" in card, card  # the folder's label, then the card's name
+    # the folder's label (a shipped model's: what it is), then the card's name
+    assert ref == B and "**shipped · SPT + LSA · 192 images** (`tiny-spt_lsa`)" in card, card
     # a Hub id is tried (offline here: the cache answers), and its failure names no server path
     ref, card = client.predict("someone/not-cached", api_name="/load_model_a")
     assert "not in the local Hugging Face cache" in card and str(ROOT) not in card

@@ -66,12 +66,13 @@ def test_the_documented_upload_leaves_out_the_work_folders_and_keeps_the_app():
     # folders of the same name deeper down are the app's: the study's code, the kept study pairs
     assert "explorer/study/report.py" in sent and any(p.startswith("checkpoints/study/") for p in sent)
     # A work folder added later (training state, data) that the upload forgets shows here: the Space is the app
-    # (about 45 MB with its checkpoints and docs' pictures), not the project's work.
+    # (about 75 MB with its checkpoints, the paper-scale pair's 23 MB among them, and docs' pictures: docs/deploy.md),
+    # not the project's work (a GPU window's state is 31 MB, the ablation's stages 24 MB).
     sizes = {}
     for path in sent:
         top = path.split("/", 1)[0]
         sizes[top] = sizes.get(top, 0) + (ROOT / path).stat().st_size
-    assert sum(sizes.values()) < 64 * 2**20, sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
+    assert sum(sizes.values()) < 80 * 2**20, sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
 
 
 def _port_free(port: int) -> bool:
