@@ -146,7 +146,8 @@ def test_locality_and_tau(ex, image_file):
     tau_plot, history_plot, tau_table, note = ui(ex).tau.tau(A, B)
     assert set(tau_table["layer"]) == {0, 1} and set(tau_table["model"]) == {f"B: {B}"}
     loaded = ex.store.get(B)
-    assert tau_table["tau"][0] == f"{loaded.probe.tau()[0][0]:.2f}" and history_plot is not None
+    # one tau per layer: three decimals, as the card has it
+    assert tau_table["tau"][0] == f"{loaded.probe.tau()[0][0]:.3f}" and history_plot is not None
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +176,7 @@ def test_the_tau_tab_names_only_the_slots_models_and_says_when_one_has_no_tau(ab
     assert set(table["model"]) == {f"B: {B}"} and "cifar10-lsa" not in note
     assert f"**A**: `{A}` is a ViT without LSA: it has no tau." in note and f"**B**: `{B}` learns" in note
     loaded = here.store.get(B)
-    assert list(table["tau"]) == [", ".join(f"{v:.2f}" for v in t) for t in loaded.probe.tau()]
+    assert list(table["tau"]) == [", ".join(f"{v:.{3 if len(t) == 1 else 2}f}" for v in t) for t in loaded.probe.tau()]
     assert [ax.get_title() for ax in plot.axes if ax.images] == [f"B: {B} · √d_k = {loaded.config.initial_tau:.3g}"]
     assert history is not None
     _, _, table, note = tab.tau("cifar10-lsa", B)  # both slots hold LSA: both shown, A's first, none else
