@@ -33,13 +33,17 @@ def summary_line(name: str, w) -> str:
             f"{w.distance[0].mean():.1f} → {w.distance[1].mean():.1f} px · what-if pass {timing}")
 
 
+def _shipped_rows(models) -> list[tuple]:
+    """(tag, loaded model, its shipped SwitchRow or None) for each (tag, loaded model)."""
+    return [(tag, loaded, lsa_switches.shipped_row(loaded.folder, loaded.identity)) for tag, loaded in models]
+
+
 def measured_lines(models) -> str:
     """One line per (tag, loaded model) with a shipped whole-test-set measure of the switches: each setting's
     top-1 and its change against as trained; "" when none has one."""
     names = [name for name, *_ in lsa_switches.SETTINGS]
     lines = []
-    for tag, loaded in models:
-        row = lsa_switches.shipped_row(loaded.folder, loaded.identity)
+    for tag, _, row in _shipped_rows(models):
         if row is not None:
             base = row.top1[names[0]]
             lines.append(f"{tag} over {row.count:,} test images: as trained {100 * base:.2f} %, " + ", ".join(
@@ -51,8 +55,7 @@ def measured_table(models) -> str:
     """The shipped whole-test-set measure of the switches (explorer/shipped/lsa_switches.json) for each (tag,
     loaded model) that has a row, as a Markdown table; a line for those that have none."""
     rows, missing = [], []
-    for tag, loaded in models:
-        row = lsa_switches.shipped_row(loaded.folder, loaded.identity)
+    for tag, loaded, row in _shipped_rows(models):
         if row is None:
             missing.append(f"{tag} ({loaded.name}{'' if loaded.config.use_lsa else ', no LSA'})")
         else:
