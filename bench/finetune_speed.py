@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from _common import ROOT, data_dir
+from explorer.finetune.state import RunStatus
 from finetune_quality import _pixels, _unpickle, _write_zip
 
 PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")
@@ -112,7 +113,7 @@ def run_once(runner, plan, label: str) -> float:
     runner.wait(1800)
     wall = time.time() - began
     s = runner.snapshot()
-    if s.status != "done":
+    if s.status != RunStatus.DONE:
         raise SystemExit(f"{label}: the run ended {s.status}: {s.error}")
     p = phases(s.members)
     new_worker = runner.supervisor.started > started_workers

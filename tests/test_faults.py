@@ -18,6 +18,7 @@ import pytest
 from explorer.checkpoints.store import CheckpointError, clean_stale, list_checkpoints, load_checkpoint
 from explorer.finetune.plan import plan_job
 from explorer.finetune.runner import FineTuneRunner
+from explorer.finetune.state import RunStatus
 from explorer.training.recipe import TrainConfig
 from explorer.training.runs import train_new
 from tests.helpers import ROOT, tiny_config
@@ -66,7 +67,7 @@ def test_kill_or_cancel_at_random_steps_loses_nothing(root, data_dir, cifar10):
                 time.sleep(0.02)
             runner.cancel_as()
             runner.wait(60)
-            assert runner.snapshot().status in ("cancelled", "done")
+            assert runner.snapshot().status in (RunStatus.CANCELLED, RunStatus.DONE)
         assert _digest(root / "earlier") == before, "an earlier checkpoint changed"
         for folder in list_checkpoints(root):  # whatever is listed is whole and loads
             load_checkpoint(folder)

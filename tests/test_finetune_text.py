@@ -6,6 +6,7 @@ import pytest
 
 from explorer.core.formatting import rate
 from explorer.finetune.queue import QueuePlace
+from explorer.finetune.state import RunStatus
 from explorer.training import head, tuning
 from explorer.ui.finetune_text import help_text, wait_bar
 
@@ -39,7 +40,7 @@ def test_the_run_status_says_which_model_was_kept_and_why():
                                            decision="Kept the base model's own answers: no fine-tuned epoch of 3 "
                                                     "scored above it on the 8 held-out validation images.",
                                            decision_detail="How the start was chosen: rows 60.0 %, probe 55.0 %"))
-    text = run_status(RunState(status="done", members=[member], description="fine-tune"), "/runs")
+    text = run_status(RunState(status=RunStatus.DONE, members=[member], description="fine-tune"), "/runs")
     assert "kept: the base's rows" in text
     # The verdict in words on its own line; the numbers behind it one click away (a <details> block).
     assert ("A: cifar10-vanilla: Kept the base model's own answers: no fine-tuned epoch of 3 scored above it "
@@ -54,7 +55,7 @@ def test_a_run_being_cancelled_says_so_until_it_has_stopped():
     from explorer.finetune.state import CancelAnswer, MemberState, RunState
     from explorer.ui.finetune_text import CANCEL_ANSWERS, headline, run_bar, run_status
     member = MemberState("A", "A: cifar10-vanilla", step=10, total_steps=90, phase=Phase.TRAINING)
-    state = RunState(status="training", running=True, device="CPU", members=[member], description="fine-tune")
+    state = RunState(status=RunStatus.TRAINING, device="CPU", members=[member], description="fine-tune")
     assert headline(state) == "**training** A"
     assert run_status(state, "/runs", now=0.0).startswith("**training** A · 46.0 % · ")  # 0.4 + 0.54 * 10/90
     assert "training A · 40.0 %" in run_bar(state, 0.4)
@@ -65,7 +66,7 @@ def test_a_run_being_cancelled_says_so_until_it_has_stopped():
     assert run_status(state, "/runs", now=0.0).startswith("**cancelling** the run · fine-tune · ")
     bar = run_bar(state, 0.4)
     assert "cancelling the run</div>" in bar and "%</div>" not in bar and 'aria-valuenow="40.0"' in bar
-    state.running, state.status = False, "cancelled"
+    state.status = RunStatus.CANCELLED
     assert headline(state) == "**cancelled**"
     assert CANCEL_ANSWERS[CancelAnswer.CANCELLING] not in run_status(state, "/runs")
 

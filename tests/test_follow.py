@@ -13,7 +13,7 @@ from explorer.core.protocol import Phase
 from explorer.finetune import follow
 from explorer.finetune.plan import JobError
 from explorer.finetune.queue import Busy, QueueFull, QueuePlace, Ticket
-from explorer.finetune.state import MemberState, RunState
+from explorer.finetune.state import MemberState, RunState, RunStatus
 
 
 class Clock:
@@ -121,7 +121,7 @@ def running(epochs: tuple[int, int], started: float, run_id: int = 5) -> RunStat
     members = [MemberState("A", "A: one", Phase.TRAINING, [Epoch(epoch=e) for e in range(epochs[0])], step=3,
                            total_steps=10, since=started),
                MemberState("B", "B: two", history=[Epoch(epoch=e) for e in range(epochs[1])])]
-    return RunState(running=True, status="training", members=members, started=started, run_id=run_id,
+    return RunState(status=RunStatus.TRAINING, members=members, started=started, run_id=run_id,
                     device="CPU")
 
 
@@ -143,7 +143,7 @@ def test_a_run_ticks_every_half_second_and_its_curves_come_at_most_every_ten_sec
     # 0 s: no epoch yet; 1 s: A's first epoch; 12 s: A's second; then nothing new until it fails at 40 s.
     script = ([running((0, 0), clock.t)] * 2 + [running((1, 0), clock.t)] * 22 + [running((2, 0), clock.t)] * 56)
     failed = copy.deepcopy(script[-1])
-    failed.running, failed.status, failed.error = False, "failed", "the worker died"
+    failed.status, failed.error = RunStatus.FAILED, "the worker died"
     finished = []
     updates = list(follow.follow_run(RunRunner(script + [failed]), 5, lambda s: finished.append(s) or "outputs",
                                      clock=clock, wall=clock, sleep=clock.sleep))
@@ -157,14 +157,14 @@ def test_a_run_ticks_every_half_second_and_its_curves_come_at_most_every_ten_sec
     # 10 s after that, and never again while the epochs stand still.
     due = [u.now - 1000.0 for u in ticks if u.curves_due]
     assert due == [0.0, 10.0, 20.0], due
-    assert isinstance(end, follow.Ended) and end.outputs == "outputs" and end.state.status == "failed"
-    assert [s.status for s in finished] == ["failed"]
+    assert isinstance(end, follow.Ended) and end.outputs == "outputs" and end.state.status == RunStatus.FAILED
+    assert [s.status for s in finished] == [RunStatus.FAILED]
 
 
 def test_a_done_runs_outputs_are_made_meanwhile_with_its_counter_moving():
     clock = Clock(2000.0)
     done = running((3, 3), 1990.0)
-    done.running, done.status = False, "done"
+    done.status = RunStatus.DONE
     ready = threading.Event()
 
     def finish(state):
@@ -173,7 +173,7 @@ def test_a_done_runs_outputs_are_made_meanwhile_with_its_counter_moving():
 
     run = follow.follow_run(RunRunner([done]), 5, finish, clock=clock, wall=clock, sleep=clock.sleep)
     first = next(run)
-    assert first == follow.Loading(first.state, 10.0) and first.state.status == "done"
+    assert first == follow.Loading(first.state, 10.0) and first.state.status == RunStatus.DONE
     ready.set()
     rest = list(run)
     assert all(isinstance(u, follow.Loading) for u in rest[:-1]) and rest[-1].outputs == {"status": "loaded"}

@@ -13,6 +13,7 @@ import pytest
 from explorer.checkpoints.store import load_checkpoint
 from explorer.finetune.plan import plan_job
 from explorer.finetune.runner import FineTuneRunner
+from explorer.finetune.state import RunStatus
 from explorer.model.predict import predict_logits
 from tests.helpers import ROOT
 
@@ -58,7 +59,7 @@ def test_a_pair_job_on_jax_predicts_in_the_app_what_the_worker_predicted(tiny_ch
     runner.start(plan)
     runner.wait(300)
     s = runner.snapshot()
-    assert s.status == "done", s.error
+    assert s.status == RunStatus.DONE, s.error
     assert (s.backend, s.backend_reason, s.device) == ("jax", "EXPLORER_TRAIN_BACKEND", "CPU")
     x_test = plan.dataset.x_test
     np.save(tmp_path / "x.npy", x_test)

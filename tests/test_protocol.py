@@ -39,7 +39,7 @@ from explorer.core.protocol import (
     decode_event,
     encode,
 )
-from explorer.finetune.state import MemberState, RunState, apply_event
+from explorer.finetune.state import MemberState, RunState, RunStatus, WorkerFigures, apply_event
 
 EPOCH = {"epoch": 2, "time_s": 1.5, "learning_rate": 0.001, "loss": 0.7, "top1": 0.6, "val_top1": 0.55,
          "tau": [[2.0, 2.1]]}
@@ -121,7 +121,7 @@ def test_a_line_that_is_no_event_is_refused(line, message):
 
 
 def _run(*labels) -> RunState:
-    return RunState(running=True, status="starting", run_id=3, started=1.0,
+    return RunState(status=RunStatus.STARTING, run_id=3, started=1.0,
                     members=[MemberState(tag, f"{tag}: model") for tag in labels])
 
 
@@ -132,10 +132,10 @@ def _apply(s: RunState, line: dict) -> RunState:
 
 def test_each_event_line_changes_the_run_as_it_says():
     s = _apply(_run("A", "B"), {"kind": "started", "device": "CPU", "backend": "jax", "job": 3})
-    assert (s.device, s.backend, s.status) == ("CPU", "jax", "starting") and s.ready_at is not None
+    assert (s.device, s.backend, s.status) == ("CPU", "jax", RunStatus.STARTING) and s.ready_at is not None
     s = _apply(s, {"kind": "member", "member": 1, "recipe": {"epochs": 2}, "job": 3})
     b = s.members[1]
-    assert (s.current, s.status, b.phase, b.recipe) == (1, "training", Phase.LOADING, {"epochs": 2})
+    assert (s.current, s.status, b.phase, b.recipe) == (1, RunStatus.TRAINING, Phase.LOADING, {"epochs": 2})
     assert s.members[0].phase == Phase.WAITING
     for phase in Phase:
         _apply(s, {"kind": "phase", "phase": phase.value, "member": 1, "job": 3})
@@ -162,9 +162,9 @@ def test_each_event_line_changes_the_run_as_it_says():
 
 def test_a_batch_line_after_a_cancel_leaves_the_run_cancelled():
     s = _run("A")
-    s.status = "cancelled"
+    s.status = RunStatus.CANCELLED
     _apply(s, {"kind": "batch", "step": 1, "total_steps": 2, "epoch": 0, "loss": 1.0, "elapsed": 0.1, "member": 0})
-    assert s.status == "cancelled" and s.members[0].step == 1
+    assert s.status == RunStatus.CANCELLED and s.members[0].step == 1
 
 
 class _Worker:
@@ -179,8 +179,8 @@ class _Worker:
         pass
 
 
-@pytest.mark.parametrize("outcome, status, error", [("cancelled", "cancelled", None),
-                                                    ("error", "failed", "the training process reported an error")])
+@pytest.mark.parametrize("outcome, status, error", [
+    ("cancelled", RunStatus.CANCELLED, None), ("error", RunStatus.FAILED, "the training process reported an error")])
 def test_a_job_end_line_ends_the_run_and_tells_what_the_worker_did(tmp_path, outcome, status, error):
     from explorer.finetune.runner import FineTuneRunner
     runner = FineTuneRunner(tmp_path, environ={})
@@ -192,7 +192,7 @@ def test_a_job_end_line_ends_the_run_and_tells_what_the_worker_did(tmp_path, out
     runner._on_worker_event(worker, decode_event(json.dumps({**line, "job": 3})))
     s = runner.snapshot()
     assert (s.running, s.status, s.error) == (False, status, error)
-    assert s.worker == {"loads": 2, "compiles": 0, "cache_hits": 3, "pid": 4321}
+    assert s.worker == WorkerFigures(loads=2, compiles=0, cache_hits=3, pid=4321)
 
 
 def test_the_workers_input_sets_a_cancel_at_once_and_queues_the_rest():

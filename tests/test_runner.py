@@ -17,7 +17,7 @@ from explorer.finetune.plan import plan_job
 from explorer.finetune.queue import Busy
 from explorer.finetune.report import report
 from explorer.finetune.runner import FineTuneRunner
-from explorer.finetune.state import apply_event
+from explorer.finetune.state import RunStatus, apply_event
 from explorer.model.predict import predict_logits
 from explorer.training.recipe import TrainConfig
 from explorer.training.tuning import fine_tune, fine_tune_recipe
@@ -47,7 +47,7 @@ def test_a_pair_run_writes_two_loadable_checkpoints_from_one_split(tiny_checkpoi
         runner.start(plan)
     runner.wait(300)
     s = runner.snapshot()
-    assert s.status == "done", s.error
+    assert s.status == RunStatus.DONE, s.error
     assert s.device == "CPU" and s.backend == "tensorflow"
     cards = [load_checkpoint(m.checkpoint)[1] for m in s.members]
     assert [Path(m.checkpoint).name for m in s.members] == ["pair-A", "pair-B"]
@@ -86,7 +86,7 @@ def test_cancel_kills_the_worker_at_once_and_saves_nothing(tiny_checkpoints, cif
     runner.wait(30)
     assert time.time() - began < 10
     s = runner.snapshot()
-    assert s.status == "cancelled" and not s.running and s.error is None
+    assert s.status == RunStatus.CANCELLED and not s.running and s.error is None
     assert list_checkpoints(out) == [] and _no_leftovers(out)
     assert runner.cancel_as() == "none"
 
@@ -104,7 +104,7 @@ def test_a_crashed_or_failing_worker_is_reported_and_saves_nothing(tiny_checkpoi
     os.kill(worker_pid(runner), signal.SIGKILL)
     runner.wait(30)
     s = runner.snapshot()
-    assert s.status == "failed" and "killed by signal 9" in s.error
+    assert s.status == RunStatus.FAILED and "killed by signal 9" in s.error
     assert list_checkpoints(out) == [] and _no_leftovers(out)
     # A base checkpoint that broke after the app loaded it: the worker's own error comes back.
     broken = tmp_path / "broken"
@@ -115,7 +115,7 @@ def test_a_crashed_or_failing_worker_is_reported_and_saves_nothing(tiny_checkpoi
     runner.start(plan)
     runner.wait(120)
     s = runner.snapshot()
-    assert s.status == "failed" and "cannot load the model" in s.error
+    assert s.status == RunStatus.FAILED and "cannot load the model" in s.error
     assert list_checkpoints(out) == [] and _no_leftovers(out)
 
 
@@ -177,16 +177,16 @@ def test_a_run_that_ended_keeps_its_final_state_after_the_next_one_starts(tmp_pa
     still reads how it ended (cancelled, done), by its run id, not the next visitor's run."""
     from explorer.finetune.state import ENDED_KEPT, RunState
     runner = FineTuneRunner(tmp_path, environ=_env())
-    runner._state = RunState(running=True, status="training", run_id=1, owner="x")
-    runner._finish("cancelled")
-    runner._state = RunState(running=True, status="starting", run_id=2, owner="y")
+    runner._state = RunState(status=RunStatus.TRAINING, run_id=1, owner="x")
+    runner._finish(RunStatus.CANCELLED)
+    runner._state = RunState(status=RunStatus.STARTING, run_id=2, owner="y")
     ended, going = runner.snapshot(1), runner.snapshot(2)
-    assert (ended.run_id, ended.status, ended.running, ended.owner) == (1, "cancelled", False, "x")
-    assert (going.run_id, going.status, runner.snapshot().run_id) == (2, "starting", 2)
+    assert (ended.run_id, ended.status, ended.running, ended.owner) == (1, RunStatus.CANCELLED, False, "x")
+    assert (going.run_id, going.status, runner.snapshot().run_id) == (2, RunStatus.STARTING, 2)
     for run_id in range(2, 3 + ENDED_KEPT):
-        runner._state = RunState(running=True, status="training", run_id=run_id)
-        runner._finish("done")
-    assert runner.snapshot(1).run_id != 1 and runner.snapshot(2 + ENDED_KEPT).status == "done"  # bounded
+        runner._state = RunState(status=RunStatus.TRAINING, run_id=run_id)
+        runner._finish(RunStatus.DONE)
+    assert runner.snapshot(1).run_id != 1 and runner.snapshot(2 + ENDED_KEPT).status == RunStatus.DONE  # bounded
 
 
 @pytest.mark.usefixtures("eager_steps")
@@ -208,7 +208,7 @@ def test_a_fine_tune_tells_each_phase_and_the_status_line_says_it(tmp_path, cifa
     assert kinds[:first_batch] == ["choosing the head", "epoch", "compiling"], kinds
     assert [k for k in kinds[first_batch:] if k not in ("batch", "epoch")] == ["evaluating", "evaluating", "saving"]
 
-    s = RunState(running=True, status="starting", description="fine-tune", started=1.0,
+    s = RunState(status=RunStatus.STARTING, description="fine-tune", started=1.0,
                  members=[MemberState("A", "A: tiny-vanilla"), MemberState("B", "B: tiny-spt_lsa")])
     said = [run_status(s, tmp_path).split("\n")[0]]
     apply_event(s, Started("CPU", "jax"))

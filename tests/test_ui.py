@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from explorer.data.datasets import DatasetError
+from explorer.finetune.state import RunStatus
 from explorer.ui import AppState, build_demo
 from explorer.ui.finetune import PAIR, SCRATCH, FinetuneTab
 from explorer.ui.shell import Slots
@@ -153,7 +154,7 @@ def test_disagreements_and_locality_on_the_bundled_set_without_data(bare, ex, no
         bare.tests.training_data("cifar10")
     with pytest.raises(gr.Error, match="could not be downloaded.*EXPLORER_DATA_DIR"):  # and says so in the tab
         ui(bare).finetune.finetune_plan(**fine_tune_form(data="cifar10"))
-    assert bare.runner.snapshot().status == "idle"  # nothing started
+    assert bare.runner.snapshot().status == RunStatus.IDLE  # nothing started
 
 
 def test_true_label_is_not_guessed_beyond_the_bundled_set(bare, tmp_path):

@@ -12,7 +12,7 @@ from PIL import Image
 from explorer.core.card import Epoch
 from explorer.finetune import follow
 from explorer.finetune.plan import ZIP
-from explorer.finetune.state import RunState
+from explorer.finetune.state import RunState, RunStatus
 from explorer.ui import AppState, build_demo
 from explorer.ui.finetune import SCRATCH, FinetuneTab
 from explorer.ui.finetune_text import QUEUE_DROPPED
@@ -100,7 +100,7 @@ def test_a_page_that_opens_while_its_visitors_run_goes_on_or_after_it_ended_unse
     from explorer.ui.finetune import LastStart
     tab = built_finetune(ex)
     plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
-    state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
+    state = RunState(status=RunStatus.TRAINING, members=[MemberState("A", m.label) for m in plan.members],
                      description=plan.description, started=1.0, run_id=7)
     monkeypatch.setattr(ex.runner, "snapshot", lambda run_id=None: state)
     out = tab.view.outputs
@@ -111,7 +111,7 @@ def test_a_page_that_opens_while_its_visitors_run_goes_on_or_after_it_ended_unse
     assert len(kept.x_train) == 0 and len(kept.x_test) == len(plan.dataset.x_test) > 0
     first = next(tab.follow_own(A, B))
     assert plan.description in first[out.status] and first[out.bar]
-    state.running, state.status, state.error = False, "failed", "the training process ran out of memory"
+    state.status, state.error = RunStatus.FAILED, "the training process ran out of memory"
     ended = list(tab.follow_own(A, B))
     assert "ran out of memory" in ended[-1][out.status] and ended[-1][out.bar] == ""
     assert list(tab.follow_own(A, B)) == nothing  # shown once
@@ -142,7 +142,8 @@ def test_a_page_that_opens_while_its_visitors_start_waits_in_the_queue_takes_up_
     assert "your place in the queue: **1 of 1**" in first[out.status]
     # the run's box shows how far the wait has come: 90 s waited of 90 + 30
     assert 'aria-valuenow="75.0"' in first[out.bar] and "waiting for your turn · 1 of 1 in the queue" in first[out.bar]
-    monkeypatch.setattr(runner, "snapshot", lambda run_id=None: RunState(run_id=9, status="failed", error="boom"))
+    monkeypatch.setattr(runner, "snapshot",
+                        lambda run_id=None: RunState(run_id=9, status=RunStatus.FAILED, error="boom"))
     assert "boom" in list(opened)[-1][out.status] and start.run_id == 9
     assert None not in tab._starts and protected[id(start)] is None
     gone = tab._keep(None, tab._protect(LastStart(plan, set(), ticket=Ticket(2, None, 0.0, dropped=True))))
@@ -219,7 +220,7 @@ def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_
     from explorer.finetune.state import MemberState, RunState
     tab = built_finetune(ex)
     plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
-    state = RunState(running=True, status="training", members=[MemberState("A", m.label) for m in plan.members],
+    state = RunState(status=RunStatus.TRAINING, members=[MemberState("A", m.label) for m in plan.members],
                      description=plan.description, started=1.0)
     state.members[0].history = [Epoch(epoch=1, loss=1.0, tau=[])]  # A (vanilla) trains first: no tau
     changed = tab.view.run_outputs(state, plan, A, B)

@@ -11,6 +11,7 @@ from explorer.checkpoints.store import CheckpointError
 from explorer.checkpoints.visitors import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
 from explorer.core.settings import Settings
 from explorer.finetune.queue import Busy
+from explorer.finetune.state import RunStatus
 from tests.helpers import stored_run as add_run
 
 
@@ -110,7 +111,7 @@ def test_the_queue_is_first_come_capped_and_forgets_pages_that_left(tmp_path):
     from explorer.finetune.runner import FineTuneRunner
     from explorer.finetune.state import MemberState, RunState
     runner = FineTuneRunner(tmp_path, max_queue=2, stale_s=0.5)
-    runner._state = RunState(running=True, status="training", started=time.time() - 30, owner="a",
+    runner._state = RunState(status=RunStatus.TRAINING, started=time.time() - 30, owner="a",
                              members=[MemberState("A", "A", step=50, total_steps=100),
                                       MemberState("B", "B", total_steps=0)])
     first, second = runner.join("b"), runner.join("c")
@@ -124,8 +125,8 @@ def test_the_queue_is_first_come_capped_and_forgets_pages_that_left(tmp_path):
     assert 0.2 <= waited < 0.45 and runner.position(second).waited >= waited
     assert not runner.ready(first)                       # a run is going on
     assert runner.cancel_as("c") == "left" and runner.position(first)[:2] == (1, 1)
-    assert runner.cancel_as("d") == "not yours" and runner._state.status == "training"
-    runner._state.running = False
+    assert runner.cancel_as("d") == "not yours" and runner._state.status == RunStatus.TRAINING
+    runner._state.status = RunStatus.DONE
     assert runner.ready(first)
     time.sleep(0.6)                                      # no page asked: its place is given up
     third = runner.join("e")

@@ -16,6 +16,7 @@ from explorer.checkpoints.store import list_checkpoints, read_card
 from explorer.data.datasets import Dataset
 from explorer.finetune.plan import plan_job
 from explorer.finetune.runner import FineTuneRunner
+from explorer.finetune.state import RunStatus
 from tests.helpers import worker_pid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def _run(runner, plan, owner=None, out_dir=None):
     runner.start(plan, owner, out_dir)
     runner.wait(300)
     s = runner.snapshot()
-    assert s.status == "done", s.error
+    assert s.status == RunStatus.DONE, s.error
     return s
 
 
@@ -61,10 +62,10 @@ def test_a_second_run_of_the_same_shape_reuses_the_worker_and_compiles_nothing(t
     try:
         first = _run(runner, plan)
         second = _run(runner, plan)
-        assert runner.supervisor.started == 1 and first.worker["pid"] == second.worker["pid"]
-        assert first.worker["compiles"] > 0 and first.worker["loads"] == 2
+        assert runner.supervisor.started == 1 and first.worker.pid == second.worker.pid
+        assert first.worker.compiles > 0 and first.worker.loads == 2
         # the second run: no model loaded, no step compiled (JAX's own count of XLA compilations)
-        assert second.worker["loads"] == 2 and second.worker["compiles"] == 0, second.worker
+        assert second.worker.loads == 2 and second.worker.compiles == 0, second.worker
         assert all(not m.training.timing.compiled for m in second.members)
         # ... and it trains the same models: the base's weights and a fresh optimizer every run
         for a, b in zip(first.members, second.members, strict=True):
@@ -75,7 +76,7 @@ def test_a_second_run_of_the_same_shape_reuses_the_worker_and_compiles_nothing(t
         runner.shutdown()
         again = FineTuneRunner(tmp_path / "out", environ=_env(), compile_cache=tmp_path / "cache")
         third = _run(again, plan)
-        assert third.worker["cache_hits"] > 0 and third.worker["compiles"] == 0, third.worker
+        assert third.worker.cache_hits > 0 and third.worker.compiles == 0, third.worker
         again.shutdown()
     finally:
         runner.shutdown()
@@ -101,7 +102,7 @@ def test_cancel_in_a_warm_worker_stops_the_run_at_once_and_the_worker_serves_on(
         runner.wait(30)
         assert time.time() - began < 5
         s = runner.snapshot()
-        assert s.status == "cancelled" and not s.running and s.error is None
+        assert s.status == RunStatus.CANCELLED and not s.running and s.error is None
         assert not [c for c in list_checkpoints(out) if "cancelled" in str(c)] and _no_leftovers(out)
         assert worker_pid(runner) == pid, "the worker stopped the job, not itself"
         _run(runner, plan_job(_members(tiny_checkpoints, "A"), cifar10.subset(train=48, test=16, seed=1), epochs=1))
@@ -137,7 +138,7 @@ def test_a_killed_worker_is_replaced_and_a_hung_one_fails_its_run_and_is_replace
         os.kill(second, signal.SIGSTOP)
         runner.wait(180)
         s = runner.snapshot()
-        assert s.status == "failed" and "stopped responding" in s.error
+        assert s.status == RunStatus.FAILED and "stopped responding" in s.error
         deadline = time.time() + 10
         while time.time() < deadline and _alive(second):
             time.sleep(0.1)
@@ -219,7 +220,7 @@ def test_a_prepared_worker_has_compiled_a_job_of_the_warmed_shape(tiny_checkpoin
         runner.prepare([str(tiny_checkpoints["vanilla"]), str(tiny_checkpoints["spt_lsa"])],
                        [{"classes": data.num_classes, "images": len(data.x_train)}])
         s = _run(runner, plan_job(_members(tiny_checkpoints, "A", "B"), data, epochs=1))
-        assert runner.supervisor.started == 1 and s.worker["compiles"] == 0, s.worker
+        assert runner.supervisor.started == 1 and s.worker.compiles == 0, s.worker
     finally:
         runner.shutdown()
 

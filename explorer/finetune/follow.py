@@ -16,7 +16,7 @@ from pathlib import Path
 from explorer.core.protocol import Phase
 from explorer.finetune.plan import Plan
 from explorer.finetune.queue import Busy, QueuePlace, Ticket
-from explorer.finetune.state import RunState
+from explorer.finetune.state import RunState, RunStatus
 
 TICK_S = 0.5        # a run's snapshot, every half second whatever it is doing: the bar and status line move on
 QUEUE_POLL_S = 1.0  # a waiting Start's place, asked every second (which also keeps its ticket alive)
@@ -163,7 +163,7 @@ def follow_run(runner, run_id: int, finish: Callable[[RunState], object],
 
 
 def _ended(state: RunState, finish: Callable[[RunState], object], wall: Callable[[], float]):
-    if state.status != "done":
+    if state.status != RunStatus.DONE:
         yield Ended(state, finish(state))
         return
     with concurrent.futures.ThreadPoolExecutor(1) as pool:

@@ -17,7 +17,16 @@ from explorer.finetune.backend import choose_backend
 from explorer.finetune.handle import Worker
 from explorer.finetune.jobfolder import new_job_dir, publish, write_job
 from explorer.finetune.queue import Busy, QueuePlace, StartQueue, Ticket, wait_estimate
-from explorer.finetune.state import CancelAnswer, EndedRuns, MemberState, RunState, apply_event, crash_message
+from explorer.finetune.state import (
+    CancelAnswer,
+    EndedRuns,
+    MemberState,
+    RunState,
+    RunStatus,
+    WorkerFigures,
+    apply_event,
+    crash_message,
+)
 from explorer.finetune.supervisor import Supervisor
 
 
@@ -117,7 +126,7 @@ class FineTuneRunner:
             self._queue.take(ticket, self._runs + 1)
             self._runs += 1
             self._out = Path(out_dir) if out_dir is not None else self.out_dir
-            self._state = RunState(running=True, status="starting", started=time.time(),
+            self._state = RunState(status=RunStatus.STARTING, started=time.time(),
                                    description=plan.description, backend=backend, backend_reason=reason,
                                    members=[MemberState(m.tag, m.label) for m in plan.members],
                                    run_id=self._runs, owner=owner)
@@ -134,7 +143,7 @@ class FineTuneRunner:
                 if not worker.send(RunJob(self._state.run_id, str(job_dir))):
                     raise RuntimeError("the worker's input is closed")
             except Exception as e:
-                self._finish_locked("failed", f"the training process could not start: {type(e).__name__}: {e}")
+                self._finish_locked(RunStatus.FAILED, f"the training process could not start: {type(e).__name__}: {e}")
                 raise
             threading.Thread(target=self._watch, args=(self._state.run_id,), name="fine-tune-watch",
                              daemon=True).start()
@@ -149,18 +158,17 @@ class FineTuneRunner:
             if not isinstance(event, JobEnd):
                 apply_event(self._state, event)
                 return
-            self._state.worker = {"loads": event.loads, "compiles": event.compiles, "cache_hits": event.cache_hits,
-                                  "pid": worker.pid}
+            self._state.worker = WorkerFigures(event.loads, event.compiles, event.cache_hits, worker.pid)
             cancelled, job_dir, outcome = self._state.cancelling, self._job_dir, event.outcome
         if cancelled:
-            self._finish("cancelled")
+            self._finish(RunStatus.CANCELLED)
         elif outcome == Outcome.DONE:
             try:
                 self._publish(job_dir)
             except Exception as e:  # e.g. the disk filled up while moving: nothing is left half-moved
-                self._finish("failed", f"{type(e).__name__}: {e}")
+                self._finish(RunStatus.FAILED, f"{type(e).__name__}: {e}")
         else:
-            self._finish("cancelled" if outcome == Outcome.CANCELLED else "failed",
+            self._finish(RunStatus.CANCELLED if outcome == Outcome.CANCELLED else RunStatus.FAILED,
                          None if outcome == Outcome.CANCELLED else "the training process reported an error")
 
     def _on_worker_exit(self, worker: Worker, code: int) -> None:
@@ -169,7 +177,7 @@ class FineTuneRunner:
                 return
             running, cancelled, since = self._state.running, self._state.cancelling, self._job_log_at
         if running:
-            self._finish("cancelled" if cancelled else "failed",
+            self._finish(RunStatus.CANCELLED if cancelled else RunStatus.FAILED,
                          None if cancelled else crash_message(code, worker.log_tail(since)))
 
     def _watch(self, run_id: int) -> None:
@@ -182,7 +190,7 @@ class FineTuneRunner:
                 silent = time.time() - w.last_heard
             if silent > self.hang_s:
                 self._kill(w)
-                self._finish("failed", f"the training process stopped responding for {silent:.0f} s and was "
+                self._finish(RunStatus.FAILED, f"the training process stopped responding for {silent:.0f} s and was "
                                        f"stopped; the next Start uses a new one")
                 return
 
@@ -191,18 +199,18 @@ class FineTuneRunner:
             self.supervisor.let_go(worker)
         worker.kill()
 
-    def _finish(self, status: str, error: str | None = None) -> None:
+    def _finish(self, status: RunStatus, error: str | None = None) -> None:
         with self._lock:
             self._finish_locked(status, error)
 
-    def _finish_locked(self, status: str, error: str | None = None) -> None:
+    def _finish_locked(self, status: RunStatus, error: str | None = None) -> None:
         s = self._state
         if not s.running:
             return
         s.status = status
-        if error and status == "failed":
+        if error and status == RunStatus.FAILED:
             s.error = s.error or error
-        s.running, s.ended = False, time.time()
+        s.ended = time.time()
         if self._job_dir is not None:
             shutil.rmtree(self._job_dir, ignore_errors=True)
             self._job_dir = None
@@ -215,7 +223,7 @@ class FineTuneRunner:
             w, self.supervisor.current = self.supervisor.current, None
         if w is not None:
             w.kill()
-        self._finish("cancelled")
+        self._finish(RunStatus.CANCELLED)
 
     def _publish(self, job_dir: Path) -> None:
         """Moves every member's checkpoint into place (jobfolder.publish), tells on_publish, ends the run."""
@@ -229,9 +237,8 @@ class FineTuneRunner:
         with self._lock:
             for m, target in zip(self._state.members, moved, strict=True):
                 m.checkpoint = str(target)
-            self._state.status = "done"
             self._durations = (self._durations + [self._state.elapsed])[-20:]
-        self._finish("done")
+        self._finish(RunStatus.DONE)
 
     def cancel_as(self, owner: str | None = None) -> CancelAnswer:
         """Cancel as `owner` asks it: their run going on stops at its next step (its worker is killed if it
@@ -246,13 +253,13 @@ class FineTuneRunner:
             else:
                 return CancelAnswer.NOT_YOURS if self._state.running else CancelAnswer.NONE
         if worker is None or not worker.send(Cancel(run_id)):
-            self._finish("cancelled")
+            self._finish(RunStatus.CANCELLED)
             return CancelAnswer.CANCELLED
 
         def enforce():
             if not self._done.wait(self.cancel_grace_s):
                 self._kill(worker)
-                self._finish("cancelled")
+                self._finish(RunStatus.CANCELLED)
 
         threading.Thread(target=enforce, name="fine-tune-cancel", daemon=True).start()
         return CancelAnswer.CANCELLING

@@ -25,6 +25,34 @@ from explorer.core.protocol import (
 ENDED_KEPT = 16  # the ended runs whose final state EndedRuns keeps
 
 
+class RunStatus(StrEnum):
+    """Where a run stands, as the app knows it: the one place its states are named (what the page says is
+    explorer/ui/finetune_text.py's)."""
+
+    IDLE = "idle"            # no run yet
+    STARTING = "starting"    # sent to the worker, which has not reported a model yet (a new one imports first)
+    TRAINING = "training"    # the worker reports its models
+    DONE = "done"            # every model finished and the checkpoints are in place
+    CANCELLED = "cancelled"  # stopped by its owner (or the app's end): nothing saved
+    FAILED = "failed"        # the worker reported an error, crashed or hung: nothing saved
+
+    @property
+    def going(self) -> bool:
+        """Whether a run in this state is going on (a Start must wait or queue)."""
+        return self in (RunStatus.STARTING, RunStatus.TRAINING)
+
+
+@dataclass(frozen=True)
+class WorkerFigures:
+    """What the worker said at a run's end: models it loaded and steps it compiled for the job, its compiled
+    steps found in the compilation cache on disk (None where the backend keeps none), and its process id."""
+
+    loads: int
+    compiles: int
+    cache_hits: int | None
+    pid: int
+
+
 class CancelAnswer(StrEnum):
     """What a visitor's Cancel did."""
 
@@ -58,9 +86,8 @@ class MemberState:
 
 @dataclass
 class RunState:
-    running: bool = False
-    status: str = "idle"              # idle, starting, training, done, cancelled, failed
-    members: list = field(default_factory=list)
+    status: RunStatus = RunStatus.IDLE
+    members: list[MemberState] = field(default_factory=list)
     current: int = 0
     error: str | None = None
     started: float = 0.0
@@ -72,8 +99,12 @@ class RunState:
     run_id: int = 0
     owner: str | None = None
     ready_at: float | None = None     # when the worker took the job up (a new worker: after its imports)
-    worker: dict = field(default_factory=dict)  # what the worker said at the end: models loaded, compiles
+    worker: WorkerFigures | None = None  # what the worker said at the end (None before)
     cancelling: bool = False          # Cancel was pressed; the run ends (and says "cancelled") once stopped
+
+    @property
+    def running(self) -> bool:
+        return self.status.going
 
     @property
     def elapsed(self) -> float:
@@ -100,8 +131,8 @@ def apply_event(s: RunState, event: Event) -> None:
     """One of the worker's events (protocol.py: started, member, phase, batch, epoch, member_done, error) on
     `s`; the others leave it as it is."""
     # Lines still in the pipe after a Cancel must not turn "cancelled" back into "training".
-    if isinstance(event, (MemberStarted, BatchEnd)) and s.status == "starting":
-        s.status = "training"
+    if isinstance(event, (MemberStarted, BatchEnd)) and s.status == RunStatus.STARTING:
+        s.status = RunStatus.TRAINING
     member = s.members[event.member] if isinstance(event, MemberEvent) and event.member is not None else None
     before = member.phase if member is not None else None
     if isinstance(event, Started):

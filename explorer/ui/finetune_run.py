@@ -14,7 +14,7 @@ from explorer.checkpoints.store import CheckpointError
 from explorer.finetune import follow
 from explorer.finetune.plan import lsa_labels
 from explorer.finetune.report import run_report
-from explorer.finetune.state import CancelAnswer
+from explorer.finetune.state import CancelAnswer, RunStatus
 from explorer.ui.cards import card_markdown
 from explorer.ui.context import AppState, shares
 from explorer.ui.finetune_text import (
@@ -110,7 +110,7 @@ class RunView:
         updates = {out.status: status,
                    out.curves: gr.update(value=plots.plot_training(histories, kept), visible=True),
                    out.tau: gr.update(value=plots.plot_tau_history(histories, empty=waiting), visible=True)}
-        if not (final and state.status == "done"):
+        if not (final and state.status == RunStatus.DONE):
             return updates
         rep = run_report(state, plan)
         refs = follow.checkpoint_refs(state, self.app.root)

@@ -14,7 +14,7 @@ from explorer.finetune.backend import Hardware
 from explorer.finetune.follow import run_fraction
 from explorer.finetune.plan import TEST_FRACTION, Plan, images_per_class_for, plan_splits
 from explorer.finetune.queue import QueuePlace
-from explorer.finetune.state import CancelAnswer, RunState
+from explorer.finetune.state import CancelAnswer, RunState, RunStatus
 from explorer.training import head, tuning
 
 # What the run's own line says while a cancelled run stops, and the Cancel button's answer then: the two agree.
@@ -50,13 +50,16 @@ COMPARE_WAITING = ("_Your fine-tune waits in the queue (Fine-tune tab): when it 
 COMPARE_RUNNING = ("_Your fine-tune is running (Fine-tune tab): when it ends, its models come into the slots and "
                    "these answers are redone for them._")
 LOADING_SLOTS = "**loading** the new models into the slots"
+# An ended run's headline: how it ended.
+ENDED = {RunStatus.IDLE: "**idle**", RunStatus.DONE: "**done**", RunStatus.CANCELLED: "**cancelled**",
+         RunStatus.FAILED: "**failed**"}
 
 
 def headline(s: RunState) -> str:
     """What the run is doing now, in a few words: starting the training process, compiling A, training B,
     evaluating B, saving B, ..., cancelling the run; once it has ended, how (done, cancelled, failed)."""
     if not s.running:
-        return f"**{s.status}**"
+        return ENDED[s.status]
     if s.cancelling:  # until the worker has stopped: then "cancelled"
         return "**cancelling** the run"
     if not s.device:
@@ -114,7 +117,7 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
     progress and result, and how it ended; checkpoints are named relative to `root`. `loading` (seconds
     since the Start) says that the run is done and its models are being loaded into the slots; `now` is the
     moment its percentage is for (the progress bar's, sent with it)."""
-    if s.status == "idle":
+    if s.status == RunStatus.IDLE:
         return "No run yet."
     where = f"on **{s.device}** ({s.backend})" if s.device else f"starting a {s.backend} worker"
     doing, elapsed = (LOADING_SLOTS, loading) if loading is not None else (headline(s), s.elapsed)
@@ -136,12 +139,12 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
             lines.append(f"{m.label}: {t.decision}" + (
                 f"<details><summary>the numbers behind it</summary>{t.decision_detail}</details>"
                 if t.decision_detail else ""))
-    if s.status == "done" and loading is None:
+    if s.status == RunStatus.DONE and loading is None:
         saved = ", ".join(f"`{os.path.relpath(m.checkpoint, Path(root))}`" for m in s.members)
         lines.append(f"Saved as {saved}, and loaded into the model slots: every tab now compares them.")
     if s.cancelling and s.running:
         lines.append(CANCELLING)
-    if s.status == "cancelled":
+    if s.status == RunStatus.CANCELLED:
         lines.append(CANCEL_ANSWERS[CancelAnswer.CANCELLED])
     if s.error:
         lines.append(f"**⚠ the run failed:** {s.error} · nothing was saved; the slots are as they were.")
