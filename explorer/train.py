@@ -15,31 +15,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass, field
 
 from explorer.core.devices import DistributionError, check_batch_split, device_name, distribute_over_devices
 from explorer.core.settings import Settings
-from explorer.data.datasets import DATASETS, DatasetError
+from explorer.data.datasets import DATASETS, Dataset, DatasetError
 from explorer.data.folders import held_out_problem, load_dataset
 from explorer.model.config import PRESETS, VARIANTS, ViTConfig, get_preset
-from explorer.training.recipe import RECIPES, TrainConfig
+from explorer.training.fitting import RunResult
+from explorer.training.recipe import FINE_TUNE, RECIPES, TrainConfig
 from explorer.training.runs import fine_tune, knows_classes, recipe_for, train_new
-from explorer.training.tuning import (
-    FT_IMAGE_BUDGET,
-    FT_LEARNING_RATE,
-    FT_LEARNING_RATE_KNOWN,
-    FT_TARGET_STEPS,
-    FT_WEIGHT_DECAY,
-)
 
 # --fast's steps per call into the compiled step: the host's Python between calls is paid once per 16 steps.
 FAST_STEPS_PER_CALL = 16
 
 
 def _default_help(name: str) -> str:
-    recipe = {"epochs": f"about {FT_TARGET_STEPS} steps' worth, {FT_IMAGE_BUDGET} images at most",
+    recipe = {"epochs": f"about {FINE_TUNE.target_steps} steps' worth, {FINE_TUNE.image_budget} images at most",
               "batch_size": "scaled to the data (16-128)",
-              "learning_rate": f"{FT_LEARNING_RATE}, or {FT_LEARNING_RATE_KNOWN} for classes the base knows",
-              "weight_decay": str(FT_WEIGHT_DECAY)}
+              "learning_rate": f"{FINE_TUNE.learning_rate}, or {FINE_TUNE.learning_rate_known} for classes the "
+                               "base knows",
+              "weight_decay": str(FINE_TUNE.weight_decay)}
     new = getattr(TrainConfig, name)
     tuned = recipe.get(name, new)
     return f"{new} (with --base, the fine-tune recipe: {tuned})" if tuned != new else str(new)
@@ -55,8 +51,8 @@ def _recipe_help() -> str:
 def _model_args(p: argparse.ArgumentParser) -> None:
     """The model flags: a new model of a preset and variant, or a checkpoint fine-tuned or continued."""
     g = p.add_argument_group("model", "a new model of a preset and variant, or a checkpoint fine-tuned or continued")
-    g.add_argument("--preset", default="cifar-small", choices=sorted(PRESETS))
-    g.add_argument("--variant", default="spt_lsa", choices=VARIANTS)
+    g.add_argument("--preset", default=NewModelRun.preset, choices=sorted(PRESETS))
+    g.add_argument("--variant", default=NewModelRun.variant, choices=VARIANTS)
     g.add_argument("--tau-mode", choices=("layer", "head"),
                    help="LSA temperature per layer or per head (default: the preset's; layer, head for paper)")
     g.add_argument("--drop-path", type=float, metavar="RATE",
@@ -72,7 +68,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 def _data_args(p: argparse.ArgumentParser) -> None:
     """The data flags: the images and their splits."""
     g = p.add_argument_group("data", "the images and their splits")
-    g.add_argument("--dataset", default="cifar10",
+    g.add_argument("--dataset", default=NewModelRun.dataset,
                    help="cifar10, cifar100, a folder of class folders, or a zip of them")
     g.add_argument("--data-dir", help="folder holding the CIFAR pickles (else $EXPLORER_DATA_DIR, "
                                       "~/.keras/datasets, then a download)")
@@ -135,7 +131,7 @@ def _augmentation_args(p: argparse.ArgumentParser) -> None:
 def _run_args(p: argparse.ArgumentParser) -> None:
     """The run flags: where it runs, how long, and what it writes."""
     g = p.add_argument_group("run", "where it runs, how long, and what it writes")
-    g.add_argument("--out", default="checkpoints", help="where the checkpoint folder is written")
+    g.add_argument("--out", default=NewModelRun.out, help="where the checkpoint folder is written")
     g.add_argument("--name", help="checkpoint folder name (default: <dataset>-<variant>)")
     g.add_argument("--val-every", type=int, default=1, metavar="N",
                    help="validate after every N-th epoch and after the last (default: 1)")
@@ -190,104 +186,233 @@ def parse_args(argv=None):
     return args
 
 
+# Each recipe value the command line sets: its TrainConfig field and its flag (whose argparse name follows from
+# it), in the order NewModelRun.flags writes them. --no-augment turns `augment` off, and --fast stands for FAST,
+# under the values given.
+RECIPE_FLAGS = {
+    "balanced_subset": "--balanced-subset", "split_seed": "--split-seed", "seed": "--seed", "epochs": "--epochs",
+    "validation_every": "--val-every", "batch_size": "--batch-size",
+    "learning_rate": "--lr", "weight_decay": "--weight-decay", "warmup_fraction": "--warmup",
+    "label_smoothing": "--label-smoothing", "validation_fraction": "--val-fraction", "mixup_alpha": "--mixup",
+    "cutmix_alpha": "--cutmix", "mix_prob": "--mix-prob", "randaugment": "--randaugment",
+    "random_erasing": "--random-erasing", "autoaugment": "--autoaugment", "repeats": "--repeats",
+    "train_subset": "--subset", "freeze_backbone": "--freeze-backbone", "max_seconds": "--max-seconds",
+    "max_steps": "--max-steps", "time_limit": "--time-limit", "precision": "--precision",
+    "device_data": "--device-data", "steps_per_call": "--steps-per-call", "augment": "--no-augment"}
+# What sets one run of a study apart from another: NewModelRun.flags writes them before the rest of the recipe.
+RUN_APART = ("balanced_subset", "split_seed", "seed", "epochs", "validation_every", "batch_size")
+FAST = {"precision": "mixed_bfloat16", "device_data": True, "steps_per_call": FAST_STEPS_PER_CALL}
+
+
+def flag_recipe(args) -> dict:
+    """The recipe values the command line's flags give, without a named --recipe's (they go under these)."""
+    given = {name: getattr(args, flag.removeprefix("--").replace("-", "_")) for name, flag in RECIPE_FLAGS.items()}
+    given.update(augment=False if args.no_augment else None, device_data=True if args.device_data else None)
+    given = {k: v for k, v in given.items() if v is not None}
+    return {**FAST, **given} if args.fast else given
+
+
+def with_named_recipe(name: str | None, given: dict) -> dict:
+    """`given` over the named recipe's values, and the name for the card (None: TrainConfig's defaults)."""
+    return {**RECIPES.get(name, {}), "name": name, **given} if name else dict(given)
+
+
 def given_recipe(args) -> dict:
     """The recipe values the command line gives (a named recipe's under those given explicitly); the rest
     come from TrainConfig's defaults, or for a fine-tune the short recipe, which needs the dataset's size."""
-    given = {k: v for k, v in dict(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
-                                   weight_decay=args.weight_decay, warmup_fraction=args.warmup,
-                                   label_smoothing=args.label_smoothing, validation_fraction=args.val_fraction,
-                                   mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, mix_prob=args.mix_prob,
-                                   randaugment=args.randaugment, random_erasing=args.random_erasing,
-                                   autoaugment=args.autoaugment,
-                                   repeats=args.repeats, precision=args.precision,
-                                   steps_per_call=args.steps_per_call).items() if v is not None}
-    if args.device_data:
-        given["device_data"] = True
-    if args.fast:
-        given = {"precision": "mixed_bfloat16", "device_data": True, "steps_per_call": FAST_STEPS_PER_CALL,
-                 **given}
-    if args.no_augment:
-        given["augment"] = False
-    given.update(seed=args.seed, max_seconds=args.max_seconds, max_steps=args.max_steps, time_limit=args.time_limit,
-                 train_subset=args.subset, freeze_backbone=args.freeze_backbone, split_seed=args.split_seed,
-                 balanced_subset=args.balanced_subset, validation_every=args.val_every)
-    if args.recipe:
-        given = {**RECIPES[args.recipe], "name": args.recipe, **given}
-    return given
+    return with_named_recipe(args.recipe, flag_recipe(args))
+
+
+@dataclass(frozen=True)
+class NewModelRun:
+    """A new model's run, as typed values: what `python -m explorer.train` runs for a command line without
+    --base (from_args), and what each trial of the small-data study is (explorer.study.grid). `recipe` holds
+    the TrainConfig values given, over the named recipe `recipe_name`'s and TrainConfig's defaults; `verbose`
+    None is Keras' bar on a terminal, a line per epoch otherwise; flags() is the command line of the same run.
+    """
+
+    preset: str = "cifar-small"
+    variant: str = "spt_lsa"
+    tau_mode: str | None = None  # None: the preset's
+    drop_path: float | None = None  # None: the preset's
+    dataset: str = "cifar10"
+    data_dir: str | None = None
+    test_subset: int | None = None
+    train_on_all: bool = False
+    recipe_name: str | None = None
+    recipe: dict = field(default_factory=dict)
+    out: str = "checkpoints"
+    name: str | None = None
+    backup: str | None = None
+    threads: int | None = None  # None: TensorFlow's default, all cores
+    verbose: int | None = None
+    distribute: bool = False
+
+    @classmethod
+    def from_args(cls, args) -> NewModelRun:
+        return cls(preset=args.preset, variant=args.variant, tau_mode=args.tau_mode, drop_path=args.drop_path,
+                   dataset=args.dataset, data_dir=args.data_dir, test_subset=args.test_subset,
+                   train_on_all=args.train_on_all, recipe_name=args.recipe, recipe=flag_recipe(args), out=args.out,
+                   name=args.name, backup=args.backup, threads=args.threads, verbose=args.verbose,
+                   distribute=args.distribute)
+
+    def recipe_values(self) -> dict:
+        """The TrainConfig values of the run: those given, over the named recipe's."""
+        return with_named_recipe(self.recipe_name, self.recipe)
+
+    def plan(self) -> tuple[ViTConfig, TrainConfig]:
+        """(the architecture, the recipe); a ValueError says what is wrong."""
+        recipe = TrainConfig(**self.recipe_values())
+        if recipe.time_limit and not self.backup:
+            raise ValueError("a time limit needs a backup: the folder the same run resumes from")
+        architecture = {k: v for k, v in dict(variant=self.variant, tau_mode=self.tau_mode,
+                                              drop_path=self.drop_path).items() if v is not None}
+        return get_preset(self.preset, **architecture), recipe
+
+    def flags(self) -> list[str]:
+        """The flags of `python -m explorer.train` that make this run: the model and the data; what sets one
+        run of a study apart (its subset, seeds, length and batch); the recipe, a named one first; then where
+        it runs and what it writes."""
+        apart = [(RECIPE_FLAGS[name], self.recipe.get(name)) for name in RUN_APART]
+        recipe = [(flag, self.recipe.get(name)) for name, flag in RECIPE_FLAGS.items() if name not in RUN_APART]
+        values = [("--preset", self.preset), ("--variant", self.variant), ("--tau-mode", self.tau_mode),
+                  ("--dataset", self.dataset), *apart, ("--recipe", self.recipe_name),
+                  ("--drop-path", self.drop_path), *recipe, ("--threads", self.threads),
+                  ("--verbose", self.verbose), ("--out", self.out), ("--name", self.name), ("--backup", self.backup),
+                  ("--test-subset", self.test_subset), ("--data-dir", self.data_dir),
+                  ("--train-on-all", self.train_on_all), ("--distribute", self.distribute)]
+        return [word for flag, value in values for word in _flag_words(flag, value)]
+
+    def command(self) -> str:
+        return "python -m explorer.train " + " ".join(self.flags())
+
+
+def _flag_words(flag: str, value) -> list[str]:
+    if value is None:
+        return []
+    if flag == "--no-augment":  # the flag turns `augment` off
+        return [flag] if value is False else []
+    if flag == "--autoaugment":
+        return [flag if value else "--no-autoaugment"]
+    if isinstance(value, bool):
+        return [flag] if value else []
+    return [flag, str(value)]
 
 
 def new_model_plan(args) -> tuple[ViTConfig | None, TrainConfig]:
     """(the architecture, or None with --base; the recipe); a ValueError says what is wrong."""
-    recipe = TrainConfig(**given_recipe(args))
-    architecture = {k: v for k, v in dict(variant=args.variant, tau_mode=args.tau_mode,
-                                          drop_path=args.drop_path).items() if v is not None}
-    return (None if args.base else get_preset(args.preset, **architecture)), recipe
+    if args.base:
+        return None, TrainConfig(**given_recipe(args))
+    return NewModelRun.from_args(args).plan()
+
+
+def use_threads(threads: int | None) -> None:
+    """TensorFlow's CPU threads, before it runs anything (None: its default, all cores)."""
+    if threads:
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        try:
+            import tensorflow as tf
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except ImportError:
+            pass
+
+
+def _verbosity(verbose: int | None) -> int:
+    return verbose if verbose is not None else (1 if sys.stdout.isatty() else 2)
+
+
+def _run_data(name: str, data_dir: str | None, train_on_all: bool, test_subset: int | None, seed: int,
+              settings: Settings, devices: int | None) -> Dataset:
+    """The run's images, said on standard output; `devices`: those a data-parallel run spreads over (None:
+    one)."""
+    dataset = load_dataset(name, data_dir, test_fraction=0.0 if train_on_all else 0.2, settings=settings)
+    if not train_on_all and dataset.name not in DATASETS and held_out_problem(dataset):
+        raise DatasetError(f"{held_out_problem(dataset)} (--train-on-all)")
+    if test_subset:
+        dataset = dataset.subset(test=test_subset, seed=seed)
+    print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
+          f"{dataset.num_classes} classes; device {device_name()}"
+          + (f", data-parallel over {devices} devices" if devices is not None else ""), flush=True)
+    if dataset.unreadable:
+        print(f"warning: {dataset.note}", flush=True)
+    return dataset
+
+
+def _say_result(result: RunResult, epochs: int) -> None:
+    """What a run wrote (or, stopped by its time limit, where its backup is), on standard output."""
+    if result.stopped_by == "time_limit":
+        print(f"time limit: {result.training.epochs} of {epochs} epochs done; backup kept in "
+              f"{result.backup} (the same command resumes)", flush=True)
+        return
+    if result.training.kept_model:
+        print(result.training.decision, flush=True)
+    m, nan = result.metrics, float("nan")
+    print(f"wrote {result.checkpoint}: test top-1 {nan if m.test_top1 is None else m.test_top1:.4f}, "
+          f"top-5 {nan if m.test_top5 is None else m.test_top5:.4f}", flush=True)
+
+
+def run_new_model(run: NewModelRun, settings: Settings | None = None) -> RunResult:
+    """Trains the new model `run` describes as `python -m explorer.train` does, saying on standard output what
+    it trains on and what it wrote; `settings`: default, this process's environment (where CIFAR is found). A
+    refusal raises a ValueError that says why: a bad recipe or architecture (before anything is loaded), the
+    data (DatasetError), another run's backup (BackupError), a checkpoint (CheckpointError), the devices
+    (DistributionError)."""
+    config, recipe = run.plan()
+    settings = Settings.from_env() if settings is None else settings
+    use_threads(run.threads)
+    devices = distribute_over_devices() if run.distribute else 1  # before any model is built
+    check_batch_split(recipe.batch_size, devices)
+    dataset = _run_data(run.dataset, run.data_dir, run.train_on_all, run.test_subset, recipe.seed, settings,
+                        devices if run.distribute else None)
+    result = train_new(config, run.preset, dataset, recipe, run.out, run.name, verbose=_verbosity(run.verbose),
+                       backup=run.backup)
+    _say_result(result, recipe.epochs)
+    return result
+
+
+def _fine_tune_base(args, recipe: TrainConfig, settings: Settings) -> RunResult:
+    """--base: the checkpoint fine-tuned, its recipe chosen once the data is read, or (--continue) a second
+    stage of its own training."""
+    use_threads(args.threads)
+    devices = distribute_over_devices() if args.distribute else 1  # before any model is built
+    if args.batch_size:  # else the recipe picks the batch size once the data is read
+        check_batch_split(recipe.batch_size, devices)
+    dataset = _run_data(args.dataset, args.data_dir, args.train_on_all, args.test_subset, args.seed, settings,
+                        devices if args.distribute else None)
+    if not args.extend:
+        from explorer.checkpoints.store import read_card, resolve
+        n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
+        base_classes = read_card(resolve(args.base)).class_names or []  # the card; the model once
+        recipe = recipe_for(given_recipe(args), n, scratch=False,
+                            known_classes=knows_classes(base_classes, dataset.class_names))
+        print(f"recipe: {recipe.epochs} epochs of batch {recipe.batch_size}, learning rate {recipe.learning_rate}, "
+              f"head {recipe.head_init}{', backbone frozen' if recipe.freeze_backbone else ''}", flush=True)
+    result = fine_tune(args.base, dataset, recipe, args.out, args.name, verbose=_verbosity(args.verbose),
+                       backup=args.backup, extend=args.extend)
+    _say_result(result, recipe.epochs)
+    return result
 
 
 def main(argv=None, settings: Settings | None = None) -> int:
     """The command line; `settings`: default, this process's environment (where CIFAR is found)."""
     args = parse_args(argv)
-    given = given_recipe(args)
     try:
         settings = Settings.from_env() if settings is None else settings
-        config, recipe = new_model_plan(args)  # refuses a bad recipe before anything is loaded
+        _, recipe = new_model_plan(args)  # refuses a bad recipe before anything is loaded
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.threads:
-        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
-        try:
-            import tensorflow as tf
-            tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-            tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-        except ImportError:
-            pass
     from explorer.checkpoints.store import CheckpointError
     from explorer.training.backup import BackupError
-    verbose = args.verbose if args.verbose is not None else (1 if sys.stdout.isatty() else 2)
     try:
-        devices = distribute_over_devices() if args.distribute else 1  # before any model is built
-        if not args.base or args.batch_size:  # else the recipe picks the batch size once the data is read
-            check_batch_split(recipe.batch_size, devices)
-        dataset = load_dataset(args.dataset, args.data_dir, test_fraction=0.0 if args.train_on_all else 0.2,
-                               settings=settings)
-        if not args.train_on_all and dataset.name not in DATASETS and held_out_problem(dataset):
-            raise DatasetError(f"{held_out_problem(dataset)} (--train-on-all)")
-        if args.test_subset:
-            dataset = dataset.subset(test=args.test_subset, seed=args.seed)
-        print(f"dataset {dataset.name}: {len(dataset.x_train)} train / {len(dataset.x_test)} test images, "
-              f"{dataset.num_classes} classes; device {device_name()}"
-              + (f", data-parallel over {devices} devices" if args.distribute else ""), flush=True)
-        if dataset.unreadable:
-            print(f"warning: {dataset.note}", flush=True)
-        if args.base and not args.extend:
-            from explorer.checkpoints.store import read_card, resolve
-            n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
-            base_classes = read_card(resolve(args.base)).class_names or []  # the card; the model once
-            recipe = recipe_for(given, n, scratch=False,
-                                known_classes=knows_classes(base_classes, dataset.class_names))
-            print(f"recipe: {recipe.epochs} epochs of batch {recipe.batch_size}, learning rate {recipe.learning_rate}, "
-                  f"head {recipe.head_init}{', backbone frozen' if recipe.freeze_backbone else ''}", flush=True)
         if args.base:
-            result = fine_tune(args.base, dataset, recipe, args.out, args.name, verbose=verbose,
-                               backup=args.backup, extend=args.extend)
+            _fine_tune_base(args, recipe, settings)
         else:
-            result = train_new(config, args.preset, dataset, recipe, args.out, args.name, verbose=verbose,
-                               backup=args.backup)
+            run_new_model(NewModelRun.from_args(args), settings)
     except (BackupError, CheckpointError, DatasetError, DistributionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    m = result.metrics
-    if result.stopped_by == "time_limit":
-        print(f"time limit: {result.training.epochs} of {recipe.epochs} epochs done; backup kept in "
-              f"{result.backup} (the same command resumes)", flush=True)
-        return 0
-    training = result.training
-    if training.kept_model:
-        print(training.decision, flush=True)
-    nan = float("nan")
-    print(f"wrote {result.checkpoint}: test top-1 {nan if m.test_top1 is None else m.test_top1:.4f}, "
-          f"top-5 {nan if m.test_top5 is None else m.test_top5:.4f}", flush=True)
     return 0
 
 

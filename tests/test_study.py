@@ -10,13 +10,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from explorer.study.grid import StudyError, plan_table, read_grid, write_results
+from explorer.study.grid import StudyError, main, plan_table, read_grid, write_results
 from explorer.study.report import read_results
+from explorer.train import NewModelRun, parse_args
 from tests.helpers import ROOT
 
 TINY_GRID = {
@@ -51,12 +53,11 @@ def test_the_shipped_grid_is_the_design(tmp_path):
         assert len({(t.epochs, t.val_every) for t in trials}) == 1  # one rule per size
     assert grid.trials[0].seed == 0 and grid.kept(grid.trials[0])  # the app's checkpoints come first
     assert "| **all** |" in plan_table(grid, 270.0)
-    per_head = grid.trial("n01000-lsa_head-s0")
-    argv = grid.train_argv(per_head)
-    assert argv[argv.index("--variant") + 1] == "lsa" and argv[argv.index("--tau-mode") + 1] == "head"
-    plain = grid.train_argv(grid.trial("n01000-lsa-s0"))
-    assert plain[plain.index("--tau-mode") + 1] == "layer"
-    assert "--recipe" not in plain and grid.recipe_name(grid.trial("n01000-lsa-s0")) == "light"
+    per_head = grid.trial_run(grid.trial("n01000-lsa_head-s0"))
+    assert (per_head.variant, per_head.tau_mode) == ("lsa", "head")
+    plain = grid.trial_run(grid.trial("n01000-lsa-s0"))
+    assert plain.tau_mode == "layer" and plain.recipe_name is None
+    assert grid.recipe_name(grid.trial("n01000-lsa-s0")) == "light"
 
 
 def test_the_shipped_grid_has_the_paper_recipe_2x2_and_the_cutmix_arm():
@@ -66,21 +67,41 @@ def test_the_shipped_grid_has_the_paper_recipe_2x2_and_the_cutmix_arm():
     paper = [t for t in grid.trials if t.recipe == "paper" and t.train_images == 1000]
     assert {(t.variant, t.seed) for t in paper} == {(v, s) for v in ("vanilla", "spt", "lsa_head", "spt_lsa_head")
                                                     for s in (0, 1, 2)}
-    argv = grid.train_argv(grid.trial("n01000-lsa_head-paper-s1"))
-    assert argv[argv.index("--recipe") + 1] == "paper" and argv[argv.index("--drop-path") + 1] == "0.1"
-    assert argv[argv.index("--tau-mode") + 1] == "head" and grid.passes(grid.trial("n01000-lsa_head-paper-s1")) == 3
-    light = grid.train_argv(grid.trial("n01000-vanilla-s1"))
-    cutmix = grid.train_argv(grid.trial("n01000-vanilla-cutmix-s1"))
+    run = grid.trial_run(grid.trial("n01000-lsa_head-paper-s1"))
+    assert (run.recipe_name, run.drop_path, run.tau_mode) == ("paper", 0.1, "head")
+    assert grid.passes(grid.trial("n01000-lsa_head-paper-s1")) == 3
+    light = grid.trial_run(grid.trial("n01000-vanilla-s1"))
+    cutmix = grid.trial_run(grid.trial("n01000-vanilla-cutmix-s1"))
     # the light recipe plus CutMix, nothing else
-    assert cutmix[cutmix.index("--cutmix") + 1] == "1.0"
-    assert [a for a in cutmix if a not in ("--cutmix", "1.0") and "cutmix" not in a] == \
-        [a for a in light if "-s1" not in a and "vanilla-s" not in a]
+    assert cutmix.recipe == {**light.recipe, "cutmix_alpha": 1.0}
+    assert replace(cutmix, recipe=light.recipe, name=light.name, backup=light.backup) == light
     kept = grid.trial("n01000-spt-paper-s0")
     assert grid.kept(kept) and grid.checkpoint_name(kept) == "cifar10-1000-spt-paper"
     assert not grid.kept(grid.trial("n01000-spt-paper-s1"))
     # the paper 1,000-image trials are started before the 2,500 ones, which are extra
     names = [t.name for t in grid.trials]
     assert max(names.index(t.name) for t in paper) < names.index("n02500-vanilla-paper-s0")
+
+
+def test_show_prints_the_command_line_of_the_very_run_a_trial_is(tmp_path, capsys):
+    """`python -m explorer.study show`'s command line, read back by explorer.train, makes the trial's run."""
+    grid = read_grid(ROOT / "study" / "grid.json")
+    for name in ("n01000-lsa_head-s0", "n01000-spt-paper-s1", "n01000-vanilla-cutmix-s2"):
+        assert main(["show", str(grid.path), name, "--data-dir", str(tmp_path)]) == 0
+        command = capsys.readouterr().out.strip()
+        run = grid.trial_run(grid.trial(name), str(tmp_path))
+        assert command == run.command() and command.startswith("python -m explorer.train --preset cifar-small ")
+        again = NewModelRun.from_args(parse_args(command.split()[3:]))
+        assert again.plan() == run.plan() and replace(again, recipe=run.recipe) == run
+
+
+def test_the_grid_refuses_flags_that_are_its_own_or_not_explorer_trains(tmp_path):
+    with pytest.raises(StudyError, match="may not set --dataset, --preset"):
+        read_grid(write_grid(tmp_path, {**TINY_GRID, "train_args": ["--preset", "tiny", "--dataset", "x"]}))
+    with pytest.raises(StudyError, match="recipes.odd.train_args are not flags of explorer.train"):
+        read_grid(write_grid(tmp_path, {**TINY_GRID, "recipes": {"odd": {"train_args": ["--lr", "fast"]}}}))
+    with pytest.raises(StudyError, match="may not set --base"):
+        read_grid(write_grid(tmp_path, {**TINY_GRID, "train_args": ["--base", "checkpoints/cifar10-vanilla"]}))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -202,8 +223,8 @@ def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, da
     from explorer.checkpoints.store import load_checkpoint, read_card
     for trial in grid.trials:
         direct = tmp_path / "direct"
-        argv = grid.train_argv(trial, str(data_dir), out=direct, name=trial.name, backup=tmp_path / "db" / trial.name)
-        run = subprocess.run([sys.executable, "-m", "explorer.train", *argv], cwd=ROOT, env=env,
+        same = grid.trial_run(trial, str(data_dir), out=direct, name=trial.name, backup=tmp_path / "db" / trial.name)
+        run = subprocess.run([sys.executable, "-m", "explorer.train", *same.flags()], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stderr[-3000:]
         card = read_card(direct / trial.name)

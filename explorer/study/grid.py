@@ -1,8 +1,9 @@
 """The small-data study: vanilla against SPT/LSA at several training-set sizes and seeds, as a grid of trials
-on Ray Tune. Each trial is exactly `python -m explorer.train` with a `--backup` (one TensorFlow thread per
-CPU Ray gives it); a grid killed at any moment and started again with the same command skips the trials
-whose record is written and resumes the others from their last completed epoch, on this machine or on
-another one that has the study folder (records and backups are plain files, committed as they come).
+on Ray Tune. Each trial is exactly a run of `python -m explorer.train` (explorer.train.run_new_model) with a
+backup (one TensorFlow thread per CPU Ray gives it); a grid killed at any moment and started again with the
+same command skips the trials whose record is written and resumes the others from their last completed
+epoch, on this machine or on another one that has the study folder (records and backups are plain files,
+committed as they come).
 
     python -m explorer.study plan [study/grid.json] [--rate 270]     the trials and what they cost
     python -m explorer.study run  [study/grid.json] [--address ray://host:10001]
@@ -27,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from explorer.core import atomic
@@ -35,6 +36,7 @@ from explorer.core.card import Card
 from explorer.core.settings import PROJECT, Settings
 from explorer.model.config import VARIANTS
 from explorer.study.report import DEFAULT_RECIPE, read_results, study_variant
+from explorer.train import NewModelRun, parse_args, run_new_model
 
 # The study's variants: the model variants with the keras.io example's one temperature per LSA layer, and the
 # paper's own LSA (aanna0701/SPT_LSA_ViT: one learned temperature per head) as "<variant>_head".
@@ -91,6 +93,9 @@ class Grid:
     # with `recipe` set trains with that recipe's train_args instead of the grid's own.
     recipe: str = DEFAULT_RECIPE
     recipes: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = ()
+    # What each recipe's train_args set, read once by explorer.train's parser: recipe name (None: the grid's
+    # own) -> the run they make, which each trial's run takes with its own values on top.
+    recipe_runs: tuple[tuple[str | None, NewModelRun], ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -122,20 +127,13 @@ class Grid:
         """The name of the recipe `trial` trains under (results.csv's `recipe` column)."""
         return trial.recipe or self.recipe
 
-    def recipe_args(self, trial: Trial) -> tuple[str, ...]:
-        if trial.recipe is None:
-            return self.train_args
-        return next(args for name, args, _ in self.recipes if name == trial.recipe)
+    def recipe_run(self, trial: Trial) -> NewModelRun:
+        """The run the train_args of `trial`'s recipe make, before the trial's own values."""
+        return dict(self.recipe_runs)[trial.recipe]
 
     def passes(self, trial: Trial) -> int:
         """Passes over the training images per epoch (repeated augmentation: --repeats, or a named recipe's)."""
-        args = list(self.recipe_args(trial))
-        if "--repeats" in args:
-            return int(args[args.index("--repeats") + 1])
-        if "--recipe" in args:
-            from explorer.training.recipe import RECIPES
-            return int(RECIPES[args[args.index("--recipe") + 1]].get("repeats", 1))
-        return 1
+        return int(self.recipe_run(trial).recipe_values().get("repeats", 1))
 
     def kept(self, trial: Trial) -> bool:
         if trial.recipe is None:
@@ -158,23 +156,22 @@ class Grid:
                           + ([[name, list(args)] for name, args, _ in self.recipes] if self.recipes else []))
         return hashlib.sha256(text.encode()).hexdigest()[:8]
 
-    def train_argv(self, trial: Trial, data_dir: str | None = None, out: Path | None = None,
-                   name: str | None = None, backup: Path | None = None, threads: int = 1) -> list[str]:
-        """The arguments of `python -m explorer.train` that run `trial`; the grid passes them unchanged."""
+    def trial_run(self, trial: Trial, data_dir: str | None = None, out: Path | None = None,
+                  name: str | None = None, backup: Path | None = None, threads: int = 1) -> NewModelRun:
+        """The run of `trial`: its recipe's with the trial's model, images, seeds and length, `threads`
+        TensorFlow threads, a line per epoch, its checkpoint where the grid keeps it (or `out`/`name`) and its
+        backup in the study folder (or `backup`). Its command line is `python -m explorer.study show`'s."""
         variant, tau_mode = STUDY_VARIANTS[trial.variant]
-        argv = ["--preset", self.preset, "--variant", variant, "--tau-mode", tau_mode, "--dataset", self.dataset,
-                "--balanced-subset", str(trial.train_images), "--split-seed", str(self.split_seed),
-                "--seed", str(trial.seed), "--epochs", str(trial.epochs), "--val-every", str(trial.val_every),
-                "--batch-size", str(self.batch_size), *self.recipe_args(trial), "--threads", str(threads),
-                "--verbose", "2",
-                "--out", str(out if out is not None else self.checkpoint_dir(trial).parent),
-                "--name", name or self.checkpoint_name(trial),
-                "--backup", str(backup if backup is not None else self.backups / trial.name)]
-        if self.test_subset:
-            argv += ["--test-subset", str(self.test_subset)]
-        if data_dir:
-            argv += ["--data-dir", str(data_dir)]
-        return argv
+        run = self.recipe_run(trial)
+        recipe = {**run.recipe, "balanced_subset": trial.train_images, "split_seed": self.split_seed,
+                  "seed": trial.seed, "epochs": trial.epochs, "validation_every": trial.val_every,
+                  "batch_size": self.batch_size}
+        return replace(run, preset=self.preset, variant=variant, tau_mode=tau_mode, dataset=self.dataset,
+                       recipe=recipe, threads=threads, verbose=2,
+                       out=str(out if out is not None else self.checkpoint_dir(trial).parent),
+                       name=name or self.checkpoint_name(trial),
+                       backup=str(backup if backup is not None else self.backups / trial.name),
+                       test_subset=self.test_subset or run.test_subset, data_dir=str(data_dir) if data_dir else None)
 
 
 def _int(value, what: str, low: int = 1) -> int:
@@ -232,6 +229,8 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
                     required.add(trial.name)
     keep = spec.get("keep", {})
     train_args = _train_args(spec.get("train_args", []), f"{path.name}: train_args")
+    runs = [(None, _recipe_run(train_args, f"{path.name}: train_args"))]
+    runs += [(name, _recipe_run(args, f"{path.name}: recipes.{name}.train_args")) for name, args, _ in recipes]
     return Grid(path=path, name=str(spec["name"]), dataset=str(spec["dataset"]), preset=str(spec["preset"]),
                 split_seed=_int(spec.get("split_seed", 0), "split_seed", 0),
                 batch_size=_int(spec.get("batch_size", 128), "batch_size"), train_args=tuple(train_args),
@@ -240,11 +239,12 @@ def read_grid(path: str | os.PathLike = DEFAULT_GRID) -> Grid:
                                           {name: kept for name, _, kept in recipes})),
                 keep_dir=(path.parent / keep.get("dir", "../checkpoints/study")).resolve(),
                 keep_seed=keep.get("seed", 0), keep_variants=tuple(keep.get("variants", ["vanilla", "spt_lsa"])),
-                test_subset=spec.get("test_subset"), recipe=own_recipe, recipes=recipes)
+                test_subset=spec.get("test_subset"), recipe=own_recipe, recipes=recipes, recipe_runs=tuple(runs))
 
 
+# The flags the grid sets itself: per trial, or from its own preset and dataset.
 _RESERVED = {"--variant", "--tau-mode", "--seed", "--epochs", "--balanced-subset", "--split-seed", "--out", "--name",
-             "--backup", "--threads", "--val-every", "--batch-size", "--data-dir", "--subset"}
+             "--backup", "--threads", "--val-every", "--batch-size", "--data-dir", "--subset", "--preset", "--dataset"}
 
 
 def _train_args(value, where: str) -> tuple[str, ...]:
@@ -252,8 +252,21 @@ def _train_args(value, where: str) -> tuple[str, ...]:
         raise StudyError(f"{where} must be a list of strings (extra explorer.train flags)")
     clash = sorted(_RESERVED & set(value))
     if clash:
-        raise StudyError(f"{where} may not set {', '.join(clash)}: the grid sets them per trial")
+        raise StudyError(f"{where} may not set {', '.join(clash)}: the grid sets them (per trial, or from its "
+                         "preset and dataset)")
     return tuple(value)
+
+
+def _recipe_run(train_args: tuple[str, ...], where: str) -> NewModelRun:
+    """The run `train_args` make, read as `python -m explorer.train` reads its flags (a bad flag or value is
+    refused here, before any trial runs)."""
+    try:
+        args = parse_args(list(train_args))
+    except SystemExit:  # argparse has said why on standard error
+        raise StudyError(f"{where} are not flags of explorer.train (see the message above)") from None
+    if args.base:
+        raise StudyError(f"{where} may not set --base: a trial trains a new model")
+    return NewModelRun.from_args(args)
 
 
 def _read_recipes(spec, file: str, own: str) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
@@ -331,11 +344,12 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
             trial.seed, trial.train_images, trial.epochs):
         if folder.exists():  # another run's leftovers under this trial's name: never mixed into it
             raise StudyError(f"{folder} exists but is not this trial's finished checkpoint; move it away")
-        from explorer import train
-        argv = grid.train_argv(trial, data_dir, threads=threads)
-        print(f"{trial.name}: python -m explorer.train {' '.join(argv)}", flush=True)
-        if train.main(argv) != 0:
-            raise StudyError(f"{trial.name}: explorer.train failed (its message is above)")
+        run = grid.trial_run(trial, data_dir, threads=threads)
+        print(f"{trial.name}: {run.command()}", flush=True)
+        try:
+            run_new_model(run)
+        except ValueError as e:  # a refusal (the recipe, the data, another run's backup) says why
+            raise StudyError(f"{trial.name}: {e}") from e
         card = read_card(folder)
     if card.metrics.train_top1 is None:
         card = update_card(folder, metrics={"train_top1": train_accuracy(folder, grid, data_dir)})
@@ -576,7 +590,7 @@ def main(argv=None, settings: Settings | None = None) -> int:
                       + (" (kept)" if grid.kept(t) else ""))
         elif args.command == "show":
             trial = grid.trial(args.trial)
-            print("python -m explorer.train " + " ".join(grid.train_argv(trial, args.data_dir)))
+            print(grid.trial_run(trial, args.data_dir).command())
         elif args.command == "run":
             if args.threads < 1 or (args.cpus is not None and args.cpus < args.threads):
                 raise StudyError("--threads must be at least 1 and --cpus at least --threads")
