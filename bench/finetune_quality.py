@@ -48,7 +48,7 @@ NEW_CLASSES = 10
 SIX_CLASSES = 6
 ROWS = ("base", "probe", "default", "frozen", "scratch", "old")
 # Margins (in McNemar standard errors) a fine-tuned epoch must clear over its start: the default recipe
-# runs with the app's FT_MARGIN_Z; the others are scored from the same runs (see watch_settle).
+# runs with the app's FINE_TUNE.margin_z; the others are scored from the same runs (see watch_settle).
 MARGINS = (1.0, 1.5, 2.0, 2.5)
 
 
@@ -353,7 +353,7 @@ def main():
     p.add_argument("--models", default="cifar10-vanilla,cifar10-spt_lsa")
     p.add_argument("--lr", type=float, help="override the recipe's learning rate")
     p.add_argument("--steps", type=int, help="override the recipe's target number of steps")
-    p.add_argument("--budget", type=int, help="override the recipe's image budget (FT_IMAGE_BUDGET)")
+    p.add_argument("--budget", type=int, help="override the recipe's image budget (FINE_TUNE.image_budget)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all cores)")
     args = p.parse_args()
     rows = args.rows.split(",")
@@ -366,12 +366,14 @@ def main():
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    import dataclasses
+
     import explorer.training.tuning
     from explorer.data.folders import read_image_zip
-    if args.steps:
-        explorer.training.tuning.FT_TARGET_STEPS = args.steps
-    if args.budget:
-        explorer.training.tuning.FT_IMAGE_BUDGET = args.budget
+    if args.steps or args.budget:  # the recipe fine_tune_recipe reads, for every run of this process
+        tuning, recipe = explorer.training.tuning, explorer.training.tuning.FINE_TUNE
+        tuning.FINE_TUNE = dataclasses.replace(recipe, target_steps=args.steps or recipe.target_steps,
+                                               image_budget=args.budget or recipe.image_budget)
 
     zip_names, models = args.zips.split(","), args.models.split(",")
     results: dict[tuple, tuple[float, float]] = {}
@@ -409,7 +411,7 @@ def main():
         summary(f"Over {args.folds} folds, every image of the zip held out once:", zip_names, models, args.draws,
                 lambda z, ref, d, row: pooled(results, args.folds, z, ref, d, row))
     print("\nThe same runs (the loader's split) had a fine-tuned epoch needed more standard errors over its start "
-          "(the run used FT_MARGIN_Z): default - probe, mean / worst draw / draws under -1.5")
+          "(the run used FINE_TUNE.margin_z): default - probe, mean / worst draw / draws under -1.5")
     print("| zip | model | " + " | ".join(f"z >= {m:g}" for m in MARGINS) + " |")
     print("|---|---|" + "---|" * len(MARGINS))
     every = {m: [] for m in MARGINS}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from explorer.core.formatting import rate
 from explorer.finetune.queue import QueuePlace
 from explorer.finetune.state import RunStatus
-from explorer.training import head, tuning
+from explorer.training.recipe import FINE_TUNE
 from explorer.ui.finetune_text import help_text, wait_bar
 
 
@@ -19,13 +21,14 @@ def test_the_help_follows_the_recipes_constants(monkeypatch):
     text = help_text("here", 30, 5000)
     assert "5e-4, or\n1e-4 for classes the base knows" in text and "500 steps" in text and "4,000 images" in text
     assert "over\n1 standard error" in text and "Limits here: 30 epochs,\n5,000 images." in text
-    monkeypatch.setattr(tuning, "FT_TARGET_STEPS", 750)
-    monkeypatch.setattr(head, "FT_MARGIN_Z", 1.5)
+    from explorer.ui import finetune_text
+    assert finetune_text.FINE_TUNE is FINE_TUNE
+    monkeypatch.setattr(finetune_text, "FINE_TUNE", dataclasses.replace(FINE_TUNE, target_steps=750, margin_z=1.5))
     text = help_text("here", 30, 5000)
     assert "750 steps" in text and "over\n1.5 standard error" in text
 
 
-@pytest.mark.parametrize("value", [tuning.FT_LEARNING_RATE, tuning.FT_LEARNING_RATE_KNOWN])
+@pytest.mark.parametrize("value", [FINE_TUNE.learning_rate, FINE_TUNE.learning_rate_known])
 def test_the_rates_round_trip(value):
     assert float(rate(value)) == value
 

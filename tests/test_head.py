@@ -125,8 +125,8 @@ def test_settle_keeps_a_fine_tuned_epoch_only_when_it_beats_its_start_clearly(ti
     assert none.training.kept_model.startswith("the linear probe") and "no fine-tuned epoch" in \
         none.training.decision
     # On fewer validation images than it takes to tell them apart, the decision says so.
-    from explorer.training.head import MIN_VALIDATION_IMAGES
+    from explorer.training.recipe import FINE_TUNE
     few = record(0)
     settle(model, few, start_weights, _choice(correct[:5], fallback), (x[:5], y[:5]))
-    assert f"(5 validation images are fewer than the {MIN_VALIDATION_IMAGES} it takes to tell them apart: one " \
-        "image is worth 20 points)." in few.training.decision
+    assert (f"(5 validation images are fewer than the {FINE_TUNE.min_validation_images} it takes to tell them apart: "
+            "one image is worth 20 points).") in few.training.decision

@@ -19,14 +19,15 @@ SHIPPED = ROOT / "checkpoints" / "cifar10-vanilla"
 def test_short_recipe_scales_the_batch_to_the_data():
     small, large = fine_tune_recipe(200), fine_tune_recipe(50_000)
     assert small.batch_size == 16 and large.batch_size == 128
-    from explorer.training.tuning import FT_IMAGE_BUDGET, FT_TARGET_STEPS
+    from explorer.training.recipe import FINE_TUNE
     for n in (60, 200, 800, 5000):
         recipe = fine_tune_recipe(n)
         per_epoch = -(-round(n * 0.9) // recipe.batch_size)
         steps = recipe.epochs * per_epoch
-        target = min(FT_TARGET_STEPS, FT_IMAGE_BUDGET / recipe.batch_size)
+        target = min(FINE_TUNE.target_steps, FINE_TUNE.image_budget / recipe.batch_size)
         assert abs(steps - target) <= per_epoch or recipe.epochs in (1, 30), (n, recipe)  # the target, to an epoch
-        assert steps * recipe.batch_size <= FT_IMAGE_BUDGET * 1.25 or recipe.epochs == 1, (n, recipe)  # the budget
+        budget = FINE_TUNE.image_budget * 1.25
+        assert steps * recipe.batch_size <= budget or recipe.epochs == 1, (n, recipe)  # the budget
         assert recipe.learning_rate == 5e-4 and recipe.keep_best and recipe.head_init == "auto"
     assert fine_tune_recipe(800, known_classes=True).learning_rate == 1e-4
     given = fine_tune_recipe(800, epochs=2, batch_size=8, learning_rate=3e-3, freeze_backbone=True)

@@ -14,19 +14,10 @@ from explorer.data.batches import training_split
 from explorer.data.datasets import Dataset
 from explorer.model.predict import accuracy_metrics, predict_logits
 from explorer.training.linear_probe import clearly_better, paired_gain
-from explorer.training.recipe import TrainConfig
+from explorer.training.recipe import FINE_TUNE, TrainConfig
 
 if TYPE_CHECKING:
     from explorer.training.fitting import RunRecord
-
-# A fine-tuned epoch replaces the head it started from only when, on the same validation images, the images
-# it gains outnumber those it loses by this many standard errors (settle): a few hundred images judge a
-# choice between epochs to within several points, which is as large as the gains being chosen between.
-FT_MARGIN_Z = 1.0
-# Fewer validation images than this cannot tell a fine-tuned model from its start: one image is then worth more
-# than 5 points, and a real gain of 10 points is under one standard error of the paired count (McNemar's, with a
-# fifth of the images answered differently). The tab says so before a Start; the decision says so after it.
-MIN_VALIDATION_IMAGES = 20
 
 
 def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
@@ -181,7 +172,7 @@ def _cross_validated_head(model, features, how: str, fit, val, n: int, seed: int
 
 def settle(model, record: RunRecord, start_weights: list, choice: HeadChoice | None, val) -> None:
     """Keeps the fine-tuned epoch that validation chose only when it beats its start clearly on the same
-    validation images (a paired comparison: a net gain of over FT_MARGIN_Z standard errors); else the
+    validation images (a paired comparison: a net gain of over FINE_TUNE.margin_z standard errors); else the
     model becomes the start's backbone with the fallback head (the probe refitted on every labelled image,
     or the base's head or rows). Either way the record says which model was kept (`kept_model`), why in
     plain words (`decision`) and the numbers behind it (`decision_detail`); `epochs` becomes the kept
@@ -199,8 +190,8 @@ def settle(model, record: RunRecord, start_weights: list, choice: HeadChoice | N
         training.epochs = kept if val is not None else ran
         return
     n = len(val[1])
-    few = (f" ({n} validation images are fewer than the {MIN_VALIDATION_IMAGES} it takes to tell them apart: one "
-           f"image is worth {100 / n:.3g} points)" if n < MIN_VALIDATION_IMAGES else "")
+    few = (f" ({n} validation images are fewer than the {FINE_TUNE.min_validation_images} it takes to tell them "
+           f"apart: one image is worth {100 / n:.3g} points)" if n < FINE_TUNE.min_validation_images else "")
     if kept:
         correct = predict_logits(model, val[0]).argmax(-1) == val[1]
         gained, lost = paired_gain(correct, choice.start_correct)
@@ -209,8 +200,8 @@ def settle(model, record: RunRecord, start_weights: list, choice: HeadChoice | N
                    f"{lost} wrong that it got right: a net {gained - lost:+d}"
                    + (f", {(gained - lost) / spread:.2f} standard errors (McNemar's, sqrt({gained} + {lost}))"
                       if spread else "")
-                   + f"; over {FT_MARGIN_Z:g} needed. How the start was chosen: {choice.why}")
-        if clearly_better(gained, lost, FT_MARGIN_Z):
+                   + f"; over {FINE_TUNE.margin_z:g} needed. How the start was chosen: {choice.why}")
+        if clearly_better(gained, lost, FINE_TUNE.margin_z):
             training.kept_model = f"fine-tuned, epoch {kept}"
             training.decision = (f"Kept the fine-tuned model (epoch {kept} of {ran}): on the {n} held-out "
                                  f"validation images it did clearly better than where it started "

@@ -1,5 +1,6 @@
-"""The training recipe: TrainConfig (its values, checked), the named recipes, and what a recipe compiles a
-model with (the warmup-cosine AdamW, the smoothed loss, top-1 and top-5). explorer.training.fitting runs it.
+"""The training recipe: TrainConfig (its values, checked), the default fine-tune's numbers (FINE_TUNE), the
+named recipes, and what a recipe compiles a model with (the warmup-cosine AdamW, the smoothed loss, top-1 and
+top-5). explorer.training.fitting runs it.
 """
 
 from __future__ import annotations
@@ -121,6 +122,44 @@ class TrainConfig:
             raise ValueError(f"time_limit must be positive when given, got {self.time_limit!r}")
         if self.name is not None and self.name not in RECIPES:
             raise ValueError(f"name must be None or one of the recipes {sorted(RECIPES)}, got {self.name!r}")
+
+
+@dataclass(frozen=True)
+class FineTuneRecipe:
+    """The default fine-tune's numbers: its steps, images, learning rates and weight decay
+    (explorer.training.tuning.fine_tune_recipe), and what its decision needs to keep a fine-tuned epoch
+    (explorer.training.head.settle). The page's help and the command line's quote them from FINE_TUNE."""
+
+    target_steps: int
+    image_budget: int
+    learning_rate: float
+    learning_rate_known: float
+    weight_decay: float
+    margin_z: float
+    min_validation_images: int
+
+
+FINE_TUNE = FineTuneRecipe(
+    # About this many optimizer steps in all, but no more than `image_budget` images, at a peak learning rate
+    # that depends on whether the new classes are classes the base already knows. Since the run starts from the
+    # better of the base's rows and the linear probe (LP-FT), 4,000 images keep it at or above the probe on both
+    # zips of bench/finetune_quality.py (8,000 did not: 0.987 of the probe's accuracy on the known classes), in
+    # half the time (bench/finetune_speed.py).
+    target_steps=500,
+    image_budget=4000,
+    learning_rate=5e-4,        # a task the base never saw: its features have to move
+    learning_rate_known=1e-4,  # the base's own classes: its features are already tuned for them
+    weight_decay=0.05,
+    # A fine-tuned epoch replaces the head it started from only when, on the same validation images, the images
+    # it gains outnumber those it loses by this many standard errors (settle): a few hundred images judge a
+    # choice between epochs to within several points, which is as large as the gains being chosen between.
+    margin_z=1.0,
+    # Fewer validation images than this cannot tell a fine-tuned model from its start: one image is then worth
+    # more than 5 points, and a real gain of 10 points is under one standard error of the paired count
+    # (McNemar's, with a fifth of the images answered differently). The tab says so before a Start; the decision
+    # says so after it.
+    min_validation_images=20,
+)
 
 
 # Named recipes (`python -m explorer.train --recipe NAME`): the TrainConfig values they set; values given

@@ -15,18 +15,7 @@ from explorer.data.datasets import Dataset, DatasetError
 from explorer.model.config import ViTConfig
 from explorer.training.fitting import Cancelled, RunRecord, RunResult, drop_backup, finish_run, fit
 from explorer.training.head import choose_head, settle
-from explorer.training.recipe import TrainConfig
-
-# The default short fine-tuning recipe (fine_tune_recipe): about this many optimizer steps in all, but no more
-# than FT_IMAGE_BUDGET images, at a peak learning rate that depends on whether the new classes are classes the
-# base already knows. Since the run starts from the better of the base's rows and the linear probe (LP-FT),
-# 4,000 images keep it at or above the probe on both zips of bench/finetune_quality.py (8,000 did not: 0.987
-# of the probe's accuracy on the known classes), in half the time (bench/finetune_speed.py).
-FT_TARGET_STEPS = 500
-FT_IMAGE_BUDGET = 4000
-FT_LEARNING_RATE = 5e-4        # a task the base never saw: its features have to move
-FT_LEARNING_RATE_KNOWN = 1e-4  # the base's own classes: its features are already tuned for them
-FT_WEIGHT_DECAY = 0.05
+from explorer.training.recipe import FINE_TUNE, TrainConfig
 
 
 def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int | None = None,
@@ -35,22 +24,22 @@ def fine_tune_recipe(n_images: int, epochs: int | None = None, batch_size: int |
     """The default recipe for fine-tuning a checkpoint on `n_images` training images (before the 10 %
     validation split): a head that starts where it can already score (the base's rows, or a linear probe on
     the frozen features; see choose_head), then the whole model with AdamW, warmup + cosine, crop + flip,
-    with a batch size scaled to the data so that even a few hundred images give up to FT_TARGET_STEPS steps
-    (FT_IMAGE_BUDGET images at most, which keeps about a thousand images near a minute on 2 CPU cores),
-    keeping the epoch (step 0 included) that does best on the validation split. `known_classes`: the new
-    classes are all base classes (a gentler learning rate). Given values win."""
+    with a batch size scaled to the data so that even a few hundred images give up to FINE_TUNE.target_steps
+    steps (FINE_TUNE.image_budget images at most, which keeps about a thousand images near a minute on 2 CPU
+    cores), keeping the epoch (step 0 included) that does best on the validation split. `known_classes`: the
+    new classes are all base classes (a gentler learning rate). Given values win."""
     validation_fraction = overrides.pop("validation_fraction", 0.1 if n_images >= 20 else 0.0)
     n_fit = max(1, n_images - int(round(n_images * validation_fraction)))
     if batch_size is None:
         batch_size = int(np.clip(2 ** round(math.log2(max(n_fit / 24, 1))), 16, 128))
     batch_size = max(1, min(batch_size, n_fit))
     if epochs is None:
-        steps = min(FT_TARGET_STEPS, FT_IMAGE_BUDGET / batch_size)
+        steps = min(FINE_TUNE.target_steps, FINE_TUNE.image_budget / batch_size)
         epochs = int(np.clip(round(steps / math.ceil(n_fit / batch_size)), 1, 30))
     if learning_rate is None:
-        learning_rate = FT_LEARNING_RATE_KNOWN if known_classes else FT_LEARNING_RATE
+        learning_rate = FINE_TUNE.learning_rate_known if known_classes else FINE_TUNE.learning_rate
     return TrainConfig(**{"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-                          "weight_decay": FT_WEIGHT_DECAY, "validation_fraction": validation_fraction,
+                          "weight_decay": FINE_TUNE.weight_decay, "validation_fraction": validation_fraction,
                           "freeze_backbone": freeze_backbone, "head_init": "auto", "keep_best": True,
                           **overrides})
 

@@ -109,7 +109,7 @@ def expected(message: str, what: str, toast: bool = True) -> gr.Error:
     return gr.Error(message, visible=toast, print_exception=False)
 
 
-# The class of a button's outputs whose refusals the page says in place (in_place): shell.py's CSS hides Gradio's
+# The class of a button's outputs whose refusals the page says in place (in_place): page.css hides Gradio's
 # "Error" badge over them, which would otherwise cover each of them and outlast the toast that said why.
 IN_PLACE = "in-place"
 FAULT = "the server failed while doing it (its log says why); try again, or with other models"

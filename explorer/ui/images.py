@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from explorer.app.workbench import square
+from explorer.analysis.render import square
 from explorer.data.datasets import DatasetError
 from explorer.data.samples import Example, examples
 from explorer.ui.context import UNLISTED, AppState, reporter
@@ -79,7 +79,7 @@ def build(app: AppState, slot_b: gr.Dropdown, loaded: tuple, first: Example | No
     found = examples()
     if found:
         # A click puts the file in the upload, whose change fills every tab. Above the preview: on the first
-        # screen at 1280 px (beside the preview, in a column of its own, at 800 px: shell.CSS).
+        # screen at 1280 px (beside the preview, in a column of its own, at 800 px: page.css).
         gr.Examples([[e.path] for e in found], [upload], elem_id="examples",
                     label="Examples: click one (true label · who is right, of the first visit's pair)",
                     example_labels=[f"{e.label} · {CASES.get(e.case, e.case)}" for e in found])

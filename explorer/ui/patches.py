@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.analysis import render
-from explorer.app.workbench import square
+from explorer.analysis.render import square
 from explorer.ui.context import AppState, Page, initial, quiet
 from explorer.ui.pictures import picture
 
@@ -47,7 +47,7 @@ def build(app: AppState, page: Page) -> PatchesTab:
     with gr.Tab("Patches", id="patches"):
         patch_note = gr.Markdown(note, elem_id="patch-note")
         grid_plain = picture("vanilla ViT patches", value=plain)
-        # As many views to a row as fit at 0.75 of their size or more (shell.CSS): in two rows rather than
+        # As many views to a row as fit at 0.75 of their size or more (page.css): in two rows rather than
         # five shrunk to a third.
         grids = gr.Gallery(views, format="png", label="SPT: the image and its four half-patch shifts", columns=5,
                            height="auto", object_fit="contain", allow_preview=True, elem_id="spt-views")

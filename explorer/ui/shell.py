@@ -4,11 +4,12 @@ the page does when a visitor arrives, refreshes the model lists or leaves."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import gradio as gr
 
+from explorer.checkpoints.finetuned import REFUSED
 from explorer.checkpoints.store import CheckpointError
-from explorer.checkpoints.visitors import REFUSED
 from explorer.core.settings import Settings
 from explorer.data.samples import examples
 from explorer.ui import attention, compare, data_size, evidence, finetune, gradio_patches, images, patches, tau, trust
@@ -17,105 +18,9 @@ from explorer.ui.context import UNLISTED, AppState, Page
 from explorer.ui.finetune import FinetuneTab
 from explorer.ui.finetune_run import base_choices
 
-CSS = """
-/* The Tau tab's pictures: one with nothing to draw (no LSA model, no trajectory on the card) takes no room. */
-#tau-plots .pic:not(:has(img)) {display: none !important}
-.slot-card {min-height: 3.2em}
-#pairs-label {align-self: center; flex: 0 0 auto !important; min-width: max-content !important}
-.pair-btn {white-space: nowrap; flex: 0 0 auto !important; min-width: max-content !important}
-footer {display: none !important}
-/* Output pictures carry their own captions (head, layer) along their top edge: keep Gradio's label and
-   buttons above the picture instead of floating over those captions. */
-.pic > label[data-testid="block-label"].float {position: static; margin-bottom: 4px}
-.pic .image-container > .icon-button-wrapper {position: static; justify-content: flex-end}
-/* Gallery captions ("true class: A's guess · B's guess") wrap over the picture instead of being cut. */
-#ft-gallery .caption-label, #dis-gallery .caption-label, #trust-cell .caption-label,
-#trust-only-a .caption-label, #trust-only-b .caption-label {white-space: normal; max-width: none;
-                                                        left: var(--block-label-margin); text-overflow: clip;
-                                                        font-size: 11px; line-height: 1.25; padding: 2px 5px}
-/* Each caption under its picture, never over it; the gallery's label above the first row, not on it. */
-#ft-gallery .thumbnail-item, #dis-gallery .thumbnail-item, #trust-cell .thumbnail-item,
-#trust-only-a .thumbnail-item, #trust-only-b .thumbnail-item {height: auto !important; aspect-ratio: auto !important;
-                                                            display: flex; flex-direction: column}
-#ft-gallery .caption-label, #dis-gallery .caption-label, #trust-cell .caption-label,
-#trust-only-a .caption-label, #trust-only-b .caption-label {position: static !important; transform: none !important}
-#ft-gallery > label[data-testid="block-label"], #dis-gallery > label[data-testid="block-label"],
-#trust-cell > label[data-testid="block-label"], #trust-only-a > label[data-testid="block-label"],
-#trust-only-b > label[data-testid="block-label"] {
-    position: static; margin-bottom: 4px}
-/* Thumbnails of 110 px or more, as many to a row as fit, however few there are (Gradio gives one image the
-   whole width: 880 px for a 96 px picture); each shown at most at its own size. */
-#ft-gallery .grid-container, #dis-gallery .grid-container, #trust-cell .grid-container,
-#trust-only-a .grid-container, #trust-only-b .grid-container {
-    grid-template-columns: repeat(auto-fill, minmax(110px, 1fr)) !important}
-/* SPT's five views (302 px each) at 0.75 of their size or more: as many to a row as fit, every row shown
-   (Gradio keeps a gallery in a box of its own height, scrolled), its label above the first row. */
-#spt-views .grid-container {grid-template-columns: repeat(auto-fill, minmax(230px, 1fr)) !important}
-#spt-views .grid-wrap, #spt-views .gallery-container {max-height: none !important; height: auto !important;
-                                                       overflow: visible !important}
-#spt-views > label[data-testid="block-label"] {position: static; margin-bottom: 4px}
-/* An accordion's triangle in a square box at the middle of its label's height: Gradio stretches it to the
-   label's full height, so turned for a closed accordion (90 degrees) a two-line label's pokes out of the box. */
-.gr-accordion .label-wrap > .icon {align-self: center; flex: 0 0 auto; width: 1em; height: 1em; line-height: 1em;
-                                   text-align: center}
-/* The query patch's outline over the picker, drawn by the page (explorer.ui.attention.OUTLINE_JS). */
-.query-outline {position: absolute; box-sizing: border-box; border: 2px solid rgb(0, 255, 255);
-                pointer-events: none; display: none}
-/* The study's tables: every column on the page, however narrow the window; headers and numbers wrap between
-   words only ("35.18 ± 0.30 (3)" at its spaces, never inside a number or a word). */
-#data-size-tables table, #data-size-why table {display: table; width: 100%; max-width: 100%}
-#data-size-tables th, #data-size-tables td, #data-size-why th, #data-size-why td {
-    white-space: normal; overflow-wrap: normal; word-break: normal; hyphens: none; padding-left: 6px;
-    padding-right: 6px; font-variant-numeric: tabular-nums}
-@media (max-width: 900px) {#data-size-tables table, #data-size-why table {font-size: 13px}}
-/* Every tab's button in one row in an 800 px window (Gradio puts those that do not fit behind "More tabs"). */
-@media (max-width: 900px) {.tab-container button {padding-left: 10px !important; padding-right: 10px !important}}
-/* The Trust tab's tables: a confusion table's eleven columns within the tabs' width of an 800 px window. */
-@media (max-width: 900px) {.trust-table table {font-size: 13px}}
-/* The image's file name whole, wrapped if it must (Gradio cuts it to "cifar10-te… .png" at 1280 px). */
-#upload td.filename {display: block !important; white-space: normal !important; overflow-wrap: anywhere;
-                     font-size: 0}
-#upload td.filename .stem, #upload td.filename .ext {display: inline !important; overflow: visible !important;
-                                                     white-space: normal !important; text-overflow: clip !important;
-                                                     font-size: var(--text-md)}
-/* An 800 px window: the first answer (Compare's verdict) on the first screen. A smaller header and cards, the
-   toolbar's buttons at their own width, and the image column in two columns: the upload, its note and the
-   test samples beside the preview and the examples. */
-@media (max-width: 900px) {
-    #intro h1 {font-size: 1.45em; margin-bottom: 2px}
-    #intro p {font-size: 14px; line-height: 1.35; margin-top: 2px}
-    #slots-row .info-text {display: none}
-    .slot-card {font-size: 13px; line-height: 1.35; min-height: 0}
-    #toolbar > *, #pairs-row > * {min-width: 0 !important; flex: 0 1 auto !important}
-    #pairs-row {gap: 4px !important}
-    #pairs-row button, #pairs-label {font-size: 11px; padding: 2px 5px}
-    #image-col {display: grid !important; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 8px 16px;
-                align-items: start}
-    #image-col > #upload {grid-column: 1; grid-row: 1}
-    #image-col > #upload-own {grid-column: 1; grid-row: 2}
-    #image-col > #image-note {grid-column: 1; grid-row: 3}
-    #image-col > #sample-row {grid-column: 1; grid-row: 4}
-    #image-col > #truth {grid-column: 1; grid-row: 5}
-    #image-col > .form {grid-column: 1; grid-row: 5}
-    #image-col > #preview {grid-column: 2; grid-row: 1 / span 3}
-    #image-col > #examples {grid-column: 2; grid-row: 4 / span 2}
-    #image-col > #data-note {grid-column: 1 / -1; grid-row: 6}
-    #sample-row [data-testid="block-info"], #examples .label {font-size: 12px}
-    #examples button {font-size: 12px; padding: 2px 6px}
-}
-/* A button's outputs whose refusal the page says in place (context.in_place): no "Error" badge over each. */
-.in-place > [data-testid="status-tracker"]:has(> .error) {display: none !important}
-/* A fine-tune's progress in a box of its own above the status line, never over it: the run's bar, or Gradio's
-   overlay while a Start reads its data. */
-#ft-progress {min-height: 64px; position: relative}
-#ft-progress .ft-bar {height: 8px; border-radius: 4px; background: var(--neutral-200); overflow: hidden;
-    margin-top: 8px}
-#ft-progress .ft-bar-fill {height: 100%; background: var(--color-accent); transition: width 0.4s linear}
-#ft-progress .ft-bar-text {margin-top: 6px; font-size: var(--text-sm); color: var(--body-text-color-subdued);
-    font-variant-numeric: tabular-nums}
-"""
-
-
+# The page's style sheet, read as the page is launched; a tracked file beside this one, so a clone and a Space
+# have it.
+PAGE_CSS = Path(__file__).with_name("page.css")
 
 TABS_MIN = 560  # px: the tabs' column is never narrower (the tab buttons, a table's columns, a plot's labels)
 
@@ -243,7 +148,7 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
         slot_a, card_a, slot_b, card_b = _model_slots(app, choices, refs)
         refresh_btn, pair_btns = _toolbar(app, refs[1])
         with gr.Row():
-            with gr.Column(scale=1, min_width=260, elem_id="image-col"):  # two columns of its own at 800 px (CSS)
+            with gr.Column(scale=1, min_width=260, elem_id="image-col"):  # two columns of its own at 800 px (page.css)
                 upload = images.build(app, slot_b, loaded, first)
             # Beside the image column where both fit; in a narrow window (800 px) the tabs go below it, with
             # the whole width for their tab buttons, tables and pictures.
@@ -392,4 +297,5 @@ def mcp_server(settings: Settings, enabled: bool = True) -> bool | None:
 
 def launch_kwargs(settings: Settings, mcp: bool = True) -> dict:
     return {"server_name": settings.server_name,
-            "theme": gr.themes.Soft(), "css": CSS, "show_error": True, "mcp_server": mcp_server(settings, mcp)}
+            "theme": gr.themes.Soft(), "css": PAGE_CSS.read_text(encoding="utf-8"), "show_error": True,
+            "mcp_server": mcp_server(settings, mcp)}

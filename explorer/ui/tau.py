@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from explorer.analysis import plots
-from explorer.checkpoints.visitors import FINETUNED
+from explorer.checkpoints.finetuned import FINETUNED
 from explorer.model.probe import tau_table
 from explorer.ui.context import AppState, Page, initial
 from explorer.ui.pictures import PLOT_MIN, as_pictures, drawn, picture
@@ -157,7 +157,7 @@ def build(app: AppState, page: Page) -> TauTab:
 
     inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame, tau_note]
     # The endpoint sends pictures, or None where there is nothing to draw (an API client gets files, not the
-    # page's updates); the page hides an empty picture (shell.CSS) and a slot's change hides it outright.
+    # page's updates); the page hides an empty picture (page.css) and a slot's change hides it outright.
     tau_btn.click(as_pictures(tab.tau), inputs, outputs, api_name="tau")
     for slot in (page.slot_a, page.slot_b):
         slot.change(on_page(tab.after_slot_change), inputs, outputs, api_name=False)
