@@ -99,7 +99,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=1024, help="images per forward call")
     args = p.parse_args()
 
-    from explorer.app.workbench import ModelStore
+    from explorer.app.models import ModelStore
     from explorer.data.datasets import load_cifar
     ds = load_cifar("cifar10", data_dir(), download=False)
     x, y = ds.x_test[:args.limit], ds.y_test[:args.limit]

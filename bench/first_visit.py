@@ -37,7 +37,9 @@ RATIO_GOAL, CLICK_GOAL, START_GOAL = 1.0, 1.5, 1.5
 
 def analysis_ratio(pair, images) -> float:
     """Median full analysis of one image (both models) over median model.predict of it (both models)."""
-    from explorer.app.workbench import ModelStore, ResultCache, analyze_pair, side_by_side_pictures
+    from explorer.app.attention import analyze_pair, side_by_side_pictures
+    from explorer.app.models import ModelStore
+    from explorer.app.results import ResultCache
     store = ModelStore(ROOT / "checkpoints")
     models = [store.get(ref) for ref in pair]
 

@@ -27,7 +27,9 @@ def main():
     args = p.parse_args()
 
     from explorer.analysis import evidence, render, robustness
-    from explorer.app.workbench import ModelStore, ResultCache, analyze_pair, side_by_side_pictures
+    from explorer.app.attention import analyze_pair, side_by_side_pictures
+    from explorer.app.models import ModelStore
+    from explorer.app.results import ResultCache
     from explorer.data.datasets import load_cifar
     store = ModelStore(ROOT)
     models = [store.get(args.a), store.get(args.b)]

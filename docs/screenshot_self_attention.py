@@ -21,7 +21,9 @@ def main(argv=None) -> None:
     from PIL import Image
 
     from explorer.analysis import render
-    from explorer.app.workbench import HEAD_ALL, ModelStore, ResultCache, analyze_pair, side_by_side_pictures
+    from explorer.app.attention import HEAD_ALL, analyze_pair, side_by_side_pictures
+    from explorer.app.models import ModelStore
+    from explorer.app.results import ResultCache
     from explorer.data.datasets import sample_set
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -275,8 +275,9 @@ def pick(cifar10, classes: list[str], per_class: int, offset: int = 0):
 def plan_members(tiny_checkpoints, *tags):
     """A plan's members from the tiny pair: A the vanilla model, B the SPT/LSA one."""
     from explorer.checkpoints.store import load_checkpoint
+    from explorer.finetune.plan import Base
     out = []
     for tag in tags:
         folder = tiny_checkpoints["vanilla" if tag == "A" else "spt_lsa"]
-        out.append((tag, f"{tag}: tiny", str(folder), load_checkpoint(folder)[1]))
+        out.append(Base(tag, f"{tag}: tiny", str(folder), load_checkpoint(folder)[1]))
     return out

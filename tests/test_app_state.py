@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from explorer.app.state import ExplorerState
+from explorer.checkpoints.finetuned import REFUSED, owner_key
 from explorer.checkpoints.store import CheckpointError, update_card
-from explorer.checkpoints.visitors import REFUSED, owner_key
 from explorer.core.settings import Settings
 
 

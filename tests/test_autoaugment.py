@@ -98,7 +98,7 @@ def test_the_layer_draws_a_sub_policy_per_image_at_the_policys_rates(images):
 
 
 def test_the_paper_autoaugment_recipe_and_its_block():
-    from explorer.core.card import describe_augmentation
+    from explorer.checkpoints.model_card import describe_augmentation
     from explorer.training.recipe import RECIPES, TrainConfig
     recipe = TrainConfig(**RECIPES["paper-autoaugment"])
     assert recipe.autoaugment and recipe.randaugment == 0

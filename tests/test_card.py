@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from explorer.core.card import CARD, Card, Data, Epoch, Lineage, Metrics, Source, Start, Training, model_card
+from explorer.checkpoints.model_card import model_card
+from explorer.core.card import CARD, Card, Data, Epoch, Lineage, Metrics, Source, Start, Training
 from tests.helpers import ROOT
 
 # The shipped checkpoints' cards, the ablation's stages and the small-data study's records (indent 1).

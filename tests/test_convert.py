@@ -391,7 +391,7 @@ def test_a_savedmodel_on_the_hub_converts_from_its_id(keras2, tmp_path):
 
     # Offline now (this process), a model slot converts it from what the CLI left in the cache, whose file
     # list names files never fetched.
-    from explorer.app.workbench import ModelStore
+    from explorer.app.models import ModelStore
     loaded = ModelStore(tmp_path / "root", cache_dir=str(tmp_path / "hf" / "hub")).get("keras-io/vit-small-ds-test")
     assert loaded.converted_from["revision"] == COMMIT and loaded.class_names == [f"label {i}" for i in range(10)]
     np.testing.assert_allclose(probabilities(loaded.model, np.load(keras2 / "images.npy")),
@@ -434,7 +434,7 @@ def test_a_slot_converts_a_cached_hub_repo_once_and_the_cache_owns_the_result(ke
     converts it on first use into the repo's snapshot, loads that afterwards, and pruning the cache removes it."""
     from huggingface_hub import scan_cache_dir
 
-    from explorer.app.workbench import ModelStore
+    from explorer.app.models import ModelStore
     from explorer.checkpoints.hub import prune_cache
     from explorer.convert import CONVERTED
     from tests.helpers import populate_hf_cache
@@ -457,7 +457,7 @@ def test_a_slot_converts_a_cached_hub_repo_once_and_the_cache_owns_the_result(ke
 
 
 def test_a_cached_repo_that_cannot_be_mapped_keeps_nothing(keras2, tmp_path):
-    from explorer.app.workbench import ModelStore
+    from explorer.app.models import ModelStore
     from explorer.checkpoints.store import CheckpointError
     from explorer.convert import CONVERTED
     from tests.helpers import populate_hf_cache

@@ -69,7 +69,7 @@ def test_a_waiting_start_hears_its_place_every_second_then_starts():
     runner, clock = QueueRunner([False, False, True]), Clock()
     updates = list(follow.wait_in_queue(runner, "plan", "me", "/out", sleep=clock.sleep))
     assert updates == [follow.InQueue(QueuePlace(3, 3, 120.0)), follow.InQueue(QueuePlace(2, 3, 60.0)),
-                       follow.Started(42)]
+                       follow.TurnCame(42)]
     assert clock.slept == [follow.QUEUE_POLL_S] * 2
     assert runner.started == [("plan", "me", "/out", runner.ticket)] and runner.left == []
 
@@ -77,7 +77,7 @@ def test_a_waiting_start_hears_its_place_every_second_then_starts():
 def test_a_turn_another_start_took_first_is_waited_on():
     runner, clock = QueueRunner([True, True], refusals=[Busy("a run is already going on")]), Clock()
     updates = list(follow.wait_in_queue(runner, "plan", "me", "/out", sleep=clock.sleep))
-    assert updates == [follow.InQueue(QueuePlace(2, 3, 60.0)), follow.Started(42)]
+    assert updates == [follow.InQueue(QueuePlace(2, 3, 60.0)), follow.TurnCame(42)]
 
 
 def test_a_start_that_left_the_queue_starts_nothing_and_gives_its_place_up():
@@ -111,7 +111,7 @@ def test_a_page_that_takes_up_a_wait_hears_its_place_then_whatever_became_of_it(
     one = follow.wait_in_queue(runner, "plan", "me", "/out", ticket, sleep=Clock().sleep)
     two = follow.wait_in_queue(runner, "plan", "me", "/out", ticket, sleep=Clock().sleep)
     assert isinstance(next(one), follow.InQueue)
-    assert next(two) == follow.Started(42) and list(one) == [follow.Started(42)]
+    assert next(two) == follow.TurnCame(42) and list(one) == [follow.TurnCame(42)]
     assert len(runner.started) == 1
     gone = Ticket(2, "me", 0.0, dropped=True)
     assert list(follow.wait_in_queue(runner, "plan", "me", "/out", gone)) == [follow.LeftQueue(dropped=True)]

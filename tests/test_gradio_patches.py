@@ -17,7 +17,7 @@ from PIL import Image
 
 from explorer.analysis import render
 from explorer.ui import gradio_patches
-from explorer.ui.gradio_patches import NOT_TOOLS, ORIGINALS
+from explorer.ui.gradio_patches import NOT_TOOLS, originals
 
 gradio_patches.install()
 
@@ -54,22 +54,22 @@ def server():
 
 
 def test_install_twice_patches_once():
-    before = {name: fn for name, fn in ORIGINALS.items()}
+    before = originals()
     gradio_patches.install()
-    assert ORIGINALS == before and set(ORIGINALS) == {"get_tool_to_endpoint", "_execute_tool_without_progress",
+    assert originals() == before and set(before) == {"get_tool_to_endpoint", "_execute_tool_without_progress",
                                                       "get_input_schema", "save_pil_to_cache",
                                                       "SessionState.__setitem__"}
 
 
 def test_gradio_makes_every_public_endpoint_a_tool_and_the_patch_leaves_out_the_run_endpoints(server):
     assert "/finetune" in NOT_TOOLS
-    assert ORIGINALS["get_tool_to_endpoint"](server) == {"layer_view": "/layer_view", "finetune": "/finetune"}, \
+    assert originals()["get_tool_to_endpoint"](server) == {"layer_view": "/layer_view", "finetune": "/finetune"}, \
         "Gradio no longer lists every public endpoint as a tool: install_tool_list may be wrong or unneeded"
     assert server.get_tool_to_endpoint() == {"layer_view": "/layer_view"}
 
 
 def test_gradio_types_a_numeric_dropdown_as_a_string_enum_and_the_patch_makes_it_callable(server):
-    schema, _ = ORIGINALS["get_input_schema"](server, "layer_view")
+    schema, _ = originals()["get_input_schema"](server, "layer_view")
     layer, model = schema["properties"]["layer"], schema["properties"]["model"]
     assert (layer["type"], layer["enum"]) == ("string", [0, 1, 2, 3]) and model["enum"] == ["a", "b"], \
         f"Gradio's dropdown schema changed ({schema}): install_mcp_schemas may be wrong or unneeded"
@@ -102,7 +102,7 @@ class FakeJob(Job):
 
 def test_gradio_answers_a_tools_outputs_as_one_item_and_the_patch_as_one_each(server):
     job = FakeJob(["a text", "/tmp/a-picture.png"])
-    original = ORIGINALS["_execute_tool_without_progress"]
+    original = originals()["_execute_tool_without_progress"]
     assert asyncio.run(original(server, job)) == [("a text", "/tmp/a-picture.png")], \
         "Gradio's MCP path without a progress token changed: install_mcp_outputs may be wrong or unneeded"
     assert asyncio.run(server._execute_tool_without_progress(job)) == ["a text", "/tmp/a-picture.png"]
@@ -135,7 +135,7 @@ def test_the_patched_cache_names_a_file_as_gradio_does(tmp_path):
     patch encodes as Gradio would (not RGB) lands at Gradio's own path."""
     grey = Image.fromarray(np.arange(48 * 40, dtype=np.uint32).reshape(48, 40).astype(np.uint8), mode="L")
     ours = pu.save_pil_to_cache(grey, str(tmp_path / "ours"), format="png")
-    gradios = ORIGINALS["save_pil_to_cache"](grey, str(tmp_path / "gradio"), format="png")
+    gradios = originals()["save_pil_to_cache"](grey, str(tmp_path / "gradio"), format="png")
     assert Path(ours).relative_to(tmp_path / "ours") == Path(gradios).relative_to(tmp_path / "gradio"), \
         "Gradio names its cached images otherwise: install_image_cache must follow"
 
@@ -151,7 +151,7 @@ def saved_values(patched: bool) -> dict:
     lists, picked = demo.fns.values()
     setitem = SessionState.__setitem__
     if not patched:
-        SessionState.__setitem__ = ORIGINALS["SessionState.__setitem__"]
+        SessionState.__setitem__ = originals()["SessionState.__setitem__"]
     try:
         state = SessionState(demo)
         asyncio.run(demo.postprocess_data(lists, gr.update(choices=["a", "b", "c"]), state))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from explorer.checkpoints.store import load_checkpoint
-from explorer.finetune.plan import plan_job
+from explorer.finetune.plan import Base, plan_job
 from explorer.finetune.runner import FineTuneRunner
 from explorer.finetune.state import RunStatus
 from explorer.model.predict import predict_logits
@@ -52,7 +52,7 @@ def test_jax_is_installed_at_the_gpu_requirements_version():
 
 @pytest.mark.slow
 def test_a_pair_job_on_jax_predicts_in_the_app_what_the_worker_predicted(tiny_checkpoints, cifar10, tmp_path):
-    members = [(tag, f"{tag}: tiny", str(folder), load_checkpoint(folder)[1])
+    members = [Base(tag, f"{tag}: tiny", str(folder), load_checkpoint(folder)[1])
                for tag, folder in (("A", tiny_checkpoints["vanilla"]), ("B", tiny_checkpoints["spt_lsa"]))]
     plan = plan_job(members, cifar10.subset(train=160, test=40, seed=2), epochs=2, name="on-jax")
     runner = FineTuneRunner(tmp_path / "out", environ=jax_env())

@@ -17,11 +17,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 LAYERS = [
     {"core", "model", "data", "checkpoints", "training", "analysis", "study",
      "analysis.plots", "analysis.render", "analysis.render_evidence", "analysis.render_trust", "checkpoints.hub",
+     "checkpoints.model_card",
      "core.atomic", "core.card", "core.devices", "core.formatting", "core.protocol", "core.settings",
      "data.inputs", "model.ablation", "model.compiled", "model.config", "model.predict", "study.report",
      "training.fit_state", "training.linear_probe", "training.schedules"},
     {"data.datasets", "data.packed", "model.layers"},
-    {"app.sharing", "checkpoints.catalog", "checkpoints.store", "checkpoints.visitors", "data.augment",
+    {"app.visitors", "checkpoints.catalog", "checkpoints.store", "checkpoints.finetuned", "data.augment",
      "data.batches", "data.folders", "data.step_augment", "model.models", "training.recipe"},
     {"data.device_batches"},
     {"convert", "model.probe", "training.backup", "training.fitting"},

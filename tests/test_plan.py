@@ -42,7 +42,7 @@ def test_every_name_a_plan_gives_is_a_checkpoint_name(tiny_checkpoints, cifar10)
     with pytest.raises(JobError, match=f"run name.*at most {NAME_MAX - 2}"):
         plan_job(plan_members(tiny_checkpoints, "A", "B"), cifar10, images=100, name=longest + "r")
     members = plan_members(tiny_checkpoints, "A", "B")
-    for _, _, _, card in members:
+    for card in (m.card for m in members):
         card.name = "b" * NAME_MAX  # a base named as long as a name may be, both the same
     plan = plan_job(members, cifar10, images=100)
     names = [m.name for m in plan.members]

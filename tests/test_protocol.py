@@ -23,6 +23,7 @@ from explorer.core.protocol import (
     Failed,
     JobEnd,
     MemberDone,
+    MemberRecipe,
     MemberStarted,
     Outcome,
     Phase,
@@ -32,6 +33,7 @@ from explorer.core.protocol import (
     ProtocolError,
     Ready,
     RunJob,
+    Shape,
     Started,
     Warm,
     Warmed,
@@ -40,6 +42,7 @@ from explorer.core.protocol import (
     encode,
 )
 from explorer.finetune.state import MemberState, RunState, RunStatus, WorkerFigures, apply_event
+from explorer.training.recipe import TrainConfig
 
 EPOCH = {"epoch": 2, "time_s": 1.5, "learning_rate": 0.001, "loss": 0.7, "top1": 0.6, "val_top1": 0.55,
          "tau": [[2.0, 2.1]]}
@@ -47,7 +50,7 @@ EPOCH = {"epoch": 2, "time_s": 1.5, "learning_rate": 0.001, "loss": 0.7, "top1":
 # have always written, so a worker of an older checkout and a newer app still understand each other.
 MESSAGES = [
     (RunJob(3, "/tmp/.tmp-1-job-ab"), {"kind": "job", "id": 3, "dir": "/tmp/.tmp-1-job-ab"}),
-    (Warm(["checkpoints/a"], [{"classes": 3, "images": 100}]),
+    (Warm(["checkpoints/a"], [Shape(3, 100)]),
      {"kind": "warm", "bases": ["checkpoints/a"], "shapes": [{"classes": 3, "images": 100}]}),
     (Ping(7), {"kind": "ping", "id": 7}),
     (Cancel(3), {"kind": "cancel", "id": 3}),
@@ -58,8 +61,9 @@ MESSAGES = [
     (Warmed(seconds=4.2), {"kind": "warmed", "seconds": 4.2}),
     (Warmed(error="OSError: gone"), {"kind": "warmed", "error": "OSError: gone"}),
     (Started("CPU", "jax", job=3), {"kind": "started", "device": "CPU", "backend": "jax", "job": 3}),
-    (MemberStarted({"epochs": 2, "batch_size": 16}, member=1, job=3),
-     {"kind": "member", "recipe": {"epochs": 2, "batch_size": 16}, "member": 1, "job": 3}),
+    (MemberStarted(MemberRecipe(2, 16, 5e-4, 0.05), member=1, job=3),
+     {"kind": "member", "recipe": {"epochs": 2, "batch_size": 16, "learning_rate": 5e-4, "weight_decay": 0.05,
+                                   "freeze_backbone": False}, "member": 1, "job": 3}),
     (PhaseBegun(Phase.HEAD, member=0, job=3), {"kind": "phase", "phase": "choosing the head", "member": 0, "job": 3}),
     (BatchEnd(12, 40, 1, 0.75, 3.25, member=0, job=3),
      {"kind": "batch", "step": 12, "total_steps": 40, "epoch": 1, "loss": 0.75, "elapsed": 3.25, "member": 0,
@@ -133,9 +137,12 @@ def _apply(s: RunState, line: dict) -> RunState:
 def test_each_event_line_changes_the_run_as_it_says():
     s = _apply(_run("A", "B"), {"kind": "started", "device": "CPU", "backend": "jax", "job": 3})
     assert (s.device, s.backend, s.status) == ("CPU", "jax", RunStatus.STARTING) and s.ready_at is not None
-    s = _apply(s, {"kind": "member", "member": 1, "recipe": {"epochs": 2}, "job": 3})
+    # an older worker sent the whole TrainConfig: the app reads what it shows of it
+    old = {**TrainConfig(epochs=2, batch_size=16).__dict__, "name": "fine-tune"}
+    s = _apply(s, {"kind": "member", "member": 1, "recipe": old, "job": 3})
     b = s.members[1]
-    assert (s.current, s.status, b.phase, b.recipe) == (1, RunStatus.TRAINING, Phase.LOADING, {"epochs": 2})
+    assert (s.current, s.status, b.phase) == (1, RunStatus.TRAINING, Phase.LOADING)
+    assert b.recipe == MemberRecipe(2, 16, TrainConfig().learning_rate, TrainConfig().weight_decay)
     assert s.members[0].phase == Phase.WAITING
     for phase in Phase:
         _apply(s, {"kind": "phase", "phase": phase.value, "member": 1, "job": 3})
@@ -199,11 +206,11 @@ def test_the_workers_input_sets_a_cancel_at_once_and_queues_the_rest():
     from explorer.finetune.serve import _read_commands
     commands, cancels = queue.Queue(), {}
     lines = [encode(RunJob(3, "/jobs/3")), "not a command\n", encode(Cancel(3)), encode(Cancel(9)),
-             encode(Ping(1)), encode(Warm(["a"], [{"classes": 2, "images": 10}]))]
+             encode(Ping(1)), encode(Warm(["a"], [Shape(2, 10)]))]
     _read_commands(iter(lines), commands, cancels)
     (job, cancel), ping, warm = commands.get_nowait(), commands.get_nowait(), commands.get_nowait()
     assert job == RunJob(3, "/jobs/3") and isinstance(cancel, threading.Event) and cancel.is_set()
-    assert ping == (Ping(1), None) and warm == (Warm(["a"], [{"classes": 2, "images": 10}]), None)
+    assert ping == (Ping(1), None) and warm == (Warm(["a"], [Shape(2, 10)]), None)
     assert commands.get_nowait() is None and commands.empty()  # the input closed
 
 

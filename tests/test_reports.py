@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from explorer.analysis import reports
-from explorer.app.workbench import ModelStore, ResultCache
+from explorer.app.models import ModelStore
+from explorer.app.results import ResultCache
 from explorer.model.probe import attention_entropy, mean_attention_distance
 
 

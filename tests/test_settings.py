@@ -74,7 +74,7 @@ def test_the_defaults():
 
 
 def test_the_objects_built_from_settings_take_the_same_defaults():
-    from explorer.checkpoints.visitors import SharedLimits
+    from explorer.checkpoints.finetuned import SharedLimits
     from explorer.data.inputs import MAX_PIXELS, MAX_UPLOAD_BYTES
     from explorer.finetune.plan import Limits
     s = Settings()

@@ -122,12 +122,12 @@ def test_curve_figure_draws_lines_bands_and_stars():
 
 def test_the_mechanisms_equal_the_apps_own_per_image_analysis(tiny_checkpoints, cifar10, tmp_path):
     """python -m explorer.study mechanisms measures what the Attention tab shows: for one image, its entropy
-    and mean distance per layer are the app's (reports.locality through the workbench's loaded model), its
+    and mean distance per layer are the app's (reports.locality through the app's loaded model), its
     self-attention is the probe's diagonal, and a masked (LSA) model's is 0."""
     import numpy as np
 
     from explorer.analysis.reports import locality
-    from explorer.app.workbench import ModelStore
+    from explorer.app.models import ModelStore
     from explorer.model.probe import Probe
     from explorer.study import mechanisms
     store = ModelStore(tiny_checkpoints["vanilla"].parent)

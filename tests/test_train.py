@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from explorer.checkpoints.model_card import describe_augmentation
 from explorer.checkpoints.store import list_checkpoints, load_checkpoint, read_card
-from explorer.core.card import Card, Epoch, Metrics, Training, describe_augmentation
+from explorer.core.card import Card, Epoch, Metrics, Training
 from explorer.core.protocol import BatchEnd
 from explorer.core.settings import Settings
 from explorer.data.batches import make_batches, split_validation

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from explorer.analysis import render
-from explorer.app.workbench import HEAD_ALL, HEAD_MEAN, SAME_DEPTH, HeadMarks, same_depth
+from explorer.app.attention import HEAD_ALL, HEAD_MEAN, SAME_DEPTH, HeadMarks, same_depth
 from explorer.ui import AppState
 from explorer.ui.attention import SELF_HEAD_LABEL, AttentionTab
 

@@ -86,7 +86,7 @@ def test_a_page_that_opens_with_no_run_of_its_visitors_going_on_changes_nothing(
     """follow_own runs as every page opens: with no run of the visitor's going on it yields one update that
     changes nothing (a generator that yields nothing would blank the status line, the plots and the slots)."""
     tab = built_finetune(ex)
-    updates = list(tab.follow_own("cifar10-vanilla", "cifar10-spt_lsa"))
+    updates = list(tab.view.follow_own("cifar10-vanilla", "cifar10-spt_lsa"))
     assert len(updates) == 1
     [(component, value)] = updates[0].items()
     assert component is tab.view.outputs.status and value == gr.skip()
@@ -96,8 +96,8 @@ def test_a_page_that_opens_while_its_visitors_run_goes_on_or_after_it_ended_unse
     """A run is not tied to the page that started it: a page its visitor opens while it goes on gets the run's
     own status and bar; one opened after it ended with no page following it shows how it ended, once; a run
     the runner no longer knows shows nothing. The tab keeps only the test split the report needs."""
+    from explorer.app.starts import LastStart
     from explorer.finetune.state import MemberState, RunState
-    from explorer.ui.finetune import LastStart
     tab = built_finetune(ex)
     plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
     state = RunState(status=RunStatus.TRAINING, members=[MemberState("A", m.label) for m in plan.members],
@@ -105,18 +105,18 @@ def test_a_page_that_opens_while_its_visitors_run_goes_on_or_after_it_ended_unse
     monkeypatch.setattr(ex.runner, "snapshot", lambda run_id=None: state)
     out = tab.view.outputs
     nothing = [{out.status: gr.skip()}]
-    assert list(tab.follow_own(A, B)) == nothing  # no Start here
-    tab._keep(None, LastStart(plan, set())).began(7)
-    kept = tab._starts[None].plan.dataset
+    assert list(tab.view.follow_own(A, B)) == nothing  # no Start here
+    ex.starts.keep(None, LastStart(plan, set())).began(7)
+    kept = ex.starts.last(None).plan.dataset
     assert len(kept.x_train) == 0 and len(kept.x_test) == len(plan.dataset.x_test) > 0
-    first = next(tab.follow_own(A, B))
+    first = next(tab.view.follow_own(A, B))
     assert plan.description in first[out.status] and first[out.bar]
     state.status, state.error = RunStatus.FAILED, "the training process ran out of memory"
-    ended = list(tab.follow_own(A, B))
+    ended = list(tab.view.follow_own(A, B))
     assert "ran out of memory" in ended[-1][out.status] and ended[-1][out.bar] == ""
-    assert list(tab.follow_own(A, B)) == nothing  # shown once
-    tab._keep(None, LastStart(plan, set())).began(8)  # a run the runner has forgotten (it keeps the last few)
-    assert list(tab.follow_own(A, B)) == nothing and None not in tab._starts
+    assert list(tab.view.follow_own(A, B)) == nothing  # shown once
+    ex.starts.keep(None, LastStart(plan, set())).began(8)  # a run the runner has forgotten (it keeps the last few)
+    assert list(tab.view.follow_own(A, B)) == nothing and ex.starts.last(None) is None
 
 
 def test_a_page_that_opens_while_its_visitors_start_waits_in_the_queue_takes_up_its_place(ex, monkeypatch):
@@ -124,7 +124,6 @@ def test_a_page_that_opens_while_its_visitors_start_waits_in_the_queue_takes_up_
     place and starts it when its turn comes; one dropped while no page asked says so, once. The visitor's
     own bases stay protected from pruning while it waits, and no longer once it is gone."""
     from explorer.finetune.queue import QueuePlace, Ticket
-    from explorer.ui.finetune import LastStart
     tab = built_finetune(ex)
     plan = tab.finetune_plan(**fine_tune_form(epochs=1, images=64))
     out, runner = tab.view.outputs, ex.runner
@@ -135,9 +134,11 @@ def test_a_page_that_opens_while_its_visitors_start_waits_in_the_queue_takes_up_
     monkeypatch.setattr(runner, "position", lambda t: QueuePlace(1, 1, 30.0, 90.0))
     monkeypatch.setattr(runner, "start", lambda plan, owner, out, t: setattr(t, "started", 9) or 9)
     monkeypatch.setattr(follow, "QUEUE_POLL_S", 0.0)
-    start = tab._keep(None, tab._protect(LastStart(plan, {"finetuned/me/mine"}, ticket=ticket)))
+    start = ex.starts.new(plan, {"finetuned/me/mine"})
+    start.ticket = ticket
+    ex.starts.keep(None, start)
     assert protected[id(start)] == {"finetuned/me/mine"}
-    opened = tab.follow_own(A, B)
+    opened = tab.view.follow_own(A, B)
     first = next(opened)
     assert "your place in the queue: **1 of 1**" in first[out.status]
     # the run's box shows how far the wait has come: 90 s waited of 90 + 30
@@ -145,10 +146,11 @@ def test_a_page_that_opens_while_its_visitors_start_waits_in_the_queue_takes_up_
     monkeypatch.setattr(runner, "snapshot",
                         lambda run_id=None: RunState(run_id=9, status=RunStatus.FAILED, error="boom"))
     assert "boom" in list(opened)[-1][out.status] and start.run_id == 9
-    assert None not in tab._starts and protected[id(start)] is None
-    gone = tab._keep(None, tab._protect(LastStart(plan, set(), ticket=Ticket(2, None, 0.0, dropped=True))))
-    assert list(tab.follow_own(A, B)) == [{out.status: QUEUE_DROPPED, out.bar: ""}] and protected[id(gone)] is None
-    assert len(list(tab.follow_own(A, B))) == 1  # said once
+    assert ex.starts.last(None) is None and protected[id(start)] is None
+    gone = ex.starts.keep(None, ex.starts.new(plan, set()))
+    gone.ticket = Ticket(2, None, 0.0, dropped=True)
+    assert list(tab.view.follow_own(A, B)) == [{out.status: QUEUE_DROPPED, out.bar: ""}] and protected[id(gone)] is None
+    assert len(list(tab.view.follow_own(A, B))) == 1  # said once
 
 
 def test_fine_tune_form_refuses_a_zip_too_small_to_judge_unless_told_to_train_on_all(ex, tmp_path):
@@ -172,7 +174,7 @@ def test_the_tab_says_before_a_start_when_a_zip_is_too_small_for_the_fine_tune_t
     import numpy as np
 
     from explorer.finetune.plan import images_per_class_for, plan_splits
-    from explorer.training.head import MIN_VALIDATION_IMAGES
+    from explorer.training.recipe import FINE_TUNE
     tab, classes = ui(ex).finetune, ["cat", "dog", "ship"]
     x, y = pick(cifar10, classes, 20)
     form = fine_tune_form(data=ZIP, zip_file=str(class_zip(tmp_path / "small.zip", x, y, classes)), epochs=0, lr=0,
@@ -182,9 +184,9 @@ def test_the_tab_says_before_a_start_when_a_zip_is_too_small_for_the_fine_tune_t
     note = tab.plan_note(**form)
     assert note.startswith("⚠ **Too few images for the fine-tune to decide.** Of 60 images, 12 to test, 5 to "
                            "validate and 43 to train each model."), note
-    need = images_per_class_for(MIN_VALIDATION_IMAGES, len(classes))
-    assert f"on 5 (under {MIN_VALIDATION_IMAGES}) one image is worth 20 points" in note
-    assert f"the start on a tie. Add images: {need} a class give {MIN_VALIDATION_IMAGES} to validate." in note
+    need = images_per_class_for(FINE_TUNE.min_validation_images, len(classes))
+    assert f"on 5 (under {FINE_TUNE.min_validation_images}) one image is worth 20 points" in note
+    assert f"the start on a tie. Add images: {need} a class give {FINE_TUNE.min_validation_images} to validate." in note
     alone = tab.plan_note(**{**form, "what": A})
     assert "to train the model." in alone
     assert tab.plan_note(**{**form, "epochs": -1}) == ""  # refused: the Start says why
@@ -192,7 +194,7 @@ def test_the_tab_says_before_a_start_when_a_zip_is_too_small_for_the_fine_tune_t
     x, y = pick(cifar10, classes, 100)
     x, y = np.concatenate([x, x[:, :, ::-1]]), np.concatenate([y, y])  # 200 a class
     big = {**form, "zip_file": str(class_zip(tmp_path / "big.zip", x, y, classes))}
-    assert plan_splits(tab.finetune_plan(**big)).validation >= MIN_VALIDATION_IMAGES
+    assert plan_splits(tab.finetune_plan(**big)).validation >= FINE_TUNE.min_validation_images
     assert tab.plan_note(**big) == ""
 
 
@@ -225,7 +227,7 @@ def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_
     state.members[0].history = [Epoch(epoch=1, loss=1.0, tau=[])]  # A (vanilla) trains first: no tau
     changed = tab.view.run_outputs(state, plan, A, B)
     out = tab.view.outputs  # a run going on changes its status and plots, nothing else
-    assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 14
+    assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 15
     assert changed[out.curves]["visible"] and changed[out.tau]["visible"]  # hidden until a run draws them
     tau = changed[out.tau]["value"]
     texts = [t.get_text() for t in tau.axes[0].texts]

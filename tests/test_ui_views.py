@@ -67,19 +67,19 @@ def test_patches_use_the_spt_models_patch_size(ex, image_file, cifar10):
 
 def test_attention_views_show_a_beside_b_and_the_query_maps_in_one_picture(ex, image_file):
     from explorer.analysis import render
-    from explorer.app.workbench import analyze_pair
+    from explorer.app.attention import analyze_pair
     maps, rollout, caption, cell = ui(ex).attention.attention(image_file, A, B, 1, "mean of heads", 31.0, 0.0)
     assert "row 3, col 0" in caption and "A on the left" in caption
     assert cell == {"row": 3, "col": 0, "grid": 4}  # what the page outlines on the picker
     # The rollout is A's view then B's; the maps from the query are the chosen layer's (A | B) above every
-    # layer x head (A | B), each exactly as the workbench draws them for each model alone.
+    # layer x head (A | B), each exactly as explorer.app.attention draws them for each model alone.
     image, preview = ex.images.get(image_file)
     views = analyze_pair([ex.store.get(A), ex.store.get(B)], ex.cache, image, preview, 1, "mean of heads",
                          (31.0, 0.0))
     pictures = {}
     for part in ("focus", "sheet", "rollout"):
-        alone = [getattr(v["view"], part) for v in views]
-        titles = [f"model {t}:  {v['model'].label}" for t, v in zip("AB", views, strict=True)]
+        alone = [getattr(v.view, part) for v in views]
+        titles = [f"model {t}:  {v.model.label}" for t, v in zip("AB", views, strict=True)]
         picture = render.side_by_side(alone, titles)
         title = picture.shape[0] - max(a.shape[0] for a in alone)
         assert title > 5 and picture.shape[1] == sum(a.shape[1] for a in alone) + 16

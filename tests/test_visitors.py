@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from explorer.checkpoints.finetuned import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
 from explorer.checkpoints.store import CheckpointError
-from explorer.checkpoints.visitors import REFUSED, RunStore, SharedLimits, owner_key, shared_mode
 from explorer.core.settings import Settings
 from explorer.finetune.queue import Busy
 from explorer.finetune.state import RunStatus
@@ -28,7 +28,7 @@ def test_shared_mode_comes_from_the_space_or_the_flag():
     assert (limits.max_queue, limits.run_ttl_hours, limits.max_runs) == (5, 0.5, 20)
     with pytest.raises(ValueError, match="EXPLORER_MAX_RUNS='many': expected a whole number"):
         limits_from({"EXPLORER_MAX_RUNS": "many"})
-    # The Hub limits, in megabytes (10**6 bytes): the workbench and the cache pruning take them from here.
+    # The Hub limits, in megabytes (10**6 bytes): the model store and the cache pruning take them from here.
     hub = limits_from({"EXPLORER_MAX_HUB_MB": "12.5", "EXPLORER_MAX_HUB_CACHE_MB": "0"})
     assert (hub.max_hub_mb, hub.max_hub_cache_mb) == (12.5, 0.0)
     for bad in ("-1", "nan", "inf"):

@@ -1,4 +1,5 @@
-"""workbench's what-if and attention views on tiny trained checkpoints, without a server."""
+"""The app's what-if and attention views (explorer/app/what_if.py, attention.py) on tiny trained checkpoints,
+without a server."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from explorer.app.workbench import ModelStore, ResultCache, analyze_pair, what_if, what_if_setting
+from explorer.app.attention import analyze_pair
+from explorer.app.models import ModelStore
+from explorer.app.results import ResultCache, what_if_setting
+from explorer.app.what_if import what_if
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +57,8 @@ def test_what_if_view(store, images):
     assert w.entropy[1].mean() < w.entropy[0].mean()  # a smaller tau sharpens
     assert w.maps.ndim == 3 and w.maps.shape[0] > 2 * 96  # a learned row over a what-if row
     learned = analyze_pair([loaded], cache, images[1], images[1])[0]
-    assert w.top5 == learned["top5"]
-    np.testing.assert_array_equal(w.entropy[0], learned["view"].entropy)
+    assert w.top5 == learned.top5
+    np.testing.assert_array_equal(w.entropy[0], learned.view.entropy)
 
 
 def test_concurrent_what_ifs_with_different_settings_each_get_their_own(store, images):
@@ -82,9 +86,9 @@ def test_concurrent_what_ifs_with_different_settings_each_get_their_own(store, i
 
 def test_views_compute_only_the_parts_asked_for(store, images):
     loaded = store.get("spt_lsa")
-    full = analyze_pair([loaded], ResultCache(), images[2], images[2], 1, "all heads", (5, 9))[0]["view"]
+    full = analyze_pair([loaded], ResultCache(), images[2], images[2], 1, "all heads", (5, 9))[0].view
     click = analyze_pair([loaded], ResultCache(), images[2], images[2], 1, "all heads", (5, 9),
-                         parts=("focus", "sheet"))[0]["view"]
+                         parts=("focus", "sheet"))[0].view
     assert click.rollout is None and click.entropy is None
     np.testing.assert_array_equal(click.focus, full.focus)
     np.testing.assert_array_equal(click.sheet, full.sheet)
@@ -107,21 +111,21 @@ def paper_shaped(tmp_path_factory):
 
 def test_the_full_analysis_of_a_paper_shaped_model_has_every_head(paper_shaped, images):
     from explorer.analysis import plots, render
-    from explorer.app.workbench import side_by_side_pictures, tile_layout
+    from explorer.app.attention import side_by_side_pictures, tile_layout
     loaded, cache = paper_shaped, ResultCache()
     layers, heads, grid = 3, 12, 8
     [analysis] = analyze_pair([loaded], cache, images[0], images[0], layer=2, query_yx=(9, 20))
-    view = analysis["view"]
-    assert analysis["result"].attention.shape == (1, layers, heads, grid * grid, grid * grid)
+    view = analysis.view
+    assert analysis.result.attention.shape == (1, layers, heads, grid * grid, grid * grid)
     assert view.distance.shape == view.entropy.shape == (layers, heads) and np.isfinite(view.entropy).all()
-    assert view.query == (2, 5) and len(analysis["top5"]) == 5
+    assert view.query == (2, 5) and len(analysis.top5) == 5
     # one layer's 12 heads in a near square of captioned tiles (3 x 4); no every-layer x head sheet past 4 heads
     columns, tile = tile_layout(heads, 224)
     assert (columns, tile) == (3, 104)
     assert 4 * tile < view.focus.shape[0] < 4 * (tile + 60) and 3 * tile < view.focus.shape[1] < 4 * tile
     assert view.sheet is None and view.marks.distance.shape == view.marks.self_share.shape == (heads,)
     for head in ("mean of heads", "head 11"):
-        one = analyze_pair([loaded], cache, images[0], images[0], 2, head, (9, 20), parts=("focus",))[0]["view"]
+        one = analyze_pair([loaded], cache, images[0], images[0], 2, head, (9, 20), parts=("focus",))[0].view
         assert one.focus.shape[:2] == (224, 224 + render.BAR_GAP + render.BAR_WIDTH)
     with pytest.raises(ValueError, match="has 12 heads; there is no head 12"):
         analyze_pair([loaded], cache, images[0], images[0], 2, "head 12", (9, 20), parts=("focus",))

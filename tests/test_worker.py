@@ -14,7 +14,7 @@ import pytest
 
 from explorer.checkpoints.store import list_checkpoints, read_card
 from explorer.data.datasets import Dataset
-from explorer.finetune.plan import plan_job
+from explorer.finetune.plan import Base, plan_job
 from explorer.finetune.runner import FineTuneRunner
 from explorer.finetune.state import RunStatus
 from tests.helpers import worker_pid
@@ -30,8 +30,8 @@ def _env(**extra):
 
 def _members(tiny_checkpoints, *tags):
     refs = {"A": "vanilla", "B": "spt_lsa"}
-    return [(tag, f"{tag}: tiny {refs[tag]}", str(tiny_checkpoints[refs[tag]]),
-             read_card(tiny_checkpoints[refs[tag]])) for tag in tags]
+    return [Base(tag, f"{tag}: tiny {refs[tag]}", str(tiny_checkpoints[refs[tag]]),
+                 read_card(tiny_checkpoints[refs[tag]])) for tag in tags]
 
 
 def _run(runner, plan, owner=None, out_dir=None):

@@ -1,10 +1,10 @@
 """Evidence beyond attention: which patches a model's answer rests on (occlusion); how its answers hold up
 when the image moves is explorer.analysis.robustness.
 
-Every function takes a model as the app holds it (a `workbench.LoadedModel`), a `probe.Probe`, or a bare
+Every function takes a model as the app holds it (a `models.LoadedModel`), a `probe.Probe`, or a bare
 explorer ViT (`keras.Model` from `models.build_vit` or a checkpoint); the patch grid comes from the model
 itself, so any image size and patch size work. Images are (H, W, 3) raw pixels on the 0-255 scale
-(uint8 or float) at the model's `image_size`, as `Probe` and `workbench.analyze_pair` take them.
+(uint8 or float) at the model's `image_size`, as `Probe` and `attention.analyze_pair` take them.
 
 All copies of an image (occluded, shifted, mirrored) go through the model's compiled predict function
 in one batched call per model (chunked only when many images are asked for at once), never one call per
@@ -105,7 +105,7 @@ class Classifier:
         if self.lock is None:
             logits = run(batch)
         else:
-            with self.lock:  # one call at a time per loaded model, as workbench does
+            with self.lock:  # one call at a time per loaded model, as the model store does
                 logits = run(batch)
         return softmax(np.asarray(logits, np.float64))
 

@@ -251,7 +251,7 @@ def model_faithfulness(probe, images: np.ndarray, name: str, config=None, random
 def faithfulness_report(pairs, images: np.ndarray, names=None, count: int = IMAGES,
                         randomisation_count: int = RANDOMISATION_IMAGES, dataset: str = "", seed: int = SEED,
                         progress=None) -> FaithfulnessReport:
-    """The report for several models, each given as (keras model, Card) or a workbench.LoadedModel, on the
+    """The report for several models, each given as (keras model, Card) or a models.LoadedModel, on the
     first `count` images."""
     from explorer.model.config import ViTConfig
     from explorer.model.probe import Probe

@@ -480,3 +480,9 @@ def stacked(images: Sequence[np.ndarray], gap: int = 12) -> np.ndarray:
         out[y:y + p.shape[0], :p.shape[1]] = p
         y += p.shape[0] + gap
     return out
+
+
+def square(image: np.ndarray, size: int) -> np.ndarray:
+    """The image squashed to size x size, as the model sees it; small images keep their pixels sharp."""
+    small = max(image.shape[:2]) * 2 <= size
+    return np.asarray(Image.fromarray(image).resize((size, size), Image.NEAREST if small else Image.BILINEAR))

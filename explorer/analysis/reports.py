@@ -77,7 +77,7 @@ class Disagreements:
 
 
 def disagreements(a, b, dataset, count: int) -> Disagreements:
-    """Models `a` and `b` (workbench.LoadedModel) on the first `count` test images of `dataset`
+    """Models `a` and `b` (models.LoadedModel) on the first `count` test images of `dataset`
     (explorer.data.datasets.Dataset). Raises ValueError when they cannot be compared on it."""
     from explorer.model.predict import accuracy_metrics, predict_logits
     count = int(count or 0)
@@ -115,7 +115,7 @@ class Locality:
 
 def locality(named_models, images: np.ndarray, cache=None) -> Locality:
     """Attention locality of each (label, LoadedModel) over `images` (N, H, W, 3). One image comes from
-    `cache` (workbench.ResultCache) when given: the Compare and Attention tabs already ran it."""
+    `cache` (results.ResultCache) when given: the Compare and Attention tabs already ran it."""
     distance, entropy = {}, {}
     for label, loaded in named_models:
         if len(images) == 1 and cache is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from explorer.analysis.evidence import MAX_BATCH, Classifier
+from explorer.analysis.trust import ReportCache
 
 PADDINGS = ("zero", "edge")
 # (rows, cols) the content moves by per pixel of shift.
@@ -161,6 +162,23 @@ def robustness_pair(models, images: np.ndarray, labels=None, max_shift: int = 4,
                     batch_size: int = MAX_BATCH) -> list[Robustness]:
     """shift_robustness of each model on the same images and settings."""
     return [shift_robustness(m, images, labels, max_shift, padding, batch_size=batch_size) for m in models]
+
+
+class PairCurves:
+    """robustness_pair's curves, computed once per pair and test set (the models named by their checkpoints'
+    identities, models.LoadedModel.identity), the last `capacity` kept: what the Evidence tab shows."""
+
+    def __init__(self, capacity: int = 16):
+        self._cache = ReportCache(capacity)
+
+    def get(self, models, dataset: str, images: np.ndarray, labels, max_shift: int = 4,
+            padding: str = "zero") -> list[Robustness]:
+        key = (tuple(m.identity for m in models), dataset, len(images), max_shift, padding)
+        found = self._cache.get(key)
+        if found is None:
+            found = robustness_pair(models, images, labels, max_shift, padding)
+            self._cache.put(key, found)
+        return found
 
 
 @dataclass

@@ -2,7 +2,7 @@
 matrices, per-class accuracy with Wilson intervals, the images only one model gets right, and calibration
 (reliability bins, expected calibration error, temperature scaling fitted on a held-out half of the set).
 
-Models are what `explorer.analysis.evidence.Classifier` takes (a `workbench.LoadedModel`, a `Probe` or an explorer
+Models are what `explorer.analysis.evidence.Classifier` takes (a `models.LoadedModel`, a `Probe` or an explorer
 ViT). Images are (N, H, W, 3) raw pixels at the model's input size; labels are class indices of the
 models' own class list (`labelled_zip` maps a zip's folder names onto it).
 """
@@ -397,7 +397,7 @@ def trust_pair(models, data: LabelledSet, bins: int = BINS, progress=None) -> Tr
 @dataclass
 class ReportCache:
     """Reports per (models' identities, set's content), so a second look at a pair and set costs nothing;
-    the models are named by what names their checkpoints (workbench.LoadedModel.identity), never by id()."""
+    the models are named by what names their checkpoints (models.LoadedModel.identity), never by id()."""
 
     capacity: int = 8
     _items: OrderedDict = field(default_factory=OrderedDict)

@@ -5,12 +5,14 @@ is shipped for the shipped pair. The UI and bench/trust_cost.py call this module
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from explorer.analysis import corruptions, faithfulness, trust
+from explorer.analysis import corruptions, faithfulness, render_trust, trust
 
 # What a measure costs, before it has run: seconds per image and model per million parameters, and seconds to
 # corrupt one image once, measured on a loaded 2-core host (bench/trust_cost.py; docs/trust.md, "What each
@@ -19,6 +21,9 @@ SECONDS_PER_IMAGE_MPARAM = 0.008
 CORRUPT_SECONDS = 0.0055
 PATIENCE = 90.0  # seconds: what a computed corruption table's default image count is sized to on a CPU Space
 CORRUPTION_COUNTS = (100, 1000)  # the default image count's range (a multiple of 100)
+# faithfulness.csv's header: the columns of FaithfulnessReport.rows().
+FAITH_COLUMNS = ["model", "map", "deletion AUC (lower is better)", "insertion AUC (higher is better)",
+                 "rank corr. after head re-init", "rank corr. after all re-init"]
 
 
 def forward_passes(config, count: int = faithfulness.IMAGES,
@@ -56,7 +61,11 @@ class Eta:
 
 @dataclass
 class TrustService:
-    """Caches of the three reports, keyed on the models' identities (workbench.LoadedModel.identity)."""
+    """Caches of the three reports, keyed on the models' identities (models.LoadedModel.identity), and
+    each report shown as files to download, each set in a new folder under `downloads` (default: a new
+    temporary folder)."""
+
+    downloads: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="explorer-downloads-")))
 
     reports: trust.ReportCache = field(default_factory=trust.ReportCache)
     tables: trust.ReportCache = field(default_factory=trust.ReportCache)
@@ -161,6 +170,29 @@ class TrustService:
     def faithfulness_cost(self, models) -> Cost:
         r = self.rate(models)
         return Cost(sum(r.seconds * forward_passes(m.config) for m in models), r.measured)
+
+    def report_files(self, report: trust.TrustReport, pictures: dict, cards: dict[str, dict]) -> list[str]:
+        """A whole-set report as files: trust.json, the confusion CSVs, `pictures` as PNG, the models' cards."""
+        return render_trust.write_files(self._folder("trust-"), report.summary(), pictures, cards=cards)
+
+    def corruption_files(self, table: corruptions.CorruptionTable, picture, cards: dict[str, dict]) -> list[str]:
+        """A corruption table as files: corruptions.csv (each severity's and the mean accuracy, each model's
+        CE), its figure as PNG, the models' cards."""
+        header = (["corruption"] + [f"{t} s{s}" for t in "AB" for s in [*table.severities, "mean"]]
+                  + ["A CE", "B CE"])
+        return render_trust.write_files(self._folder("corruptions-"), None, {"corruptions": picture}, cards=cards,
+                                        corruption_rows=table.rows(), corruption_header=header)
+
+    def faithfulness_files(self, report: faithfulness.FaithfulnessReport, picture,
+                           cards: dict[str, dict]) -> list[str]:
+        """A faithfulness report as files: faithfulness.csv, its figure as PNG, the models' cards."""
+        return render_trust.write_files(self._folder("faithfulness-"), None, {"faithfulness": picture},
+                                        faithfulness_rows=report.rows(), faithfulness_header=FAITH_COLUMNS,
+                                        cards=cards)
+
+    def _folder(self, prefix: str) -> str:
+        self.downloads.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix=prefix, dir=self.downloads)
 
 
 def _parameters(model) -> int:

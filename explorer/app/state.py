@@ -11,15 +11,20 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import uuid
 from pathlib import Path
 
 from explorer.analysis import plots
+from explorer.analysis.robustness import PairCurves
 from explorer.analysis.trust_service import TrustService
-from explorer.app.sharing import Visitors, browser_secret
-from explorer.app.workbench import ModelStore, ResultCache
+from explorer.app.models import ModelStore
+from explorer.app.results import ResultCache
+from explorer.app.starts import Starts
+from explorer.app.visitors import Visitors, browser_secret
 from explorer.checkpoints import catalog, hub
+from explorer.checkpoints.finetuned import FINETUNED, REFUSED, RunStore, SharedLimits, shared_mode
 from explorer.checkpoints.store import CheckpointError
-from explorer.checkpoints.visitors import FINETUNED, RunStore, SharedLimits, shared_mode
+from explorer.core.protocol import Shape
 from explorer.core.settings import PROJECT, Settings
 from explorer.data.datasets import DatasetError
 from explorer.data.inputs import DecodedImages
@@ -64,18 +69,21 @@ class ExplorerState:
         self.store = ModelStore(self.root, cache_dir=hub_cache,
                                 max_hub_bytes=int(self.shared_limits.max_hub_mb * 1e6) if self.shared else None)
         self.cache = ResultCache()
-        self.trust = TrustService()  # the Trust tab's reports; its faithfulness is shown beside the maps
+        self.shift_curves = PairCurves()  # the Evidence tab's shift robustness over the test set
         self.plots = plots.PlotCache()
         self.images = DecodedImages(max_pixels=settings.max_pixels, max_bytes=settings.max_upload_mb * 2**20)
         self.tests = TestImages(self.data_dir, settings=settings)
         self.runner = FineTuneRunner(self.root / FINETUNED,
                                      max_queue=self.shared_limits.max_queue if self.shared else 0,
                                      on_publish=self.visitors.published, settings=settings)
+        self.starts = Starts(self.runner, self.visitors)  # each visitor's last Start, for the pages they open
         self.limits = Limits.from_settings(settings)
         self.default_a, self.default_b = default_a or settings.model_a, default_b or settings.model_b
-        self.downloads_dir = Path(tempfile.mkdtemp(prefix="explorer-downloads-"))
+        self.downloads_dir = Path(tempfile.mkdtemp(prefix="explorer-downloads-"))  # what a visitor downloads
+        # The Trust tab's reports and their files; its faithfulness is shown beside the maps.
+        self.trust = TrustService(downloads=self.downloads_dir)
 
-    # --- visitors (shared mode: explorer.app.sharing) --------------------------------------------------
+    # --- visitors (shared mode: explorer.app.visitors) --------------------------------------------------
 
     def session(self, request) -> str | None:
         """The session id `request` names: here the request is the id itself (the page reads it from
@@ -99,7 +107,7 @@ class ExplorerState:
         self.visitors.shown(self.session(request), slot, ref)
 
     def browser_secret(self) -> str:
-        """The key the visitor's id is encrypted with in their browser (explorer.app.sharing.browser_secret)."""
+        """The key the visitor's id is encrypted with in their browser (explorer.app.visitors.browser_secret)."""
         return browser_secret(self.settings.browser_secret, self.root)
 
     # --- models ----------------------------------------------------------------------------------
@@ -141,6 +149,13 @@ class ExplorerState:
         """The visitor's fine-tuned checkpoints (single user: all of them), newest last."""
         return [r for r in self.choices(request) if r.startswith(f"{FINETUNED}/")]
 
+    def checkpoint_zip(self, ref: str, request=None) -> Path:
+        """A zip of one of the visitor's fine-tuned checkpoints (`<name>/` and its files), in a new folder under
+        downloads_dir; any other reference is refused (CheckpointError, REFUSED: it reveals nothing)."""
+        if ref not in self.my_runs(request):
+            raise CheckpointError(REFUSED)
+        return self.runs.zip_checkpoint(ref, self.owner(request), self.downloads_dir / uuid.uuid4().hex[:12])
+
     def initial_refs(self) -> tuple[str | None, str | None]:
         """The pair a first visit opens with: the settings' (EXPLORER_MODEL_A / _B, by default the paper-scale
         pair) where both are here, else the shipped pair, else each slot's choice or the list's ends."""
@@ -172,7 +187,7 @@ class ExplorerState:
         try:
             backend, _ = choose_backend(self.settings)
             gpu = cuda_gpu_present(self.settings.driver_root) and backend == "jax"
-            shapes = [{"classes": classes, "images": images} for classes, images in self.settings.warm_shapes]
+            shapes = [Shape(classes, images) for classes, images in self.settings.warm_shapes]
             bases = [str(self.root / ref) for ref in self.initial_refs() if ref and (self.root / ref).is_dir()]
             self.runner.prepare(bases if gpu or setting == "compile" else None, shapes)
         except Exception as e:  # noqa: BLE001  (the first Start then starts the worker itself)
@@ -251,9 +266,9 @@ class ExplorerState:
         whole (downloaded once if need be, `progress(fraction or None, message)` following it). Every refusal
         is a JobError, DatasetError, CheckpointError or OSError that says why."""
         owner = self.owner(request)
-        members = self.store.members([(tag, self.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
+        members = self.store.bases([(tag, self.runs.check(ref, owner) if ref else ref) for tag, ref in bases])
         preset = scratch[0]
-        size = members[0][3].config["image_size"] if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
+        size = members[0].image_size if members else PRESETS.get(preset, PRESETS["tiny"]).image_size
 
         def load(name):
             return self.tests.training_data(name, progress=progress)

@@ -6,7 +6,7 @@ loads no model.
 
 from __future__ import annotations
 
-from explorer.checkpoints.visitors import FINETUNED
+from explorer.checkpoints.finetuned import FINETUNED
 from explorer.core.card import Card
 from explorer.model.ablation import NAMES, ORDER
 

@@ -10,7 +10,7 @@ the command line lives there too, with the checks it needs:
     python -m explorer.checkpoints pull owner/vit-spt-lsa-cifar10@main
 
 The limits (`download`'s max_bytes, `prune_cache`'s size) are the caller's: a shared instance takes them
-from EXPLORER_MAX_HUB_MB and EXPLORER_MAX_HUB_CACHE_MB (explorer.checkpoints.visitors.SharedLimits).
+from EXPLORER_MAX_HUB_MB and EXPLORER_MAX_HUB_CACHE_MB (explorer.checkpoints.finetuned.SharedLimits).
 """
 
 from __future__ import annotations

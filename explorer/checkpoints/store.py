@@ -31,9 +31,10 @@ import sys
 from pathlib import Path
 
 from explorer.checkpoints import hub
+from explorer.checkpoints.model_card import model_card
 from explorer.core import atomic
 from explorer.core.atomic import clean_stale
-from explorer.core.card import CARD, Card, model_card
+from explorer.core.card import CARD, Card
 
 MODEL_FILES = ("config.json", "metadata.json", "model.weights.h5")
 # The top-level group of model.weights.h5 that Keras fills with a compiled model's optimizer variables.

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -63,6 +65,35 @@ def write_bytes(path: str | os.PathLike, data: bytes, durable: bool = True) -> N
 def write_text(path: str | os.PathLike, text: str, durable: bool = True) -> None:
     """Replaces the file at `path` with `text` (UTF-8), whole or not at all."""
     write_bytes(path, text.encode("utf-8"), durable)
+
+
+class WrittenOnce:
+    """Files written once per key, each whole or not at all (write_bytes, not made durable: a cache), the last
+    `capacity` keys remembered: `path(key, encode, place)` is the file written for `key` while it exists, else
+    `encode()`'s bytes written at `place(bytes)` (skipped when a file of that size is there already)."""
+
+    def __init__(self, capacity: int = 1024):
+        self.capacity = capacity
+        self._written: OrderedDict[object, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def path(self, key, encode: Callable[[], bytes], place: Callable[[bytes], Path]) -> str:
+        with self._lock:
+            path = self._written.get(key)
+            if path is not None:
+                self._written.move_to_end(key)
+        if path is not None and os.path.exists(path):
+            return path
+        data = encode()
+        target = Path(place(data)).resolve()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not (target.exists() and target.stat().st_size == len(data)):
+            write_bytes(target, data, durable=False)
+        with self._lock:
+            self._written[key] = str(target)
+            while len(self._written) > self.capacity:
+                self._written.popitem(last=False)
+        return str(target)
 
 
 def _dead_writer(tmp: Path) -> bool:

@@ -6,17 +6,18 @@ not a run that waits for an event its reader cannot take."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import ClassVar
 
-from explorer.core.card import Epoch, Metrics, Section, Training
+from explorer.core.card import Epoch, Metrics, Training
 
 _OMITTED = "omitted when None"  # a field's metadata key: the line leaves the field out rather than send null
 
 
-_SECTION = "a card section"  # a field's metadata key: the card section (explorer.core.card) the field holds
+_SECTION = "a record"  # a field's metadata key: the record type (a card section, or one below) the field holds
 
 
 def _optional(kw_only: bool = False):
@@ -24,13 +25,51 @@ def _optional(kw_only: bool = False):
     return field(default=None, kw_only=kw_only, metadata={_OMITTED: True})
 
 
-def _section(cls: type[Section]):
-    """A field holding one of the card's sections: written as its JSON object, read back as the section."""
-    return field(metadata={_SECTION: cls})
+def _section(cls: type, default=dataclasses.MISSING):
+    """A field holding a record (a card section, a Shape, a MemberRecipe) or a list of them: written as JSON
+    objects, read back as the records."""
+    return field(default=default, metadata={_SECTION: cls})
 
 
 def _plain(value):
-    return value.to_json() if isinstance(value, Section) else value
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.to_json() if hasattr(value, "to_json") else value
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a fine-tune's compiled steps depend on besides its base: the number of classes and of images."""
+
+    classes: int
+    images: int
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Shape:
+        return cls(int(data["classes"]), int(data["images"]))
+
+
+@dataclass(frozen=True)
+class MemberRecipe:
+    """What a model of a job trains with, as chosen for its data (a 0 in the form left to the recipe): its
+    epochs, batch size, peak learning rate and weight decay, and whether only the head trains."""
+
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    weight_decay: float
+    freeze_backbone: bool = False
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> MemberRecipe:
+        return cls(int(data["epochs"]), int(data["batch_size"]), float(data["learning_rate"]),
+                   float(data["weight_decay"]), bool(data.get("freeze_backbone", False)))
 
 
 class Phase(StrEnum):
@@ -79,9 +118,14 @@ class Message:
         if unknown:
             raise ProtocolError(f"a {cls.KIND!r} line has no field {sorted(unknown)}: {data!r}")
         for f in fields(cls):
-            section = f.metadata.get(_SECTION)
-            if section is not None and isinstance(given.get(f.name), dict):
-                given[f.name] = section.from_json(given[f.name])
+            section, value = f.metadata.get(_SECTION), given.get(f.name)
+            try:
+                if section is not None and isinstance(value, dict):
+                    given[f.name] = section.from_json(value)
+                elif section is not None and isinstance(value, list):
+                    given[f.name] = [section.from_json(v) for v in value]
+            except (KeyError, TypeError, ValueError) as e:
+                raise ProtocolError(f"a {cls.KIND!r} line whose {f.name} is not a {section.__name__}: {data!r}") from e
         try:
             return cls(**given)
         except (TypeError, ValueError) as e:
@@ -102,11 +146,11 @@ class RunJob(Message):
 
 @dataclass(frozen=True)
 class Warm(Message):
-    """Compile, before anyone asks, a fine-tune of each of `bases` at each of `shapes` ({"classes", "images"})."""
+    """Compile, before anyone asks, a fine-tune of each of `bases` at each of `shapes`."""
 
     KIND: ClassVar[str] = "warm"
     bases: list[str]
-    shapes: list[dict]
+    shapes: list[Shape] = _section(Shape)
 
 
 @dataclass(frozen=True)
@@ -194,10 +238,10 @@ class Started(Event):
 
 @dataclass(frozen=True)
 class MemberStarted(MemberEvent):
-    """A model of the job begins (it loads first), with its `recipe` (a TrainConfig's fields)."""
+    """A model of the job begins (it loads first), with the recipe chosen for it."""
 
     KIND: ClassVar[str] = "member"
-    recipe: dict | None = None
+    recipe: MemberRecipe | None = _section(MemberRecipe, None)
 
 
 @dataclass(frozen=True)

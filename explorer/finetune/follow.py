@@ -73,17 +73,17 @@ class LeftQueue:
 
 
 @dataclass
-class Started:
+class TurnCame:
     """The Start's turn came: its run has started (by this page, or another page of the visitor's)."""
 
     run_id: int
 
 
 def wait_in_queue(runner, plan: Plan, owner: str | None, out_dir: str | os.PathLike, ticket: Ticket | None = None,
-                  sleep: Callable[[float], None] = time.sleep) -> Iterator[InQueue | LeftQueue | Started]:
+                  sleep: Callable[[float], None] = time.sleep) -> Iterator[InQueue | LeftQueue | TurnCame]:
     """Joins `runner`'s queue (a FineTuneRunner's), or waits on `ticket`, a place it gave before (a page that
     takes up the wait of a page closed or reloaded, or of another tab), for this Start's turn: its place every
-    QUEUE_POLL_S, then Started (or LeftQueue, the last update either way). QueueFull when the queue is full;
+    QUEUE_POLL_S, then TurnCame (or LeftQueue, the last update either way). QueueFull when the queue is full;
     the runner's JobError when the plan cannot start, which gives the place up. A wait given up (its page
     closed: the generator closed) keeps the place until the queue drops it for not being asked about."""
     ticket = ticket or runner.join(owner)
@@ -95,7 +95,7 @@ def wait_in_queue(runner, plan: Plan, owner: str | None, out_dir: str | os.PathL
                 except Busy:  # another Start took the turn between the two questions: wait on
                     pass
             if ticket.started is not None:
-                yield Started(ticket.started)
+                yield TurnCame(ticket.started)
                 return
             if not ticket.waiting:
                 yield LeftQueue(dropped=ticket.dropped)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from explorer.core.protocol import Done, MemberDone, MemberEvent, MemberStarted, Started
+from explorer.core.protocol import Done, MemberDone, MemberEvent, MemberRecipe, MemberStarted, Shape, Started
 from explorer.finetune.jobfolder import read_job, staging
 
 
@@ -38,7 +38,8 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
         began = time.perf_counter()
         recipe = recipe_for(plan.recipe, len(ds.x_train), plan.scratch,
                             known_classes=knows_classes(m.classes, ds.class_names))
-        emit(MemberStarted(dict(recipe.__dict__), member=i))
+        emit(MemberStarted(MemberRecipe(recipe.epochs, recipe.batch_size, recipe.learning_rate, recipe.weight_decay,
+                                        recipe.freeze_backbone), member=i))
         if m.base is None:
             config = get_preset(m.preset, variant=m.variant)
             result = train_new(config, m.preset, ds, recipe, out, m.name, verbose=0, progress=progress,
@@ -51,7 +52,7 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
     emit(Done())
 
 
-def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
+def warm_up(warm, bases: list[str], shapes: list[Shape]) -> None:
     """Compiles, before anyone asks, what a fine-tune of each of `bases` at each of `shapes` (number of
     classes, images) will run: a one-epoch run on random images, whose result is thrown away. On JAX with the
     compilation cache this loads from disk what an earlier process compiled."""
@@ -64,7 +65,7 @@ def warm_up(warm, bases: list[str], shapes: list[dict]) -> None:
         card = read_card(base)
         size = int((card.config or {}).get("image_size", 32))
         for shape in shapes:
-            n, classes = int(shape["images"]), int(shape["classes"])
+            n, classes = shape.images, shape.classes
             y = np.arange(n) % classes
             x = np.random.default_rng(0).integers(0, 255, (n, size, size, 3), dtype=np.uint8)
             ds = Dataset("warm-up", x, y, x[:max(1, n // 5)], y[:max(1, n // 5)], [f"c{i}" for i in range(classes)])

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from explorer.checkpoints.store import NAME_MAX, CheckpointError, name_within, validate_name
+from explorer.core.card import Card
 from explorer.core.settings import Settings
 from explorer.data.datasets import Dataset
 from explorer.model.config import PRESETS, VARIANTS
@@ -45,6 +46,21 @@ class Member:
     preset: str | None = None
     variant: str | None = None
     classes: list = field(default_factory=list)  # the base's class names
+
+
+@dataclass(frozen=True)
+class Base:
+    """A checkpoint to fine-tune as the app found it: its slot's tag ("A", "B", or "" alone), its label, the
+    folder the worker loads (a Hub model's is in the app's cache) and its card."""
+
+    tag: str
+    label: str
+    folder: str
+    card: Card
+
+    @property
+    def image_size(self) -> int:
+        return int(self.card.config["image_size"])
 
 
 @dataclass
@@ -144,12 +160,12 @@ def check_number(name: str, value, low, high, integer: bool = True, auto: bool =
     return int(value) if integer else float(value)
 
 
-def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs=None, learning_rate=None,
+def plan_job(members: list[Base], dataset: Dataset, epochs=None, learning_rate=None,
              batch_size=None, images=None, freeze: bool = False, name: str | None = None,
              limits: Limits = Limits(), scratch: tuple[str, str] | None = None, train_on_all: bool = False) -> Plan:
     """Validates a request into a plan.
 
-    `members`: (tag, label, checkpoint folder, card) of each base model, one or two; empty with `scratch`
+    `members`: the base models (Base), one or two; empty with `scratch`
     = (preset, variant) for a new model. `dataset` is the whole data (train and test). `images` caps the
     training images (and the test images at a fifth of it); epochs, learning rate and batch size of None
     or 0 leave them to the default recipe. A held-out test part too small to judge the models by is
@@ -191,7 +207,7 @@ def plan_job(members: list[tuple[str, str, str, dict]], dataset: Dataset, epochs
     return Plan(planned, dataset, recipe, description, scratch=scratch is not None)
 
 
-def _members(members: list[tuple[str, str, str, dict]], data_name: str, name: str | None,
+def _members(members: list[Base], data_name: str, name: str | None,
              scratch: tuple[str, str] | None) -> tuple[list[Member], int]:
     """(the job's members, the image size they all take): a new model of `scratch`, or each base in turn,
     named after the run (`name`, tagged -A and -B for a pair) or after its base and the data."""
@@ -203,16 +219,17 @@ def _members(members: list[tuple[str, str, str, dict]], data_name: str, name: st
                        variant)], PRESETS[preset].image_size
     if not 1 <= len(members) <= 2:
         raise JobError("a fine-tune takes one or two base models")
-    sizes = {int(card.config["image_size"]) for _, _, _, card in members}
+    sizes = {m.image_size for m in members}
     if len(sizes) != 1:
         raise JobError(f"the two models take different image sizes {sorted(sizes)}; they cannot share "
                        f"one split")
     planned = []
-    for tag, label, folder, card in members:
-        base_name = card.name or Path(folder).name
-        suffix = f"-{tag}" if len(members) == 2 and name else ""
-        planned.append(Member(tag, str(folder), (name + suffix) if name else name_within(f"{base_name}-ft-{data_name}"),
-                              label, classes=list(card.class_names or [])))
+    for m in members:
+        base_name = m.card.name or Path(m.folder).name
+        suffix = f"-{m.tag}" if len(members) == 2 and name else ""
+        planned.append(Member(m.tag, str(m.folder),
+                              (name + suffix) if name else name_within(f"{base_name}-ft-{data_name}"), m.label,
+                              classes=list(m.card.class_names or [])))
     if len(planned) == 2 and planned[0].name == planned[1].name:
         planned[0].name, planned[1].name = name_within(planned[0].name, "-A"), name_within(planned[1].name, "-B")
     return planned, sizes.pop()

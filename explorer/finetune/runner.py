@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from explorer.core.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Warm
+from explorer.core.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Shape, Warm
 from explorer.core.settings import Settings
 from explorer.finetune.backend import choose_backend
 from explorer.finetune.handle import Worker
@@ -100,9 +100,9 @@ class FineTuneRunner:
             return QueuePlace(place, length, wait_estimate(self._state, self._durations, place),
                               max(0.0, ticket.seen - ticket.joined))
 
-    def prepare(self, bases: list[str] | None = None, shapes: list[dict] | None = None) -> None:
+    def prepare(self, bases: list[str] | None = None, shapes: list[Shape] | None = None) -> None:
         """Starts the worker before anyone asks (imports, the compilation cache) and, given `bases` and
-        `shapes` ({"classes", "images"}), has it compile their fine-tuning steps; without delaying anything:
+        `shapes`, has it compile their fine-tuning steps; without delaying anything:
         a Start meanwhile queues behind it in the worker."""
         backend, _ = choose_backend(self.settings)
         with self._lock:

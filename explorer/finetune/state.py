@@ -16,6 +16,7 @@ from explorer.core.protocol import (
     Failed,
     MemberDone,
     MemberEvent,
+    MemberRecipe,
     MemberStarted,
     Phase,
     PhaseBegun,
@@ -79,7 +80,7 @@ class MemberState:
     metrics: Metrics | None = None
     training: Training | None = None
     predictions: list | None = None
-    recipe: dict | None = None
+    recipe: MemberRecipe | None = None  # as chosen for the data
     seconds: float | None = None      # the worker's time for this model, from loading it to its checkpoint
     since: float = 0.0                # when its phase began, or while it trains its last step ended (time.time())
 

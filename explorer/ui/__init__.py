@@ -27,7 +27,7 @@ the public ones (the explorer's questions) are also MCP tools, the page's own wi
                   image cache made atomic and fast (each pinned by a test of Gradio's behaviour under it)
 
 Handlers are methods of one small class per tab, callable without a server; the work is below the UI
-(app.state, sharing, workbench, reports, samples, catalog, finetune).
+(explorer.app, analysis, samples, catalog, finetune).
 """
 
 from explorer.ui.context import AppState

@@ -13,7 +13,8 @@ import gradio as gr
 import pandas as pd
 
 from explorer.analysis import plots, render, reports
-from explorer.app.workbench import (
+from explorer.analysis.render import square
+from explorer.app.attention import (
     HEAD_ALL,
     HEAD_MEAN,
     PARTS,
@@ -23,10 +24,9 @@ from explorer.app.workbench import (
     check_layer,
     layer_words,
     pair_layers,
-    query_patch,
     side_by_side_pictures,
-    square,
 )
+from explorer.app.results import query_patch
 from explorer.checkpoints.store import CheckpointError
 from explorer.ui import what_if
 from explorer.ui.context import UNLISTED, AppState, Page, in_place, initial, quiet
@@ -126,7 +126,7 @@ class AttentionTab:
                                  (float(qy or 0), float(qx or 0)), parts=parts)
         except ValueError as e:
             raise gr.Error(str(e)) from None
-        va, vb = views[0]["view"], views[1]["view"]
+        va, vb = views[0].view, views[1].view
         grid = b.config.grid_size
         said = f"{layer_words(va.layer, a.config.num_layers)} for A, {layer_words(vb.layer, b.config.num_layers)} for B"
         caption = (f"Query patch row {vb.query[0]}, col {vb.query[1]} of B's {grid}×{grid} grid (cyan). "

@@ -6,8 +6,9 @@ import gradio as gr
 import pandas as pd
 
 from explorer.analysis import reports
+from explorer.analysis.render import square
+from explorer.app.results import top_k
 from explorer.app.state import NotApplicable
-from explorer.app.workbench import square, top_k
 from explorer.data.inputs import original_size, resize_note
 from explorer.ui.context import AppState, Page, in_place, initial, quiet
 

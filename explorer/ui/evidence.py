@@ -4,15 +4,13 @@ images, and a strip of this image's shifted copies)."""
 
 from __future__ import annotations
 
-import threading
-
 import gradio as gr
 import pandas as pd
 
 from explorer.analysis import evidence, robustness
 from explorer.analysis.render_evidence import plot_shift_robustness
+from explorer.app.attention import picture_title
 from explorer.app.state import NotApplicable
-from explorer.app.workbench import picture_title
 from explorer.core.formatting import pct
 from explorer.ui.context import AppState, Page, in_place, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
@@ -37,8 +35,6 @@ COLUMNS = ["model", "top-1", "top-1 at S px", "unchanged at 1 px", "unchanged at
 class EvidenceTab:
     def __init__(self, app: AppState):
         self.app = app
-        self._curves: dict[tuple, list] = {}  # (models, images, S, padding) -> Robustness per model
-        self._lock = threading.Lock()
 
     def evidence(self, file, ref_a: str, ref_b: str, target: str, fill: str, window: float,
                  request: gr.Request = None):
@@ -142,18 +138,11 @@ class EvidenceTab:
         except NotApplicable as e:
             return None, None, str(e)
         count = min(count, len(ds.x_test))
-        key = (a.identity, b.identity, ds.name, count, max_shift, padding)
-        with self._lock:
-            results = self._curves.get(key)
-        if results is None:
-            try:
-                results = robustness.robustness_pair([a, b], ds.x_test[:count], ds.y_test[:count], max_shift, padding)
-            except ValueError as e:
-                raise gr.Error(str(e)) from None
-            with self._lock:
-                self._curves[key] = results
-                while len(self._curves) > 16:
-                    self._curves.pop(next(iter(self._curves)))
+        try:
+            results = self.app.shift_curves.get([a, b], ds.name, ds.x_test[:count], ds.y_test[:count], max_shift,
+                                                padding)
+        except ValueError as e:
+            raise gr.Error(str(e)) from None
         names = [f"{tag}: {model.label}" for tag, model in zip("AB", (a, b), strict=True)]
         rows = [[name, pct(r.accuracy[0] if r.accuracy is not None else None),
                  pct(r.accuracy[-1] if r.accuracy is not None else None), pct(r.unchanged[1]),

@@ -4,28 +4,19 @@ explorer.finetune.follow's; what each of their updates shows is finetune_run.py'
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import threading
-import uuid
-from dataclasses import dataclass
-
 import gradio as gr
 
 from explorer.checkpoints.store import CheckpointError
-from explorer.checkpoints.visitors import REFUSED
 from explorer.data.datasets import DatasetError
-from explorer.finetune import follow
 from explorer.finetune.backend import hardware
-from explorer.finetune.plan import ZIP, JobError, Plan
-from explorer.finetune.queue import Busy, Ticket
+from explorer.finetune.plan import ZIP, JobError
+from explorer.finetune.queue import Busy
 from explorer.model.config import PRESETS, VARIANTS
 from explorer.ui.context import IN_PLACE, AppState, Page, expected, reporter
 from explorer.ui.finetune_run import PAIR, SCRATCH, RunOutputs, RunView, base_choices
 from explorer.ui.finetune_text import (
     CANCEL_ANSWERS,
-    COMPARE_RUNNING,
-    COMPARE_WAITING,
+    COMPARE_GOING,
     hardware_note,
     help_text,
     refused_status,
@@ -34,38 +25,11 @@ from explorer.ui.finetune_text import (
 )
 from explorer.ui.pictures import PLOT_MIN
 
-# How many visitors' last Starts the tab keeps for follow_own (each with its test split only once it has started).
-STARTS_KEPT = 16
-
-
-@dataclass
-class LastStart:
-    """A visitor's last Start: its plan (only the test split, all its report needs, once its run has started),
-    the visitor's own checkpoints among its bases (kept from pruning while it waits or runs), and where it
-    stands: `ticket` while it waits in the shared queue, `run_id` once its run has started."""
-
-    plan: Plan
-    refs: set[str]
-    ticket: Ticket | None = None
-    run_id: int | None = None
-
-    def began(self, run_id: int) -> None:
-        """Its run has started as `run_id` (the job folder holds its images now): only the test split is kept."""
-        d = self.plan.dataset
-        self.run_id, self.plan = run_id, dataclasses.replace(self.plan, dataset=dataclasses.replace(
-            d, x_train=d.x_train[:0], y_train=d.y_train[:0]))
-
 
 class FinetuneTab:
     def __init__(self, app: AppState):
         self.app = app
         self.view = RunView(app)  # what a Start shows, on the components it updates (set when the tab is built)
-        # Each visitor's last Start until a page of theirs has followed it to its end (at most STARTS_KEPT
-        # visitors): a page they open meanwhile takes up its wait or follows its run, and one they open after it
-        # ended unseen shows how it ended (follow_own). A Start is not tied to its page.
-        self._starts: dict[str | None, LastStart] = {}
-        self._protected: dict[int, LastStart] = {}  # the Starts whose bases are kept from pruning, by id
-        self._lock = threading.Lock()  # both, changed by every visitor's events
 
     def finetune_plan(self, what: str, preset: str, variant: str, data: str, zip_file, epochs, lr, batch_size,
                       images, freeze: bool, name: str | None, ref_a: str | None, ref_b: str | None, progress=None,
@@ -115,116 +79,30 @@ class FinetuneTab:
             yield {out.status: refused_status(e.message), out.curves: hidden, out.tau: hidden}
             raise expected(e.message, "fine-tune not started", toast=False) from None
         owner = app.owner(request)
-        start = self._protect(LastStart(plan, {r for r in (a, b) if r in set(app.my_runs(request))}))
+        start = app.starts.new(plan, {r for r in (a, b) if r in set(app.my_runs(request))})
         try:
             if app.shared:
                 start.ticket = app.runner.join(owner)
             else:
                 start.began(app.runner.start(plan, owner, app.runs.out_dir(owner)))
         except (Busy, JobError) as e:  # a run going on (single user), a full queue, a plan that cannot start
-            self._release()
+            app.starts.release()
             raise gr.Error(str(e)) from None
-        self._keep(owner, start)
-        yield from self._take_up(owner, start, a, b, request)
-
-    def follow_own(self, a, b, request: gr.Request = None):
-        """As a page opens: when the visitor's last Start waits in the queue or its run goes on (a page
-        reloaded, another tab), the page takes up its wait or follows its run to its end as the page that
-        started it does (place in the queue; status, bar, curves, then the report and the new models in the
-        slots); when it ended while no page of theirs followed it (closed mid-run), the page shows how it
-        ended, as that page would have, or that its place in the queue was given up. Else it changes nothing."""
-        owner = self.app.owner(request)
-        self._release()
-        start = self._starts.get(owner)
-        if start is not None and start.run_id is not None and self.app.runner.snapshot(start.run_id).run_id != \
-                start.run_id:  # too long gone to show
-            self._forget(owner, start)
-            start = None
-        if start is None:
-            yield {self.view.outputs.status: gr.skip()}  # a generator that yields nothing would blank its outputs
-            return
-        yield from self._take_up(owner, start, a, b, request)
+        app.starts.keep(owner, start)
+        yield from self.view.take_up(owner, start, a, b, request)
 
     def follow_on_open(self, opened, page: Page) -> None:
         """Chains follow_own onto `opened`, the page's opening once the visitor and the slots are known; its
         end lists the visitor's checkpoints and shows the report, as a Start's does."""
         out = self.view.outputs
-        opened.then(self.follow_own, [page.slot_a, page.slot_b], out.components(), api_name=False,
+        opened.then(self.view.follow_own, [page.slot_a, page.slot_b], out.components(), api_name=False,
                     concurrency_limit=None, show_progress="hidden").then(
             self.mine, None, [page.from_tabs.finetune_runs], api_name=False).then(
-            self.view.show_report, None, [out.results, out.per_class, out.gallery], api_name=False, queue=False)
-
-    def _protect(self, start: LastStart) -> LastStart:
-        """Keeps the bases of `start` from being pruned while it waits or runs (see _release)."""
-        self._release()
-        with self._lock:
-            self._protected[id(start)] = start
-        self.app.visitors.protect_bases(id(start), start.refs)
-        return start
-
-    def _keep(self, owner: str | None, start: LastStart) -> LastStart:
-        """Keeps `start` (protected) as `owner`'s last Start for follow_own."""
-        with self._lock:
-            self._starts.pop(owner, None)
-            self._starts[owner] = start
-            while len(self._starts) > STARTS_KEPT:
-                self._starts.pop(next(iter(self._starts)))
-        return start
-
-    def _forget(self, owner: str | None, start: LastStart) -> None:
-        """`owner`'s Start `start` has been shown to its end (or never started): no page shows it again."""
-        with self._lock:
-            if self._starts.get(owner) is start:
-                self._starts.pop(owner)
-        self._release()
-
-    def _release(self) -> None:
-        """Lets the bases of every Start that no longer waits or runs be pruned again."""
-        runner = self.app.runner
-        with self._lock:
-            starts = list(self._protected.items())
-        for key, start in starts:
-            waiting = start.ticket is not None and start.ticket.waiting
-            running = start.run_id is not None and runner.snapshot(start.run_id).running
-            if not (waiting or running):
-                with self._lock:
-                    self._protected.pop(key, None)
-                self.app.visitors.protect_bases(key, None)
-
-    def _take_up(self, owner: str | None, start: LastStart, a, b, request):
-        """The updates of `owner`'s Start `start` (the slots holding `a` and `b`): its wait in the queue, then
-        its run until it has ended; once a page has shown its end, no other page of theirs shows it again. A
-        page that closes meanwhile leaves the wait and the run to the next page of theirs that opens."""
-        if start.run_id is None:
-            try:
-                with contextlib.closing(follow.wait_in_queue(self.app.runner, start.plan, owner,
-                                                             self.app.runs.out_dir(owner), start.ticket)) as turn:
-                    for update in turn:
-                        if isinstance(update, follow.Started):
-                            start.began(update.run_id)
-                        else:
-                            yield self.view.waiting(update, start.plan.description)
-            except JobError as e:  # the plan cannot start
-                self._forget(owner, start)
-                raise gr.Error(str(e)) from None
-            if start.run_id is None:  # left the queue, or dropped from it
-                self._forget(owner, start)
-                return
-        plan, view = start.plan, self.view
-        ended = lambda state: view.run_outputs(state, plan, a, b, True, request)  # noqa: E731
-        with contextlib.closing(follow.follow_run(self.app.runner, start.run_id, ended)) as run:
-            for update in run:
-                yield view.following(update, plan, a, b, request)
-        self._forget(owner, start)
+            self.view.show_report, [out.shape], out.report(), api_name=False, queue=False)
 
     def running_note(self, request: gr.Request = None) -> str:
         """Compare's line on the visitor's last Start: that it waits in the queue or runs; else nothing."""
-        start = self._starts.get(self.app.owner(request))
-        if start is None:
-            return ""
-        if start.run_id is None:
-            return COMPARE_WAITING if start.ticket is not None and start.ticket.waiting else ""
-        return COMPARE_RUNNING if self.app.runner.snapshot(start.run_id).running else ""
+        return COMPARE_GOING[self.app.starts.going(self.app.owner(request))]
 
     def cancel(self, request: gr.Request = None):
         """Cancels the visitor's own run (or their place in the queue); another visitor's run goes on."""
@@ -238,12 +116,10 @@ class FinetuneTab:
 
     def download(self, ref: str | None, request: gr.Request = None):
         """A zip of one of the visitor's fine-tuned checkpoints (`<name>/` and its files)."""
-        if not ref or ref not in self.app.my_runs(request):
-            raise gr.Error(REFUSED if ref else "choose one of your fine-tuned checkpoints first")
+        if not ref:
+            raise gr.Error("choose one of your fine-tuned checkpoints first")
         try:
-            target = self.app.downloads_dir / uuid.uuid4().hex[:12]
-            return gr.update(value=str(self.app.runs.zip_checkpoint(ref, self.app.owner(request), target)),
-                             visible=True)
+            return gr.update(value=str(self.app.checkpoint_zip(ref, request)), visible=True)
         except (CheckpointError, OSError) as e:
             raise gr.Error(self.app.safe(e)) from None
 
@@ -313,6 +189,7 @@ def build(app: AppState, page: Page) -> FinetuneTab:
             download = gr.Button("Download", scale=1, elem_id="ft-download")
         # On a row of its own, shown once there is a zip: beside the list, at 800 px its download arrow
         # covered the file's name.
+        shape = gr.State(None)  # the page's last done run, for its report (RunView.show_report)
         archive = gr.File(label="checkpoint zip", interactive=False, height=120, visible=False, elem_id="ft-archive")
     # The zip box only matters for a zip: CIFAR comes from the data folder or is downloaded.
     data.change(lambda d: gr.update(visible=d == ZIP), [data], [zip_file], api_name=False, queue=False)
@@ -323,17 +200,18 @@ def build(app: AppState, page: Page) -> FinetuneTab:
     page.from_tabs.finetune_base, page.from_tabs.finetune_runs = base, mine
     tab.view.outputs = RunOutputs(status, curves, tau, results, per_class, gallery, base,
                                   slots=(page.slot_a, page.slot_b), loaded=page.loaded, cards=page.cards,
-                                  bar=progress_box)
+                                  bar=progress_box, shape=shape)
 
     # A Start first takes an earlier run's report off the page; this run's shows once it has ended.
     # Not limited to one at a time: a second Start must reach the runner and hear that one is going on.
-    start.click(tab.view.hide_report, None, [results, per_class, gallery], api_name=False, queue=False).then(
+    out = tab.view.outputs
+    start.click(tab.view.hide_report, None, out.report() + [out.shape], api_name=False, queue=False).then(
         tab.finetune, form, tab.view.outputs.components(), api_name="finetune", concurrency_id="finetune",
         # every waiting Start holds a worker: the queue, the run followed, one to refuse
         concurrency_limit=app.shared_limits.max_queue + 2 if app.shared else 4,
         # progress shows in its own box only: not over the status line, the slots or the plots
         show_progress_on=[progress_box]).then(tab.mine, None, [mine], api_name=False).then(
-        tab.view.show_report, None, [results, per_class, gallery], api_name=False, queue=False)
+        tab.view.show_report, [out.shape], out.report(), api_name=False, queue=False)
     # The run's own line, never under Gradio's timer (the tab draws its own progress bar).
     cancel.click(tab.cancel, None, [status], api_name="cancel", concurrency_limit=None, show_progress="hidden")
     if page.from_tabs.compare_running is not None:  # Compare says while the visitor's run waits or goes on

@@ -3,16 +3,18 @@ followed (explorer.finetune.follow) as theirs, and its report once it is done.""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
 
 from explorer.analysis import plots
-from explorer.app.workbench import square
+from explorer.analysis.render import square
+from explorer.app.starts import LastStart
 from explorer.checkpoints.store import CheckpointError
 from explorer.finetune import follow
-from explorer.finetune.plan import lsa_labels
+from explorer.finetune.plan import JobError, lsa_labels
 from explorer.finetune.report import run_report
 from explorer.finetune.state import CancelAnswer, RunStatus
 from explorer.ui.cards import card_markdown
@@ -31,7 +33,6 @@ from explorer.ui.finetune_text import (
 
 SCRATCH = "(a new model from scratch)"
 PAIR = "A and B (the two slots)"
-REPORTS_KEPT = 256
 
 
 def base_choices(slot_choices: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -55,12 +56,28 @@ class RunOutputs:
     loaded: tuple[gr.State, gr.State]
     cards: tuple[gr.Markdown, gr.Markdown]
     bar: gr.HTML  # the run's progress bar, above the status line
+    # The page's last done run (Gradio keeps a State per page): what show_report needs to show its report.
+    shape: gr.State
 
     def components(self) -> list:
         """The /finetune endpoint's outputs, in the order an API caller receives them (the bar last: its
-        percentage is the status line's)."""
+        percentage is the status line's; a State is not one of the API's outputs)."""
         return [self.status, self.curves, self.tau, self.results, self.per_class, self.gallery, *self.slots,
-                self.base, *self.loaded, *self.cards, self.bar]
+                self.base, *self.loaded, *self.cards, self.bar, self.shape]
+
+    def report(self) -> list:
+        """The report's components, which show once a run is done."""
+        return [self.results, self.per_class, self.gallery]
+
+
+@dataclass(frozen=True)
+class ReportShape:
+    """A done run's report as the page must lay it out: how many test images its models disagree on (its
+    gallery shows when there is one) and its tables' numbers of columns."""
+
+    disagreements: int
+    results: int
+    per_class: int
 
 
 class RunView:
@@ -69,10 +86,6 @@ class RunView:
     def __init__(self, app: AppState):
         self.app = app
         self.outputs: RunOutputs | None = None
-        # Each page's last done run (by Gradio's session: two pages may follow one run): how many test images
-        # its models disagree on and its tables' numbers of columns (its tables show once it has ended, its
-        # gallery when there is one); the page's components hold the report itself.
-        self._reports: dict[str | None, tuple[int, int, int]] = {}
 
     def waiting(self, update: follow.InQueue | follow.LeftQueue, description: str) -> dict:
         """A Start waiting for its turn: its place in the queue, and in the run's box how far its wait has come;
@@ -97,6 +110,45 @@ class RunView:
             return self.run_outputs(update.state, plan, a, b, request=request, now=update.now) | bar
         return {out.status: run_status(update.state, self.app.root, now=update.now)} | bar
 
+    def follow_own(self, a, b, request: gr.Request = None):
+        """As a page opens: when the visitor's last Start waits in the queue or its run goes on (a page
+        reloaded, another tab), the page takes up its wait or follows its run to its end as the page that
+        started it does (place in the queue; status, bar, curves, then the report and the new models in the
+        slots); when it ended while no page of theirs followed it (closed mid-run), the page shows how it
+        ended, as that page would have, or that its place in the queue was given up. Else it changes nothing."""
+        owner = self.app.owner(request)
+        start = self.app.starts.last(owner)
+        if start is None:
+            yield {self.outputs.status: gr.skip()}  # a generator that yields nothing would blank its outputs
+            return
+        yield from self.take_up(owner, start, a, b, request)
+
+    def take_up(self, owner: str | None, start: LastStart, a, b, request):
+        """The updates of `owner`'s Start `start` (the slots holding `a` and `b`): its wait in the queue, then
+        its run until it has ended; once a page has shown its end, no other page of theirs shows it again. A
+        page that closes meanwhile leaves the wait and the run to the next page of theirs that opens."""
+        if start.run_id is None:
+            try:
+                with contextlib.closing(follow.wait_in_queue(self.app.runner, start.plan, owner,
+                                                             self.app.runs.out_dir(owner), start.ticket)) as turn:
+                    for update in turn:
+                        if isinstance(update, follow.TurnCame):
+                            start.began(update.run_id)
+                        else:
+                            yield self.waiting(update, start.plan.description)
+            except JobError as e:  # the plan cannot start
+                self.app.starts.forget(owner, start)
+                raise gr.Error(str(e)) from None
+            if start.run_id is None:  # left the queue, or dropped from it
+                self.app.starts.forget(owner, start)
+                return
+        plan, view = start.plan, self
+        ended = lambda state: view.run_outputs(state, plan, a, b, True, request)  # noqa: E731
+        with contextlib.closing(follow.follow_run(self.app.runner, start.run_id, ended)) as run:
+            for update in run:
+                yield view.following(update, plan, a, b, request)
+        self.app.starts.forget(owner, start)
+
     def run_outputs(self, state, plan, a, b, final: bool = False, request=None, now: float | None = None) -> dict:
         """Status, curves, tau; when the run is done also its report, and the slots, their cards and the
         page's loaded models holding its checkpoints, all in one update."""
@@ -116,10 +168,8 @@ class RunView:
         refs = follow.checkpoint_refs(state, self.app.root)
         a, b = follow.new_slots(state, refs, a, b)
         choices = self.app.slot_choices(request)
-        self._reports[self.app.session(request)] = (len(rep.disagree), len(rep.columns), len(rep.per_class_columns))
-        while len(self._reports) > REPORTS_KEPT:  # visitors through the API alone never show theirs
-            self._reports.pop(next(iter(self._reports)))
-        updates |= {out.status: "\n\n".join(t for t in (status, rep.summary, rep.note) if t),
+        updates |= {out.shape: ReportShape(len(rep.disagree), len(rep.columns), len(rep.per_class_columns)),
+                    out.status: "\n\n".join(t for t in (status, rep.summary, rep.note) if t),
                     out.results: pd.DataFrame(rep.rows, columns=rep.columns),
                     out.per_class: pd.DataFrame(rep.per_class, columns=rep.per_class_columns),
                     out.gallery: self._disagreements(state, plan, rep.disagree[:18]),
@@ -146,17 +196,18 @@ class RunView:
             f"{m.tag or m.label} {names[p[i]]}" for m, p in zip(state.members, preds, strict=True)))
             for i in indices]
 
-    def hide_report(self, request: gr.Request = None):
+    @staticmethod
+    def hide_report():
         """A Start: the report of an earlier run leaves the page (this run's comes when it is done)."""
-        self._reports.pop(self.app.session(request), None)
-        return (gr.update(value=None, visible=False),) * 3
+        return (gr.update(value=None, visible=False),) * 3 + (None,)
 
-    def show_report(self, request: gr.Request = None):
-        """A run has ended: its report shows where it has one (a run that failed or was cancelled has none)."""
-        done = self._reports.pop(self.app.session(request), None)
-        if done is None:
+    @staticmethod
+    def show_report(shape: ReportShape | None):
+        """A run has ended: its report shows where it has one (a run that failed or was cancelled has none);
+        `shape` is the page's, which the run's last update set (and a Start cleared)."""
+        if shape is None:
             return (gr.update(visible=False),) * 3
-        disagreements, results, per_class = done
         # The first column (a model, a class) takes what the numbers leave: at 800 px every column shows.
-        return (gr.update(visible=True, column_widths=shares(results, 30)),
-                gr.update(visible=True, column_widths=shares(per_class, 40)), gr.update(visible=disagreements > 0))
+        return (gr.update(visible=True, column_widths=shares(shape.results, 30)),
+                gr.update(visible=True, column_widths=shares(shape.per_class, 40)),
+                gr.update(visible=shape.disagreements > 0))

@@ -7,6 +7,7 @@ import html
 import os
 from pathlib import Path
 
+from explorer.app.starts import Going
 from explorer.core.card import Training
 from explorer.core.formatting import rate
 from explorer.core.protocol import Phase
@@ -15,7 +16,7 @@ from explorer.finetune.follow import run_fraction
 from explorer.finetune.plan import TEST_FRACTION, Plan, images_per_class_for, plan_splits
 from explorer.finetune.queue import QueuePlace
 from explorer.finetune.state import CancelAnswer, RunState, RunStatus
-from explorer.training import head, tuning
+from explorer.training.recipe import FINE_TUNE
 
 # What the run's own line says while a cancelled run stops, and the Cancel button's answer then: the two agree.
 CANCELLING = "Cancelling: the run stops at its next step (within a few seconds); nothing will be saved."
@@ -49,6 +50,7 @@ COMPARE_WAITING = ("_Your fine-tune waits in the queue (Fine-tune tab): when it 
                    "slots and these answers are redone for them._")
 COMPARE_RUNNING = ("_Your fine-tune is running (Fine-tune tab): when it ends, its models come into the slots and "
                    "these answers are redone for them._")
+COMPARE_GOING = {Going.WAITING: COMPARE_WAITING, Going.RUNNING: COMPARE_RUNNING, Going.NOTHING: ""}
 LOADING_SLOTS = "**loading** the new models into the slots"
 # An ended run's headline: how it ended.
 ENDED = {RunStatus.IDLE: "**idle**", RunStatus.DONE: "**done**", RunStatus.CANCELLED: "**cancelled**",
@@ -156,19 +158,20 @@ def small_data_note(plan: Plan) -> str:
     (keep a fine-tuned epoch, or its start) to mean much: how the images are split, what the run will do, and
     how many images would do; empty when it is not (or when a new model is trained: it has no start to keep)."""
     split = plan_splits(plan)
-    if plan.scratch or not split.validation or split.validation >= head.MIN_VALIDATION_IMAGES:
+    if plan.scratch or not split.validation or split.validation >= FINE_TUNE.min_validation_images:
         return ""
     d, n = plan.dataset, split.validation
     models = "each model" if len(plan.members) > 1 else "the model"
     test = f"{split.test} to test, " if split.test else ""
-    need = images_per_class_for(head.MIN_VALIDATION_IMAGES, d.num_classes, TEST_FRACTION if split.test else 0.0)
+    need = images_per_class_for(FINE_TUNE.min_validation_images, d.num_classes,
+                                TEST_FRACTION if split.test else 0.0)
     return (f"⚠ **Too few images for the fine-tune to decide.** Of {len(d.x_train) + len(d.x_test)} images, "
             f"{test}{n} to validate and {split.train} to train {models}. A fine-tuned model is kept only when it "
             f"does clearly better than its start (the base model's answers, or a linear classifier on its features) "
-            f"on the validation images, and on {n} (under {head.MIN_VALIDATION_IMAGES}) one image is worth "
+            f"on the validation images, and on {n} (under {FINE_TUNE.min_validation_images}) one image is worth "
             f"{100 / n:.3g} points: the run cannot tell the two apart: after training it keeps whichever a single "
             f"image favours, and the start on a tie. Add images: {need} a class give "
-            f"{head.MIN_VALIDATION_IMAGES} to validate.")
+            f"{FINE_TUNE.min_validation_images} to validate.")
 
 
 def refused_status(reason: str) -> str:
@@ -193,11 +196,11 @@ so every tab then compares them. Upload a zip with one folder of images per clas
 training and held-out test images. **The default recipe** (every number at 0): the head starts where it can
 already score (the base's own rows when your classes are among its classes, or a logistic regression on
 the frozen features where that does better in 5-fold cross-validation), then the whole model trains (AdamW,
-warmup + cosine, crop + flip; peak learning rate {rate(tuning.FT_LEARNING_RATE)}, or
-{rate(tuning.FT_LEARNING_RATE_KNOWN)} for classes the base knows) for up to {tuning.FT_TARGET_STEPS:,} steps
-and {tuning.FT_IMAGE_BUDGET:,} images, with a batch size scaled to your data. The best epoch on a 10 %
+warmup + cosine, crop + flip; peak learning rate {rate(FINE_TUNE.learning_rate)}, or
+{rate(FINE_TUNE.learning_rate_known)} for classes the base knows) for up to {FINE_TUNE.target_steps:,} steps
+and {FINE_TUNE.image_budget:,} images, with a batch size scaled to your data. The best epoch on a 10 %
 validation split is kept only when it beats its start clearly there (a net gain of over
-{head.FT_MARGIN_Z:g} standard error in images right); otherwise the run keeps the start (the base's rows,
+{FINE_TUNE.margin_z:g} standard error in images right); otherwise the run keeps the start (the base's rows,
 or the logistic regression refitted on every labelled image) and says why. The training process stays up
 between runs with its models compiled: a repeat run of the same shape starts at once. On 2 CPU cores a
 first run costs most: starting the process and compiling both models took about two minutes for a pair on

@@ -8,13 +8,12 @@ against (6.31) by a test in tests/test_gradio_patches.py that fails when Gradio'
 - a component a handler has updated (its choices, say) keeps its id in the session, so a link to the view
   (gr.DeepLinkButton) saves what the component shows.
 
-`install()` applies them all (idempotent); ORIGINALS keeps what each replaced, for the tests."""
+`install()` applies them all (idempotent); each patch carries what it replaced (`originals()` reads them, for
+the tests). Nothing here keeps state of its own: the image cache's files are explorer.core.atomic.WrittenOnce's."""
 
 from __future__ import annotations
 
-import os
-import threading
-from collections import OrderedDict
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +23,30 @@ from explorer.analysis import render
 from explorer.core import atomic
 
 GRADIO_VERSION = "6.31"  # the Gradio these patches were written against (requirements.txt pins it)
-ORIGINALS: dict[str, Callable] = {}  # what each patch replaced, by its name
+REPLACED = "_explorer_replaced"  # each patch's attribute: the function it replaced
+
+
+def _patch(patch: Callable, original: Callable) -> Callable:
+    """`patch`, marked as ours and carrying `original`: installing it again changes nothing."""
+    setattr(patch, REPLACED, original)
+    return patch
+
+
+def _patched(function) -> bool:
+    return hasattr(function, REPLACED)
+
+
+def originals() -> dict[str, Callable]:
+    """What each installed patch replaced, by its name (read from the patches themselves)."""
+    from gradio import processing_utils as pu
+    from gradio.mcp import GradioMCPServer
+    from gradio.state_holder import SessionState
+
+    now = {"get_tool_to_endpoint": GradioMCPServer.get_tool_to_endpoint,
+           "_execute_tool_without_progress": GradioMCPServer._execute_tool_without_progress,
+           "get_input_schema": GradioMCPServer.get_input_schema, "save_pil_to_cache": pu.save_pil_to_cache,
+           "SessionState.__setitem__": SessionState.__setitem__}
+    return {name: getattr(function, REPLACED) for name, function in now.items() if _patched(function)}
 
 
 def install() -> None:
@@ -48,15 +70,14 @@ def install_tool_list() -> None:
     from gradio import mcp as gradio_mcp
 
     server = gradio_mcp.GradioMCPServer
-    if getattr(server.get_tool_to_endpoint, "_explorer", False):
+    if _patched(server.get_tool_to_endpoint):
         return
-    original = ORIGINALS["get_tool_to_endpoint"] = server.get_tool_to_endpoint
+    original = server.get_tool_to_endpoint
 
     def get_tool_to_endpoint(self) -> dict[str, str]:
         return {tool: endpoint for tool, endpoint in original(self).items() if endpoint not in NOT_TOOLS}
 
-    get_tool_to_endpoint._explorer = True
-    server.get_tool_to_endpoint = get_tool_to_endpoint
+    server.get_tool_to_endpoint = _patch(get_tool_to_endpoint, original)
 
 
 def install_mcp_outputs() -> None:
@@ -68,9 +89,9 @@ def install_mcp_outputs() -> None:
     from gradio import mcp as gradio_mcp
 
     server = gradio_mcp.GradioMCPServer
-    if getattr(server._execute_tool_without_progress, "_explorer", False):
+    if _patched(server._execute_tool_without_progress):
         return
-    ORIGINALS["_execute_tool_without_progress"] = server._execute_tool_without_progress
+    original = server._execute_tool_without_progress
 
     async def without_progress(self, job) -> list:
         output = None
@@ -84,8 +105,7 @@ def install_mcp_outputs() -> None:
             raise job.exception()
         return output["data"]
 
-    without_progress._explorer = True
-    server._execute_tool_without_progress = without_progress
+    server._execute_tool_without_progress = _patch(without_progress, original)
 
 
 def install_mcp_schemas() -> None:
@@ -99,9 +119,9 @@ def install_mcp_schemas() -> None:
     from gradio.components import State
 
     server = gradio_mcp.GradioMCPServer
-    if getattr(server.get_input_schema, "_explorer", False):
+    if _patched(server.get_input_schema):
         return
-    original = ORIGINALS["get_input_schema"] = server.get_input_schema
+    original = server.get_input_schema
 
     def get_input_schema(self, tool_name: str, parameters: dict[str, str] | None = None):
         schema, filedata_positions = original(self, tool_name, parameters)
@@ -120,8 +140,7 @@ def install_mcp_schemas() -> None:
                 prop.pop("default")
         return schema, filedata_positions
 
-    get_input_schema._explorer = True
-    server.get_input_schema = get_input_schema
+    server.get_input_schema = _patch(get_input_schema, original)
 
 
 def install_image_cache() -> None:
@@ -135,14 +154,10 @@ def install_image_cache() -> None:
     a picture whose pixels were encoded before (the same view asked again, by any session) is served from
     the file written then.
     """
-    import hashlib
-
     from gradio import processing_utils as pu
-    if getattr(pu.save_pil_to_cache, "_explorer_atomic", False):
+    if _patched(pu.save_pil_to_cache):
         return
-    ORIGINALS["save_pil_to_cache"] = pu.save_pil_to_cache
-    written: OrderedDict[tuple, str] = OrderedDict()
-    lock = threading.Lock()
+    original, files = pu.save_pil_to_cache, atomic.WrittenOnce(1024)
 
     def encode(img, format):
         if format.lower() == "png" and img.mode == "RGB" and not img.info:
@@ -152,26 +167,10 @@ def install_image_cache() -> None:
     def save_pil_to_cache(img, cache_dir, name="image", format="webp"):
         key = (str(cache_dir), name, format.lower(), img.mode, img.size,
                hashlib.blake2b(img.tobytes(), digest_size=16).digest())
-        with lock:
-            path = written.get(key)
-            if path is not None:
-                written.move_to_end(key)
-        if path is not None and os.path.exists(path):
-            return path
-        data = encode(img, format)
-        folder = Path(cache_dir) / pu.hash_bytes(data)
-        folder.mkdir(exist_ok=True, parents=True)
-        path = (folder / f"{name}.{format}").resolve()
-        if not (path.exists() and path.stat().st_size == len(data)):
-            atomic.write_bytes(path, data, durable=False)
-        with lock:
-            written[key] = str(path)
-            while len(written) > 1024:
-                written.popitem(last=False)
-        return str(path)
+        return files.path(key, lambda: encode(img, format),
+                          lambda data: Path(cache_dir) / pu.hash_bytes(data) / f"{name}.{format}")
 
-    save_pil_to_cache._explorer_atomic = True
-    pu.save_pil_to_cache = save_pil_to_cache
+    pu.save_pil_to_cache = _patch(save_pil_to_cache, original)
 
 
 def install_session_ids() -> None:
@@ -185,9 +184,9 @@ def install_session_ids() -> None:
     from gradio.components import State
     from gradio.state_holder import SessionState
 
-    if getattr(SessionState.__setitem__, "_explorer", False):
+    if _patched(SessionState.__setitem__):
         return
-    original = ORIGINALS["SessionState.__setitem__"] = SessionState.__setitem__
+    original = SessionState.__setitem__
 
     def __setitem__(self, key: int, value) -> None:
         replaced = self.blocks_config.blocks.get(key)
@@ -196,5 +195,4 @@ def install_session_ids() -> None:
             value._id = key
         original(self, key, value)
 
-    __setitem__._explorer = True
-    SessionState.__setitem__ = __setitem__
+    SessionState.__setitem__ = _patch(__setitem__, original)

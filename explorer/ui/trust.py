@@ -4,7 +4,6 @@ corruptions, and which map to trust (deletion/insertion, randomisation); with a 
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 
 import gradio as gr
@@ -31,8 +30,6 @@ TEXT = (f"Both models over a **whole labelled set**: the CIFAR test set (the fir
 TRUE = "true class"
 CLASS_COLUMNS = ["class", "A", "A interval", "B", "B interval", "images"]
 CAL_COLUMNS = ["model", "top-1", "temperature", "ECE before", "ECE after", "NLL before", "NLL after"]
-FAITH_COLUMNS = ["model", "map", "deletion AUC (lower is better)", "insertion AUC (higher is better)",
-                 "rank corr. after head re-init", "rank corr. after all re-init"]
 # The page's headers for the same columns: short words that wrap between words in an 800 px window.
 FAITH_SHOWN = ["model", "map", "deletion ↓", "insertion ↑", "rank corr., head reset", "rank corr., all reset"]
 
@@ -110,10 +107,7 @@ class TrustTab:
                    f"({_range(mb.interval)}); only A right on **{len(report.only_right(0))}** images, only B on "
                    f"**{len(report.only_right(1))}**. Temperature fitted on {c.fit_count:,} images, measured on "
                    f"the other {c.held_count:,}.")
-        folder = tempfile.mkdtemp(prefix="trust-", dir=self.app.downloads_dir)
-        files = render_trust.write_files(folder, report.summary(), {"confusion": confusion,
-                                                                    "reliability": reliability},
-                                         cards=cards)
+        files = self.service.report_files(report, {"confusion": confusion, "reliability": reliability}, cards)
         return (summary, confusion, tables[0], tables[1], classes, reliability, cal, galleries[0], galleries[1],
                 files, key)
 
@@ -179,12 +173,7 @@ class TrustTab:
                    f"**{pct(table.mean_accuracy[1])}**; B's mCE relative to A **{100 * table.mce(1):.1f} %** "
                    f"(A = 100 %), relative mCE {100 * table.relative_mce(1):.1f} %.")
         figure = render_trust.picture(render_trust.corruption_figure(table))
-        folder = tempfile.mkdtemp(prefix="corruptions-", dir=self.app.downloads_dir)
-        files = render_trust.write_files(folder, None, {"corruptions": figure}, cards=_cards(a, b),
-                                         corruption_rows=table.rows(),
-                                         corruption_header=["corruption"] + [f"{t} s{s}" for t in "AB" for s in
-                                                                             [*table.severities, "mean"]]
-                                         + ["A CE", "B CE"])
+        files = self.service.corruption_files(table, figure, _cards(a, b))
         return summary, figure, pd.DataFrame(rows, columns=header), files
 
     def trust_faithfulness(self, ref_a: str, ref_b: str, request: gr.Request = None, progress=gr.Progress()):
@@ -214,9 +203,7 @@ class TrustTab:
         summary = (f"**Which map to trust**: {over}, {report.step} patches per step ({where}); the "
                    f"randomisation check on the first {report.randomisation_count}.")
         figure = render_trust.picture(render_trust.faithfulness_figure(report, faithfulness.KINDS))
-        folder = tempfile.mkdtemp(prefix="faithfulness-", dir=self.app.downloads_dir)
-        files = render_trust.write_files(folder, None, {"faithfulness": figure}, faithfulness_rows=rows,
-                                         faithfulness_header=FAITH_COLUMNS, cards=_cards(a, b))
+        files = self.service.faithfulness_files(report, figure, _cards(a, b))
         return summary, figure, pd.DataFrame(shown, columns=FAITH_SHOWN), files
 
     def arrive(self, ref_a: str, ref_b: str, count: float = 1000, request: gr.Request = None) -> Arrival:

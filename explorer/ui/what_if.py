@@ -6,7 +6,8 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.analysis import lsa_switches, render
-from explorer.app.workbench import SAME_DEPTH, pair_layers, picture_title, what_if, what_if_plot
+from explorer.app.attention import SAME_DEPTH, pair_layers, picture_title
+from explorer.app.what_if import what_if, what_if_plot
 from explorer.core.formatting import pct
 from explorer.ui.context import AppState, Page, in_place
 from explorer.ui.pictures import picture

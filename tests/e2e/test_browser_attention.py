@@ -31,7 +31,7 @@ def app(tmp_path_factory, data_dir):
 
 @pytest.mark.parametrize("width", [1280, 800])
 def test_the_paper_pairs_heads_stay_legible(browser, app, width):
-    from explorer.app.workbench import TILE
+    from explorer.app.attention import TILE
     page = visit(browser, app, width, height=1000)
     open_tab(page, "Attention")
     page.get_by_role("button", name=SELF_HEAD_LABEL).click()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from explorer.checkpoints.visitors import REFUSED
+from explorer.checkpoints.finetuned import REFUSED
 from tests.helpers import ROOT, pair_folder, scaled, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]

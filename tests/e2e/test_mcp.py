@@ -12,7 +12,7 @@ import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
-from explorer.checkpoints.visitors import REFUSED, owner_key
+from explorer.checkpoints.finetuned import REFUSED, owner_key
 from explorer.data.samples import examples
 from tests.helpers import pair_folder, start_app
 

@@ -12,8 +12,8 @@ import zipfile
 import pytest
 from gradio_client import Client
 
+from explorer.checkpoints.finetuned import REFUSED, owner_key
 from explorer.checkpoints.store import load_checkpoint
-from explorer.checkpoints.visitors import REFUSED, owner_key
 from tests.e2e.test_api import PAIR, _wait_status
 from tests.helpers import ROOT, pair_folder, start_app, stop
 

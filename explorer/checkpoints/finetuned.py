@@ -1,4 +1,5 @@
-"""A public Space shared by strangers: who a visitor is, what they may reach, and what is kept of their runs.
+"""The fine-tuned runs' checkpoints on disk (RunStore), and on a public Space shared by strangers whose each one
+is, what a visitor may reach, and what is kept of their runs.
 
 Shared mode is on where the app runs as a Hugging Face Space (`SPACE_ID` is set there) or with
 `EXPLORER_SHARED=1`; off it, the app is the single-user tool (every checkpoint listed, paths accepted,

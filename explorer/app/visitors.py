@@ -2,7 +2,8 @@
 going on or waiting, and what pruning the stored runs must therefore keep.
 
 A page's session is named by the session id its server gives it (Gradio's `session_hash`, read in the page's
-layer); its visitor is the random id their browser keeps (explorer.checkpoints.visitors), told once the page has opened.
+layer); its visitor is the random id their browser keeps (explorer.checkpoints.finetuned), told once the page
+has opened.
 Nothing here imports gradio: every id comes in as a plain string.
 """
 
@@ -14,7 +15,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from explorer.checkpoints.visitors import RunStore, new_visitor_id, owner_key
+from explorer.checkpoints.finetuned import RunStore, new_visitor_id, owner_key
 from explorer.core import atomic
 
 # The ids `new_visitor_id` makes, with room to spare; anything else a browser sends is replaced by a new one.

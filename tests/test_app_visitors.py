@@ -6,9 +6,9 @@ from __future__ import annotations
 import shutil
 import time
 
-from explorer.app.sharing import VISITOR_ID, Visitors, browser_secret
+from explorer.app.visitors import VISITOR_ID, Visitors, browser_secret
+from explorer.checkpoints.finetuned import RunStore, SharedLimits, new_visitor_id, owner_key
 from explorer.checkpoints.store import read_card
-from explorer.checkpoints.visitors import RunStore, SharedLimits, new_visitor_id, owner_key
 from tests.helpers import stored_run as add_run
 
 
