@@ -232,7 +232,7 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
         index = base_rows(card.class_names, ds.class_names)
         if index is not None:
             logits = predict_logits(model, ds.x_test)[:, index]
-            record("base", accuracy_metrics(logits, ds.y_test)["top1"])
+            record("base", accuracy_metrics(logits, ds.y_test).top1)
     results[(zip_name, ref, "n")] = (len(ds.y_test), None)
     if "probe" in rows or "default" in rows:
         if held_out is None:
@@ -259,7 +259,7 @@ def bench_model(ref: str, zip_name: str, ds, rows: list[str], lr: float | None, 
         record(row, result.metrics.test_top1, time.perf_counter() - start)
         if row == "default" and held_out is not None and result.checkpoint:
             kept_model, _ = load_checkpoint(result.checkpoint)
-            held = accuracy_metrics(predict_logits(kept_model, held_out[0]), held_out[1])["top1"]
+            held = accuracy_metrics(predict_logits(kept_model, held_out[0]), held_out[1]).top1
             results[(zip_name, ref, "default", "held")] = (held, None)
             print(f"    held out ({len(held_out[1])} images): {100 * held:.2f} %", flush=True)
         if row == "default":

@@ -7,24 +7,26 @@ from types import SimpleNamespace
 
 import pytest
 
+from explorer.analysis.evaluate import Evaluation, Locality
 from explorer.core.card import Card, Metrics
 from explorer.model.ablation import ORDER, PAPER, AblationError, ablation_markdown, by_variant
+from explorer.model.predict import Accuracy
 from tests.helpers import tiny_config
 
 CLASSES = ["cat", "dog"]
 TOP1 = {"vanilla": 0.70, "lsa": 0.71, "spt": 0.74, "spt_lsa": 0.75}
 
 
-def result(variant: str, top1: float, count: int = 1000, classes=CLASSES) -> dict:
+def result(variant: str, top1: float, count: int = 1000, classes=CLASSES) -> Evaluation:
     config = tiny_config(variant=variant if variant in ORDER else "vanilla").to_dict()
     per_class = [top1 - 0.05, top1 + 0.05]
-    return {"ref": f"checkpoints/cifar10-{variant}",
-            "card": Card(name=f"cifar10-{variant}", variant=variant, config=config,
-                         metrics=Metrics(val_top1=top1 + 0.01, top1=top1 + 0.1, test_top1_flip=top1 + 0.02)),
-            "dataset": SimpleNamespace(name="cifar10", class_names=classes),
-            "metrics": {"top1": top1, "top5": 0.99, "per_class": per_class, "count": count},
-            "locality": {"images": 8, "distance": [10.0 + k for k in range(2)], "entropy": [3.0, 2.5],
-                         "tau": [4.5, 4.2] if "lsa" in variant else [None, None]}}
+    return Evaluation(f"checkpoints/cifar10-{variant}",
+                      Card(name=f"cifar10-{variant}", variant=variant, config=config,
+                           metrics=Metrics(val_top1=top1 + 0.01, top1=top1 + 0.1, test_top1_flip=top1 + 0.02)),
+                      SimpleNamespace(name="cifar10", class_names=classes),
+                      Accuracy(top1, 0.99, per_class, count),
+                      locality=Locality(8, [10.0 + k for k in range(2)], [3.0, 2.5],
+                                        [4.5, 4.2] if "lsa" in variant else [None, None]))
 
 
 def test_the_section_holds_the_grid_the_table_beside_the_paper_and_how_the_gains_add_up():
@@ -51,14 +53,14 @@ def test_the_section_holds_the_grid_the_table_beside_the_paper_and_how_the_gains
 def test_a_limited_evaluation_says_so():
     results = [result(v, TOP1[v], count=300) for v in ORDER]
     for r in results:
-        r["dataset"].x_test = [None] * 10_000
+        r.dataset.x_test = [None] * 10_000
     assert ablation_markdown(results).startswith("On the first 300 of 10,000 cifar10 test images:")
 
 
 def test_no_joint_gain_is_said_plainly_and_locality_is_optional():
     results = [result(v, 0.70 if v != "lsa" else 0.72) for v in ORDER]
     for r in results:
-        del r["locality"]
+        r.locality = None
     text = ablation_markdown(results)
     assert "do not beat the plain ViT" in text
     assert "| per layer |" not in text and "| learned τ, mean of heads |" not in text

@@ -41,19 +41,19 @@ def test_flip_averages_each_image_with_its_mirror(tiny_checkpoints, data_dir):
 
     result = evaluate([str(tiny_checkpoints["spt_lsa"])], data_dir=str(data_dir), limit=64, flip=True)[0]
     model, _ = load_checkpoint(tiny_checkpoints["spt_lsa"])
-    images, labels = result["dataset"].x_test[:64], result["dataset"].y_test[:64]
+    images, labels = result.dataset.x_test[:64], result.dataset.y_test[:64]
     mirrored = np.stack([np.fliplr(im) for im in images])
     probs = sum(softmax(np.asarray(model(batch.astype("float32")))) for batch in (images, mirrored))
     expected = accuracy_metrics(probs, labels)
-    assert result["flip"]["top1"] == expected["top1"] and result["flip"]["top5"] == expected["top5"]
-    assert result["metrics"]["top1"] == accuracy_metrics(np.asarray(model(images.astype("float32"))), labels)["top1"]
+    assert result.flip.top1 == expected.top1 and result.flip.top5 == expected.top5
+    assert result.metrics.top1 == accuracy_metrics(np.asarray(model(images.astype("float32"))), labels).top1
 
 
 def test_limit_does_not_store(tiny_checkpoints, tmp_path, data_dir):
     folder = shutil.copytree(tiny_checkpoints["vanilla"], tmp_path / "v")
     before = read_card(folder)
     results = evaluate([str(folder)], data_dir=str(data_dir), limit=50)
-    assert results[0]["metrics"]["count"] == 50 and read_card(folder) == before
+    assert results[0].metrics.count == 50 and read_card(folder) == before
     assert "50" in format_table(results) and markdown_table(results).count("\n") == 2
 
 
@@ -66,18 +66,18 @@ def test_locality_per_layer(tiny_checkpoints, data_dir):
 
     results = evaluate([str(p) for p in tiny_checkpoints.values()], data_dir=str(data_dir), limit=20,
                        store=False, locality_images=10)
-    by_variant = {r["card"].variant: r["locality"] for r in results}
+    by_variant = {r.card.variant: r.locality for r in results}
     model, card = load_checkpoint(tiny_checkpoints["spt_lsa"])
     config = ViTConfig.from_dict(card.config)
-    images = results[0]["dataset"].x_test[:10]
+    images = results[0].dataset.x_test[:10]
     attention = Probe(model, config)(images).attention
     batched = locality(model, card, images, batch_size=3)
-    np.testing.assert_allclose(batched["distance"], mean_attention_distance(
+    np.testing.assert_allclose(batched.distance, mean_attention_distance(
         attention, config.grid_size, config.pixels_per_patch).mean(-1), rtol=1e-5)
-    np.testing.assert_allclose(batched["entropy"], attention_entropy(attention).mean(-1), rtol=1e-5)
-    assert by_variant["spt_lsa"]["images"] == 10 and len(by_variant["spt_lsa"]["distance"]) == config.num_layers
-    np.testing.assert_allclose(by_variant["spt_lsa"]["distance"], batched["distance"], rtol=1e-5)
-    assert all(t > 0 for t in by_variant["spt_lsa"]["tau"]) and set(by_variant["vanilla"]["tau"]) == {None}
+    np.testing.assert_allclose(batched.entropy, attention_entropy(attention).mean(-1), rtol=1e-5)
+    assert by_variant["spt_lsa"].images == 10 and len(by_variant["spt_lsa"].distance) == config.num_layers
+    np.testing.assert_allclose(by_variant["spt_lsa"].distance, batched.distance, rtol=1e-5)
+    assert all(t > 0 for t in by_variant["spt_lsa"].tau) and set(by_variant["vanilla"].tau) == {None}
     table = format_table(results)
     assert "distance px L0" in table and "tau L1" in table and "distance mean" in table
     tau_row = next(line for line in table.splitlines() if line.startswith("tau L0")).split()

@@ -56,7 +56,7 @@ def test_the_probe_replaces_the_base_rows_only_where_it_does_better_out_of_fold(
         assert start.head == "base rows" and choice.fallback_name == "the base's rows"
     else:
         assert start.head.startswith("linear probe") and choice.fallback_name.startswith("the linear probe on all")
-    assert start.val_top1 == pytest.approx(accuracy_metrics(predict_logits(prepared, vx), vy)["top1"])
+    assert start.val_top1 == pytest.approx(accuracy_metrics(predict_logits(prepared, vx), vy).top1)
     assert choice.start_correct.sum() == round(start.val_top1 * len(vy))
 
 

@@ -83,9 +83,9 @@ def assert_check_set(folder, card, no_data) -> None:
     from explorer.analysis.evaluate import evaluate
     assert card.metrics.check_set == "cifar10 test images 0-199", folder.name
     result = evaluate([str(folder)], data_dir=str(no_data), limit=200, store=False)[0]
-    assert result["dataset"].sample and result["metrics"]["count"] == 200
-    assert abs(result["metrics"]["top1"] - card.metrics.check_top1) <= 0.01, folder.name
-    assert abs(result["metrics"]["top5"] - card.metrics.check_top5) <= 0.01, folder.name
+    assert result.dataset.sample and result.metrics.count == 200
+    assert abs(result.metrics.top1 - card.metrics.check_top1) <= 0.01, folder.name
+    assert abs(result.metrics.top5 - card.metrics.check_top5) <= 0.01, folder.name
 
 
 def test_tau_in_the_card_is_the_models_tau(shipped):

@@ -97,8 +97,8 @@ def test_train_cli_on_512_images_writes_a_loadable_checkpoint(tmp_path, data_dir
     from explorer.data.datasets import load_cifar
     ds = load_cifar("cifar10", data_dir).subset(test=200, seed=0)
     metrics = accuracy_metrics(predict_logits(model, ds.x_test), ds.y_test)
-    assert metrics["top1"] == card.metrics.test_top1
-    assert metrics["per_class"] == card.metrics.test_per_class
+    assert metrics.top1 == card.metrics.test_top1
+    assert metrics.per_class == card.metrics.test_per_class
     assert card.dataset.train_images == 461 and card.training.epochs == 1
     assert len(card.history) == 1 and len(card.history[0].tau) == 2
 
@@ -219,7 +219,7 @@ def test_continue_is_one_run_with_the_base_history(tiny_checkpoints, cifar10, tm
     assert training.stages[1].recipe["cutmix_alpha"] == 1.0
     # CutMix touched the training batches only: validation scored the clean held-out images
     _, (x_val, y_val) = split_validation(same.x_train, same.y_train, 0.25, 0)
-    assert accuracy_metrics(predict_logits(model, x_val), y_val)["top1"] == pytest.approx(
+    assert accuracy_metrics(predict_logits(model, x_val), y_val).top1 == pytest.approx(
         card.history[-1].val_top1, abs=1e-6)
     assert sum(line.startswith("| ") and line[2:3].isdigit() for line in readme.splitlines()) == 3
 
@@ -374,9 +374,9 @@ def test_validation_counts_each_real_image_once(cifar10):
     logits = predict_logits(model, x_val)
     exact = accuracy_metrics(logits, y_val)
     last = record.history[-1].to_json()
-    assert 0.15 < exact["top1"] < 0.9  # trained a little: a repeat's right or wrong answer would show
-    assert last["val_top1"] == pytest.approx(exact["top1"], abs=1e-6)
-    assert last["val_top5"] == pytest.approx(exact["top5"], abs=1e-6)
+    assert 0.15 < exact.top1 < 0.9  # trained a little: a repeat's right or wrong answer would show
+    assert last["val_top1"] == pytest.approx(exact.top1, abs=1e-6)
+    assert last["val_top5"] == pytest.approx(exact.top5, abs=1e-6)
     smoothed = np.full((len(y_val), 10), recipe.label_smoothing / 10, "float32")
     smoothed[np.arange(len(y_val)), y_val] += 1 - recipe.label_smoothing
     loss = -(smoothed * (logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))

@@ -55,7 +55,7 @@ def main(argv=None) -> int:
             continue
         logits = predict_logits(model, val[0])
         exact = accuracy_metrics(logits, val[1])
-        new = {"val_top1": exact["top1"], "val_top5": exact["top5"],
+        new = {"val_top1": exact.top1, "val_top5": exact.top5,
                "val_loss": smoothed_loss(logits, val[1], tc.label_smoothing)}
         old = {k: getattr(card.metrics, k) for k in new}
         print(f"{ref}: {len(val[1])} validation images; "

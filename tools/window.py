@@ -243,11 +243,11 @@ def ship(state: Path, dest: Path, data_dir: str | None) -> str:
         update_card(tmp, training={"windows": windows}, name=shipped_name(dest))
         make_lean(tmp)
         result = evaluate([str(tmp)], data_dir=data_dir, store=True, flip=True)[0]
-    metrics = result["metrics"]
+    metrics = result.metrics
     atomic.write_text(state / SHIPPED, json.dumps({"checkpoint": dest.as_posix(), "shipped": _now(),
-                                                   "test_top1": metrics["top1"]}, indent=1) + "\n")
+                                                   "test_top1": metrics.top1}, indent=1) + "\n")
     shutil.rmtree(state / "checkpoint")
-    return (f"{dest}: test top-1 {100 * metrics['top1']:.2f} % on {len(result['dataset'].y_test):,} test images, "
+    return (f"{dest}: test top-1 {100 * metrics.top1:.2f} % on {len(result.dataset.y_test):,} test images, "
             f"{len(windows)} windows on its card")
 
 

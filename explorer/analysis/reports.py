@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from explorer.core.formatting import pct
+from explorer.model.predict import Accuracy, accuracy_metrics, predict_logits
 from explorer.model.probe import attention_entropy, mean_attention_distance
 
 TOP5_FROM = 6      # with five classes or fewer the top-5 always holds the true class: it says nothing
@@ -42,7 +43,7 @@ class Disagreements:
     dataset: str
     count: int
     sample: bool                 # the images are the bundled sample
-    metrics: tuple[dict, dict]   # explorer.model.predict.accuracy_metrics of A and of B
+    metrics: tuple[Accuracy, Accuracy]  # of A and of B
     predictions: np.ndarray      # (2, count) top-1 class of A and of B
     labels: np.ndarray           # (count,)
     class_names: list[str]
@@ -56,8 +57,8 @@ class Disagreements:
         (m_a, m_b), (p_a, p_b), y, differ = self.metrics, self.predictions, self.labels, self.differ
         where = " (bundled with the app)" if self.sample else ""
         neither = int(((p_a[differ] != y[differ]) & (p_b[differ] != y[differ])).sum())
-        return (f"On the first **{self.count}** {self.dataset} test images{where}: A **{pct(m_a['top1'])}** "
-                f"top-1, B **{pct(m_b['top1'])}** top-1; they disagree on **{len(differ)}** "
+        return (f"On the first **{self.count}** {self.dataset} test images{where}: A **{pct(m_a.top1)}** "
+                f"top-1, B **{pct(m_b.top1)}** top-1; they disagree on **{len(differ)}** "
                 f"({100 * len(differ) / self.count:.1f} %): A right {int((p_a[differ] == y[differ]).sum())}, "
                 f"B right {int((p_b[differ] == y[differ]).sum())}, neither {neither}.")
 
@@ -66,7 +67,7 @@ class Disagreements:
     def per_class(self) -> list[list[str]]:
         """One row per class: A's and B's top-1 and the difference in points."""
         return [[cls, pct(pa), pct(pb), "–" if pa is None or pb is None else f"{100 * (pb - pa):+.1f}"]
-                for cls, pa, pb in zip(self.class_names, self.metrics[0]["per_class"], self.metrics[1]["per_class"],
+                for cls, pa, pb in zip(self.class_names, self.metrics[0].per_class, self.metrics[1].per_class,
                                        strict=True)]
 
     def captions(self, limit: int = 24) -> list[tuple[int, str]]:
@@ -79,7 +80,6 @@ class Disagreements:
 def disagreements(a, b, dataset, count: int) -> Disagreements:
     """Models `a` and `b` (models.LoadedModel) on the first `count` test images of `dataset`
     (explorer.data.datasets.Dataset). Raises ValueError when they cannot be compared on it."""
-    from explorer.model.predict import accuracy_metrics, predict_logits
     count = int(count or 0)
     if count < 1:
         raise ValueError("choose at least one test image")

@@ -1,8 +1,10 @@
 """A model's answers over many images and their accuracy: predict_logits in fixed-size batches (one compiled
-shape per model, split evenly over the data-parallel devices), accuracy_metrics from the logits.
+shape per model, split evenly over the data-parallel devices), accuracy_metrics (an Accuracy) from the logits.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,12 +30,22 @@ def predict_logits(model, x, batch_size: int = PREDICT_BATCH) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros((0, model.output_shape[-1]), "float32")
 
 
-def accuracy_metrics(logits: np.ndarray, y: np.ndarray) -> dict:
+@dataclass(frozen=True)
+class Accuracy:
+    """How often a model is right on labelled images: its top-1 and top-5 (the top-k with k = the number of
+    classes, when under 5), top-1 per class (None for a class with no image) and the number of images."""
+
+    top1: float
+    top5: float
+    per_class: list[float | None]
+    count: int
+
+
+def accuracy_metrics(logits: np.ndarray, y: np.ndarray) -> Accuracy:
     y = np.asarray(y)
     num_classes = logits.shape[-1]
     top1 = logits.argmax(-1) == y
     k = min(5, num_classes)
     topk = (np.argsort(-logits, axis=-1)[:, :k] == y[:, None]).any(-1)
     per_class = [float(top1[y == c].mean()) if (y == c).any() else None for c in range(num_classes)]
-    return {"top1": float(top1.mean()), "top5": float(topk.mean()), "per_class": per_class,
-            "count": int(len(y))}
+    return Accuracy(float(top1.mean()), float(topk.mean()), per_class, int(len(y)))

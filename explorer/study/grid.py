@@ -28,15 +28,23 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from explorer.analysis.evaluate import store_check_set
+from explorer.checkpoints.store import is_checkpoint, load_checkpoint, read_card, update_card
 from explorer.core import atomic
 from explorer.core.card import Card
 from explorer.core.settings import PROJECT, Settings
+from explorer.data.batches import training_split
+from explorer.data.folders import load_dataset
 from explorer.model.config import VARIANTS
+from explorer.model.predict import accuracy_metrics, predict_logits
+from explorer.study import mechanisms
+from explorer.study import report as study_report
 from explorer.study.report import DEFAULT_RECIPE, read_results, study_variant
 from explorer.train import NewModelRun, parse_args, run_new_model
+from explorer.training.recipe import TrainConfig
 
 # The study's variants: the model variants with the keras.io example's one temperature per LSA layer, and the
 # paper's own LSA (aanna0701/SPT_LSA_ViT: one learned temperature per head) as "<variant>_head".
@@ -336,7 +344,6 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
     if done is not None:
         print(f"{trial.name}: done before, not repeated", flush=True)
         return result_row(done, trial, grid.recipe_name(trial))
-    from explorer.checkpoints.store import is_checkpoint, read_card, update_card
     folder = grid.checkpoint_dir(trial)
     card = read_card(folder) if is_checkpoint(folder) else None
     recipe = card.training.recipe if card else {}
@@ -354,7 +361,6 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
     if card.metrics.train_top1 is None:
         card = update_card(folder, metrics={"train_top1": train_accuracy(folder, grid, data_dir)})
     if grid.kept(trial) and card.metrics.check_top1 is None:  # what anyone can re-measure with no data
-        from explorer.analysis.evaluate import store_check_set
         card = store_check_set(folder, data_dir)
     record = record_path(grid, trial)
     record.parent.mkdir(parents=True, exist_ok=True)
@@ -366,18 +372,12 @@ def run_trial(grid: Grid, trial: Trial, data_dir: str | None = None, threads: in
 
 def train_accuracy(folder: Path, grid: Grid, data_dir: str | None) -> float:
     """Top-1 of the checkpoint on the very images it was trained on (no augmentation): how far it fit them."""
-    from dataclasses import fields
 
-    from explorer.checkpoints.store import load_checkpoint
-    from explorer.data.batches import training_split
-    from explorer.data.folders import load_dataset
-    from explorer.model.predict import accuracy_metrics, predict_logits
-    from explorer.training.recipe import TrainConfig
     model, card = load_checkpoint(folder)
     names = {f.name for f in fields(TrainConfig)}
     recipe = TrainConfig(**{k: v for k, v in card.training.recipe.items() if k in names})
     (x, y), _ = training_split(load_dataset(grid.dataset, data_dir), recipe)
-    return accuracy_metrics(predict_logits(model, x), y)["top1"]
+    return accuracy_metrics(predict_logits(model, x), y).top1
 
 
 # ---- results ---------------------------------------------------------------------------------------------
@@ -411,7 +411,6 @@ def report(grid: Grid) -> list[Path]:
     from PIL import Image
 
     from explorer.analysis.plots import figure_to_array
-    from explorer.study import report as study_report
     write_results(grid)
     rows = read_results(grid.results_csv)
     shipped = study_report.shipped_points(grid.keep_dir.parent, grid.dataset)
@@ -599,7 +598,6 @@ def main(argv=None, settings: Settings | None = None) -> int:
             for path in report(grid):
                 print(f"wrote {path}")
         elif args.command == "mechanisms":
-            from explorer.study import mechanisms
             settings = Settings.from_env() if settings is None else settings
             for path in mechanisms.write(grid.keep_dir.parent, grid.folder, args.data_dir, settings=settings):
                 print(f"wrote {path}")

@@ -8,6 +8,7 @@ explorer.train starts new models with it, explorer.finetune continues or fine-tu
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -17,13 +18,19 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from explorer.checkpoints.store import unique_dir, write_checkpoint
 from explorer.core.card import Card, Data, Epoch, Lineage, Metrics, Start, Training
 from explorer.core.devices import check_batch_split, data_parallel_devices, device_name
 from explorer.core.protocol import BatchEnd, EpochEnd, MemberEvent, Phase, PhaseBegun
 from explorer.data.batches import make_batches, training_split
 from explorer.data.datasets import Dataset
+from explorer.data.device_batches import on_device
+from explorer.data.step_augment import Reseed, augmentation_block, with_augmentation
+from explorer.model.layers import DropPath
 from explorer.model.models import tau_values
 from explorer.model.predict import accuracy_metrics, predict_logits
+from explorer.training import backup as backups
+from explorer.training.backup import remove
 from explorer.training.fit_state import BestEpoch, FitState
 from explorer.training.recipe import TrainConfig, compile_for_run
 
@@ -201,7 +208,6 @@ def _run_batches(model, recipe: TrainConfig, train, val, num_classes: int, batch
     """(what is fitted, the in-step augmentation block or None, the training batches, the validation batches
     or None): on the device with the fast path (recipe.device_data), else numpy batches from the host."""
     if recipe.device_data:
-        from explorer.data.device_batches import on_device
         return on_device(model, _step_augmentation(recipe), train, val, num_classes, batch_size, recipe,
                          _validation_size(len(val[0]), devices, reuse) if val is not None else 0)
     train_batches = make_batches(train[0], train[1], num_classes, batch_size, recipe.augment, recipe.seed,
@@ -218,7 +224,6 @@ def _seed_run(seed: int, reuse: bool) -> None:
         # eager context's caches, and every compiled function then takes seconds to set up again (measured:
         # 4 s of a 5 s warm run). Batches and augmentation draw from their own (seed, epoch, index) streams,
         # and Keras' layers from their own seed generators, so Python's and NumPy's seeds are all that is left.
-        import random
         random.seed(seed)
         np.random.seed(seed)
     else:
@@ -248,20 +253,17 @@ def _with_step_augmentation(model, recipe: TrainConfig):
     block = _step_augmentation(recipe)
     if block is None:
         return model, None
-    from explorer.data.step_augment import with_augmentation
     return with_augmentation(model, block), block
 
 
 def _step_augmentation(recipe: TrainConfig):
     if not (recipe.randaugment or recipe.random_erasing or recipe.autoaugment):
         return None
-    from explorer.data.step_augment import augmentation_block
     return augmentation_block(recipe.randaugment, recipe.random_erasing, autoaugment=recipe.autoaugment)
 
 
 def _check_backup(backup, model, dataset: Dataset, recipe: TrainConfig, base: dict | None) -> None:
     """Refuses another run's backup; says how far a backup of this run got."""
-    from explorer.training import backup as backups
     done = backups.check(backup, backups.run_identity(model, dataset, recipe, base))
     if done:
         print(f"resuming from backup {backup}: {done} of {recipe.epochs} epochs done", flush=True)
@@ -272,12 +274,9 @@ def _run_callbacks(model, trainee, block, recipe: TrainConfig, history: list, st
                    backup) -> list:
     """The run's callbacks in their order: the reseeding of in-step draws, the recorder, the backup."""
     callbacks = [Recorder(model, recipe, history, state, train_batches, val_batches, progress, cancel)]
-    from explorer.model.layers import DropPath
     if block is not None or any(isinstance(layer, DropPath) for layer in model.layers):
-        from explorer.data.step_augment import Reseed
         callbacks.insert(0, Reseed(trainee, recipe.seed))  # the step's draws a function of (seed, epoch, step)
     if backup:
-        from explorer.training import backup as backups
         # After the recorder: an epoch is saved once its record is in the history.
         callbacks.append(backups.TrainingBackup(backup, train_batches, history, state))
     return callbacks
@@ -323,7 +322,6 @@ def drop_backup(backup, record: RunRecord) -> None:
     """A finished run's backup goes once its checkpoint is written: the same command then starts anew.
     A run stopped by --max-seconds keeps it, so the same command with more time goes on from there."""
     if backup and record.stopped_by not in ("max_seconds", "time_limit"):
-        from explorer.training.backup import remove
         remove(backup)
 
 
@@ -374,15 +372,14 @@ def finish_run(model, record: RunRecord, config, preset, dataset, out_dir, name,
                progress: Callable[[MemberEvent], None] | None = None) -> RunResult:
     """The trained model evaluated on the test images and written as a checkpoint, with its card; `progress`
     hears each of the two phases begin."""
-    from explorer.checkpoints.store import unique_dir, write_checkpoint
     if progress is not None:
         progress(PhaseBegun(Phase.EVALUATING))
     logits = predict_logits(model, dataset.x_test) if len(dataset.x_test) else None
     test = accuracy_metrics(logits, dataset.y_test) if logits is not None else None
     metrics = Metrics.from_json(record.metrics.to_json())
     if test is not None:
-        metrics.test_top1, metrics.test_top5 = test["top1"], test["top5"]
-        metrics.test_per_class, metrics.test_count = test["per_class"], test["count"]
+        metrics.test_top1, metrics.test_top5 = test.top1, test.top5
+        metrics.test_per_class, metrics.test_count = test.per_class, test.count
     card = _run_card(record, config, preset, dataset, metrics, base)
     if progress is not None:
         progress(PhaseBegun(Phase.SAVING))

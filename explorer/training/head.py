@@ -7,13 +7,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import keras
 import numpy as np
 
-from explorer.core.card import Start
+from explorer.core.card import Metrics, Start
 from explorer.data.batches import training_split
 from explorer.data.datasets import Dataset
-from explorer.model.predict import accuracy_metrics, predict_logits
-from explorer.training.linear_probe import clearly_better, paired_gain
+from explorer.model.models import HEAD, features_model, freeze_backbone, replace_head
+from explorer.model.predict import PREDICT_BATCH, accuracy_metrics, predict_logits
+from explorer.training.linear_probe import (
+    LinearHead,
+    clearly_better,
+    cross_validated_probe,
+    fit_logistic,
+    fit_probe,
+    paired_gain,
+)
 from explorer.training.recipe import FINE_TUNE, TrainConfig
 
 if TYPE_CHECKING:
@@ -31,8 +40,6 @@ def base_rows(base_classes: list[str], classes: list[str]) -> list[int] | None:
 def pooled_features(model, x: np.ndarray, batch_size: int | None = None, features=None) -> np.ndarray:
     """What the classifier head sees (the pooled, normalised tokens) for uint8 images `x`; `features`: the
     model up to its head, when one is at hand (its compiled predict step is reused)."""
-    from explorer.model.models import features_model
-    from explorer.model.predict import PREDICT_BATCH
     features = features or features_model(model)
     return predict_logits(features, x, batch_size or PREDICT_BATCH)
 
@@ -75,7 +82,6 @@ def choose_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
     to its head.
     """
 
-    from explorer.model.models import HEAD, features_model, freeze_backbone
     n = dataset.num_classes
     (x_fit, y_fit), val = training_split(dataset, recipe)
     model, how, features = _start_head(model, base_classes, dataset, recipe, base_head, features)
@@ -88,7 +94,6 @@ def choose_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
     elif recipe.head_init == "probe" or (recipe.head_init == "auto" and (how == "new" or recipe.freeze_backbone)):
         train_features = pooled_features(model, np.concatenate([x_fit, x_fit[:, :, ::-1]]), features=features)
         val_features = pooled_features(model, val[0], features=features) if val is not None else None
-        from explorer.training.linear_probe import fit_probe
         probe = fit_probe(train_features, np.concatenate([y_fit, y_fit]), n, val_features,
                           val[1] if val is not None else None)
         head.set_weights([probe.kernel.astype("float32"), probe.bias.astype("float32")])
@@ -98,7 +103,7 @@ def choose_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
     if val is not None:
         logits = predict_logits(model, val[0])
         metrics = accuracy_metrics(logits, val[1])
-        start.val_top1, start.val_top5 = metrics["top1"], metrics["top5"]
+        start.val_top1, start.val_top5 = metrics.top1, metrics.top5
         if choice is not None:
             choice.start_correct = logits.argmax(-1) == val[1]
     return model, start, choice
@@ -108,9 +113,7 @@ def _start_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
     """(model, how, features): the model with a head of the dataset's size holding the base's head ("kept":
     the same classes), the base's rows for the dataset's classes ("base rows", with "auto") or a new head
     ("new"); `features` is None when the model changed under it."""
-    import keras
 
-    from explorer.model.models import HEAD, replace_head
     n = dataset.num_classes
     fresh = base_head is None
     if fresh:
@@ -136,8 +139,6 @@ def _start_head(model, base_classes: list[str], dataset: Dataset, recipe: TrainC
 
 def _cross_validated_head(model, features, how: str, fit, val, n: int, seed: int) -> HeadChoice:
     """The "auto" decision on every labelled image (see choose_head); sets the start head on `model`."""
-    from explorer.model.models import HEAD
-    from explorer.training.linear_probe import LinearHead, cross_validated_probe, fit_logistic
     head = model.get_layer(HEAD)
     x_all, y_all = np.concatenate([fit[0], val[0]]), np.concatenate([fit[1], val[1]])
     both = pooled_features(model, np.concatenate([x_all, x_all[:, :, ::-1]]), features=features)
@@ -215,8 +216,6 @@ def settle(model, record: RunRecord, start_weights: list, choice: HeadChoice | N
     else:
         why = f"no fine-tuned epoch of {ran} scored above it on the {n} held-out validation images"
         detail = f"How the start was chosen: {choice.why}"
-    from explorer.core.card import Metrics
-    from explorer.model.models import HEAD
     model.set_weights(start_weights)
     model.get_layer(HEAD).set_weights(list(choice.fallback))
     start = training.start
