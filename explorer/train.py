@@ -17,11 +17,13 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from explorer.checkpoints.store import CheckpointError, read_card, resolve
 from explorer.core.devices import DistributionError, check_batch_split, device_name, distribute_over_devices
 from explorer.core.settings import Settings
 from explorer.data.datasets import DATASETS, Dataset, DatasetError
 from explorer.data.folders import held_out_problem, load_dataset
 from explorer.model.config import PRESETS, VARIANTS, ViTConfig, get_preset
+from explorer.training.backup import BackupError
 from explorer.training.fitting import RunResult
 from explorer.training.recipe import FINE_TUNE, RECIPES, TrainConfig
 from explorer.training.runs import fine_tune, knows_classes, recipe_for, train_new
@@ -381,7 +383,6 @@ def _fine_tune_base(args, recipe: TrainConfig, settings: Settings) -> RunResult:
     dataset = _run_data(args.dataset, args.data_dir, args.train_on_all, args.test_subset, args.seed, settings,
                         devices if args.distribute else None)
     if not args.extend:
-        from explorer.checkpoints.store import read_card, resolve
         n = min(len(dataset.x_train), args.subset or len(dataset.x_train))
         base_classes = read_card(resolve(args.base)).class_names or []  # the card; the model once
         recipe = recipe_for(given_recipe(args), n, scratch=False,
@@ -403,8 +404,6 @@ def main(argv=None, settings: Settings | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from explorer.checkpoints.store import CheckpointError
-    from explorer.training.backup import BackupError
     try:
         if args.base:
             _fine_tune_base(args, recipe, settings)

@@ -230,3 +230,11 @@ def test_worker_settings_that_are_not_positive_numbers_are_refused_by_name(tmp_p
         for bad in ("ten", "0", "-5"):
             with pytest.raises(ValueError, match=f"{name}='{bad}': expected a positive number"):
                 FineTuneRunner(tmp_path / "out", environ=_env(**{name: bad}))
+
+
+def test_the_worker_command_answers_help_and_refuses_what_is_not_a_job_folder(tmp_path, capsys):
+    from explorer.finetune.serve import main
+    assert main(["--help"]) == 0 and "python -m explorer.finetune --serve" in capsys.readouterr().out
+    assert main([str(tmp_path / "nothing")]) == 2
+    assert f"error: {tmp_path / 'nothing'} is not a job folder" in capsys.readouterr().err
+    assert main(["a", "b"]) == 2 and "usage:" in capsys.readouterr().err

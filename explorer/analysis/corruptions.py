@@ -39,6 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.analysis.evidence import Classifier
+from explorer.analysis.trust import predict
+from explorer.checkpoints.store import MODEL_FILES
+
 CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur",
                "zoom_blur", "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate",
                "jpeg_compression")
@@ -238,7 +242,6 @@ class CorruptionTable:
 def weights_digest(folder) -> str:
     """SHA-256 of a checkpoint folder's weights file: the same model wherever it was cloned (file times are
     not: a checkpoint's on-disk identity includes them)."""
-    from explorer.checkpoints.store import MODEL_FILES
     for name in MODEL_FILES:
         path = Path(folder) / name
         if path.is_file() and path.suffix == ".h5":
@@ -251,8 +254,6 @@ def corruption_table(models, images: np.ndarray, labels: np.ndarray, dataset: st
                      progress=None) -> CorruptionTable:
     """Every model's accuracy on the images and on each corruption and severity of them; each corrupted set
     is generated once and shown to every model. `progress(fraction, message)` after each setting."""
-    from explorer.analysis.evidence import Classifier
-    from explorer.analysis.trust import predict
     labels = np.asarray(labels, np.int64)
     seconds = {"corrupt": 0.0, **{f"model {i}": 0.0 for i in range(len(models))}}
 

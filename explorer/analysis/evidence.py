@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from explorer.model.compiled import forward
+from explorer.model.models import TOKENIZER
 from explorer.model.probe import softmax
 
 FILLS = ("mean", "blur")
@@ -69,7 +70,6 @@ class Classifier:
     """What these functions need of a model: its keras model, geometry, class names and lock."""
 
     def __init__(self, model):
-        from explorer.model.models import TOKENIZER
         keras_model = getattr(model, "model", model)
         config = getattr(model, "config", None)
         if config is not None:

@@ -28,10 +28,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import keras
 import numpy as np
 
+from explorer.analysis.corruptions import shipped_files
 from explorer.analysis.evidence import Classifier, fill_image, occlusion_batch, window_masks
-from explorer.model.probe import rollout
+from explorer.model.config import ViTConfig
+from explorer.model.models import build_vit
+from explorer.model.probe import Probe, rollout
 
 KINDS = ("rollout", "last-layer attention", "occlusion", "random")
 STEP = 4          # patches removed (or put back) per step of a curve
@@ -198,14 +202,11 @@ def stages(model) -> list[tuple[str, list[str]]]:
 
 def randomisation(model, config, images: np.ndarray, seed: int = SEED, progress=None) -> tuple[list[str], dict]:
     """(stage names, {kind: (stages,) mean Spearman correlation}) for a trained explorer ViT; see the module."""
-    from explorer.model.models import build_vit
-    from explorer.model.probe import Probe
     keras_model = getattr(model, "model", model)
     num_classes = int(keras_model.output_shape[-1])
     scratch = build_vit(config, num_classes, name=f"{keras_model.name}_randomised")
     scratch.set_weights(keras_model.get_weights())
     # Seeded, so that the check repeats: a shipped table and a recompute draw the same re-initialisation.
-    import keras
     keras.utils.set_random_seed(seed)
     fresh = build_vit(config, num_classes, name=f"{keras_model.name}_fresh")
     probe = Probe(scratch, config)
@@ -253,8 +254,6 @@ def faithfulness_report(pairs, images: np.ndarray, names=None, count: int = IMAG
                         progress=None) -> FaithfulnessReport:
     """The report for several models, each given as (keras model, Card) or a models.LoadedModel, on the
     first `count` images."""
-    from explorer.model.config import ViTConfig
-    from explorer.model.probe import Probe
     images = np.asarray(images[:count])
     out = []
     for i, item in enumerate(pairs):
@@ -285,7 +284,6 @@ def _read_shipped(path: str) -> FaithfulnessReport | None:
 
 
 def _shipped_reports(path: str | Path | None) -> list[FaithfulnessReport]:
-    from explorer.analysis.corruptions import shipped_files
     files = [Path(path)] if path is not None else shipped_files("faithfulness")
     return [report for report in map(_read_shipped, map(str, files)) if report is not None]
 

@@ -11,7 +11,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import keras
 import numpy as np
+
+from explorer.analysis.corruptions import weights_digest
+from explorer.core.atomic import write_text
+from explorer.model.models import attention_layers
+from explorer.model.probe import what_if_logits_model
 
 SHIPPED = Path(__file__).resolve().parents[1] / "shipped" / "lsa_switches.json"
 # (name, every head's tau set to sqrt(d_k), diagonal mask on): the four settings, as trained first.
@@ -43,7 +49,6 @@ class SwitchRow:
 
 def lsa_layers(model) -> list:
     """The model's attention layers that learn a temperature (LSA's); empty for a vanilla ViT."""
-    from explorer.model.models import attention_layers
     return [layer for layer in attention_layers(model) if getattr(layer, "tau", None) is not None]
 
 
@@ -53,9 +58,6 @@ def measure(model, images: np.ndarray, labels: np.ndarray, batch: int = BATCH, p
     The switches run as the app's what-if probe runs them (explorer.model.layers.attention_what_if, the mask
     per image); tau = sqrt(d_k) is written into this model's own tau weights, which are put back at the end,
     so pass a model no one else is using (a checkpoint loaded for this). `progress(fraction, message)`."""
-    import keras
-
-    from explorer.model.probe import what_if_logits_model
     layers = lsa_layers(model)
     if not layers:
         raise ValueError(f"{model.name} has no LSA layer: nothing to switch")
@@ -84,7 +86,6 @@ def measure(model, images: np.ndarray, labels: np.ndarray, batch: int = BATCH, p
 
 def tau_ratio(model) -> float:
     """The model's learned temperatures over sqrt(d_k), the mean over its layers and heads."""
-    import keras
     return float(np.mean([keras.ops.convert_to_numpy(layer.tau) / math.sqrt(layer._key_dim)
                           for layer in lsa_layers(model)]))
 
@@ -98,14 +99,12 @@ def read(path: str | Path = SHIPPED) -> list[SwitchRow]:
 
 
 def write(rows: list[SwitchRow], path: str | Path = SHIPPED) -> None:
-    from explorer.core.atomic import write_text
     write_text(Path(path), json.dumps({"settings": [name for name, *_ in SETTINGS],
                                        "models": [r.to_json() for r in rows]}, indent=1) + "\n")
 
 
 @functools.lru_cache(maxsize=32)
 def _digest(folder: str, identity) -> str:
-    from explorer.analysis.corruptions import weights_digest
     return weights_digest(folder)
 
 

@@ -12,13 +12,17 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from explorer.analysis.evidence import Classifier
+from explorer.data.folders import read_image_zip
 from explorer.model.compiled import forward
+from explorer.training.head import base_rows
 
 BINS = 15            # equal-width confidence bins of the reliability diagram and the ECE (Guo et al. 2017)
 Z95 = 1.959963984540054  # the normal quantile of a two-sided 95 % interval
@@ -73,10 +77,6 @@ def test_set(dataset, count: int | None = None) -> LabelledSet:
 def labelled_zip(path, class_names: list[str], image_size: int = 32) -> LabelledSet:
     """Every image of a zip of class folders (the Fine-tune tab's format), labelled in `class_names` by folder
     name; a ValueError names the folders the models do not predict."""
-    from pathlib import Path
-
-    from explorer.data.folders import read_image_zip
-    from explorer.training.head import base_rows
     ds = read_image_zip(path, image_size, test_fraction=0.0)
     rows = base_rows(class_names, ds.class_names)  # matched as a fine-tune matches them: "Cat/" is cat
     if rows is None:
@@ -370,7 +370,6 @@ class TrustReport:
 
 
 def model_trust(model, data: LabelledSet, bins: int = BINS, progress=None) -> ModelTrust:
-    import time
     began = time.perf_counter()
     logits = predict(model, data.images, progress)
     seconds = time.perf_counter() - began

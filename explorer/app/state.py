@@ -29,6 +29,7 @@ from explorer.core.settings import PROJECT, Settings
 from explorer.data.datasets import DatasetError
 from explorer.data.inputs import DecodedImages
 from explorer.data.samples import TestImages
+from explorer.finetune.backend import choose_backend, cuda_gpu_present
 from explorer.finetune.plan import Limits, Plan, job_data, plan_job
 from explorer.finetune.runner import FineTuneRunner
 from explorer.model.config import PRESETS
@@ -180,7 +181,6 @@ class ExplorerState:
         first Start does not wait for them; on a GPU also has it compile the shipped pair's steps for the
         shapes in EXPLORER_WARM_SHAPES ("classes x images", comma-separated; default "5x800,10x800").
         EXPLORER_PREWARM=0 turns it off (the first Start then starts the worker)."""
-        from explorer.finetune.backend import choose_backend, cuda_gpu_present
         setting = self.settings.prewarm
         if setting == "off":
             return

@@ -30,6 +30,9 @@ import re
 import sys
 from pathlib import Path
 
+import keras
+
+import explorer.model.layers  # noqa: F401  (registers the custom layers)
 from explorer.checkpoints import hub
 from explorer.checkpoints.model_card import model_card
 from explorer.core import atomic
@@ -64,7 +67,6 @@ def _now() -> str:
 def versions() -> dict:
     """Keras, its backend and the backend library's version (jax and jaxlib on JAX), read from the installed
     packages' metadata, so a JAX worker never imports TensorFlow to write its card."""
-    import keras
     backend = keras.backend.backend()
     out = {"keras": keras.__version__, "backend": backend}
     packages = {"tensorflow": ["tensorflow", "tensorflow-cpu"], "jax": ["jax", "jaxlib"], "torch": ["torch"]}
@@ -103,7 +105,6 @@ def unique_dir(parent: str | os.PathLike, name: str) -> Path:
 def _model_alone(model):
     """`model` without its optimizer and compile config: a new Functional over the same layers (so the same
     weights), which saves as the model alone while the caller's model stays compiled."""
-    import keras
     return keras.Model(model.input, model.output, name=model.name)
 
 
@@ -115,8 +116,6 @@ def write_checkpoint(model, folder: str | os.PathLike, card: Card) -> Path:
     place at the end, so an interrupted or failing write (full disk, killed process) leaves no
     checkpoint, and never a partial one. Only the model is saved, never its optimizer's state.
     """
-    import keras
-
     folder = Path(folder)
     validate_name(folder.name)
     if folder.exists():
@@ -232,10 +231,6 @@ def _check_architecture(folder: Path) -> None:
 
 def load_folder(folder: str | os.PathLike):
     """(model, card) from a checkpoint folder; always `safe_mode=True`."""
-    import keras
-
-    import explorer.model.layers  # noqa: F401  (registers the custom layers)
-
     folder = Path(folder)
     card = _check_files(folder)
     _check_architecture(folder)

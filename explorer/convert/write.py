@@ -7,12 +7,22 @@ import re
 from pathlib import Path
 
 from explorer.checkpoints import hub
+from explorer.checkpoints.store import (
+    CheckpointError,
+    is_checkpoint,
+    list_checkpoints,
+    name_within,
+    unique_dir,
+    validate_name,
+    write_checkpoint,
+)
 from explorer.convert.files import APP_SELECTION, _model_path, locate, read_source
 from explorer.convert.labels import class_names_for
 from explorer.convert.mapping import Mapping, map_example
 from explorer.convert.source import KIND, ConvertError
 from explorer.core.card import Card, Data, Source
-from explorer.model.config import ViTConfig
+from explorer.model.config import ViTConfig, get_preset
+from explorer.model.models import build_vit
 
 # Where a model slot keeps the conversion of a Hub repo: inside the repo's cached snapshot, so that it is
 # made once per commit, counted in the Hub cache's size and removed with the repo when the cache is pruned.
@@ -21,8 +31,6 @@ CONVERTED = "explorer-converted"
 
 def build_model(mapping: Mapping):
     """Our Keras model with the source's weights; every variable of ours gets exactly one source value."""
-    from explorer.model.models import build_vit
-
     model = build_vit(mapping.config, mapping.num_classes)
     ours = {v.path: v for v in model.weights}
     missing = sorted(set(ours) - set(mapping.weights))
@@ -38,7 +46,6 @@ def build_model(mapping: Mapping):
 
 
 def _default_name(origin: dict, model_path: Path) -> str:
-    from explorer.checkpoints.store import name_within
     base = origin["source"].replace("/", "-") if origin.get("revision") else (
         model_path.stem if model_path.is_file() else model_path.name)
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-._") or "keras-io-example"
@@ -57,8 +64,6 @@ def _write(model_path: Path, origin: dict, labels_dir: Path | None, out_dir: str
            exact: bool = False) -> Path:
     """Reads, maps and writes one source model as the checkpoint `out_dir/name` (with `exact`; else the first
     free name like it)."""
-    from explorer.checkpoints.store import CheckpointError, unique_dir, validate_name, write_checkpoint
-
     mapping = map_example(read_source(model_path))
     class_names, assumed, names_from = class_names_for(labels_dir, mapping.num_classes)
     try:
@@ -85,8 +90,6 @@ def hub_checkpoint(ref: str, cache_dir: str | None = None, max_hub_bytes: int | 
     """The checkpoint folder a model slot loads for a Hub id: the repo's snapshot when it is an explorer
     checkpoint; for a keras.io example model, its conversion, made on first use and kept in the snapshot
     (CONVERTED). The size cap counts the files fetched; every failure is a ConvertError."""
-    from explorer.checkpoints.store import is_checkpoint, list_checkpoints
-
     try:
         folder = hub.download(ref, cache_dir=cache_dir, max_bytes=max_hub_bytes, selection=APP_SELECTION)
         repo_id, revision = hub.parse_ref(ref)
@@ -110,6 +113,5 @@ def hub_checkpoint(ref: str, cache_dir: str | None = None, max_hub_bytes: int | 
 
 
 def _preset(config: ViTConfig) -> str:
-    from explorer.model.config import get_preset
     same = get_preset("keras-io", variant=config.variant, mean=config.mean, std=config.std)
     return "keras-io" if config == same else "custom"

@@ -193,7 +193,8 @@ class MemberEvent(Event):
 
 @dataclass(frozen=True)
 class Ready(Event):
-    """The worker has imported Keras (in `imports_s` seconds) and takes commands."""
+    """The worker has started (`imports_s`: the CPU seconds its start took, its imports, Keras's among them,
+    first) and takes commands."""
 
     KIND: ClassVar[str] = "ready"
     device: str

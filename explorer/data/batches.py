@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import keras
 import numpy as np
 
 from explorer.data.augment import augment_batch, mix_batch
@@ -65,8 +66,6 @@ def make_batches(x, y, num_classes, batch_size, augment, seed, shuffle, mixup_al
     they count for nothing (the real images' weight makes the validation loss and the weighted metrics
     their exact means over the real images). With a mixup or cutmix alpha, batches are also mixed (see
     augment.mix_batch) and labels become soft."""
-    import keras
-
     plan = BatchPlan(len(x), batch_size, seed, shuffle, repeats)
 
     class Batches(keras.utils.PyDataset):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import http.client
 import os
 import pickle
@@ -284,7 +285,6 @@ def _fetch(url: str, target: Path, progress: Progress | None, timeout: float) ->
 
 
 def _sha256(path: Path) -> str:
-    import hashlib
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(2**22):

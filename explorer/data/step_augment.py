@@ -10,6 +10,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
+from explorer.data.autoaugment import AutoAugmentCIFAR10
 from explorer.model.config import CIFAR_MEAN
 
 # Random erasing as the authors' code draws it (utils/random_erasing.py): a box of 2-40 % of the image,
@@ -32,7 +33,6 @@ def augmentation_block(randaugment: float = 0.0, random_erasing: float = 0.0,
     """
     layers = []
     if autoaugment:
-        from explorer.data.autoaugment import AutoAugmentCIFAR10
         # float32 whatever the global policy: its levels are whole numbers, which bfloat16 does not keep
         layers.append(AutoAugmentCIFAR10(name="autoaugment", dtype="float32"))
     if randaugment:

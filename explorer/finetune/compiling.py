@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import keras
+
 
 def use_compile_cache(folder: str | None, max_mb: float) -> str | None:
     """Switches on JAX's persistent compilation cache in `folder` (every compiled step kept on disk, so the
     same step in a later process loads instead of compiling), bounded to `max_mb` by JAX's own LRU eviction.
     Returns the folder, or None when this is not JAX or no folder is given."""
-    import keras
     if not folder or keras.backend.backend() != "jax":
         return None
     import jax
@@ -28,7 +29,6 @@ class CompileCounter:
     is counted (None)."""
 
     def __init__(self):
-        import keras
         self.compiles = self.cache_hits = None
         if keras.backend.backend() == "jax":
             from jax import monitoring

@@ -5,6 +5,7 @@ decide (runner.py); when it is started or replaced, the supervisor's (supervisor
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -38,7 +39,6 @@ class Worker:
 
     def __init__(self, command: list[str], env: dict, cwd: str, log_path: Path, on_event, on_exit,
                  backend: str = ""):
-        import subprocess
         self.log_path = log_path
         self.backend = backend
         log = open(log_path, "ab")

@@ -4,14 +4,22 @@ anyone asks."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import keras
 import numpy as np
 
+from explorer.checkpoints.store import read_card
+from explorer.core.devices import device_name
 from explorer.core.protocol import Done, MemberDone, MemberEvent, MemberRecipe, MemberStarted, Shape, Started
+from explorer.data.datasets import Dataset
 from explorer.finetune.jobfolder import read_job, staging
+from explorer.model.config import get_preset
+from explorer.training.fitting import Cancelled
+from explorer.training.runs import fine_tune, knows_classes, recipe_for, train_new
 
 
 def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
@@ -19,12 +27,6 @@ def run_job(job_dir: Path, emit, warm=None, cancel=None) -> None:
     reporting each step through `emit(event)` (an event of protocol.py). `warm` (warm.WarmModels): a
     long-lived worker's models, reused with their compiled steps; `cancel` (a threading.Event) stops the job
     at the next step."""
-    import keras
-
-    from explorer.core.devices import device_name
-    from explorer.model.config import get_preset
-    from explorer.training.fitting import Cancelled
-    from explorer.training.runs import fine_tune, knows_classes, recipe_for, train_new
     plan = read_job(job_dir)
     ds = plan.dataset
     emit(Started(device_name(), keras.backend.backend()))
@@ -56,11 +58,6 @@ def warm_up(warm, bases: list[str], shapes: list[Shape]) -> None:
     """Compiles, before anyone asks, what a fine-tune of each of `bases` at each of `shapes` (number of
     classes, images) will run: a one-epoch run on random images, whose result is thrown away. On JAX with the
     compilation cache this loads from disk what an earlier process compiled."""
-    import tempfile
-
-    from explorer.checkpoints.store import read_card
-    from explorer.data.datasets import Dataset
-    from explorer.training.runs import fine_tune, recipe_for
     for base in bases:
         card = read_card(base)
         size = int((card.config or {}).get("image_size", 32))

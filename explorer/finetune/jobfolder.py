@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from pathlib import Path
 
 import numpy as np
 
+from explorer.checkpoints.store import unique_dir, update_card
 from explorer.finetune.plan import Plan
 
 
@@ -42,9 +44,6 @@ def read_job(job_dir: Path) -> Plan:
 def publish(job_dir: Path, folders: list[str | None], out: Path) -> list[Path]:
     """Moves each staged checkpoint of `folders` into `out` (a new name if the planned one is taken, its
     card renamed with it); all or nothing. Returns where they went."""
-    import shutil
-
-    from explorer.checkpoints.store import unique_dir, update_card
     if None in folders:
         raise RuntimeError("the training process ended without writing every checkpoint")
     moved = []

@@ -3,14 +3,21 @@ recipe, one or two members: base checkpoints, or a new model), and the data a re
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from explorer.checkpoints.store import NAME_MAX, CheckpointError, name_within, validate_name
+import numpy as np
+
+from explorer.checkpoints.store import NAME_MAX, CheckpointError, name_within, read_card, validate_name
 from explorer.core.card import Card
 from explorer.core.settings import Settings
+from explorer.data.batches import training_split, validation_count
 from explorer.data.datasets import Dataset
+from explorer.data.folders import held_out_count, held_out_problem, read_image_zip
 from explorer.model.config import PRESETS, VARIANTS
+from explorer.training.runs import recipe_for
+from explorer.training.tuning import fine_tune_recipe
 
 ZIP = "zip of class folders"
 # The part of each class of a zip held out to test the models (none with "Train on all images").
@@ -104,12 +111,6 @@ class Splits:
 def plan_splits(plan: Plan) -> Splits:
     """The split every model of `plan` gets: the recipe's validation part of the training images (the recipe
     a run of the plan takes, its split drawn by the run's own training_split), and the test images."""
-    import dataclasses
-
-    import numpy as np
-
-    from explorer.data.batches import training_split
-    from explorer.training.runs import recipe_for
     d = plan.dataset
     recipe = recipe_for(plan.recipe, len(d.x_train), plan.scratch)  # the split is the same for every member
     counted = dataclasses.replace(d, x_train=np.arange(len(d.x_train)))  # the same split of indices, not images
@@ -120,9 +121,6 @@ def plan_splits(plan: Plan) -> Splits:
 def images_per_class_for(validation: int, num_classes: int, test_fraction: float = TEST_FRACTION) -> int:
     """The fewest images per class (in a zip of `num_classes` classes, `test_fraction` of each held out to
     test) for which a fine-tune's recipe validates on `validation` images or more."""
-    from explorer.data.batches import validation_count
-    from explorer.data.folders import held_out_count
-    from explorer.training.tuning import fine_tune_recipe
     n = 1
     while True:
         train = num_classes * (n - held_out_count(n, test_fraction))
@@ -134,7 +132,6 @@ def images_per_class_for(validation: int, num_classes: int, test_fraction: float
 def lsa_labels(plan: Plan) -> list[str]:
     """The labels of the plan's models that have LSA layers (whose tau a run's tau plot follows): a new
     model's variant, or its base's as its card says (a base whose card cannot be read counts as without)."""
-    from explorer.checkpoints.store import CheckpointError, read_card
     labels = []
     for m in plan.members:
         try:
@@ -192,7 +189,6 @@ def plan_job(members: list[Base], dataset: Dataset, epochs=None, learning_rate=N
         raise JobError(f"{dataset.name} has too few training images ({len(dataset.x_train)}) or classes "
                        f"to learn from")
     if not train_on_all:
-        from explorer.data.folders import held_out_problem
         problem = held_out_problem(dataset)
         if problem:
             raise JobError(f"{problem} (tick “Train on all images”)")
@@ -243,7 +239,6 @@ def job_data(source: str, zip_file, load_cifar, limits: Limits, image_size: int,
     if source == ZIP:
         if zip_file is None:
             raise JobError("upload a zip of class folders (one sub-folder of images per class)")
-        from explorer.data.folders import read_image_zip
         return read_image_zip(zip_file, image_size=image_size, max_bytes=limits.max_zip_mb * 2**20,
                               max_files=limits.max_images * 2, test_fraction=0.0 if train_on_all else TEST_FRACTION)
     if source in ("cifar10", "cifar100"):

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+from explorer.core.atomic import clean_stale
 from explorer.core.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Shape, Warm
 from explorer.core.settings import Settings
 from explorer.finetune.backend import choose_backend
@@ -116,7 +117,6 @@ class FineTuneRunner:
         """Starts the job `plan` (a plan.Plan) unless one is going on (or, with a `ticket`, unless it
         is not first in the queue); its checkpoints go to `out_dir` (default: the runner's). Returns
         the run id."""
-        from explorer.core.atomic import clean_stale
         backend, reason = choose_backend(self.settings)
         with self._lock:
             if self._state.running:

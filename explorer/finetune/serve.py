@@ -7,12 +7,17 @@ output; anything else it prints goes to its standard error, the app's log of it.
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
 import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
 
+import keras
+
+from explorer.core.devices import device_name
 from explorer.core.protocol import (
     Cancel,
     Event,
@@ -33,12 +38,13 @@ from explorer.core.protocol import (
 from explorer.core.settings import Settings
 from explorer.finetune.compiling import CompileCounter, use_compile_cache
 from explorer.finetune.job import run_job, warm_up
+from explorer.finetune.warm import WarmModels
+from explorer.training.fitting import Cancelled
 
 
 def _exit_with_parent() -> None:
     """Ends this worker when the app that started it is gone (killed, or stopped without cancelling), so no
     orphan keeps training; its half-done job folder is then removed by the next run (atomic.clean_stale)."""
-    import threading
     parent = os.getppid()
 
     def watch():
@@ -52,7 +58,6 @@ def _exit_with_parent() -> None:
 def _event_stream():
     """emit(event): events (protocol.py's) go to the original standard output as JSON lines; anything else
     that prints goes to the log (stderr)."""
-    import threading
     events = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     lock = threading.Lock()
@@ -74,17 +79,12 @@ def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb:
     from (with their compiled steps) between jobs. Ends after `idle_s` without a command (its memory goes
     back) or when its input closes. It keeps up to `models` models; `cache_dir` holds at most `cache_mb` of
     compiled steps."""
-    import queue
-
-    began = time.perf_counter()
-    import keras
-
-    from explorer.core.devices import device_name
-    from explorer.finetune.warm import WarmModels
     use_compile_cache(cache_dir, cache_mb)
     counter = CompileCounter()
     warm = WarmModels(size=models)
-    emit(Ready(device_name(), keras.backend.backend(), os.getpid(), round(time.perf_counter() - began, 3)))
+    # The package (and Keras with it) was imported before this module ran: the process's CPU time so far is
+    # what its start cost, imports first.
+    emit(Ready(device_name(), keras.backend.backend(), os.getpid(), round(time.process_time(), 3)))
     while True:
         try:
             queued = commands.get(timeout=idle_s)
@@ -111,7 +111,6 @@ def _serve_job(command: RunJob, cancel, emit, warm, counter: CompileCounter) -> 
     """One job command (`cancel`: the threading.Event that stops it): its events tagged with its id, and a
     last event (JobEnd) with how it ended, how many models the worker has loaded, and what it compiled for
     this job."""
-    from explorer.training.fitting import Cancelled
     compiles, hits = counter.counts()
 
     def tagged(event: Event) -> None:
@@ -135,7 +134,6 @@ def _read_commands(stream, commands, cancels: dict) -> None:
     """The worker's input: a Cancel sets that job's event at once (the job stops at its next step); every
     other command waits in `commands` for the main loop, a RunJob with its cancel event (see serve). None
     when the input closes (the app is gone)."""
-    import threading
     for line in stream:
         try:
             command = decode_command(line)
@@ -156,8 +154,6 @@ def main(argv=None, settings: Settings | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--serve"]:
         settings = Settings.from_env() if settings is None else settings
-        import queue
-        import threading
         emit = _event_stream()
         _exit_with_parent()
         commands: queue.Queue = queue.Queue()
@@ -165,9 +161,13 @@ def main(argv=None, settings: Settings | None = None) -> int:
                          daemon=True).start()
         return serve(commands, emit, settings.worker_idle_s, settings.compile_cache, settings.compile_cache_mb,
                      settings.worker_models)
-    if len(argv) != 1:
-        print("usage: python -m explorer.finetune JOB_DIR   (one job, then exit)\n"
-              "       python -m explorer.finetune --serve   (jobs as JSON lines on standard input)", file=sys.stderr)
+    usage = ("usage: python -m explorer.finetune JOB_DIR   (one job, then exit)\n"
+             "       python -m explorer.finetune --serve   (jobs as JSON lines on standard input)")
+    if argv in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    if len(argv) != 1 or not Path(argv[0]).is_dir():
+        print(usage + ("" if len(argv) != 1 else f"\nerror: {argv[0]} is not a job folder"), file=sys.stderr)
         return 2
     emit = _event_stream()
     _exit_with_parent()

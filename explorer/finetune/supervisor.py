@@ -4,6 +4,7 @@ kept between runs, and replaced when it died, was stopped, or runs another backe
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from explorer.core.settings import PROJECT, Settings  # PROJECT: the worker imports explorer from there
@@ -47,7 +48,6 @@ class Supervisor:
         if w is not None:
             w.kill()
         if self._log_dir is None:
-            import tempfile
             self._log_dir = Path(tempfile.mkdtemp(prefix="explorer-worker-"))
         log = self._log_dir / f"worker-{self.started + 1}.log"  # its standard error
         self.current = Worker(worker_command(self.priority), self.env(backend), str(PROJECT), log, self._on_event,

@@ -3,9 +3,13 @@ the same shape loads nothing and compiles nothing, and starts from the base's ow
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+
+from explorer.checkpoints.store import checkpoint_identity, load_checkpoint
+from explorer.model.models import HEAD, features_model, freeze_backbone, replace_head
 
 
 class WarmModel:
@@ -15,8 +19,6 @@ class WarmModel:
     its trained weights, its optimizer state) reaches the next."""
 
     def __init__(self, base: str | Path, num_classes: int, frozen: bool):
-        from explorer.checkpoints.store import load_checkpoint
-        from explorer.model.models import HEAD, features_model, freeze_backbone, replace_head
         model, self.card = load_checkpoint(base)
         head = model.get_layer(HEAD)
         self.base_head = tuple(np.asarray(w) for w in head.get_weights())
@@ -39,15 +41,13 @@ class WarmModels:
     used dropped beyond `size`. A repeat run of the same shape then loads nothing and compiles nothing."""
 
     def __init__(self, size: int = 4):
-        from collections import OrderedDict
         self.size = size
         self._models: OrderedDict = OrderedDict()
         self.loads = 0
 
     @staticmethod
     def _key(base: str | Path, num_classes: int, frozen: bool) -> tuple:
-        from explorer.checkpoints.store import checkpoint_identity  # the app's caches name a checkpoint so too
-        return checkpoint_identity(base), int(num_classes), bool(frozen)
+        return checkpoint_identity(base), int(num_classes), bool(frozen)  # the app's caches name a checkpoint so too
 
     def get(self, base: str | Path, num_classes: int, frozen: bool) -> WarmModel:
         key = self._key(base, num_classes, frozen)

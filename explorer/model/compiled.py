@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import weakref
 
+import keras
 import numpy as np
 
 _functions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its function, gone with it
@@ -30,7 +31,6 @@ def forward(model):
 
 
 def _build(model):
-    import keras
     if keras.backend.backend() != "tensorflow":
         return model.predict_on_batch
     import tensorflow as tf

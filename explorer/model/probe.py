@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import keras
 import numpy as np
 
 from explorer.model.compiled import forward
@@ -56,8 +57,6 @@ class Probe:
     """
 
     def __init__(self, model, config: ViTConfig):
-        import keras
-
         self.model = model
         self.config = config
         layers = attention_layers(model)
@@ -99,8 +98,6 @@ def _what_if_graph(probe_model, names: set[str]):
     Built as a subclass that replays the probe's graph at call time: it adds no node to the shared layers
     and assigns nothing, so the learned model is exactly as it was.
     """
-    import keras
-
     class WhatIfGraph(keras.Model):
         def __init__(self):
             super().__init__(name=f"{probe_model.name}_what_if")

@@ -14,9 +14,15 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.checkpoints.catalog import PAPER, STUDY, study_recipe
+from explorer.checkpoints.store import load_checkpoint
 from explorer.core.card import Card
 from explorer.core.settings import Settings
-from explorer.study.report import ALL_NAMES, LIGHT, VARIANT_COLOR, study_variant
+from explorer.data.samples import TestImages
+from explorer.model.config import ViTConfig
+from explorer.model.models import tau_values
+from explorer.model.probe import Probe, attention_entropy, mean_attention_distance
+from explorer.study.report import ALL_NAMES, LIGHT, VARIANT_COLOR, paired_gaps, read_results, study_variant
 
 # distance_min_px: the layer's most local head (its smallest mean attention distance), in input pixels.
 COLUMNS = ("model", "variant", "recipe", "train_images", "layer", "tau_mean", "tau_min", "tau_max", "tau_start",
@@ -50,8 +56,6 @@ def measure(model, config, images: np.ndarray, batch: int = 100) -> list[dict]:
     layer; None without LSA), entropy (nats) and mean attention distance (input pixels), each the mean over
     the images, heads and queries exactly as the app's Attention tab computes them for one image
     (explorer.model.probe), and the mean attention a query pays to itself."""
-    from explorer.model.models import tau_values
-    from explorer.model.probe import Probe, attention_entropy, mean_attention_distance
     probe = Probe(model, config)
     entropy, distance, diagonal, counts = 0.0, 0.0, 0.0, 0
     for start in range(0, len(images), batch):
@@ -81,7 +85,6 @@ def recipe_of(folder: Path, card: Card) -> str:
     """The recipe label of a kept model: the study's (checkpoints/study) names its own, a paper-scale model
     (checkpoints/paper) is PAPER_SCALE (PAPER_SCALE_AA under --recipe paper-autoaugment), and any other is taken
     for a shipped one, trained in stages."""
-    from explorer.checkpoints.catalog import PAPER, STUDY, study_recipe
     if folder.parent.name == STUDY:
         return study_recipe(card) or LIGHT
     if folder.parent.name == PAPER:
@@ -106,8 +109,6 @@ def kept_models(checkpoints: Path, dataset: str = "cifar10") -> list[Path]:
 
 def run(folders: list[Path], images: np.ndarray) -> tuple[list[dict], list[dict]]:
     """The tables' rows: every layer of every model in `folders`, and every head of every layer."""
-    from explorer.checkpoints.store import load_checkpoint
-    from explorer.model.config import ViTConfig
     rows, heads = [], []
     for folder in folders:
         model, card = load_checkpoint(folder)
@@ -385,7 +386,6 @@ def settings_table(rows: list[dict], results: list[dict]) -> str:
     """The answer at SETTINGS, a row each: the models, what SPT + LSA and LSA alone add to the ViT's test
     top-1 (the study's paired gaps from `results`, results.csv's rows; the paper-scale pair's cards), how far
     τ moved, the ViT's most self-attending head (what LSA's mask forbids) and the most local heads."""
-    from explorer.study.report import paired_gaps
     models = per_model(rows)
     patches = rows[0].get("patches") or 64 if rows else 64
     lines = ["| setting | SPT + LSA − ViT (points) | LSA alone − ViT (points) | τ / √d_k, every layer and head | "
@@ -608,7 +608,6 @@ def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int
     from PIL import Image
 
     from explorer.analysis.plots import figure_to_array
-    from explorer.data.samples import TestImages
     x = TestImages(data_dir, settings=settings).dataset("cifar10", need=images).x_test[:images]
     rows, heads = run(kept_models(checkpoints), x)
     out.mkdir(parents=True, exist_ok=True)
@@ -620,7 +619,6 @@ def write(checkpoints: Path, out: Path, data_dir: str | None = None, images: int
                  "## Per layer: what the recipe does to attention\n\nAt the sizes where models of the paper's recipe "
                  "(and the ViT with CutMix alone) were kept, every layer of every model there, beside the light "
                  "recipe's:\n\n![per layer, both recipes](mechanisms_layers.png)\n\n")
-    from explorer.study.report import read_results
     results_csv = checkpoints / "study" / "results.csv"
     results = read_results(results_csv) if results_csv.is_file() else []
     settings_text = three_settings(rows, results)

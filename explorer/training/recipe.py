@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import keras
+
+from explorer.model.models import PRECISIONS
 from explorer.training.schedules import ScheduledAdamW, WarmUpCosine
 
 # How a fine-tune's classifier starts (see finetune.choose_head): "auto" keeps the base's head for the base's
@@ -110,7 +113,6 @@ class TrainConfig:
                              "turns RandAugment off; the recipe paper-autoaugment is the paper's with AutoAugment)")
         if not isinstance(self.repeats, int) or isinstance(self.repeats, bool) or self.repeats < 1:
             raise ValueError(f"repeats must be a positive integer, got {self.repeats!r}")
-        from explorer.model.models import PRECISIONS
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if not isinstance(self.steps_per_call, int) or isinstance(self.steps_per_call, bool) \
@@ -188,7 +190,6 @@ def compile_for_run(model, recipe: TrainConfig, num_classes: int, total_steps: i
     With `reuse`, a model compiled before for the same loss, metrics, weight decay and trainable weights keeps
     its compiled steps: its optimizer (ScheduledAdamW, whose schedule lives in variables) only restarts, so a
     repeat run traces and compiles nothing."""
-    import keras
     warmup = int(recipe.warmup_fraction * total_steps)
     top5 = min(5, num_classes)
     key = (recipe.label_smoothing, recipe.weight_decay, top5, tuple(v.path for v in model.trainable_variables))

@@ -7,8 +7,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import keras
+
 from explorer.data.datasets import Dataset
 from explorer.model.config import ViTConfig
+from explorer.model.models import build_vit, float32_copy
 from explorer.training.fitting import RunResult, drop_backup, finish_run, fit
 from explorer.training.head import base_rows
 from explorer.training.recipe import TrainConfig
@@ -23,9 +26,6 @@ def train_new(config: ViTConfig, preset: str, dataset: Dataset, recipe: TrainCon
     """Builds a fresh model, trains it, evaluates on the test split and writes a checkpoint (a float32 model,
     whatever precision it trained at). A run stopped by the recipe's time limit writes none: its backup holds
     where it got to, and the same call resumes from it."""
-    import keras
-
-    from explorer.model.models import build_vit, float32_copy
     keras.utils.set_random_seed(recipe.seed)
     model = build_vit(config, dataset.num_classes, precision=recipe.precision)
     record = fit(model, dataset, recipe, verbose=verbose, progress=progress, cancel=cancel, backup=backup,

@@ -4,10 +4,12 @@ head.py), and a continued stage of the base's own training."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
 
+from explorer.checkpoints.store import load_checkpoint
 from explorer.core.card import Card, Epoch, Lineage, Training
 from explorer.core.protocol import Phase, PhaseBegun
 from explorer.data.batches import training_split
@@ -54,9 +56,6 @@ def fine_tune(base: str | Path, dataset: Dataset, recipe: TrainConfig, out_dir: 
     epoch count, wall time and throughput cover both stages (see `continued_record`).
     With `warm` (warm.WarmModels), the model comes from (and stays in) that cache, with its compiled steps.
     """
-    import time
-
-    from explorer.checkpoints.store import load_checkpoint
     began = time.perf_counter()
     if warm is not None:
         kept = warm.get(base, dataset.num_classes, recipe.freeze_backbone)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.checkpoints.catalog import PAPER, STUDY
+from explorer.study import mechanisms as study_mechanisms
 from explorer.study import report as study_report
 from explorer.study.report import read_results
 from explorer.ui.context import UNLISTED, AppState, Page, repo_link
@@ -68,36 +69,33 @@ class DataSizeTab:
     def answer(self) -> str:
         """The measured answer, first: what SPT + LSA does at three settings (0.2 M under the light recipe and
         under the paper's, 2.7 M at the paper's scale), from the numbers the app ships; "" without them."""
-        from explorer.study import mechanisms
         try:
-            rows = mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")
+            rows = study_mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")
         except (OSError, ValueError, KeyError):
             return ""
-        return mechanisms.three_settings(rows, self.results()) if rows else ""
+        return study_mechanisms.three_settings(rows, self.results()) if rows else ""
 
     def mechanisms(self) -> str:
         """What LSA does to attention in the study's kept models, in words and a table, from the numbers
         the app ships (checkpoints/study/mechanisms.csv; `python -m explorer.study mechanisms`); "" without."""
-        from explorer.study import mechanisms
         try:
-            rows = mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")
+            rows = study_mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")
         except (OSError, ValueError, KeyError):
             return ""
         if not rows:
             return ""
-        layers = mechanisms.layer_table(rows)
+        layers = study_mechanisms.layer_table(rows)
         per_layer = ("\n\nLayer by layer where the paper's recipe ran: the most local head's / the mean attention "
                      f"distance, over the image's side (about 0.5: spread over the image; 0: a query attends to its "
                      f"own position):\n\n{layers}") if layers else ""
-        return f"{mechanisms.answer(rows)}\n\n{mechanisms.markdown(rows)}{per_layer}"
+        return f"{study_mechanisms.answer(rows)}\n\n{study_mechanisms.markdown(rows)}{per_layer}"
 
 
     def models(self, request=None) -> list[tuple[str, str]]:
         """(label, reference) of each model the table above reports (per-head ones included), as the slots
         list them: one pick puts it in slot B."""
-        from explorer.study import mechanisms
         try:
-            names = {row["model"] for row in mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")}
+            names = {row["model"] for row in study_mechanisms.read_csv(self.app.root / STUDY / "mechanisms.csv")}
         except (OSError, ValueError, KeyError):
             return []
         # a study model is named without its folder; a paper-scale one by its reference (paper/cifar10-vanilla);

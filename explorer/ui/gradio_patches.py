@@ -18,6 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from gradio import mcp as gradio_mcp
+from gradio import processing_utils as pu
+from gradio.blocks import Block
+from gradio.components import State
+from gradio.mcp import GradioMCPServer
+from gradio.state_holder import SessionState
 
 from explorer.analysis import render
 from explorer.core import atomic
@@ -38,10 +44,6 @@ def _patched(function) -> bool:
 
 def originals() -> dict[str, Callable]:
     """What each installed patch replaced, by its name (read from the patches themselves)."""
-    from gradio import processing_utils as pu
-    from gradio.mcp import GradioMCPServer
-    from gradio.state_holder import SessionState
-
     now = {"get_tool_to_endpoint": GradioMCPServer.get_tool_to_endpoint,
            "_execute_tool_without_progress": GradioMCPServer._execute_tool_without_progress,
            "get_input_schema": GradioMCPServer.get_input_schema, "save_pil_to_cache": pu.save_pil_to_cache,
@@ -67,8 +69,6 @@ NOT_TOOLS = ("/finetune", "/cancel", "/download_checkpoint", "/trust_cell_a", "/
 
 def install_tool_list() -> None:
     """Gradio makes every public endpoint a tool; this leaves out NOT_TOOLS (neither listed nor callable)."""
-    from gradio import mcp as gradio_mcp
-
     server = gradio_mcp.GradioMCPServer
     if _patched(server.get_tool_to_endpoint):
         return
@@ -86,8 +86,6 @@ def install_mcp_outputs() -> None:
     outputs answers one text holding local paths, instead of its texts and images. This reads the final
     outputs from the job's updates, as Gradio's own path with a progress token does, so every client gets
     each output as its own content (pictures as images)."""
-    from gradio import mcp as gradio_mcp
-
     server = gradio_mcp.GradioMCPServer
     if _patched(server._execute_tool_without_progress):
         return
@@ -115,9 +113,6 @@ def install_mcp_schemas() -> None:
     takes any value (a model slot: a Hub id, a run made later) is limited to the choices it had at start.
     This types a numeric enum as numbers, drops the enum of a dropdown that takes custom values, and drops
     a file input's default (the server's own path to the page's first image)."""
-    from gradio import mcp as gradio_mcp
-    from gradio.components import State
-
     server = gradio_mcp.GradioMCPServer
     if _patched(server.get_input_schema):
         return
@@ -154,7 +149,6 @@ def install_image_cache() -> None:
     a picture whose pixels were encoded before (the same view asked again, by any session) is served from
     the file written then.
     """
-    from gradio import processing_utils as pu
     if _patched(pu.save_pil_to_cache):
         return
     original, files = pu.save_pil_to_cache, atomic.WrittenOnce(1024)
@@ -180,10 +174,6 @@ def install_session_ids() -> None:
     takes, or a handler gives it, is saved under that new id, and the page's own id keeps the value the
     update left it (a dropdown's first choice): a link reopened a model slot on the list's first model,
     whatever the slot held. This gives the new component the id of the one it replaces."""
-    from gradio.blocks import Block
-    from gradio.components import State
-    from gradio.state_holder import SessionState
-
     if _patched(SessionState.__setitem__):
         return
     original = SessionState.__setitem__

@@ -3,6 +3,7 @@ the page does when a visitor arrives, refreshes the model lists or leaves."""
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from pathlib import Path
 
@@ -287,7 +288,6 @@ def mcp_server(settings: Settings, enabled: bool = True) -> bool | None:
     """Whether the app also serves its tools over MCP (at /gradio_api/mcp/): on by default when the `mcp`
     package is there (requirements.txt installs `gradio[mcp]`); off with `python app.py --no-mcp` or
     EXPLORER_MCP=0; GRADIO_MCP_SERVER, when set, decides as Gradio documents it (None: Gradio reads it)."""
-    import importlib.util
     if not enabled or not settings.mcp:
         return False
     if settings.gradio_mcp_server is not None:
