@@ -198,3 +198,20 @@ def test_a_done_runs_checkpoints_go_into_the_slots_they_came_from(tmp_path):
     assert follow.new_slots(alone, ["finetuned/y"], "a", "b") == ("a", "finetuned/y")
     alone.members[0].tag = ""  # a new model from scratch: into slot B
     assert follow.new_slots(alone, ["finetuned/y"], "a", "b") == ("a", "finetuned/y")
+
+
+def test_between_reports_a_step_moves_the_bar_at_the_runs_own_pace():
+    """On a slow host (10 s a step, measured from the run's reports) the bar crosses a step in about the
+    step's time, and in every 5 s of it moves by a tenth of a percent or more; a fast run's step moves as
+    before (half the way in STEP_HALF_S)."""
+    def member(**pace):
+        return MemberState("A", "A", phase=Phase.TRAINING, step=10, total_steps=40, since=100.0, **pace)
+
+    slow = RunState(status=RunStatus.TRAINING, members=[member(first_step=(2, 10.0), elapsed=90.0)], started=1.0)
+    assert slow.members[0].seconds_per_step == pytest.approx(10.0)
+    shown = [round(100 * follow.run_fraction(slow, 100.0 + t), 1) for t in range(0, 16, 5)]
+    assert all(b - a >= 0.1 for a, b in zip(shown, shown[1:], strict=False)), shown
+    fast = RunState(status=RunStatus.TRAINING, members=[member(first_step=(2, 1.0), elapsed=2.6)], started=1.0)
+    one_step = (follow.SPANS[Phase.TRAINING][1] - follow.SPANS[Phase.TRAINING][0]) / 40
+    moved = follow.run_fraction(fast, 100.0 + follow.STEP_HALF_S) - follow.run_fraction(fast, 100.0)
+    assert moved == pytest.approx(one_step / 2)

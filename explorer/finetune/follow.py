@@ -27,8 +27,9 @@ CURVES_EVERY_S = 10.0
 
 # Each model's share of the bar, by phase: what precedes its steps (loading, choosing the head, compiling),
 # its steps, then evaluating and saving. A phase without steps moves on with time towards its end (half the
-# way in PHASE_HALF_S seconds), and a step that takes long (an epoch's end: validation, its first compile)
-# towards the next step (half the way in STEP_HALF_S), so that the bar and the status line never stand still.
+# way in PHASE_HALF_S seconds), and between reports a step moves towards the next (half the way in STEP_HALF_S,
+# or in half the run's measured seconds per step when longer: on a slow host each step moves the bar through
+# the step's own time), so that the bar and the status line never stand still.
 # The first model waits while the training process starts. On 2 CPU cores what precedes the steps takes
 # about as long as the steps of a small run, whence its share.
 SPANS = {Phase.WAITING: (0.0, 0.1), Phase.LOADING: (0.1, 0.15), Phase.HEAD: (0.15, 0.25),
@@ -48,7 +49,8 @@ def run_fraction(s: RunState, now: float | None = None) -> float:
     since = m.since or s.started
     waited = max(0.0, (now if now is not None else time.time()) - since) if since else 0.0
     if m.phase == Phase.TRAINING and m.total_steps:
-        steps = m.step + (1.0 - 0.5 ** (waited / STEP_HALF_S))
+        half = max(STEP_HALF_S, 0.5 * (m.seconds_per_step or 0.0))
+        steps = m.step + (1.0 - 0.5 ** (waited / half))
         own = lo + (hi - lo) * min(1.0, steps / m.total_steps)
     else:
         own = lo + (hi - lo) * (1.0 - 0.5 ** (waited / PHASE_HALF_S))

@@ -83,6 +83,15 @@ class MemberState:
     recipe: MemberRecipe | None = None  # as chosen for the data
     seconds: float | None = None      # the worker's time for this model, from loading it to its checkpoint
     since: float = 0.0                # when its phase began, or while it trains its last step ended (time.time())
+    first_step: tuple[int, float] | None = None  # (step, seconds into the fit) of its first reported step
+    elapsed: float = 0.0              # seconds into the fit at its last reported step
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        """Its steps' measured pace since its first reported step (which held the compile); None before two."""
+        if self.first_step is None or self.step <= self.first_step[0]:
+            return None
+        return (self.elapsed - self.first_step[1]) / (self.step - self.first_step[0])
 
 
 @dataclass
@@ -146,7 +155,9 @@ def apply_event(s: RunState, event: Event) -> None:
         member.phase = event.phase
     elif isinstance(event, BatchEnd):
         member.step, member.total_steps = event.step, event.total_steps
-        member.last_loss, member.phase = event.loss, Phase.TRAINING
+        member.last_loss, member.phase, member.elapsed = event.loss, Phase.TRAINING, event.elapsed
+        if member.first_step is None:
+            member.first_step = (event.step, event.elapsed)
     elif isinstance(event, EpochEnd):
         member.history = member.history + [event.record]
     elif isinstance(event, MemberDone):
