@@ -121,8 +121,8 @@ def test_note_gives_each_map_against_a_random_ranking_and_what_is_not_measured()
     text = ff.note([("A", "a", (a, "cifar10", 32)), ("B", "b", None)], ("rollout", "last-layer attention"),
                    "measure it there")
     assert "over the first 32 cifar10 test images" in text
-    assert "| attention rollout | 0.200 | 0.600 |" in text
-    assert "| a random ranking (for scale) | 0.400 | 0.500 |" in text
+    assert "| attention rollout | A | 0.200 | 0.600 |" in text
+    assert "| a random ranking (for scale) | A | 0.400 | 0.500 |" in text and "| B |" not in text
     assert ("A: attention rollout beats a random ranking on both curves; last-layer attention (mean of heads) "
             "not on both: read it with care.") in text
     assert text.endswith("_How faithful the maps are is not measured yet for B: b. Measure it there._")

@@ -79,10 +79,10 @@ def test_faithfulness_is_measured_then_shown_beside_the_maps(tab):
     after = note("cifar10-vanilla", "cifar10-spt_lsa")
     assert "not measured" not in after
     # The note's numbers are the table's, row by row, for both models; occlusion belongs to Evidence's note.
-    rollout = next(line for line in after.splitlines() if line.startswith("| attention rollout"))
-    cells = [c.strip() for c in rollout.strip("|").split("|")][1:]
-    assert cells == [shown[(m, "rollout")][col] for m in (label_a, label_b)
-                     for col in ("deletion ↓", "insertion ↑")]
+    rollout = [line for line in after.splitlines() if line.startswith("| attention rollout")]
+    cells = [[c.strip() for c in row.strip("|").split("|")][1:] for row in rollout]
+    assert cells == [[tag, *(shown[(m, "rollout")][col] for col in ("deletion ↓", "insertion ↑"))]
+                     for tag, m in zip("AB", (label_a, label_b), strict=True)]
     assert "occlusion" not in after and "random ranking" in after
     occlusion = map_note(tab.app, ("occlusion",))("cifar10-spt_lsa", "cifar10-vanilla")
     assert "| occlusion |" in occlusion and "attention rollout" not in occlusion

@@ -26,12 +26,14 @@ TEXT = (f"Both models over a **whole labelled set**: the CIFAR test set (the fir
         f"numbers are measured on the other half. Corruptions: the 15 CIFAR-10-C corruption types at 5 "
         f"severities (`{corruptions.LIBRARY}=={corruptions.LIBRARY_VERSION}`, ImageNet-C's parameters), "
         f"corruption error relative to model A. Faithfulness: deletion/insertion areas (lower/higher is more "
-        f"faithful) and the randomisation check. {{trust_md}} explains each measure and its caveats.")
+        f"faithful) and the randomisation check (ρ: each map's rank correlation with the trained model's once "
+        f"its head, or every layer, is re-initialised). {{trust_md}} explains each measure and its caveats.")
 TRUE = "true class"
 CLASS_COLUMNS = ["class", "A", "A interval", "B", "B interval", "images"]
 CAL_COLUMNS = ["model", "top-1", "temperature", "ECE before", "ECE after", "NLL before", "NLL after"]
-# The page's headers for the same columns: short words that wrap between words in an 800 px window.
-FAITH_SHOWN = ["model", "map", "deletion ↓", "insertion ↑", "rank corr., head reset", "rank corr., all reset"]
+# The page's headers for the same columns: short words that wrap between words in an 800 px window (ρ: the rank
+# correlation, as the tab's text says).
+FAITH_SHOWN = ["model", "map", "deletion ↓", "insertion ↑", "ρ head reset", "ρ all reset"]
 
 
 def _thumb(image: np.ndarray, size: int = 96) -> np.ndarray:
@@ -323,7 +325,10 @@ def build(app: AppState, page: Page) -> TrustTab:
             faith_text = gr.Markdown(faith0[0], elem_id="trust-faithfulness-summary")
             faith_btn = gr.Button("Which map to trust", elem_id="trust-faithfulness-btn", scale=0, min_width=200)
         with gr.Column(visible=shipped_faith is not None) as faith_box:
+            # Each column as wide as its header's longest word and its cells need at 800 px ("deletion ↓" broke in a
+            # word), every row on one line.
             faith_table = gr.Dataframe(faith0[2], interactive=False, headers=FAITH_SHOWN, wrap=True,
+                                       column_widths=["21%", "27%", "15%", "16%", "10.5%", "10.5%"],
                                        elem_id="trust-faithfulness-table", elem_classes="trust-table")
         with gr.Row(equal_height=True):
             corr_text = gr.Markdown(corr0[0], elem_id="trust-corruptions-summary")

@@ -50,10 +50,29 @@ def measure(page):
     return page.evaluate(MEASURE)
 
 
+# The words of an element's text (between spaces and hyphens: a line break at a hyphen is no break) that the
+# browser broke across lines ("distan/ce", "deletio/n ↓").
+SPLIT_WORDS = """(root) => {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    const split = [];
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        for (const word of node.data.matchAll(/[^\\s-]+/g)) {
+            const range = document.createRange();
+            range.setStart(node, word.index);
+            range.setEnd(node, word.index + word[0].length);
+            const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0)
+                .map((r) => Math.round(r.top))).size;
+            if (lines > 1) split.push(word[0]);
+        }
+    }
+    return split;
+}"""
+
 # What the open tab shows, measured: each picture's shown width over its own (pictures of 100 px or more;
 # the image column's preview aside), and each table's right edge against its box's, the parts of it hidden
-# behind a scroll, and its headers broken inside a word ("distan/ce": more lines than words and hyphens allow).
+# behind a scroll, and its headers broken inside a word ("distan/ce", "deletio/n ↓").
 MEASURE = """() => {
+    const splitWords = SPLIT_WORDS;
     const shown = (e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
     const panel = [...document.querySelectorAll('[role=tabpanel]')].find(shown);
     const pictures = [...panel.querySelectorAll('img')].filter((i) => shown(i) && i.naturalWidth >= 100)
@@ -67,19 +86,15 @@ MEASURE = """() => {
                 && getComputedStyle(e).visibility !== 'hidden'
                 && /auto|scroll|hidden/.test(getComputedStyle(e).overflowX))
             .map((e) => e.className || e.tagName);
-        const broken = [...t.querySelectorAll('th')].filter(shown).map((th) => {
-            // A dataframe's header text, without its sort button; a line break at a hyphen is no break.
-            const range = document.createRange();
-            range.selectNodeContents(th.querySelector('.header') || th);
-            const lines = new Set([...range.getClientRects()].filter((r) => r.width > 0)
-                .map((r) => Math.round(r.top))).size;
-            return {text: th.innerText.trim(), lines, words: th.innerText.trim().split(/[\\s-]+/).length};
-        }).filter((h) => h.text && h.lines > h.words);
+        // A dataframe's header text, without its sort button.
+        const broken = [...t.querySelectorAll('th')].filter(shown)
+            .map((th) => ({text: th.innerText.trim(), split: splitWords(th.querySelector('.header') || th)}))
+            .filter((h) => h.split.length);
         return {id: (t.closest('[id]') || {}).id, right: t.getBoundingClientRect().right, box: box.right, hidden,
                 broken};
     });
     return {pictures, tables};
-}"""
+}""".replace("SPLIT_WORDS", SPLIT_WORDS)
 
 
 UPLOAD = "input[type=file]:has(+ #upload-own)"
@@ -119,22 +134,19 @@ SHOWN_SCALE = """(selector) => [...document.querySelectorAll(selector)].filter((
     .map((i) => i.getBoundingClientRect().width / i.naturalWidth)"""
 
 
-# A header broken inside a word has more lines than words ("la/ye/r"); the table's last column must be on
-# the page, and nothing of the table hidden beyond a scroll.
+# A table's headers never broken inside a word (SPLIT_WORDS), its last column on the page, and nothing of it
+# hidden beyond a scroll.
 TABLE_FITS = """(selector) => {
+    const splitWords = SPLIT_WORDS;
     const table = document.querySelector(selector);
-    const headers = [...table.querySelectorAll('th .header')].map((span) => {
-        const range = document.createRange();
-        range.selectNodeContents(span);
-        const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
-        return {text: span.innerText, lines, words: span.innerText.trim().split(/\\s+/).length};
-    });
+    const headers = [...table.querySelectorAll('th .header')].map((span) => ({text: span.innerText,
+                                                                            split: splitWords(span)}));
     const ths = table.querySelectorAll('th');
     const scrollers = [...table.querySelectorAll('*')].filter((e) => e.scrollWidth > e.clientWidth + 1
         && /auto|scroll/.test(getComputedStyle(e).overflowX));
     return {headers, right: ths[ths.length - 1].getBoundingClientRect().right, width: window.innerWidth,
             hidden: scrollers.map((e) => e.className)};
-}"""
+}""".replace("SPLIT_WORDS", SPLIT_WORDS)
 
 
 def assert_tau_legible(page) -> None:
@@ -147,7 +159,7 @@ def assert_tau_legible(page) -> None:
     scales = page.evaluate(SHOWN_SCALE, plots)
     assert min(scales) >= 0.75, f"the tau plots are shown at {[f'{s:.0%}' for s in scales]}"
     fit = page.evaluate(TABLE_FITS, "#tau-table")
-    broken = [h for h in fit["headers"] if h["lines"] > h["words"]]
+    broken = [h for h in fit["headers"] if h["split"]]
     assert not broken, f"headers broken inside a word: {broken}"
     assert fit["right"] <= fit["width"] and not fit["hidden"], fit
 
