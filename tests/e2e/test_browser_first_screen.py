@@ -99,5 +99,16 @@ def test_a_first_visit_opens_on_the_paper_scale_pair_already_answered(browser, d
         assert slot_value(page, "Model B").startswith("paper scale · SPT + LSA")
         assert "85.0 %" in page.inner_text("#card-a") and "89.9 %" in page.inner_text("#card-b")
         assert page.evaluate(BOX, "#verdict")["top"] + 30 <= HEIGHT
+        # Each slot's label ends before its list's arrow (cut with an ellipsis), never under it.
+        under = page.evaluate(UNDER_THE_ARROW)
+        assert len(under) == 2 and max(under) <= 0, f"a slot's label runs {max(under):.0f} px under its arrow"
     finally:
         page.close()
+
+
+# How far each slot's text box reaches past the left edge of its list's arrow (px; 0 or less: it stops before).
+UNDER_THE_ARROW = """() => [...document.querySelectorAll('#slots-row .secondary-wrap input')].map((input) => {
+    const arrow = input.closest('.wrap').querySelector('.icon-wrap');
+    const box = input.getBoundingClientRect();
+    return box.right - parseFloat(getComputedStyle(input).paddingRight) - arrow.getBoundingClientRect().left;
+})"""
