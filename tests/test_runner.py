@@ -13,7 +13,7 @@ import pytest
 from explorer.checkpoints.store import list_checkpoints, load_checkpoint
 from explorer.core.protocol import BatchEnd, MemberStarted, Phase, PhaseBegun, Started
 from explorer.data.folders import read_image_zip
-from explorer.finetune.plan import plan_job
+from explorer.finetune.plan import Base, plan_job
 from explorer.finetune.queue import Busy
 from explorer.finetune.report import report
 from explorer.finetune.runner import FineTuneRunner
@@ -109,8 +109,8 @@ def test_a_crashed_or_failing_worker_is_reported_and_saves_nothing(tiny_checkpoi
     # A base checkpoint that broke after the app loaded it: the worker's own error comes back.
     broken = tmp_path / "broken"
     shutil.copytree(tiny_checkpoints["spt_lsa"], broken)
-    plan = plan_job([("B", "B: broken", str(broken), load_checkpoint(broken)[1])], cifar10.subset(train=64, test=16),
-                    epochs=1)
+    plan = plan_job([Base("B", "B: broken", str(broken), load_checkpoint(broken)[1])],
+                    cifar10.subset(train=64, test=16), epochs=1)
     (broken / "model.weights.h5").write_bytes(b"not an h5 file")
     runner.start(plan)
     runner.wait(120)
