@@ -79,8 +79,8 @@ def write_data(folder: Path, data: Path) -> int:
 
 def plan_for(zip_path: Path, tiny: bool):
     from explorer.checkpoints.store import read_card
-    from explorer.finetune.plan import ZIP, Limits, job_data, plan_job
-    members = [(tag, f"{tag}: {ref}", str(ROOT / "checkpoints" / ref), read_card(ROOT / "checkpoints" / ref))
+    from explorer.finetune.plan import ZIP, Base, Limits, job_data, plan_job
+    members = [Base(tag, f"{tag}: {ref}", str(ROOT / "checkpoints" / ref), read_card(ROOT / "checkpoints" / ref))
                for tag, ref in zip("AB", PAIR, strict=True)]
     dataset = job_data(ZIP, str(zip_path), None, Limits(), 32, train_on_all=tiny)
     return plan_job(members, dataset, epochs=1 if tiny else None, train_on_all=tiny)
