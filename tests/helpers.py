@@ -163,12 +163,20 @@ def pair_folder(root: Path, tiny_checkpoints: dict, **card) -> Path:
     return root
 
 
+# XLA's lowest optimisation level for tests that compile on JAX's CPU backend (see run_on_jax).
+JAX_CPU_XLA_FLAGS = "--xla_backend_optimization_level=0"
+
+
 def run_on_jax(call: str, timeout: float) -> dict:
     """`call` ("module:function", a function of the tests that returns a JSON-able dict) run in a process of
-    its own on Keras' JAX backend on the CPU, whatever the tester's JAX or XLA settings; what it returned."""
+    its own on Keras' JAX backend on the CPU, whatever the tester's JAX or XLA settings; what it returned.
+
+    Compiled at XLA's lowest optimisation level (JAX_CPU_XLA_FLAGS): these tests compare what runs compute,
+    which the level changes by float32 rounding at most, and compiling, most of their time, costs a quarter
+    less."""
     module, function = call.split(":")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(PYTHONPATH=str(ROOT), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    env.update(PYTHONPATH=str(ROOT), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS=JAX_CPU_XLA_FLAGS)
     code = f"import json; from {module} import {function} as f; print(json.dumps(f()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                          timeout=timeout)
@@ -249,6 +257,29 @@ def shipped_copy(folder: Path) -> Path:
     root = folder / "checkpoints"
     shutil.copytree(ROOT / "checkpoints", root, ignore=shutil.ignore_patterns("finetuned", ".*"))
     return root
+
+
+@contextlib.contextmanager
+def serving(root: Path, data_dir, **kwargs):
+    """`python app.py` over the checkpoints folder `root` (start_app's other arguments), for the block: (its
+    URL, root); stopped after it."""
+    proc, url, _ = start_app(root, data_dir=data_dir, **kwargs)
+    try:
+        yield url, root
+    finally:
+        stop(proc)
+
+
+def tiny_pair_served(tmp_path_factory, tiny_checkpoints, data_dir):
+    """The app with the tiny pair as the 45,000-image pair (as the shipped pair is): (URL, its checkpoints)."""
+    root = pair_folder(tmp_path_factory.mktemp("first-hour") / "checkpoints", tiny_checkpoints,
+                       dataset={"train_images": 45000})
+    return serving(root, data_dir, timeout=300)
+
+
+def shipped_served(tmp_path_factory, data_dir):
+    """The app on copies of the shipped checkpoints, the small-data study's included: (URL, its checkpoints)."""
+    return serving(shipped_copy(tmp_path_factory.mktemp("second-pass")), data_dir, timeout=300)
 
 
 def stored_run(store, owner: str, name: str, ended: float, run_id: str | None = None, source=None) -> str:

@@ -220,28 +220,38 @@ def test_the_cli_refuses_a_time_limit_without_a_backup(capsys):
 
 
 def steps_per_call_report() -> dict:
-    """On JAX: the same run (9 steps an epoch) at 1, 2, 3 and 4 steps per call into the compiled step, and the
-    numpy path's: at 2 each epoch's last call is topped up with a step to skip, 3 divides the epoch, and at 4
-    topping up would waste too much, so the last call is short; what each run compiled."""
+    """On JAX: the same run (9 steps an epoch) at 1, 2, 3 and 4 steps per call into the compiled step: at 2
+    each epoch's last call is topped up with a step to skip, 3 divides the epoch, and at 4 topping up would
+    waste too much, so the last call is short; the programs each run needed (compiled, or taken from the
+    persistent cache as the worker's runs take them: the short call's one-step program is the one-step run's).
+    That the device batches train what the numpy batches train is shown on TensorFlow above: the same
+    batches, the same step."""
+    import tempfile
+
+    import jax
+
     from explorer.finetune.compiling import CompileCounter
+    jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp())
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     counter = CompileCounter()
     data = _dataset(320)
     recipe = dict(epochs=2, batch_size=32, randaugment=0.5, **MIXED)
     out = {"backend": keras.backend.backend()}
-    runs = {"numpy": TrainConfig(**recipe), "one": TrainConfig(device_data=True, **recipe)}
+    runs = {"one": TrainConfig(device_data=True, **recipe)}
     runs.update({str(k): TrainConfig(device_data=True, steps_per_call=k, **recipe) for k in (2, 3, 4)})
     weights = {}
     for name, recipe in runs.items():
-        before = counter.counts()[0]
+        before = sum(counter.counts())
         model, record = _fit(recipe, data)
         weights[name] = model.get_weights()
         out[name] = {"steps": record.training.steps, "loss": record.history[-1].loss,
-                     "compiled": counter.counts()[0] - before}
+                     "programs": sum(counter.counts()) - before}
 
     def apart(a, b):
         return max(float(np.abs(x - y).max()) for x, y in zip(weights[a], weights[b], strict=True))
 
-    out.update(one_vs_numpy=apart("numpy", "one"), **{f"{k}_vs_one": apart("one", str(k)) for k in (2, 3, 4)})
+    out.update({f"{k}_vs_one": apart("one", str(k)) for k in (2, 3, 4)})
     return out
 
 
@@ -249,11 +259,11 @@ def steps_per_call_report() -> dict:
 def test_several_steps_per_call_train_what_one_step_per_call_trains_on_jax():
     report = run_on_jax("tests.test_fast_path:steps_per_call_report", timeout=1200)
     assert report["backend"] == "jax"
-    assert {report[k]["steps"] for k in ("numpy", "one", "2", "3", "4")} == {18}, report
-    assert report["one_vs_numpy"] < 1e-4 and max(report[f"{k}_vs_one"] for k in (2, 3, 4)) < 1e-5, report
-    # The topped-up last call compiles nothing of its own: as many compilations as the run whose epochs divide
-    # into calls; a short last call compiles a step of its own.
-    assert report["2"]["compiled"] == report["3"]["compiled"] == report["4"]["compiled"] - 1, report
+    assert {report[k]["steps"] for k in ("one", "2", "3", "4")} == {18}, report
+    assert max(report[f"{k}_vs_one"] for k in (2, 3, 4)) < 1e-5, report
+    # The topped-up last call needs no program of its own: as many as the run whose epochs divide into calls;
+    # a short last call needs a step of its own.
+    assert report["2"]["programs"] == report["3"]["programs"] == report["4"]["programs"] - 1, report
 
 
 @pytest.mark.slow  # about 10 s or more (pytest.ini)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from explorer.data.packed import pack
-from tests.helpers import run_on_jax
+from tests.helpers import JAX_CPU_XLA_FLAGS, run_on_jax
 from tools import window
 
 TRAIN = ["--preset", "tiny", "--variant", "spt_lsa", "--train-on-all", "--epochs", "3", "--batch-size", "32",
@@ -225,7 +225,8 @@ def test_the_gpu_sessions_script_measures_then_trains_a_window(tmp_path, packed)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env.update(OUT=str(out), KEEP=str(tmp_path / "kept"),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-               JAX_PLATFORMS="cpu", BENCH_PRESET="tiny", BENCH_ONLY="device bf16 x16,host float32", BENCH_STEPS="2",
+               JAX_PLATFORMS="cpu", XLA_FLAGS=JAX_CPU_XLA_FLAGS,  # as run_on_jax compiles
+               BENCH_PRESET="tiny", BENCH_ONLY="device bf16 x16,host float32", BENCH_STEPS="2",
                BENCH_S="300", WINDOW_ARGS=f"--preset tiny --train-on-all --subset 64 --epochs 1 --dataset {packed} "
                                           f"--work {tmp_path / 'work'} --compile-cache {tmp_path / 'cache'}")
     done = subprocess.run(["bash", "tools/gpu_session.sh", "both", str(state), "vanilla", "500"], env=env,

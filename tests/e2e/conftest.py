@@ -1,6 +1,10 @@
-"""A real `python app.py` on 127.0.0.1: serving tiny checkpoints trained in the session (app_url, for the
-session), the tiny pair as the 45,000-image pair (tiny_pair_app) or copies of the shipped checkpoints
-(shipped_app), each of those two once per module that asks for it."""
+"""A real `python app.py` on 127.0.0.1: serving tiny checkpoints trained in the session (app_url), the tiny
+pair as the 45,000-image pair (tiny_pair_app) or copies of the shipped checkpoints (shipped_app).
+
+Each app is one for the whole session, shared by every module that only reads what it serves: an app takes
+about 11 CPU-seconds to start and more to warm its caches, which a slow host pays once instead of once a module.
+A module whose tests change what an app serves (a fine-tune adds models to every visitor's lists) starts its
+own: `tiny_pair_served` and `shipped_served` in a module-scoped fixture of the same name."""
 
 from __future__ import annotations
 
@@ -9,7 +13,16 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.pages import UPLOAD
-from tests.helpers import CHROMIUM, FLAGS, pair_folder, scaled, shipped_copy, start_app, stop
+from tests.helpers import (
+    CHROMIUM,
+    FLAGS,
+    pair_folder,
+    scaled,
+    shipped_served,
+    start_app,
+    stop,
+    tiny_pair_served,
+)
 
 
 @pytest.fixture(scope="session")
@@ -42,23 +55,16 @@ def browser():
         browser.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_pair_app(tmp_path_factory, tiny_checkpoints, data_dir):
-    """The app with the tiny pair as the 45,000-image pair (as the shipped pair is)."""
-    root = pair_folder(tmp_path_factory.mktemp("first-hour") / "checkpoints", tiny_checkpoints,
-                       dataset={"train_images": 45000})
-    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
-    yield url, root
-    stop(proc)
+    with tiny_pair_served(tmp_path_factory, tiny_checkpoints, data_dir) as served:
+        yield served
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shipped_app(tmp_path_factory, data_dir):
-    """The app on copies of the shipped checkpoints, the small-data study's included."""
-    root = shipped_copy(tmp_path_factory.mktemp("second-pass"))
-    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
-    yield url, root
-    stop(proc)
+    with shipped_served(tmp_path_factory, data_dir) as served:
+        yield served
 
 
 @pytest.fixture

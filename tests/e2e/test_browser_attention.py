@@ -9,7 +9,7 @@ import pytest
 
 from explorer.ui.attention import SELF_HEAD_LABEL
 from tests.e2e.pages import open_tab, visit
-from tests.helpers import ROOT, scaled, shipped_copy, start_app, stop
+from tests.helpers import ROOT, scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -21,18 +21,10 @@ SHOWN = """() => { const i = document.querySelector('#maps img');
 FIRST_LAYERS = "Layer 0 of 9 (the first) for A, layer 0 of 9 (the first) for B"
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, data_dir):
-    root = shipped_copy(tmp_path_factory.mktemp("attention-paper"))
-    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
-    yield url
-    stop(proc)
-
-
 @pytest.mark.parametrize("width", [1280, 800])
-def test_the_paper_pairs_heads_stay_legible(browser, app, width):
+def test_the_paper_pairs_heads_stay_legible(browser, shipped_app, width):
     from explorer.app.attention import TILE
-    page = visit(browser, app, width, height=1000)
+    page = visit(browser, shipped_app[0], width, height=1000)
     open_tab(page, "Attention")
     page.get_by_role("button", name=SELF_HEAD_LABEL).click()
     # Both slots load, each redraws the tab, and the dropdowns follow: wait until all of it has settled on the

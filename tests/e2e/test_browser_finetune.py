@@ -16,10 +16,24 @@ from tests.e2e.pages import (
     open_tab,
     visit,
 )
-from tests.helpers import scaled
+from tests.helpers import scaled, shipped_served, tiny_pair_served
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
+
+
+# Apps of this module's own: its fine-tunes add models to the lists every later visitor sees.
+@pytest.fixture(scope="module")
+def tiny_pair_app(tmp_path_factory, tiny_checkpoints, data_dir):
+    with tiny_pair_served(tmp_path_factory, tiny_checkpoints, data_dir) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def shipped_app(tmp_path_factory, data_dir):
+    with shipped_served(tmp_path_factory, data_dir) as served:
+        yield served
+
 
 RUN_TINY = 300_000  # ms: a training worker's start and a short pair run on a loaded 2-core machine
 

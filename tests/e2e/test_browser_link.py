@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from tests.e2e.pages import choose, open_tab, slot_value, visit
-from tests.helpers import scaled, shipped_copy, start_app, stop
+from tests.helpers import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -28,14 +28,6 @@ SETTLED = """(before) => {
 # Both slots' top-5 are `shown` (which settles after the transient answers a page shows as it redraws).
 SHOWN = """(shown) => ['a', 'b'].every((tag) => (document.querySelector('#label-' + tag) || {innerText: ''}).innerText
     .replace('Model ' + tag.toUpperCase(), '').split(/\\s+/).join(' ').trim() === shown)"""
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, data_dir):
-    root = shipped_copy(tmp_path_factory.mktemp("link"))
-    proc, url, log = start_app(root, data_dir=data_dir, timeout=300)
-    yield url, log
-    stop(proc)
 
 
 def put(page, label, ref):
@@ -59,10 +51,10 @@ def copied_link(page, timeout: float = 30) -> str:
     raise AssertionError("the button put no link on the clipboard")
 
 
-def test_a_link_reopens_the_models_the_image_and_the_tab(browser, app, tmp_path):
+def test_a_link_reopens_the_models_the_image_and_the_tab(browser, shipped_app, tmp_path):
     from explorer.data.datasets import sample_set
     cifar10 = sample_set()
-    page = visit(browser, app[0], 1280, height=1000)
+    page = visit(browser, shipped_app[0], 1280, height=1000)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     other = None
     try:
@@ -124,11 +116,11 @@ def top5(page, tag: str) -> str:
     return " ".join(page.inner_text(f"#label-{tag}").replace(f"Model {tag.upper()}", "").split())
 
 
-def test_a_link_reopens_a_pair_that_is_not_the_lists_first_on_another_tab(browser, app, tmp_path):
+def test_a_link_reopens_a_pair_that_is_not_the_lists_first_on_another_tab(browser, shipped_app, tmp_path):
     """Issue: a link reopened both slots on the list's first model (cifar10-lsa), whatever they held: Gradio
     saved the slots' values under new ids once the page had updated their choices (gradio_patches)."""
     from explorer.data.datasets import sample_set
-    page = visit(browser, app[0], 1280, height=1000)
+    page = visit(browser, shipped_app[0], 1280, height=1000)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     other = None
     try:

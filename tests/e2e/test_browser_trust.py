@@ -11,7 +11,7 @@ import re
 import pytest
 
 from tests.e2e.pages import measure, visit
-from tests.helpers import scaled, shipped_copy, start_app, stop
+from tests.helpers import scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -24,23 +24,14 @@ ROWS = """(selector) => [...document.querySelectorAll(selector + ' .virtual-row'
     .map((r) => [...r.querySelectorAll('[role=gridcell]')].map((d) => d.innerText.trim()))"""
 
 
-@pytest.fixture(scope="module")
-def app(tmp_path_factory, data_dir):
-    """The app on copies of the shipped checkpoints; its CIFAR folder holds the bundled 1,000 test images."""
-    root = shipped_copy(tmp_path_factory.mktemp("trust"))
-    proc, url, log = start_app(root, data_dir=data_dir, timeout=300)
-    yield url, log
-    stop(proc)
-
-
 def wait_text(page, selector, pattern, timeout):
     page.wait_for_function("([s, p]) => new RegExp(p).test((document.querySelector(s) || {}).innerText || '')",
                            arg=[selector, pattern], timeout=timeout)
 
 
 @pytest.mark.parametrize("width", [1280, 800])
-def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(browser, app, width):
-    page = visit(browser, app[0], width)
+def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(browser, shipped_app, width):
+    page = visit(browser, shipped_app[0], width)
     try:
         # Every tab in one row, Trust one click away.
         assert [t.inner_text() for t in page.locator("[role=tab]").all() if t.is_visible()] == TABS
@@ -116,7 +107,7 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         page.close()
 
 
-def test_a_zip_of_other_classes_is_refused_in_place_without_an_error_badge(browser, app, tmp_path):
+def test_a_zip_of_other_classes_is_refused_in_place_without_an_error_badge(browser, shipped_app, tmp_path):
     """A zip whose folders are not the models' classes: the reason stays in the summary (a toast fades) and
     no "Error" badge covers the tab's outputs."""
     import io
@@ -131,7 +122,7 @@ def test_a_zip_of_other_classes_is_refused_in_place_without_an_error_badge(brows
                 buf = io.BytesIO()
                 Image.new("RGB", (40, 40), (40 * i, 90, 200)).save(buf, format="PNG")
                 z.writestr(f"photos/{folder}/{i}.png", buf.getvalue())
-    page = visit(browser, app[0], 1280)
+    page = visit(browser, shipped_app[0], 1280)
     try:
         page.get_by_role("tab", name="Trust").click()
         wait_text(page, "#trust-summary", "only B on", 300_000)  # the report the tab computes as it opens

@@ -9,18 +9,13 @@ import pytest
 from gradio_client import Client, handle_file
 from PIL import Image
 
-from tests.helpers import shipped_copy, start_app, stop
-
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 A, B = "paper/cifar10-vanilla", "paper/cifar10-spt_lsa"
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory, data_dir):
-    root = shipped_copy(tmp_path_factory.mktemp("paper-scale"))
-    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300)
-    yield Client(url, verbose=False)
-    stop(proc)
+def client(shipped_app):
+    return Client(shipped_app[0], verbose=False)
 
 
 @pytest.fixture(scope="module")
