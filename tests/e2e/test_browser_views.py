@@ -1,8 +1,9 @@
 """Every view stays true (issue 57), in a real browser on the shipped checkpoints and the small-data study's:
 after a fine-tune every tab answers for the new models without a click; a message stays where the eye is
 until the input changes (a bad image, a zip without images); the CIFAR-10 tools on a model of three CIFAR-10
-classes; one measure of a run's progress, the bar's and the status line's, moving in every phase; at 800 px
-every tab one click away, every table inside its box, every figure at 0.75 of its drawn width or more."""
+classes; one measure of a run's progress, the bar's and the status line's, moving in every phase; a status
+that always says what the run is doing, with a counter that keeps moving, and a report fit for its classes; at
+800 px every tab one click away, every table inside its box, every figure at 0.75 of its drawn width or more."""
 
 from __future__ import annotations
 
@@ -12,7 +13,18 @@ import zipfile
 
 import pytest
 
-from tests.e2e.pages import MESSAGES, UPLOAD, choose, class_zip_of, measure, open_tab, open_why, slot_options, visit
+from tests.e2e.pages import (
+    MESSAGES,
+    SHOWN_SCALE,
+    UPLOAD,
+    choose,
+    class_zip_of,
+    measure,
+    open_tab,
+    open_why,
+    slot_options,
+    visit,
+)
 from tests.helpers import ROOT, scaled, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -23,14 +35,20 @@ CLASSES = ["cat", "dog", "ship"]
 # The class names a top-k shows (Gradio's Label: a meter per class, named after it).
 LABELS = "(selector) => [...document.querySelectorAll(selector + ' meter')].map((m) => m.getAttribute('aria-label'))"
 OTHER = ("airplane", "automobile", "bird", "deer", "frog", "horse", "truck")  # CIFAR-10's, not the run's
-# Every 200 ms during a run: the progress box's text (its description and percentage) and the status line's
-# first line.
+# Every 200 ms during a run: the progress box's text (its description and percentage), the status line's first
+# line, the status line's own text (its Markdown, never Gradio's overlay over the block), whether the progress
+# box shows anything, and whether a report table does.
 WATCH_RUN = """() => {
+    const visible = (e) => { const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+        return r.width > 0 && r.height > 0 && s.visibility !== 'hidden'; };
     window.__run = [];
     window.__runWatch = setInterval(() => {
         const box = document.querySelector('#ft-progress'), status = document.querySelector('#ft-status');
-        const line = status ? (status.querySelector('.prose') || status).innerText.split('\\n')[0] : '';
-        window.__run.push([performance.now(), box ? box.innerText : '', line]);
+        const own = status ? (status.querySelector('.prose') || status).innerText : '';
+        const shown = box ? [...box.querySelectorAll('*')].some((e) => visible(e) && (e.innerText || '').trim())
+                          : false;
+        const tables = [...document.querySelectorAll('#ft-results')].some(visible);
+        window.__run.push([performance.now(), box ? box.innerText : '', own.split('\\n')[0], own, shown, tables]);
     }, 200);
 }"""
 
@@ -48,7 +66,9 @@ def app(tmp_path_factory, data_dir):
 @pytest.fixture(scope="module")
 def finetuned(browser, app, cifar10, tmp_path_factory):
     """A page at 1280 px after a pair fine-tune on three CIFAR-10 classes (20 images each), started from its
-    Fine-tune tab, with what its progress box and status line said every 200 ms of the run."""
+    Fine-tune tab, with what its progress box, status line and report showed every 200 ms of the run (WATCH_RUN).
+    One run for every test of a run's page: a pair fine-tune of the shipped models is the heaviest thing a
+    browser test does."""
     data = class_zip_of(tmp_path_factory.mktemp("three") / "three.zip", cifar10, CLASSES, 20)
     page = visit(browser, app[0], 1280)
     open_tab(page, "Fine-tune")
@@ -90,7 +110,7 @@ def test_compare_answers_for_the_fine_tuned_models_without_a_click(finetuned):
 def test_the_progress_bar_and_the_status_say_the_same_and_move_in_every_phase(finetuned):
     _, samples = finetuned
     rows = []
-    for t, box, status in samples:
+    for t, box, status, *_ in samples:
         bar = re.search(r"(\d+(?:\.\d+)?)\s*%", box)
         said = re.search(r"^(.+?) · (\d+(?:\.\d+)?) % · ", status)
         if bar and said:
@@ -112,6 +132,72 @@ def test_the_progress_bar_and_the_status_say_the_same_and_move_in_every_phase(fi
             if later and later[0] <= s0:
                 stuck.append((phase, s0))
     assert not stuck, f"the percentage stood still for 5 s in: {sorted(set(stuck))}"
+
+
+PHASES = (r"^(starting the training process|loading [AB]|loading the new models into the slots|choosing [AB].s head"
+          r"|compiling [AB]|training [AB]|evaluating [AB]|saving [AB]|done) · ")
+
+
+def test_a_fine_tune_says_what_it_is_doing_with_a_moving_counter_and_a_report_fit_for_its_classes(finetuned):
+    page, samples = finetuned
+    status = page.inner_text("#ft-status")
+    running = [(t, text, shown, tables) for t, _, _, text, shown, tables in samples
+               if text and "No run yet" not in text]
+    assert running, samples[:5]
+    during = [r for r in running if "Saved as" not in r[1]]
+    assert during and not [r for r in during if r[3]], "a report table shows while the run goes on"
+    silent = [text for _, text, _, _ in running if not re.search(PHASES, text.split("\n")[0])]
+    assert not silent, f"the status did not say what the run was doing: {silent[:3]}"
+    assert not [text for _, text, _, _ in running if "step 0/0" in text]
+    # The elapsed counter: never the same for 3 s or more while the run goes on.
+    counters = [(t, int(m.group(1))) for t, text, _, _ in during if (m := re.search(r"· (\d+) s\b", text))]
+    later = [next(((tb, b) for tb, b in counters if tb - ta >= 3000), None) for ta, _ in counters]
+    frozen = [(a, nxt[1]) for (_, a), nxt in zip(counters, later, strict=True) if nxt and nxt[1] <= a]
+    assert counters and not frozen, f"the elapsed counter stood still: {frozen[:3]}"
+    # The progress bar, once it shows, stays until the run is done: it comes with every update of the status
+    # line (Gradio's own overlay was hidden whenever an output arrived: a blink every few seconds).
+    first = next(i for i, s in enumerate(running) if s[2])
+    last = max(i for i, s in enumerate(running) if s[2])
+    blanks = [i for i in range(first, last) if not running[i][2]]
+    seconds = (running[last][0] - running[first][0]) / 1000
+    assert not blanks, f"the progress bar blanked {len(blanks)} times in {seconds:.0f} s: {blanks[:10]}"
+
+    # The report at 800 px: three classes, so no top-5 anywhere; its plots legible.
+    page.set_viewport_size({"width": 800, "height": 1000})
+    try:
+        open_tab(page, "Compare")
+        headings = page.locator("#label-a, #label-b").all_inner_texts()
+        assert all("top-3" in h and "top-5" not in h for h in headings), headings
+        open_tab(page, "Fine-tune")
+        page.wait_for_selector("#ft-results table thead", timeout=scaled(30_000))  # drawn on return to the tab
+        headers = page.locator("#ft-results table thead").all_inner_texts()
+        assert headers and not any("top-5" in h for h in headers), headers
+        page.locator("#ft-plots").scroll_into_view_if_needed()
+        page.wait_for_function(f"(s) => ({SHOWN_SCALE})(s).length === 2", arg="#ft-plots img",
+                               timeout=scaled(30_000))
+        scales = page.evaluate(SHOWN_SCALE, "#ft-plots img")
+        assert min(scales) >= 0.75, f"the fine-tune plots are shown at {[f'{s:.0%}' for s in scales]}"
+        # A gallery image is drawn at most at twice its size, however few there are; none: no gallery.
+        disagree = int(re.search(r"they disagree on (\d+)", status).group(1))
+        if not disagree:
+            assert not page.locator("#ft-gallery").is_visible()
+            return
+        # Measured once every picture has loaded (before that its natural size is 0).
+        page.wait_for_function("""() => { const imgs = [...document.querySelectorAll('#ft-gallery img')];
+            return imgs.length > 0 && imgs.every((i) => i.complete && i.naturalWidth > 0); }""", timeout=scaled(30_000))
+        painted = page.evaluate("""() => [...document.querySelectorAll('#ft-gallery img')].map((i) => {
+            const r = i.getBoundingClientRect(), fit = getComputedStyle(i).objectFit;
+            const s = Math.min(r.width / i.naturalWidth, r.height / i.naturalHeight);
+            const big = Math.max(r.width / i.naturalWidth, r.height / i.naturalHeight);
+            const scale = {'scale-down': Math.min(1, s), none: 1, cover: big, fill: r.width / i.naturalWidth}[fit];
+            return (scale === undefined ? s : scale) * i.naturalWidth;
+        })""")
+        assert painted and all(w <= 2 * 96 for w in painted), painted
+        cells = page.evaluate("() => [...document.querySelectorAll('#ft-gallery .thumbnail-item')]"
+                              ".map((b) => b.getBoundingClientRect().width)")
+        assert cells and max(cells) <= 200, f"a gallery cell of {max(cells):.0f} px for a 96 px picture"
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 1000})
 
 
 def test_the_cifar10_tools_on_a_model_of_three_cifar10_classes(finetuned):
