@@ -221,12 +221,19 @@ def test_grid_on_ray_tune_stopped_and_restarted_ends_as_direct_runs(tmp_path, da
     assert write_results(grid) and {r["trial"] for r in read_results(grid.results_csv)} == set(rows)
 
     from explorer.checkpoints.store import load_checkpoint, read_card
+    # Every trial run again directly: explorer.train's main (what `python -m explorer.train` runs) on the trial's
+    # command line, the trials one after another in one process, so that TensorFlow's import and start are paid
+    # once. A run is the same after others as in a process of its own (it seeds whatever it draws); were it not,
+    # it would differ from its Ray trial, which had a fresh process, and fail below.
+    direct = tmp_path / "direct"
+    commands = [grid.trial_run(t, str(data_dir), out=direct, name=t.name, backup=tmp_path / "db" / t.name).flags()
+                for t in grid.trials]
+    code = ("import json, sys\nfrom explorer.train import main\nfor flags in json.loads(sys.argv[1]):\n"
+            "    if main(flags) != 0:\n        sys.exit(f'explorer.train {flags} failed')\n")
+    runs = subprocess.run([sys.executable, "-c", code, json.dumps(commands)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert runs.returncode == 0, runs.stderr[-3000:]
     for trial in grid.trials:
-        direct = tmp_path / "direct"
-        same = grid.trial_run(trial, str(data_dir), out=direct, name=trial.name, backup=tmp_path / "db" / trial.name)
-        run = subprocess.run([sys.executable, "-m", "explorer.train", *same.flags()], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stderr[-3000:]
         card = read_card(direct / trial.name)
         record = json.loads((grid.records / f"{trial.name}.json").read_text())
         row = rows[trial.name]

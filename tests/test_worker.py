@@ -17,15 +17,18 @@ from explorer.data.datasets import Dataset
 from explorer.finetune.plan import Base, plan_job
 from explorer.finetune.runner import FineTuneRunner
 from explorer.finetune.state import RunStatus
-from tests.helpers import worker_pid
+from tests.helpers import JAX_CPU_XLA_FLAGS, worker_pid
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _env(**extra):
+    """The worker's environment: the app's settings, on JAX, compiling at XLA's lowest optimisation level
+    (JAX_CPU_XLA_FLAGS: these tests compare runs compiled alike, and count compilations, which the level
+    does not change; a fresh worker's compiling, most of its time, costs about half as much)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EXPLORER_")}
     return {**env, "PYTHONPATH": str(ROOT), "EXPLORER_TRAIN_BACKEND": "jax", "EXPLORER_WORKER_PRIORITY": "normal",
-            **extra}
+            "XLA_FLAGS": JAX_CPU_XLA_FLAGS, **extra}
 
 
 def _members(tiny_checkpoints, *tags):
