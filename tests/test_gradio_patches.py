@@ -58,7 +58,7 @@ def test_install_twice_patches_once():
     gradio_patches.install()
     assert originals() == before and set(before) == {"get_tool_to_endpoint", "_execute_tool_without_progress",
                                                       "get_input_schema", "save_pil_to_cache",
-                                                      "SessionState.__setitem__"}
+                                                      "SessionState.__setitem__", "Queue.__init__"}
 
 
 def test_gradio_makes_every_public_endpoint_a_tool_and_the_patch_leaves_out_the_run_endpoints(server):
@@ -172,3 +172,15 @@ def test_gradio_saves_an_updated_components_values_under_a_new_id_and_the_patch_
     patched = saved_values(patched=True)
     assert patched["after_input"] == {patched["id"]: "c"}
     assert patched["after_output"] == {patched["id"]: "b"}
+
+
+def test_gradio_polls_an_idle_queue_every_millisecond_and_the_patch_every_20_ms():
+    from gradio.queueing import Queue
+    with gr.Blocks() as demo:
+        gr.Button().click(lambda: None)
+    plain = Queue.__new__(Queue)
+    originals()["Queue.__init__"](plain, True, 1, 1.0, None, demo)
+    assert (plain.sleep_when_free, plain.progress_update_sleep_when_free) == (0.001, 0.01)
+    patched = Queue(True, 1, 1.0, None, demo)
+    assert (patched.sleep_when_free, patched.progress_update_sleep_when_free) == (
+        gradio_patches.IDLE_QUEUE_POLL, gradio_patches.IDLE_PROGRESS_POLL) == (0.02, 0.1)

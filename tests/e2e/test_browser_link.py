@@ -42,6 +42,10 @@ def labels(page) -> str:
 
 
 def copied_link(page, timeout: float = 30) -> str:
+    """Clicks "Copy a link to this view" and returns the link it copies. The clipboard is the browser's, not
+    the page's: it still holds an earlier test's link until the click's copy lands, so it is emptied first."""
+    page.evaluate("() => navigator.clipboard.writeText('')")
+    page.get_by_role("button", name="Copy a link to this view").click()
     deadline = time.time() + timeout
     while time.time() < deadline:
         text = page.evaluate("() => navigator.clipboard.readText()")
@@ -74,7 +78,6 @@ def test_a_link_reopens_the_models_the_image_and_the_tab(browser, shipped_app, t
         page.wait_for_function("() => /not measured yet/.test(document.querySelector('#attn-faithfulness')"
                                ".innerText)", timeout=scaled(60_000))
 
-        page.get_by_role("button", name="Copy a link to this view").click()
         link = copied_link(page)
 
         other = browser.new_page(viewport={"width": 1280, "height": 1000})
@@ -112,6 +115,13 @@ BOTH = """([a, b]) => ['a', 'b'].map((tag) => (document.querySelector('#label-' 
     .replace('Model ' + tag.toUpperCase(), '').split(/\\s+/).join(' ').trim()).join('|') === a + '|' + b"""
 
 
+def shown(page) -> str:
+    """What a page's slots and cards hold (a failure's message)."""
+    cards = page.evaluate("() => ['#card-a', '#card-b'].map((c) => (document.querySelector(c) || "
+                          "{innerText: '(none)'}).innerText.split('\\n').slice(0, 3).join(' / '))")
+    return f"slots {[slot_value(page, 'Model A'), slot_value(page, 'Model B')]}, cards {cards}"
+
+
 def top5(page, tag: str) -> str:
     return " ".join(page.inner_text(f"#label-{tag}").replace(f"Model {tag.upper()}", "").split())
 
@@ -146,13 +156,15 @@ def test_a_link_reopens_a_pair_that_is_not_the_lists_first_on_another_tab(browse
         page.wait_for_function("() => /paper\\/cifar10-vanilla/.test(document.querySelector('#tau-note').innerText)",
                                timeout=scaled(60_000))
 
-        page.get_by_role("button", name="Copy a link to this view").click()
         link = copied_link(page)
         other = browser.new_page(viewport={"width": 1280, "height": 1000})
         other.goto(link)
-        other.wait_for_function("() => /cifar10-paper-vanilla/.test((document.querySelector('#card-a') || "
-                                "{innerText: ''}).innerText) && /\\(cifar10-spt\\)/.test((document.querySelector("
-                                "'#card-b') || {innerText: ''}).innerText)", timeout=scaled(90_000))
+        try:
+            other.wait_for_function("() => /cifar10-paper-vanilla/.test((document.querySelector('#card-a') || "
+                                    "{innerText: ''}).innerText) && /\\(cifar10-spt\\)/.test((document.querySelector("
+                                    "'#card-b') || {innerText: ''}).innerText)", timeout=scaled(90_000))
+        except Exception as error:
+            raise AssertionError(f"the link {link} opened {shown(other)}, not {slots}") from error
         other.wait_for_function("() => [...document.querySelectorAll('[role=tab]')].some((t) => "
                                 "t.innerText.trim() === 'Tau' && t.getAttribute('aria-selected') === 'true')",
                                 timeout=scaled(60_000))
