@@ -47,15 +47,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_app(checkpoints: str | None = None, timeout: float = 180.0):
-    """Starts `python app.py` on a free port; returns (process, url, seconds until it answered)."""
+def launch_app(checkpoints: str | None = None, timeout: float = 180.0, command: list[str] | None = None):
+    """Starts `python app.py` (or `command`, run the same way) on a free port; returns (process, url, seconds
+    until it answered)."""
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
            "EXPLORER_DATA_DIR": data_dir()}
     if checkpoints:
         env["EXPLORER_CHECKPOINTS"] = checkpoints
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(command or [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     while time.perf_counter() - start < timeout:

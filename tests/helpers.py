@@ -26,6 +26,40 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
          "--disable-component-update", "--disable-sync"]
+# What every test page runs before its own scripts: at most 10 frames a second and no CSS transitions or
+# animations. Headless Chromium draws in software, and Gradio's status trackers redraw their timers every frame
+# (requestAnimationFrame) while an event is pending: a page with one pending event of ten outputs took 0.17-0.65
+# of a CPU at 60 frames and with transitions, 0.12-0.14 calmed; an idle page 0.045 and 0.01. A slow host pays
+# that for every second a test waits. The pages show the same, drawn less often (neither Gradio's frontend nor
+# the app waits for a transition's or an animation's end).
+CALM_PAGE = ("window.requestAnimationFrame = (step) => setTimeout(() => step(performance.now()), 100);"
+             "window.cancelAnimationFrame = (id) => clearTimeout(id);"
+             "document.addEventListener('DOMContentLoaded', () => { const style = document.createElement('style');"
+             "style.textContent = '*, *::before, *::after { transition: none !important; "
+             "animation: none !important; }';"
+             "document.head.appendChild(style); });")
+
+
+class CalmBrowser:
+    """A Playwright browser whose new pages and contexts run CALM_PAGE first (everything else as the browser)."""
+
+    def __init__(self, browser):
+        self._browser = browser
+
+    def new_page(self, **options):
+        page = self._browser.new_page(**options)
+        page.add_init_script(CALM_PAGE)
+        return page
+
+    def new_context(self, **options):
+        context = self._browser.new_context(**options)
+        context.add_init_script(CALM_PAGE)
+        return context
+
+    def __getattr__(self, name):
+        return getattr(self._browser, name)
+
+
 # Nothing listens on the discard port: a download a test did not arrange fails at once, offline.
 NO_NETWORK = "http://127.0.0.1:9/"
 
@@ -72,6 +106,12 @@ def host_slowness() -> float:
 def scaled(ms: float) -> int:
     """A wait of `ms` on the reference host (a Playwright timeout), as long as this host needs."""
     return int(ms * host_slowness())
+
+
+def docs_picture(name: str, tmp_path: Path) -> Path:
+    """Where a browser test saves a picture the docs show: docs/ itself when EXPLORER_RETAKE_DOCS=1 (the docs'
+    pictures retaken), else the test's own folder, so that a test run leaves the tree as it was."""
+    return (ROOT / "docs" if os.environ.get("EXPLORER_RETAKE_DOCS") == "1" else tmp_path) / name
 
 
 def tiny_config(**overrides):

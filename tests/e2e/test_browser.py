@@ -230,3 +230,30 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# A page with a transition on its box's width, counting its animation frames.
+CALM_CHECK = """<html><head><style>#box {width: 10px; transition: width 5s linear}</style></head>
+<body><div id="box"></div><script>
+window.frames_seen = 0;
+const count = () => { window.frames_seen += 1; requestAnimationFrame(count); };
+requestAnimationFrame(count);
+</script></body></html>"""
+
+
+def test_every_test_page_draws_at_most_ten_frames_a_second_without_transitions(browser, tmp_path):
+    """tests.helpers.CALM_PAGE, on every page and context the browser fixture makes (what the browser tests'
+    CPU on a slow host rests on): requestAnimationFrame at 10 a second, not the display's 60; no transition."""
+    check = tmp_path / "calm.html"
+    check.write_text(CALM_CHECK)
+    context = browser.new_context()
+    for page in (browser.new_page(), context.new_page()):
+        page.goto(check.as_uri())
+        page.evaluate("() => { window.frames_seen = 0; document.querySelector('#box').style.width = '500px'; }")
+        page.wait_for_timeout(1000)
+        frames = page.evaluate("() => window.frames_seen")
+        assert 3 <= frames <= 12, frames  # 60 or so without CALM_PAGE
+        width = page.evaluate("() => document.querySelector('#box').getBoundingClientRect().width")
+        assert width == 500, width  # at once, not 5 s on
+        page.close()
+    context.close()

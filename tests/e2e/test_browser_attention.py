@@ -1,7 +1,7 @@
 """The Attention tab at the paper's scale, in a real browser on copies of the shipped checkpoints: one click puts the
 paper-scale pair in the slots on both first layers, and one layer's 12 heads of each model stay legible at 1280 and
 800 px (each tile 60 css px or more, nothing wider than the window). Takes docs/attention-paper.png and
-docs/attention-paper-800.png."""
+docs/attention-paper-800.png (into docs/ with EXPLORER_RETAKE_DOCS=1: tests.helpers.docs_picture)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from explorer.ui.attention import SELF_HEAD_LABEL
 from tests.e2e.pages import open_tab, visit
-from tests.helpers import ROOT, scaled
+from tests.helpers import docs_picture, scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -22,7 +22,7 @@ FIRST_LAYERS = "Layer 0 of 9 (the first) for A, layer 0 of 9 (the first) for B"
 
 
 @pytest.mark.parametrize("width", [1280, 800])
-def test_the_paper_pairs_heads_stay_legible(browser, shipped_app, width):
+def test_the_paper_pairs_heads_stay_legible(browser, shipped_app, width, tmp_path):
     from explorer.app.attention import TILE
     page = visit(browser, shipped_app[0], width, height=1000)
     open_tab(page, "Attention")
@@ -46,7 +46,7 @@ def test_the_paper_pairs_heads_stay_legible(browser, shipped_app, width):
     top, bottom = page.evaluate("""() => [document.querySelector('#picker-hint').getBoundingClientRect().top - 50,
         document.querySelector('#maps').getBoundingClientRect().bottom].map((y) => y + window.scrollY)""")
     name = "attention-paper.png" if width == 1280 else f"attention-paper-{width}.png"
-    page.screenshot(path=str(ROOT / "docs" / name), full_page=True,
+    page.screenshot(path=str(docs_picture(name, tmp_path)), full_page=True,
                     clip={"x": 0, "y": top, "width": width, "height": bottom - top})
     if width == 1280:  # B's own layer, chosen on the page, redraws B alone at it
         box = page.locator("#layer-b input")

@@ -1,6 +1,7 @@
 """The Tau tab in a real browser with the paper-scale pair in the slots, at 1280 and 800 px: it names the two
 slots' models only, says that A (a ViT) has no tau, shows B's tau per layer and head and over training
-legibly, and nothing overflows the window. Takes docs/tau-paper.png and docs/tau-paper-800.png."""
+legibly, and nothing overflows the window. Takes docs/tau-paper.png and docs/tau-paper-800.png
+(into docs/ with EXPLORER_RETAKE_DOCS=1: tests.helpers.docs_picture)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 import pytest
 
 from tests.e2e.pages import assert_tau_legible, choose, open_tab, visit
-from tests.helpers import ROOT, scaled
+from tests.helpers import docs_picture, scaled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -19,7 +20,7 @@ NO_TAU = f"A: {A} is a ViT without LSA: it has no tau."
 
 
 @pytest.mark.parametrize("width", [1280, 800])
-def test_the_tau_tab_shows_the_paper_pair_by_slot(browser, shipped_app, width):
+def test_the_tau_tab_shows_the_paper_pair_by_slot(browser, shipped_app, width, tmp_path):
     page = visit(browser, shipped_app[0], width, height=1000)
     try:
         for slot, option, name in (("Model A", "paper scale · ViT · 45,000 images", "paper-vanilla"),
@@ -46,6 +47,6 @@ def test_the_tau_tab_shows_the_paper_pair_by_slot(browser, shipped_app, width):
         page.wait_for_timeout(1500)
         panel = page.locator("[role=tabpanel]:visible").first
         name = "tau-paper.png" if width == 1280 else f"tau-paper-{width}.png"
-        panel.screenshot(path=str(ROOT / "docs" / name))
+        panel.screenshot(path=str(docs_picture(name, tmp_path)))
     finally:
         page.close()
