@@ -109,9 +109,9 @@ def scaled(ms: float) -> int:
 
 
 def docs_picture(name: str, tmp_path: Path) -> Path:
-    """Where a browser test saves a picture the docs show: docs/ itself when EXPLORER_RETAKE_DOCS=1 (the docs'
+    """Where a browser test saves a picture the docs show: docs/ itself when RETAKE_DOCS_PICTURES=1 (the docs'
     pictures retaken), else the test's own folder, so that a test run leaves the tree as it was."""
-    return (ROOT / "docs" if os.environ.get("EXPLORER_RETAKE_DOCS") == "1" else tmp_path) / name
+    return (ROOT / "docs" if os.environ.get("RETAKE_DOCS_PICTURES") == "1" else tmp_path) / name
 
 
 def tiny_config(**overrides):

@@ -1,7 +1,7 @@
 """The Attention tab at the paper's scale, in a real browser on copies of the shipped checkpoints: one click puts the
 paper-scale pair in the slots on both first layers, and one layer's 12 heads of each model stay legible at 1280 and
 800 px (each tile 60 css px or more, nothing wider than the window). Takes docs/attention-paper.png and
-docs/attention-paper-800.png (into docs/ with EXPLORER_RETAKE_DOCS=1: tests.helpers.docs_picture)."""
+docs/attention-paper-800.png (into docs/ with RETAKE_DOCS_PICTURES=1: tests.helpers.docs_picture)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Tau tab in a real browser with the paper-scale pair in the slots, at 1280 and 800 px: it names the two
 slots' models only, says that A (a ViT) has no tau, shows B's tau per layer and head and over training
 legibly, and nothing overflows the window. Takes docs/tau-paper.png and docs/tau-paper-800.png
-(into docs/ with EXPLORER_RETAKE_DOCS=1: tests.helpers.docs_picture)."""
+(into docs/ with RETAKE_DOCS_PICTURES=1: tests.helpers.docs_picture)."""
 
 from __future__ import annotations
 
