@@ -198,11 +198,11 @@ IDLE_PROGRESS_POLL = 0.1
 
 def install_idle_queue() -> None:
     """Gradio 6.31's queue, on Linux, looks for a new event every millisecond and for progress to send every
-    10 ms, whether anything is queued or not: an app nobody uses takes about 4 % of a CPU (a Space that
-    sleeps in between visitors; a slow host's test suite, with several apps waiting). This polls every
-    IDLE_QUEUE_POLL s and IDLE_PROGRESS_POLL s: an event waits at most 20 ms more to start, a progress
-    update 90 ms more to be sent (a run's page redraws every 0.5 s), and an idle app takes a quarter of the
-    CPU it did (bench/idle_app.py)."""
+    10 ms, whether anything is queued or not: an app nobody uses takes 3-4 % of a CPU (a Space between
+    visitors; a slow host's test suite, with several apps waiting). This polls every IDLE_QUEUE_POLL s and
+    IDLE_PROGRESS_POLL s: an event waits at most 20 ms more to start, a progress update 90 ms more to be sent
+    (a run's page redraws every 0.5 s), and an idle app takes a quarter to a third of the CPU it did
+    (bench/idle_app.py)."""
     if _patched(Queue.__init__):
         return
     original = Queue.__init__
