@@ -15,10 +15,9 @@ import time
 
 from _common import launch_app, percentile
 
-# The same app with Gradio 6.31's own idle polling (s): the patch reads its constants when a queue is made.
-GRADIO_OWN_POLLS = (0.001, 0.01)
+# The same app with Gradio 6.31's own idle polling: the patch reads its constants when a queue is made.
 GRADIO_OWN = ("import runpy, explorer.ui.gradio_patches as g; "
-              f"g.IDLE_QUEUE_POLL, g.IDLE_PROGRESS_POLL = {GRADIO_OWN_POLLS}; "
+              "g.IDLE_QUEUE_POLL, g.IDLE_PROGRESS_POLL = g.GRADIO_IDLE_POLLS; "
               "runpy.run_path('app.py', run_name='__main__')")
 SETTINGS = {"the app (20 / 100 ms)": None, "Gradio's own (1 / 10 ms)": [sys.executable, "-c", GRADIO_OWN]}
 

@@ -110,22 +110,3 @@ def test_the_quality_bench_counts_a_draw_over_its_folds_and_every_known_run_on_h
     assert "| m | 0 | +1.00 | -2.00 | -0.50 |" in out and "| m | 1 | +0.00 | +5.00 | +2.50 |" in out
     assert "all 4 runs: mean +1.00, worst -2.00, 1 under -1.5" in out
 
-
-def test_the_idle_bench_runs_the_app_with_gradios_own_polling(monkeypatch):
-    """bench/idle_app.py's "Gradio's own" app sets the patch's constants to what Gradio's queue polls at."""
-    import gradio as gr
-    from gradio.queueing import Queue
-
-    from explorer.ui import gradio_patches
-    gradio_patches.install()
-    bench = _bench_module("idle_app")
-    with gr.Blocks() as demo:
-        gr.Button().click(lambda: None)
-    plain = Queue.__new__(Queue)
-    gradio_patches.originals()["Queue.__init__"](plain, True, 1, 1.0, None, demo)
-    monkeypatch.setattr(gradio_patches, "IDLE_QUEUE_POLL", bench.GRADIO_OWN_POLLS[0])
-    monkeypatch.setattr(gradio_patches, "IDLE_PROGRESS_POLL", bench.GRADIO_OWN_POLLS[1])
-    own = Queue(True, 1, 1.0, None, demo)
-    assert (own.sleep_when_free, own.progress_update_sleep_when_free) == (
-        plain.sleep_when_free, plain.progress_update_sleep_when_free)
-    assert repr(bench.GRADIO_OWN_POLLS) in bench.GRADIO_OWN

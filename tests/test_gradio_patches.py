@@ -180,7 +180,8 @@ def test_gradio_polls_an_idle_queue_every_millisecond_and_the_patch_every_20_ms(
         gr.Button().click(lambda: None)
     plain = Queue.__new__(Queue)
     originals()["Queue.__init__"](plain, True, 1, 1.0, None, demo)
-    assert (plain.sleep_when_free, plain.progress_update_sleep_when_free) == (0.001, 0.01)
+    assert (plain.sleep_when_free, plain.progress_update_sleep_when_free) == gradio_patches.GRADIO_IDLE_POLLS == (
+        0.001, 0.01)
     patched = Queue(True, 1, 1.0, None, demo)
     assert (patched.sleep_when_free, patched.progress_update_sleep_when_free) == (
         gradio_patches.IDLE_QUEUE_POLL, gradio_patches.IDLE_PROGRESS_POLL) == (0.02, 0.1)

@@ -191,7 +191,10 @@ def install_session_ids() -> None:
     SessionState.__setitem__ = _patch(__setitem__, original)
 
 
-# How often an idle queue looks for work (s): Gradio's own on Windows is 0.05 and 0.1.
+# How often an idle queue looks for work and for progress to send (s): Gradio 6.31's own on Linux (pinned by
+# tests/test_gradio_patches.py; bench/idle_app.py runs the app with them), and the app's. Gradio's own on
+# Windows is 0.05 and 0.1.
+GRADIO_IDLE_POLLS = (0.001, 0.01)
 IDLE_QUEUE_POLL = 0.02
 IDLE_PROGRESS_POLL = 0.1
 
