@@ -26,18 +26,43 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
          "--disable-component-update", "--disable-sync"]
-# What every test page runs before its own scripts: at most 10 frames a second and no CSS transitions or
-# animations. Headless Chromium draws in software, and Gradio's status trackers redraw their timers every frame
-# (requestAnimationFrame) while an event is pending: a page with one pending event of ten outputs took 0.17-0.65
-# of a CPU at 60 frames and with transitions, 0.12-0.14 calmed; an idle page 0.045 and 0.01. A slow host pays
-# that for every second a test waits. The pages show the same, drawn less often (neither Gradio's frontend nor
-# the app waits for a transition's or an animation's end).
-CALM_PAGE = ("window.requestAnimationFrame = (step) => setTimeout(() => step(performance.now()), 100);"
-             "window.cancelAnimationFrame = (id) => clearTimeout(id);"
-             "document.addEventListener('DOMContentLoaded', () => { const style = document.createElement('style');"
-             "style.textContent = '*, *::before, *::after { transition: none !important; "
-             "animation: none !important; }';"
-             "document.head.appendChild(style); });")
+# What every test page runs before its own scripts: a loop of animation frames (a callback that asks for the
+# next frame) at most 10 frames a second, and no CSS transitions or animations. Headless Chromium draws in
+# software, and Gradio's status trackers redraw their timers every frame while an event is pending:
+# bench/calm_page.py measured a page with one pending event of ten outputs at 0.71 of a CPU, 0.11 calmed; the
+# app's idle page 0.064 and 0.029. A slow host pays that for every second a test waits. A frame asked for
+# outside a frame comes at once, as in any browser: Gradio awaits one before a newly shown tab's components take
+# their state, and a click on an accordion in that tab before then is undone (holding back every frame by 100 ms
+# undid the browser tests' clicks). Neither Gradio's frontend nor the app waits for a transition's end.
+CALM_PAGE = """(() => {
+  const frame = window.requestAnimationFrame.bind(window), cancel = window.cancelAnimationFrame.bind(window);
+  const framed = new Map(), waiting = new Map();  // our id: the browser's frame id; our id: a step held back
+  let inFrame = false, last = 0, tick = null;
+  const run = (id, step) => framed.set(id, frame((t) => {
+    framed.delete(id); inFrame = true;
+    try { step(t); } finally { inFrame = false; }
+  }));
+  // Every step held back runs in the same frame, 100 ms on: ten loops make ten frames a second, not a hundred.
+  const release = () => {
+    tick = null; const steps = [...waiting]; waiting.clear();
+    steps.forEach(([id, step]) => run(id, step));
+  };
+  window.requestAnimationFrame = (step) => {
+    const id = ++last;
+    if (!inFrame) run(id, step);
+    else { waiting.set(id, step); tick ??= setTimeout(release, 100); }
+    return id;
+  };
+  window.cancelAnimationFrame = (id) => {
+    if (framed.has(id)) cancel(framed.get(id));
+    framed.delete(id); waiting.delete(id);
+  };
+  document.addEventListener('DOMContentLoaded', () => {
+    const style = document.createElement('style');
+    style.textContent = '*, *::before, *::after { transition: none !important; animation: none !important; }';
+    document.head.appendChild(style);
+  });
+})();"""
 
 
 class CalmBrowser:
