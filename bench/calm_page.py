@@ -20,10 +20,10 @@ from pathlib import Path
 from _common import launch_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.e2e.pages import DONE  # noqa: E402  (the page has its first answer)
 from tests.helpers import CALM_PAGE, CHROMIUM, FLAGS  # noqa: E402
 
 SETTINGS = {"calm page": CALM_PAGE, "as Chromium draws": None}
-DONE = "() => /both say|disagree/.test(document.querySelector('#verdict')?.innerText ?? '')"
 
 
 def descendants_cpu_s(root: int, name: bytes = b"chrom") -> float:
