@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 
 import pytest
 
@@ -178,6 +179,41 @@ def test_a_done_runs_outputs_are_made_meanwhile_with_its_counter_moving():
     rest = list(run)
     assert all(isinstance(u, follow.Loading) for u in rest[:-1]) and rest[-1].outputs == {"status": "loaded"}
     assert clock.slept == []  # a done run is not polled again
+
+
+def test_the_ticks_go_on_while_the_curves_draw_and_the_next_tick_carries_them():
+    """On a slow host drawing the curves took 2-3.5 s, and the status line's counter stood still that long."""
+    clock = Clock()
+    # A's first epoch at once, its second 15 s on: two drawings due, the first one slow.
+    script = [running((1, 0), clock.t)] * 30 + [running((2, 0), clock.t)] * 3000
+    go, drew = threading.Event(), []
+
+    def draw(state):
+        if not drew:
+            go.wait(10)
+        drew.append(len(state.members[0].history))
+        return {"curves": len(state.members[0].history)}
+
+    run = follow.follow_run(RunRunner(script), 5, lambda s: None, draw=draw, clock=clock, wall=clock,
+                            sleep=clock.sleep)
+    ticks = [next(run) for _ in range(20)]  # 10 s of ticks while the first drawing waits
+    assert ticks[0].curves_due and not any(t.curves_due for t in ticks[1:])
+    assert [t.drawn for t in ticks] == [None] * 20 and drew == []
+    assert [t.now - 1000.0 for t in ticks] == [0.5 * i for i in range(20)]  # every half second meanwhile
+    go.set()
+    for _ in range(100):  # the drawing made (its thread's own time, not the test's clock)
+        if drew:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    ticks.append(next(run))
+    assert ticks[-1].drawn == {"curves": 1} and not ticks[-1].curves_due  # the next tick carries it, once
+    ticks += [next(run) for _ in range(2500)]  # 15 s on the second epoch is due; then drawn and carried
+    carried = [(i, t.drawn) for i, t in enumerate(ticks) if t.drawn is not None]
+    due = [i for i, t in enumerate(ticks) if t.curves_due]
+    assert [d for _, d in carried] == [{"curves": 1}, {"curves": 2}] and due == [0, 30], (carried, due)
+    assert drew == [1, 2] and carried[1][0] > 30
+    run.close()
 
 
 def test_a_run_the_runner_no_longer_keeps_shows_nothing():

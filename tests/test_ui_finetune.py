@@ -229,11 +229,14 @@ def test_the_tau_panel_of_a_run_says_whose_tau_comes_and_never_that_there_is_no_
     out = tab.view.outputs  # a run going on changes its status and plots, nothing else
     assert set(changed) == {out.status, out.curves, out.tau} and len(out.components()) == 15
     assert changed[out.curves]["visible"] and changed[out.tau]["visible"]  # hidden until a run draws them
-    tau = changed[out.tau]["value"]
+    # Both sent as pictures made where they were drawn (Gradio would make them on the server's event loop).
+    assert all(changed[p]["value"].type == "matplotlib" and changed[p]["value"].plot.startswith("data:image/")
+               for p in (out.curves, out.tau))
+    tau = tab.view.figures(state, plan)[1]
     texts = [t.get_text() for t in tau.axes[0].texts]
     assert texts and NO_LSA_TEXT not in texts and plan.members[1].label in texts[0], texts
     alone = tab.finetune_plan(**fine_tune_form(what=A, epochs=1, images=64))
     state.members = [MemberState("A", alone.members[0].label)]
-    tau = tab.view.run_outputs(state, alone, A, B)[tab.view.outputs.tau]["value"]
+    tau = tab.view.figures(state, alone)[1]
     assert [t.get_text() for t in tau.axes[0].texts] == ["no LSA layers in the models being fine-tuned"]
 

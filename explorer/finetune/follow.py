@@ -116,12 +116,14 @@ def wait_in_queue(runner, plan: Plan, owner: str | None, out_dir: str | os.PathL
 @dataclass
 class Tick:
     """A running run's snapshot: `fraction` (run_fraction) as of `now` (the wall clock), which the status line
-    and the bar both go by; `curves_due` when its curves have changed and may be redrawn."""
+    and the bar both go by; `curves_due` when its curves have changed and may be redrawn (follow_run's `draw`
+    is then given this snapshot); `drawn`, what `draw` made of an earlier snapshot, once it is made."""
 
     state: RunState
     now: float
     fraction: float
     curves_due: bool = False
+    drawn: object = None
 
 
 @dataclass
@@ -141,27 +143,41 @@ class Ended:
 
 
 def follow_run(runner, run_id: int, finish: Callable[[RunState], object],
+               draw: Callable[[RunState], object] | None = None,
                clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                sleep: Callable[[float], None] = time.sleep) -> Iterator[Tick | Loading | Ended]:
     """Follows run `run_id` of `runner` (a FineTuneRunner's) until it ends: a Tick every TICK_S, curves due at
     most every CURVES_EVERY_S (by `clock`) and only when a model has more epochs; then Ended with
     `finish(state)`, for a done run made in a thread meanwhile, with a Loading every TICK_S until it is. A run
-    too long gone for the runner to keep yields nothing."""
-    shown, drawn = None, None
-    while True:
-        state = runner.snapshot(run_id)
-        if state.run_id != run_id:
-            return
-        if not state.running:
-            yield from _ended(state, finish, wall)
-            return
-        epochs = tuple(len(m.history) for m in state.members)
-        now = wall()
-        due = epochs != shown and (drawn is None or clock() - drawn >= CURVES_EVERY_S)
-        if due:
-            shown, drawn = epochs, clock()
-        yield Tick(state, now, run_fraction(state, now), due)
-        sleep(TICK_S)
+    too long gone for the runner to keep yields nothing.
+
+    `draw(state)` makes the curves of a Tick whose curves are due, in a thread beside: the ticks go on while it
+    draws (a second or more on a slow host, where the status line's counter stood still that long), and the
+    first Tick after it is made carries it (`drawn`; the newest, when two were made meanwhile)."""
+    shown, drawn_at = None, None
+    pool, drawing = concurrent.futures.ThreadPoolExecutor(1), []
+    try:
+        while True:
+            state = runner.snapshot(run_id)
+            if state.run_id != run_id:
+                return
+            if not state.running:
+                yield from _ended(state, finish, wall)
+                return
+            epochs = tuple(len(m.history) for m in state.members)
+            now = wall()
+            due = epochs != shown and (drawn_at is None or clock() - drawn_at >= CURVES_EVERY_S)
+            if due:
+                shown, drawn_at = epochs, clock()
+                if draw is not None:
+                    drawing.append(pool.submit(draw, state))
+            made = None
+            while drawing and drawing[0].done():
+                made = drawing.pop(0).result()
+            yield Tick(state, now, run_fraction(state, now), due, made)
+            sleep(TICK_S)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _ended(state: RunState, finish: Callable[[RunState], object], wall: Callable[[], float]):

@@ -95,9 +95,9 @@ class RunView:
             return {out.status: QUEUE_DROPPED if update.dropped else CANCEL_ANSWERS[CancelAnswer.LEFT], out.bar: ""}
         return {out.status: queue_status(update.place, description), out.bar: wait_bar(update.place)}
 
-    def following(self, update: follow.Tick | follow.Loading | follow.Ended, plan, a, b, request=None) -> dict:
+    def following(self, update: follow.Tick | follow.Loading | follow.Ended) -> dict:
         """A followed run's update: while it runs, the status line and the bar from the same moment (and the
-        curves, when due); while a done run's models load into the slots, the status line's counter and a
+        curves, once drawn); while a done run's models load into the slots, the status line's counter and a
         full bar; once it has ended, its outputs (`update.outputs`, run_outputs') and no bar."""
         out = self.outputs
         if isinstance(update, follow.Ended):
@@ -105,10 +105,9 @@ class RunView:
         if isinstance(update, follow.Loading):
             return {out.status: run_status(update.state, self.app.root, loading=update.seconds),
                     out.bar: progress_bar(1.0, plain(LOADING_SLOTS))}
-        bar = {out.bar: run_bar(update.state, update.fraction)}
-        if update.curves_due:
-            return self.run_outputs(update.state, plan, a, b, request=request, now=update.now) | bar
-        return {out.status: run_status(update.state, self.app.root, now=update.now)} | bar
+        # The curves (drawn beside, follow.follow_run) under this moment's status line and bar.
+        return (update.drawn or {}) | {out.status: run_status(update.state, self.app.root, now=update.now),
+                                       out.bar: run_bar(update.state, update.fraction)}
 
     def follow_own(self, a, b, request: gr.Request = None):
         """As a page opens: when the visitor's last Start waits in the queue or its run goes on (a page
@@ -144,24 +143,18 @@ class RunView:
                 return
         plan, view = start.plan, self
         ended = lambda state: view.run_outputs(state, plan, a, b, True, request)  # noqa: E731
-        with contextlib.closing(follow.follow_run(self.app.runner, start.run_id, ended)) as run:
+        with contextlib.closing(follow.follow_run(self.app.runner, start.run_id, ended,
+                                                  draw=lambda state: view.drawn(state, plan))) as run:
             for update in run:
-                yield view.following(update, plan, a, b, request)
+                yield view.following(update)
         self.app.starts.forget(owner, start)
 
     def run_outputs(self, state, plan, a, b, final: bool = False, request=None, now: float | None = None) -> dict:
         """Status, curves, tau; when the run is done also its report, and the slots, their cards and the
         page's loaded models holding its checkpoints, all in one update."""
         out = self.outputs
-        histories = {m.label: [e.to_json() for e in m.history] for m in state.members}
-        lsa = lsa_labels(plan)
-        waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
-                   f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
         status = run_status(state, self.app.root, now=now)
-        kept = {m.label: m.training.kept_epoch for m in state.members if m.training}
-        updates = {out.status: status,
-                   out.curves: gr.update(value=plots.plot_training(histories, kept), visible=True),
-                   out.tau: gr.update(value=plots.plot_tau_history(histories, empty=waiting), visible=True)}
+        updates = {out.status: status} | self.drawn(state, plan)
         if not (final and state.status == RunStatus.DONE):
             return updates
         rep = run_report(state, plan)
@@ -186,6 +179,23 @@ class RunView:
             except (CheckpointError, ValueError, OSError) as e:
                 updates[card] = f"**⚠ could not load {ref!r}: {self.app.safe(e)}**"
         return updates
+
+    def figures(self, state, plan) -> tuple:
+        """The run's curves (loss and top-1 per epoch, each model) and its τ per layer and epoch."""
+        histories = {m.label: [e.to_json() for e in m.history] for m in state.members}
+        lsa = lsa_labels(plan)
+        waiting = (f"τ of {' and '.join(lsa)} shows here after {'its' if len(lsa) == 1 else 'each one’s'} first "
+                   f"epoch" if lsa else "no LSA layers in the models being fine-tuned")
+        kept = {m.label: m.training.kept_epoch for m in state.members if m.training}
+        return plots.plot_training(histories, kept), plots.plot_tau_history(histories, empty=waiting)
+
+    def drawn(self, state, plan) -> dict:
+        """The run's figures as the page receives them (pictures): made here, in the thread that draws them, rather
+        than by Gradio's postprocess, which runs on the server's event loop (every visitor's requests wait for
+        it: a second or more for the two on a slow host)."""
+        out = self.outputs
+        return {plot: gr.update(value=plot.postprocess(figure), visible=True)
+                for plot, figure in zip((out.curves, out.tau), self.figures(state, plan), strict=True)}
 
     @staticmethod
     def _disagreements(state, plan, indices) -> list:
