@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import launch_app
+from _common import launch_app, proc_stat
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.e2e.pages import DONE  # noqa: E402  (the page has its first answer)
@@ -29,15 +29,13 @@ SETTINGS = {"calm page": CALM_PAGE, "as Chromium draws": None}
 def descendants_cpu_s(root: int, name: bytes = b"chrom") -> float:
     """CPU seconds (user + system) of the processes under `root` whose command line holds `name`."""
     parents, cpu = {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
         try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            command = open(f"/proc/{pid}/cmdline", "rb").read()
+            parents[pid], seconds = proc_stat(pid)
+            if name in open(f"/proc/{pid}/cmdline", "rb").read():
+                cpu[pid] = seconds
         except OSError:
             continue
-        parents[int(pid)] = int(fields[1])
-        if name in command:
-            cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def under(pid):
         while pid > 1:

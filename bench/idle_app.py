@@ -13,18 +13,13 @@ import statistics
 import sys
 import time
 
-from _common import launch_app, percentile
+from _common import launch_app, percentile, proc_stat
 
 # The same app with Gradio 6.31's own idle polling: the patch reads its constants when a queue is made.
 GRADIO_OWN = ("import runpy, explorer.ui.gradio_patches as g; "
               "g.IDLE_QUEUE_POLL, g.IDLE_PROGRESS_POLL = g.GRADIO_IDLE_POLLS; "
               "runpy.run_path('app.py', run_name='__main__')")
 SETTINGS = {"the app (20 / 100 ms)": None, "Gradio's own (1 / 10 ms)": [sys.executable, "-c", GRADIO_OWN]}
-
-
-def cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks of 1/100 s
 
 
 def measure(command, idle_s: float, requests: int) -> tuple[float, list[float]]:
@@ -34,9 +29,9 @@ def measure(command, idle_s: float, requests: int) -> tuple[float, list[float]]:
         client = Client(url, verbose=False)
         client.predict(api_name="/models")  # warm: the first request pays for imports
         time.sleep(5)
-        start, t0 = cpu_s(proc.pid), time.perf_counter()
+        start, t0 = proc_stat(proc.pid)[1], time.perf_counter()
         time.sleep(idle_s)
-        idle = (cpu_s(proc.pid) - start) / (time.perf_counter() - t0)
+        idle = (proc_stat(proc.pid)[1] - start) / (time.perf_counter() - t0)
         times = []
         for _ in range(requests):
             t = time.perf_counter()
