@@ -4,6 +4,7 @@ uninterrupted run trains."""
 
 from __future__ import annotations
 
+import io
 import json
 import types
 
@@ -191,26 +192,66 @@ def test_a_paper_scale_backup_fits_the_return_limits(tmp_path):
     keras.backend.clear_session()
 
 
-def compile_cache_report() -> dict:
-    """On JAX: one tiny window with --compile-cache; what the cache folder holds afterwards."""
+def cached_window_report() -> dict:
+    """On JAX: one tiny window with --compile-cache (WINDOW_TEST_CACHE), in a folder of its own
+    (WINDOW_TEST_TMP/<WINDOW_TEST_NAME>); its record (what it compiled and loaded from the cache)."""
     import os
-    import tempfile
+    import time
     from pathlib import Path
-    tmp = Path(tempfile.mkdtemp())
+    tmp = Path(os.environ["WINDOW_TEST_TMP"]) / os.environ["WINDOW_TEST_NAME"]
+    since = time.time()
+    if os.environ.get("WINDOW_TEST_CACHE_IN"):
+        print(window.cache_in(Path(os.environ["WINDOW_TEST_CACHE_IN"]), Path(os.environ["WINDOW_TEST_CACHE"])))
     code = window.main(["--state", str(tmp / "state"), "--out", str(tmp / "out"), "--budget", "600", "--reserve",
-                        "1", "--work", str(tmp / "work"), "--compile-cache", str(tmp / "cache"), "--dataset",
-                        os.environ["WINDOW_TEST_PACKED"], "--subset", "64", "--preset", "tiny", "--train-on-all",
-                        "--epochs", "1", "--batch-size", "32", "--fast"])
-    return {"code": code, "backend": keras.backend.backend(),
-            "entries": sum(1 for p in (tmp / "cache").rglob("*") if p.is_file())}
+                        "1", "--work", str(tmp / "work"), "--compile-cache", os.environ["WINDOW_TEST_CACHE"],
+                        "--dataset", os.environ["WINDOW_TEST_PACKED"], "--subset", "64", "--preset", "tiny",
+                        "--train-on-all", "--epochs", "1", "--batch-size", "32", "--fast"])
+    kept = window.cache_out(Path(os.environ["WINDOW_TEST_CACHE"]), tmp / "jax-cache.tar", since)
+    record = json.loads((tmp / "out" / window.WINDOWS).read_text().splitlines()[-1]) if code == 0 else {}
+    return {"code": code, "backend": keras.backend.backend(), "compiled": record.get("compiled"),
+            "hits": record.get("compile_cache_hits"), "kept": kept}
 
 
 @pytest.mark.slow  # about 10 s or more (pytest.ini)
-def test_a_window_on_jax_keeps_its_compiled_steps_for_the_next(monkeypatch, packed):
+def test_a_windows_compiled_steps_go_from_one_gpu_to_the_next(monkeypatch, packed, tmp_path):
+    """A window keeps its compiled steps in JAX's persistent cache; cache-out packs the ones it used into one
+    returned file, and on the next machine of the same kind cache-in puts them back: that window loads every
+    step instead of compiling it. A tar made elsewhere is left, and said so."""
+    import tarfile
     monkeypatch.setenv("WINDOW_TEST_PACKED", str(packed))
-    report = run_on_jax("tests.test_window:compile_cache_report", timeout=600)
-    assert report["code"] == 0 and report["backend"] == "jax"
-    assert report["entries"] > 0, report
+    monkeypatch.setenv("WINDOW_TEST_TMP", str(tmp_path))
+    monkeypatch.setenv("WINDOW_TEST_NAME", "first")
+    monkeypatch.setenv("WINDOW_TEST_CACHE", str(tmp_path / "cache-first"))
+    first = run_on_jax("tests.test_window:cached_window_report", timeout=600)
+    assert first["code"] == 0 and first["backend"] == "jax"
+    assert first["compiled"] > 0 and first["hits"] == 0, first
+    tar = tmp_path / "first" / "jax-cache.tar"
+    assert f"kept {first['compiled']} compiled steps in {tar}" in first["kept"], first
+    with tarfile.open(tar) as kept:
+        meta = json.loads(kept.extractfile(window.CACHE_META).read())
+    assert meta["platform"] == "cpu" and meta["entries"] == first["compiled"] and meta["left_out"] == 0
+
+    monkeypatch.setenv("WINDOW_TEST_NAME", "next")  # the next machine: an empty cache, the tar put in first
+    monkeypatch.setenv("WINDOW_TEST_CACHE", str(tmp_path / "cache-next"))
+    monkeypatch.setenv("WINDOW_TEST_CACHE_IN", str(tar))
+    following = run_on_jax("tests.test_window:cached_window_report", timeout=600)
+    assert following["code"] == 0
+    assert following["compiled"] == 0 and following["hits"] == first["compiled"], following
+
+    foreign = tmp_path / "foreign.tar"  # the same steps, said to be compiled on another device
+    with tarfile.open(tar) as source, tarfile.open(foreign, "w") as out:
+        for member in source.getmembers():
+            data = source.extractfile(member).read()
+            if member.name == window.CACHE_META:
+                data = json.dumps(dict(meta, device="NVIDIA H100 80GB HBM3", platform="gpu")).encode()
+                member.size = len(data)
+            out.addfile(member, io.BytesIO(data))
+    said = window.cache_in(foreign, tmp_path / "cache-elsewhere")
+    assert "not used, compiled elsewhere" in said and "NVIDIA H100" in said, said
+    assert not (tmp_path / "cache-elsewhere").exists()
+    (tmp_path / "broken.tar").write_bytes(b"not a tar")
+    with pytest.raises(window.WindowError, match="is not what cache-out writes"):
+        window.cache_in(tmp_path / "broken.tar", tmp_path / "cache-elsewhere")
 
 
 @pytest.mark.slow  # about 10 s or more (pytest.ini)
@@ -230,8 +271,8 @@ def test_the_gpu_sessions_script_measures_then_trains_a_window(tmp_path, packed)
                # The window without RandAugment: a step with it compiles five times as long, and the window's
                # part here is the script's stage, not the recipe (the bench's rows have RandAugment).
                BENCH_S="300", WINDOW_ARGS=f"--preset tiny --train-on-all --subset 64 --epochs 1 --dataset {packed} "
-                                          f"--work {tmp_path / 'work'} --compile-cache {tmp_path / 'cache'} "
-                                          "--randaugment 0")
+                                          f"--work {tmp_path / 'work'} --randaugment 0",
+               CACHE=str(tmp_path / "cache"), CACHE_TAR=str(tmp_path / "no-cache-yet.tar"))
     done = subprocess.run(["bash", "tools/gpu_session.sh", "both", str(state), "vanilla", "500"], env=env,
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=900)
     log = (out / "session.log").read_text()
@@ -242,6 +283,7 @@ def test_the_gpu_sessions_script_measures_then_trains_a_window(tmp_path, packed)
     assert [r["setting"] for r in rows] == ["device bf16 x16", "host float32"]  # --only's order
     assert all(r["images_per_second"] > 0 and len(r["epoch_s"]) == 1 for r in rows)
     assert "== window: exit 0" in log and "window 1: epochs 0 -> 1 of 1" in log, log[-3000:]
+    assert "kept " in log and " compiled steps in " in log and (out / "jax-cache.tar").is_file(), log[-3000:]
     assert window.check_return(out)["files"] <= window.RETURN_FILES
     assert (tmp_path / "kept" / "windows.jsonl").read_text() == (out / "state" / "windows.jsonl").read_text()
     assert "done after 1 windows" in window.collect(out / "state", state)

@@ -13,6 +13,10 @@
 #   window    tools/window.py: trains STATE (a committed state folder, e.g. paper/cifar10-vanilla) with
 #             --preset paper --recipe $RECIPE (default paper; paper-autoaugment: AutoAugment's policy) --fast for
 #             what is left of BUDGET_S
+# The window keeps JAX's compiled steps in CACHE (default runs/jax-cache). The steps a previous GPU kept (CACHE_TAR,
+# default paper/compiled/jax-cache.tar, committed) are put there first when this machine is what they were compiled
+# on (device kind, driver, jax and jaxlib; else they are left, said so, and the window compiles as without); the
+# steps this call used come back as $OUT/jax-cache.tar: commit it as CACHE_TAR for the next GPU.
 # STATE "warm" is the state the previous call's window left on this machine (KEEP, default runs/gpu-last-window:
 # every window copies its state there): a second call on the still-warm machine carries on from it without the
 # state travelling back and forth; it is refused when the machine is a fresh one (nothing kept).
@@ -21,14 +25,17 @@
 # stage, devdata/ (python bench/finetune_speed.py --write-data devdata: the 800 test images its zips use).
 # BENCH_PRESET, BENCH_STEPS, BENCH_EPOCHS, BENCH_ONLY and WINDOW_ARGS (flags given after the window's own, so
 # they win) shrink a stage for a rehearsal on the CPU (tests/test_window.py runs one).
-# What comes back under $OUT: session.log (fast_path.json's rows in it) and the window's state under $OUT/state;
-# `python tools/window.py collect <files_at>/state STATE` puts it into the committed state. What travels must stay
-# under 64 MiB: `python tools/travel.py` (docs/paper-scale.md, "A GPU session, step by step").
+# What comes back under $OUT: session.log (fast_path.json's rows in it), the window's state under $OUT/state and
+# jax-cache.tar; `python tools/window.py collect <files_at>/state STATE` puts the state into the committed one.
+# What travels must stay under 64 MiB: `python tools/travel.py` (docs/paper-scale.md, "A GPU session, step by
+# step").
 set -uo pipefail
 what=${1:-all}; state=${2:-paper/cifar10-vanilla}; variant=${3:-vanilla}; budget=${4:-540}
 started=$(date +%s)
 OUT=${OUT:-runs/gpu-session}
 KEEP=${KEEP:-runs/gpu-last-window}
+CACHE=${CACHE:-runs/jax-cache}
+CACHE_TAR=${CACHE_TAR:-paper/compiled/jax-cache.tar}
 if [[ $state == warm ]]; then
   if [[ ! -f $KEEP/windows.jsonl ]]; then
     echo "error: no window's state kept in $KEEP: this machine is a fresh one; carry the committed state instead" >&2
@@ -69,12 +76,18 @@ if [[ $what == finetune || $what == all ]]; then
   stage finetune "${FINETUNE_S:-150}" python bench/finetune_speed.py --backends jax --skip-reference --no-host
 fi
 if [[ $what == window || $what == both || $what == all ]]; then
+  if [[ -f $CACHE_TAR ]]; then
+    python tools/window.py cache-in "$CACHE_TAR" "$CACHE" || echo "(the window compiles anew)"
+  fi
   left=$((budget - $(elapsed)))
   stage window $((left + 30)) python tools/window.py --state "$state" --out "$OUT/state" --budget "$left" \
     --reserve "${RESERVE_S:-40}" --preset paper --recipe "${RECIPE:-paper}" --variant "$variant" --fast \
-    --dataset runs/cifar10-q90-train.npz ${WINDOW_ARGS:-}
+    --dataset runs/cifar10-q90-train.npz --compile-cache "$CACHE" ${WINDOW_ARGS:-}
   if [[ -f $OUT/state/windows.jsonl ]]; then  # for a next call on this machine while it is warm (STATE "warm")
     rm -rf "$KEEP.tmp" && cp -r "$OUT/state" "$KEEP.tmp" && rm -rf "$KEEP" && mv "$KEEP.tmp" "$KEEP"
+  fi
+  if [[ -d $CACHE ]]; then  # one returned file: the state takes at most 6, the log 1
+    python tools/window.py cache-out "$CACHE" "$OUT/jax-cache.tar" --since "$started"
   fi
 fi
 echo "== session: $(elapsed) s of $budget"

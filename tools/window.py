@@ -16,6 +16,13 @@ Between windows, `python tools/window.py collect RETURNED STATE` puts what came 
 to be committed. Once the last window has written the checkpoint, `python tools/window.py ship STATE DEST
 --data-dir DIR` makes it a shipped one: joined from its parts, its windows on its card, evaluated on the
 whole test split (DIR: a CIFAR folder) and lean, written to DEST (e.g. checkpoints/paper/cifar10-vanilla).
+
+On JAX a window keeps its compiled steps in `--compile-cache` (JAX's persistent cache, with keys that do not
+depend on the folder's path), and its record says how many steps it compiled and how many it loaded from there.
+`python tools/window.py cache-out CACHE TAR --since EPOCH_S` packs the steps used since then into one returned
+file (with the device kind, driver, jax and jaxlib they were compiled on); on the next GPU, `python
+tools/window.py cache-in TAR CACHE` puts them back when the machine is the same kind, and the window loads them
+instead of compiling (tools/gpu_session.sh does both).
 A rehearsal on the CPU with tiny settings:
 
     python -m explorer.packed pack --data-dir ../shared/data --out runs/cifar10-q90-train.npz --splits train
@@ -47,6 +54,9 @@ PART_BYTES = RETURN_FILE_BYTES - 2 ** 16
 PARTS = "parts.json"
 WINDOWS = "windows.jsonl"
 SHIPPED = "shipped.json"  # a shipped run's state folder: where its checkpoint went (its weights are there only)
+# JAX's compiled steps a GPU call used, kept from one GPU to the next (cache-out, cache-in): a tar of the entries
+# of JAX's persistent compilation cache, with what they were compiled on and by.
+CACHE_META = "compiled-on.json"
 
 
 class WindowError(ValueError):
@@ -149,8 +159,9 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
         raise WindowError("a window trains a new model: --base is not for it")
     from explorer.core.settings import Settings
     from explorer.data.folders import load_dataset
-    from explorer.finetune.compiling import use_compile_cache
-    use_compile_cache(args.compile_cache, 2048)
+    from explorer.finetune.compiling import CompileCounter, use_compile_cache
+    use_compile_cache(args.compile_cache, 2048, portable=True)  # cache-out, cache-in
+    compiling = CompileCounter()
     config, recipe = train.new_model_plan(targs)
     dataset = load_dataset(targs.dataset, targs.data_dir, test_fraction=0.0 if targs.train_on_all else 0.2,
                            settings=Settings.from_env())
@@ -170,6 +181,7 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
               "finished": result.checkpoint is not None,
               "images_per_second": training.images_per_second, "wall_s": round(time.perf_counter() - started, 1),
               "command": train_argv}
+    record["compiled"], record["compile_cache_hits"] = compiling.counts()  # None, None off JAX
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     if record["finished"]:
@@ -205,6 +217,83 @@ def collect(returned: Path, state: Path) -> str:
         return f"{state}: done after {last['window']} windows; the checkpoint is in {state / 'checkpoint'}"
     return (f"{state}: {last['epochs_after']} of {last['planned_epochs']} epochs after window {last['window']}; "
             f"the next window resumes")
+
+
+def _compiled_on() -> dict:
+    """What a JAX cache entry is only good for: the device kind, its platform's version (the driver, on a GPU)
+    and the JAX and jaxlib that compiled it (JAX's own cache key holds these too: an entry from elsewhere would
+    only miss)."""
+    import jax
+    import jaxlib
+    device = jax.devices()[0]
+    return {"device": device.device_kind, "platform": device.platform,
+            "platform_version": device.client.platform_version, "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__}
+
+
+def _cache_entries(cache: Path) -> dict[str, int]:
+    """{key: last use in ns} of the entries of JAX's persistent cache in `cache` (each a `<key>-cache` file and
+    a `<key>-atime` file that JAX rewrites at every use)."""
+    entries = {}
+    for path in cache.glob("*-cache"):
+        key = path.name[:-len("-cache")]
+        atime = cache / f"{key}-atime"
+        entries[key] = int.from_bytes(atime.read_bytes(), "little") if atime.is_file() else 0
+    return entries
+
+
+def cache_out(cache: Path, tar: Path, since: float, limit: int = RETURN_FILE_BYTES) -> str:
+    """Writes to `tar` the entries of JAX's cache in `cache` used (compiled or loaded) since `since` (seconds
+    since the epoch), with what they were compiled on, newest first while the tar stays within `limit` bytes
+    (what one returned file may hold)."""
+    import io
+    import tarfile
+    used = {k: t for k, t in _cache_entries(cache).items() if t >= since * 1e9}
+    if not used:
+        return f"no compiled steps used since the call began in {cache}: nothing to keep"
+    meta = dict(_compiled_on(), written=_now())
+    taken, size = [], 2 ** 12
+    for key in sorted(used, key=used.get, reverse=True):
+        entry = sum((cache / f"{key}-{part}").stat().st_size + 1024 for part in ("cache", "atime"))
+        if size + entry <= limit:
+            taken.append(key)
+            size += entry
+    meta.update(entries=len(taken), left_out=len(used) - len(taken))
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.replacing(tar) as tmp, tarfile.open(tmp, "w") as out:
+        data = (json.dumps(meta, indent=1) + "\n").encode()
+        info = tarfile.TarInfo(CACHE_META)
+        info.size = len(data)
+        out.addfile(info, io.BytesIO(data))
+        for key in taken:
+            for part in ("cache", "atime"):
+                out.add(cache / f"{key}-{part}", arcname=f"{key}-{part}")
+    left = f"; {meta['left_out']} older ones left out (over {limit / 2 ** 20:.0f} MiB)" if meta["left_out"] else ""
+    return (f"kept {len(taken)} compiled steps in {tar} ({tar.stat().st_size / 2 ** 20:.1f} MiB, "
+            f"{meta['device']}, jax {meta['jax']}){left}")
+
+
+def cache_in(tar: Path, cache: Path) -> str:
+    """Puts into `cache` the compiled steps a previous GPU call kept in `tar` (cache_out), when this machine is
+    what they were compiled on; otherwise leaves them and says why (the call then compiles, as without)."""
+    import tarfile
+    try:
+        with tarfile.open(tar) as source:
+            meta = json.loads(source.extractfile(CACHE_META).read())
+            here = _compiled_on()
+            differ = [f"{k} {meta.get(k)!r} there, {v!r} here" for k, v in here.items() if meta.get(k) != v]
+            if differ:
+                return f"{tar}: not used, compiled elsewhere ({'; '.join(differ)})"
+            cache.mkdir(parents=True, exist_ok=True)
+            members = [m for m in source.getmembers() if m.name != CACHE_META and m.isfile()
+                       and "/" not in m.name and m.name.endswith(("-cache", "-atime"))]
+            new = [m for m in members if not (cache / m.name).exists()]
+            source.extractall(cache, members=new, filter="data")
+    except (tarfile.TarError, KeyError, json.JSONDecodeError, OSError) as e:
+        raise WindowError(f"{tar} is not what cache-out writes: {e}") from e
+    steps = sum(m.name.endswith("-cache") for m in new)
+    return (f"{tar}: {steps} compiled steps put into {cache} (compiled on {meta['device']}, "
+            f"written {meta['written']})")
 
 
 def shipped_name(dest: Path) -> str:
@@ -262,6 +351,21 @@ def main(argv=None) -> int:
             if len(argv) != 3:
                 raise WindowError("usage: python tools/window.py collect RETURNED STATE")
             print(collect(Path(argv[1]), Path(argv[2])), flush=True)
+            return 0
+        if argv[:1] == ["cache-out"]:
+            p = argparse.ArgumentParser(prog="python tools/window.py cache-out",
+                                        description="the compiled steps this call used, to keep for the next GPU")
+            p.add_argument("cache", type=Path, help="JAX's persistent compilation cache (runs/jax-cache)")
+            p.add_argument("tar", type=Path, help="the file to write ($OUT/jax-cache.tar)")
+            p.add_argument("--since", type=float, required=True, metavar="EPOCH_S",
+                           help="keep the entries used from then on (the call's start, date +%%s)")
+            keeping = p.parse_args(argv[1:])
+            print(cache_out(keeping.cache, keeping.tar, keeping.since), flush=True)
+            return 0
+        if argv[:1] == ["cache-in"]:
+            if len(argv) != 3:
+                raise WindowError("usage: python tools/window.py cache-in TAR CACHE")
+            print(cache_in(Path(argv[1]), Path(argv[2])), flush=True)
             return 0
         if argv[:1] == ["ship"]:
             p = argparse.ArgumentParser(prog="python tools/window.py ship",

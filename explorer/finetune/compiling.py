@@ -8,10 +8,12 @@ from pathlib import Path
 import keras
 
 
-def use_compile_cache(folder: str | None, max_mb: float) -> str | None:
+def use_compile_cache(folder: str | None, max_mb: float, portable: bool = False) -> str | None:
     """Switches on JAX's persistent compilation cache in `folder` (every compiled step kept on disk, so the
     same step in a later process loads instead of compiling), bounded to `max_mb` by JAX's own LRU eviction.
-    Returns the folder, or None when this is not JAX or no folder is given."""
+    `portable`: entries that still load once the folder is moved to another path or machine; JAX's XLA
+    autotuning cache is then off (by default it lives in a folder inside `folder`, and that path is part of
+    every entry's key). Returns the folder, or None when this is not JAX or no folder is given."""
     if not folder or keras.backend.backend() != "jax":
         return None
     import jax
@@ -20,6 +22,8 @@ def use_compile_cache(folder: str | None, max_mb: float) -> str | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     jax.config.update("jax_compilation_cache_max_size", int(max_mb * 2**20))
+    if portable:
+        jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
     return str(folder)
 
 
