@@ -301,3 +301,134 @@ def test_a_second_call_on_a_fresh_machine_is_refused_not_started_anew(tmp_path):
     assert done.returncode == 3, done.stdout + done.stderr
     assert "no window's state kept" in done.stderr and "fresh" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _trace(path, events, processes):
+    import gzip
+    meta = [{"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}} for pid, name in processes.items()]
+    with gzip.open(path, "wt") as f:
+        json.dump({"displayTimeUnit": "ns", "traceEvents": meta + events}, f)
+    return path
+
+
+def test_a_profile_says_where_the_devices_time_went(tmp_path, capsys):
+    """profile_summary (`python tools/window.py profile TRACE`, the reader of a GPU window's --profile): the
+    device's busy time is the union of its streams' events, the rest of the span idle; its time is summed by
+    the model's scopes from JAX's name stacks (the backward pass apart) and by kernel; the host's events are
+    not device time."""
+    step = "jit(multi_step)/while/body/jit(train_step)"
+    attention = {"tf_op": f"{step}/jvp(vi_t)/jvp(transformer_block_3)/jvp(multi_head_attention)/dot_general"}
+    backward = {"tf_op": f"{step}/transpose(jvp(vi_t))/transpose(jvp(transformer_block_1))/"
+                         "transpose(jvp(multi_head_attention))/dot_general"}
+    augment = {"tf_op": f"{step}/jvp(random_augment)/gather"}
+    events = [  # ts and dur in microseconds; the device is busy 0-300, 500-600 and 990-1,000 of 0-1,000
+        {"ph": "X", "pid": 2, "tid": 1, "ts": 0, "dur": 200, "name": "fusion.12", "args": attention},
+        {"ph": "X", "pid": 2, "tid": 2, "ts": 100, "dur": 200, "name": "fusion.13", "args": backward},
+        {"ph": "X", "pid": 2, "tid": 1, "ts": 500, "dur": 100, "name": "input_gather_fusion_2", "args": augment},
+        {"ph": "X", "pid": 2, "tid": 3, "ts": 990, "dur": 10, "name": "MemcpyH2D", "args": {}},
+        {"ph": "X", "pid": 1, "tid": 9, "ts": 0, "dur": 5000, "name": "PjitFunction(multi_step)"},
+    ]
+    trace = _trace(tmp_path / "gpu.trace.json.gz", events, {1: "/host:CPU", 2: "/device:GPU:0"})
+    assert window.main(["profile", str(trace)]) == 0
+    said = capsys.readouterr().out
+    assert "5.0 ms traced" in said and "/device:GPU:0: busy 0.4 ms of 1.0 (41 %" in said, said
+    assert "idle, waiting for the host: 0.6 ms" in said and "4 device events" in said, said
+    rows = said.splitlines()
+    head = rows.index("  device time by group (of 0.5 ms summed over streams):")
+    groups = rows[head + 1:rows.index("  largest kernels:")]
+    assert [r.split("ms  ")[1] for r in groups] == [
+        "vi_t/transformer_block/multi_head_attention", "vi_t/transformer_block/multi_head_attention (backward)",
+        "random_augment/gather", "MemcpyH2D"], groups
+    assert groups[0].split()[0] == "39.2" and "x1     fusion.12" in said, said
+
+    host_only = _trace(tmp_path / "cpu.trace.json.gz", events[-1:], {1: "/host:CPU"})
+    assert "no device events (/host:CPU): a trace on the CPU times the host only" in window.profile_summary(host_only)
+    assert window.main(["profile"]) == 2 and "usage" in capsys.readouterr().err
+
+
+def step_profiler_report() -> dict:
+    """On JAX: a StepProfiler given a window's events (its first epoch's end, then steps), with compiled steps
+    running between; what it kept and said."""
+    import os
+    import time
+    from pathlib import Path
+
+    import jax
+    import jax.numpy as jnp
+
+    from explorer.core.card import Epoch
+    from explorer.core.protocol import BatchEnd, EpochEnd
+    keep = Path(os.environ["WINDOW_TEST_TMP"]) / "profile.trace.json.gz"
+    profiler = window.StepProfiler(str(keep), seconds=0.3)
+    step = jax.jit(lambda x: jnp.tanh(x @ x.T))
+    x = step(jnp.ones((64, 64)))
+    profiler(BatchEnd(1, 20, 0, 1.0, 0.1))  # during the first epoch (compiling): not yet
+    traced_early = any(Path(os.environ["WINDOW_TEST_TMP"]).iterdir())
+    profiler(EpochEnd(Epoch(epoch=1)))
+    began = time.perf_counter()
+    while time.perf_counter() - began < 0.4:
+        x = step(x).block_until_ready()
+        profiler(BatchEnd(2, 20, 1, 1.0, 1.0))
+    after = keep.is_file()
+    profiler(EpochEnd(Epoch(epoch=2)))  # once only
+    report = {"traced_early": traced_early, "kept_in_time": after, "said": profiler.finish(),
+              "bytes": keep.stat().st_size}
+    window.RETURN_FILE_BYTES = 1  # a trace too large to come back, even with the device's events only
+    large = window.StepProfiler(str(keep.with_name("large.trace.json.gz")), seconds=10)
+    large(EpochEnd(Epoch(epoch=1)))
+    step(x).block_until_ready()
+    report.update(large=large.finish(), large_kept=keep.with_name("large.trace.json.gz").exists())
+    return report
+
+
+@pytest.mark.slow  # about 10 s or more (pytest.ini)
+def test_a_window_profiles_steps_after_its_first_epoch(monkeypatch, tmp_path):
+    monkeypatch.setenv("WINDOW_TEST_TMP", str(tmp_path))
+    report = run_on_jax("tests.test_window:step_profiler_report", timeout=300)
+    assert not report["traced_early"] and report["kept_in_time"], report
+    assert report["said"].startswith("profile profile.trace.json.gz: ") and "traced" in report["said"], report
+    assert 0 < report["bytes"] <= window.RETURN_FILE_BYTES
+    assert report["large"].startswith("profile large.trace.json.gz: ") and not report["large_kept"], report
+    assert "(the trace that comes back holds the device's events only)" in report["large"], report
+    assert "does not come back" in report["large"], report
+
+
+def test_a_trace_too_large_to_come_back_keeps_the_devices_events(tmp_path):
+    events = [{"ph": "X", "pid": 2, "tid": 1, "ts": 0, "dur": 5, "name": "fusion.1", "args": {}},
+              {"ph": "X", "pid": 1, "tid": 9, "ts": 0, "dur": 50, "name": "PjitFunction(multi_step)"}]
+    trace = _trace(tmp_path / "t.trace.json.gz", events, {1: "/host:CPU", 2: "/device:GPU:0"})
+    before = window.profile_summary(trace)
+    window._device_events_only(trace)
+    import gzip
+    with gzip.open(trace, "rt") as f:
+        kept = json.load(f)["traceEvents"]
+    assert [e["name"] for e in kept] == ["process_name", "process_name", "fusion.1"]
+    assert window.profile_summary(trace).split(" traced")[1] == before.split(" traced")[1]
+
+
+@pytest.mark.slow  # about 10 s or more (pytest.ini)
+def test_the_gpu_sessions_profile_comes_back_in_the_caches_place(tmp_path, packed):
+    """PROFILE_S: the window traces its steps after its first epoch, says where the device's time went, and the
+    trace comes back; with the finished state's 6 files and the log, it takes the eighth place, so the compiled
+    steps stay on the machine (and the log says so) rather than the return failing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env.update(OUT=str(out), KEEP=str(tmp_path / "kept"), CACHE=str(tmp_path / "cache"),
+               CACHE_TAR=str(tmp_path / "no-cache-yet.tar"), PROFILE_S="0.1",
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+               JAX_PLATFORMS="cpu", XLA_FLAGS=JAX_CPU_XLA_FLAGS,
+               WINDOW_ARGS=f"--preset tiny --train-on-all --subset 64 --epochs 2 --dataset {packed} "
+                           f"--work {tmp_path / 'work'} --randaugment 0")
+    done = subprocess.run(["bash", "tools/gpu_session.sh", "window", str(tmp_path / "state"), "vanilla", "300"],
+                          env=env, cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                          timeout=900)
+    log = (out / "session.log").read_text()
+    assert done.returncode == 0 and "== window: exit 0" in log, log[-3000:]
+    assert "profile profile.trace.json.gz: " in log and (out / "profile.trace.json.gz").is_file(), log[-3000:]
+    assert "the compiled steps stay here: 8 files already come back" in log, log[-3000:]
+    assert not (out / "jax-cache.tar").exists()
+    assert window.check_return(out)["files"] == window.RETURN_FILES

@@ -23,6 +23,9 @@
 # ("both" is bench + window, as before.) It expects, carried beside the checkout: .whl/ (keras 3.15.1, namex,
 # optree) and runs/cifar10-q90-train.npz (python -m explorer.packed pack ... --splits train); for the finetune
 # stage, devdata/ (python bench/finetune_speed.py --write-data devdata: the 800 test images its zips use).
+# PROFILE_S=1: the window also traces a second of its steps after its first epoch (JAX's profiler), prints where
+# the device's time went and sends the trace back as $OUT/profile.trace.json.gz (in the cache's place when the
+# state takes 6 files); read it anywhere with `python tools/window.py profile FILE`.
 # BENCH_PRESET, BENCH_STEPS, BENCH_EPOCHS, BENCH_ONLY and WINDOW_ARGS (flags given after the window's own, so
 # they win) shrink a stage for a rehearsal on the CPU (tests/test_window.py runs one).
 # What comes back under $OUT: session.log (fast_path.json's rows in it), the window's state under $OUT/state and
@@ -82,12 +85,16 @@ if [[ $what == window || $what == both || $what == all ]]; then
   left=$((budget - $(elapsed)))
   stage window $((left + 30)) python tools/window.py --state "$state" --out "$OUT/state" --budget "$left" \
     --reserve "${RESERVE_S:-40}" --preset paper --recipe "${RECIPE:-paper}" --variant "$variant" --fast \
-    --dataset runs/cifar10-q90-train.npz --compile-cache "$CACHE" ${WINDOW_ARGS:-}
+    --dataset runs/cifar10-q90-train.npz --compile-cache "$CACHE" \
+    ${PROFILE_S:+--profile "$OUT/profile.trace.json.gz" --profile-s "$PROFILE_S"} ${WINDOW_ARGS:-}
   if [[ -f $OUT/state/windows.jsonl ]]; then  # for a next call on this machine while it is warm (STATE "warm")
     rm -rf "$KEEP.tmp" && cp -r "$OUT/state" "$KEEP.tmp" && rm -rf "$KEEP" && mv "$KEEP.tmp" "$KEEP"
   fi
-  if [[ -d $CACHE ]]; then  # one returned file: the state takes at most 6, the log 1
+  returned=$(find "$OUT" -type f | wc -l)  # at most 8 come back: the state takes at most 6, the log 1
+  if [[ -d $CACHE ]] && ((returned < 8)); then
     python tools/window.py cache-out "$CACHE" "$OUT/jax-cache.tar" --since "$started"
+  elif [[ -d $CACHE ]]; then
+    echo "the compiled steps stay here: $returned files already come back (the profile's trace among them)"
   fi
 fi
 echo "== session: $(elapsed) s of $budget"

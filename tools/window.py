@@ -23,6 +23,10 @@ depend on the folder's path), and its record says how many steps it compiled and
 file (with the device kind, driver, jax and jaxlib they were compiled on); on the next GPU, `python
 tools/window.py cache-in TAR CACHE` puts them back when the machine is the same kind, and the window loads them
 instead of compiling (tools/gpu_session.sh does both).
+
+`--profile FILE` traces a second (`--profile-s`) of the steps after the window's first epoch with JAX's
+profiler, prints where the device's time went (busy and idle, by the model's scopes and by kernel) and keeps the
+trace; `python tools/window.py profile FILE` reads it again on any machine.
 A rehearsal on the CPU with tiny settings:
 
     python -m explorer.packed pack --data-dir ../shared/data --out runs/cifar10-q90-train.npz --splits train
@@ -38,6 +42,7 @@ import argparse
 import datetime as _dt
 import hashlib
 import json
+import re
 import shutil
 import sys
 import time
@@ -138,6 +143,11 @@ def _parse(argv):
                    help="on JAX, JAX's persistent compilation cache (default runs/jax-cache): a second window on "
                         "the same machine loads the steps the first compiled (about 2 minutes of the paper "
                         "preset's first epoch on an H200) instead of compiling them again; '' for none")
+    p.add_argument("--profile", metavar="FILE",
+                   help="on JAX, trace --profile-s seconds of training steps after the window's first epoch (JAX's "
+                        "profiler), print where the device's time went, and keep the trace in FILE (.json.gz)")
+    p.add_argument("--profile-s", type=float, default=1.0, metavar="SECONDS",
+                   help="how long the profile traces (default 1: about 130 steps of the paper preset on an H200)")
     return p.parse_known_args(argv)
 
 
@@ -172,7 +182,11 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
                           f"{args.reserve:g} s and {time.perf_counter() - started:.0f} s of starting")
     import dataclasses
     recipe = dataclasses.replace(recipe, time_limit=limit)
-    result = train_new(config, targs.preset, dataset, recipe, work, state.name, verbose=0, backup=backup)
+    profiler = StepProfiler(args.profile, args.profile_s) if args.profile else None
+    result = train_new(config, targs.preset, dataset, recipe, work, state.name, verbose=0, backup=backup,
+                       progress=profiler)
+    if profiler is not None:
+        print(profiler.finish(), flush=True)
     training = result.training
     record = {"window": len(_windows(state)) + 1, "started": _dt.datetime.fromtimestamp(
                   time.time() - (time.perf_counter() - started), _dt.UTC).replace(microsecond=0).isoformat(),
@@ -192,6 +206,150 @@ def run_window(args, train_argv: list[str], started: float) -> dict:
     (out / WINDOWS).write_text("\n".join(lines) + "\n")
     record["returned"] = check_return(out)
     return record
+
+
+class StepProfiler:
+    """A window's progress listener that traces `seconds` of training steps with JAX's profiler, from the end
+    of the window's first epoch (its compiling done) on, says where the device's time went (profile_summary)
+    and keeps the trace (Chrome's trace-event JSON, gzipped) in `keep`, within one returned file: the host's
+    events dropped when it would be larger, the whole trace left out when even the device's would be."""
+
+    def __init__(self, keep: str, seconds: float):
+        self.keep, self.seconds = Path(keep), seconds
+        self.folder, self.began, self.said = None, None, None
+
+    def __call__(self, event) -> None:
+        from explorer.core.protocol import BatchEnd, EpochEnd
+        if self.said is not None:
+            return
+        if self.began is None and isinstance(event, EpochEnd) and event.record.epoch > 0:
+            import tempfile
+
+            import jax
+            self.folder = Path(tempfile.mkdtemp(prefix="window-profile-"))
+            options = jax.profiler.ProfileOptions()
+            options.python_tracer_level = 0  # not every Python call: the device's kernels are what it is for
+            options.host_tracer_level = 1
+            jax.profiler.start_trace(str(self.folder), profiler_options=options)
+            self.began = time.perf_counter()
+        elif self.began is not None and isinstance(event, BatchEnd) \
+                and time.perf_counter() - self.began >= self.seconds:
+            self._stop()
+
+    def _stop(self) -> None:
+        import jax
+        jax.profiler.stop_trace()
+        found = sorted(self.folder.rglob("*.trace.json.gz"))
+        if not found:
+            self.said = f"profile: JAX's profiler wrote no trace in {self.folder}"
+            return
+        self.said = profile_summary(found[0]).replace(found[0].name, self.keep.name, 1)
+        self.keep.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(found[0], self.keep)
+        if self.keep.stat().st_size > RETURN_FILE_BYTES:  # the host's events are most of it: the device's kept
+            _device_events_only(self.keep)
+            self.said += "\n  (the trace that comes back holds the device's events only)"
+        if self.keep.stat().st_size > RETURN_FILE_BYTES:
+            self.said += (f"\n  (the trace, {self.keep.stat().st_size / 2 ** 20:.1f} MiB even so, does not come "
+                          f"back: {found[0]} on this machine)")
+            self.keep.unlink()
+        else:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def finish(self) -> str:
+        """What the trace shows, or why there is none."""
+        if self.began is not None and self.said is None:
+            self._stop()  # the window ended before the profile's time was up
+        return self.said or "profile: none (the window trained no epoch after its first)"
+
+
+def _device_events_only(trace: Path) -> None:
+    """Rewrites a trace with its device processes' events only (and every process's names), so that it fits
+    one returned file."""
+    import gzip
+    with gzip.open(trace, "rt") as f:
+        data = json.load(f)
+    events = data.get("traceEvents", [])
+    devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+               and "/device:" in e["args"]["name"]}
+    data["traceEvents"] = [e for e in events if e.get("ph") == "M" or e.get("pid") in devices]
+    with atomic.replacing(trace) as tmp, gzip.open(tmp, "wt") as f:
+        json.dump(data, f)
+
+
+# A JAX name stack (a device event's tf_op): scopes, each maybe under transformations (the backward pass's
+# "transpose(jvp(block))"), between the compiled functions' and the control flow's own names.
+_TRANSFORM = re.compile(r"^(jvp|transpose|vmap|remat|checkpoint|custom_jvp_call|custom_vjp_call)\((.*)\)$")
+_CONTROL = re.compile(r"^(p?jit\(.*\)|while|body|cond|branch_\d+_fun|closed_call|core_call)$")
+
+
+def _op_group(name: str, args: dict, depth: int = 3) -> str:
+    """The name a device event's time is summed under: its JAX name stack (args' tf_op, else long_name) with
+    the scopes only, cut to `depth` of them, the backward pass marked; else its kernel's name without
+    numbers."""
+    stack = args.get("tf_op") or args.get("long_name") or ""
+    scopes, backward = [], False
+    for part in filter(None, stack.split("/") if "/" in stack else []):
+        match = _TRANSFORM.match(part)
+        while match:
+            backward |= match.group(1) == "transpose"
+            part = match.group(2)
+            match = _TRANSFORM.match(part)
+        if not _CONTROL.match(part):
+            scopes.append(re.sub(r"_\d+$", "", part))
+    if scopes:
+        return "/".join(scopes[:depth]) + (" (backward)" if backward else "")
+    return re.sub(r"[._]\d+", "", name)
+
+
+def profile_summary(trace: Path, top: int = 15) -> str:
+    """Where a device's time went in a trace of JAX's profiler (`*.trace.json.gz`, Chrome's trace-event
+    format): over the trace's span, the time some kernel or copy ran on the device and the time it stood idle
+    (waiting for the host), then the largest groups of device time (_op_group: the model's layers by JAX's
+    name stacks) and the largest kernels. Read on any machine; a trace made on the CPU has no device
+    events (XLA's CPU operations are not traced) and says so."""
+    import gzip
+    from collections import Counter, defaultdict
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f).get("traceEvents", [])
+    processes = {e["pid"]: e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+    devices = {pid for pid, name in processes.items() if "/device:" in name}
+    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    if not spans:
+        return f"profile {trace.name}: no timed events"
+    first, last = min(e["ts"] for e in spans), max(e["ts"] + e["dur"] for e in spans)
+    on_device = [e for e in spans if e["pid"] in devices]
+    head = f"profile {trace.name}: {(last - first) / 1e3:.1f} ms traced"
+    if not on_device:
+        return (f"{head}, no device events ({', '.join(sorted(set(processes.values()))) or 'no processes'}): "
+                f"a trace on the CPU times the host only")
+    busy, end = 0.0, None  # the union of the device's intervals, over all its streams
+    for e in sorted(on_device, key=lambda e: e["ts"]):
+        start, stop = e["ts"], e["ts"] + e["dur"]
+        if end is None or start > end:
+            busy += stop - start
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    span = max(e["ts"] + e["dur"] for e in on_device) - min(e["ts"] for e in on_device)
+    total = sum(e["dur"] for e in on_device)
+    groups, kernels, counts = defaultdict(float), defaultdict(float), Counter()
+    for e in on_device:
+        groups[_op_group(e["name"], e.get("args") or {})] += e["dur"]
+        kernels[e["name"]] += e["dur"]
+        counts[e["name"]] += 1
+    lines = [f"{head}; on {', '.join(sorted(processes[p] for p in devices))}: busy {busy / 1e3:.1f} ms of "
+             f"{span / 1e3:.1f} ({100 * busy / span:.0f} %; idle, waiting for the host: {(span - busy) / 1e3:.1f} "
+             f"ms), {len(on_device):,} device events",
+             f"  device time by group (of {total / 1e3:.1f} ms summed over streams):"]
+    lines += [f"    {100 * t / total:5.1f} %  {t / 1e3:8.2f} ms  {g}"
+              for g, t in sorted(groups.items(), key=lambda kv: -kv[1])[:top]]
+    lines.append("  largest kernels:")
+    lines += [f"    {100 * t / total:5.1f} %  {t / 1e3:8.2f} ms  x{counts[k]:<5d} {k[:100]}"
+              for k, t in sorted(kernels.items(), key=lambda kv: -kv[1])[:top]]
+    return "\n".join(lines)
 
 
 def _epochs_done(backup: Path) -> int:
@@ -361,6 +519,11 @@ def main(argv=None) -> int:
                            help="keep the entries used from then on (the call's start, date +%%s)")
             keeping = p.parse_args(argv[1:])
             print(cache_out(keeping.cache, keeping.tar, keeping.since), flush=True)
+            return 0
+        if argv[:1] == ["profile"]:
+            if len(argv) != 2:
+                raise WindowError("usage: python tools/window.py profile TRACE.json.gz")
+            print(profile_summary(Path(argv[1])), flush=True)
             return 0
         if argv[:1] == ["cache-in"]:
             if len(argv) != 3:
