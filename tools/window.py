@@ -27,6 +27,7 @@ instead of compiling (tools/gpu_session.sh does both).
 `--profile FILE` traces a second (`--profile-s`) of the steps after the window's first epoch with JAX's
 profiler, prints where the device's time went (busy and idle, by the model's scopes and by kernel) and keeps the
 trace; `python tools/window.py profile FILE` reads it again on any machine.
+
 A rehearsal on the CPU with tiny settings:
 
     python -m explorer.packed pack --data-dir ../shared/data --out runs/cifar10-q90-train.npz --splits train
