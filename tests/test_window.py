@@ -344,6 +344,9 @@ def test_a_profile_says_where_the_devices_time_went(tmp_path, capsys):
     host_only = _trace(tmp_path / "cpu.trace.json.gz", events[-1:], {1: "/host:CPU"})
     assert "no device events (/host:CPU): a trace on the CPU times the host only" in window.profile_summary(host_only)
     assert window.main(["profile"]) == 2 and "usage" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("not a trace")
+    assert window.main(["profile", str(tmp_path / "notes.txt")]) == 2
+    assert "is not a trace of JAX's profiler" in capsys.readouterr().err
 
 
 def step_profiler_report() -> dict:

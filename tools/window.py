@@ -311,8 +311,11 @@ def profile_summary(trace: Path, top: int = 15) -> str:
     events (XLA's CPU operations are not traced) and says so."""
     import gzip
     from collections import Counter, defaultdict
-    with gzip.open(trace, "rt") as f:
-        events = json.load(f).get("traceEvents", [])
+    try:
+        with gzip.open(trace, "rt") as f:
+            events = json.load(f).get("traceEvents", [])
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise WindowError(f"{trace} is not a trace of JAX's profiler (*.trace.json.gz): {e}") from e
     processes = {e["pid"]: e["args"]["name"] for e in events
                  if e.get("ph") == "M" and e.get("name") == "process_name"}
     devices = {pid for pid, name in processes.items() if "/device:" in name}
