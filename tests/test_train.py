@@ -366,7 +366,9 @@ def test_validation_counts_each_real_image_once(cifar10):
     import dataclasses
     data = dataclasses.replace(cifar10, x_train=np.concatenate([cifar10.x_train, cifar10.x_test]),
                                y_train=np.concatenate([cifar10.y_train, cifar10.y_test]))
-    recipe = TrainConfig(epochs=1, batch_size=64, validation_fraction=0.85, augment=False, learning_rate=3e-3)
+    # Three epochs, not one: after one (7 steps) the top-1 sits at 0.14-0.20 depending on the seed and the
+    # host's arithmetic (0.140 on a CI host), too near the bound below; after three, 0.19-0.22 over six seeds.
+    recipe = TrainConfig(epochs=3, batch_size=64, validation_fraction=0.85, augment=False, learning_rate=3e-3)
     model = build_vit(tiny_config(), 10)
     record = fit(model, data, recipe, verbose=0)
     _, (x_val, y_val) = split_validation(data.x_train, data.y_train, recipe.validation_fraction, recipe.seed)
