@@ -7,9 +7,11 @@
                                        # finetune-800.png
     python docs/screenshots.py trust   # only docs/trust.png and trust-800.png (a few minutes)
     python docs/screenshots.py finetune  # only docs/finetune.png and finetune-800.png (one pair fine-tune)
+    python docs/screenshots.py first   # only docs/first-visit.png and first-visit-800.png
 
-Launches `python app.py` on 127.0.0.1 (offline; its test samples from $EXPLORER_DATA_DIR, ../shared/data or
-the bundled sample), drives Debian's headless Chromium with Playwright (apt-get install chromium), captures a
+Launches `python app.py` on 127.0.0.1 (offline, with no data folder and an empty Keras cache, as a Space runs
+it: its test samples are the bundled 1,000; the fine-tune's zip is drawn from the CIFAR folder), drives
+Debian's headless Chromium with Playwright (apt-get install chromium), captures a
 first visit (the bundled example the page opens with, at 1280 and 800 px) with its Patches and Tau tabs,
 uploads CIFAR-10 test image 13 (a bird, from the bundled sample) at 128 px, and captures the Compare tab and
 the Attention tab with the bottom-right patch as the query, then the LSA switches with A's tau at a quarter
@@ -69,10 +71,18 @@ def trust_shots(page) -> None:
     narrow_shot(page, "trust-800.png")
 
 
+def bare(work: Path) -> dict:
+    """start_app's settings for an app as a visitor or a Space runs it: no data folder beside it and an empty
+    Keras cache (its test samples the bundled 1,000 images)."""
+    (work / "no-data").mkdir(exist_ok=True)
+    (work / "keras-home").mkdir(exist_ok=True)
+    return {"data_dir": work / "no-data", "env_extra": {"KERAS_HOME": str(work / "keras-home")}}
+
+
 def first_visit_shots(browser, checkpoints: Path) -> None:
     """A first visit as a visitor sees it, on the app's own first pair (the paper-scale one), at 1280 and 800
     px: the first example already analysed."""
-    proc, url, _ = start_app(checkpoints, first_visit=None)
+    proc, url, _ = start_app(checkpoints, first_visit=None, **bare(checkpoints.parent))
     try:
         for width, name in ((800, "first-visit-800.png"), (1280, "first-visit.png")):
             page = browser.new_page(viewport={"width": width, "height": 1000})
@@ -86,8 +96,8 @@ def first_visit_shots(browser, checkpoints: Path) -> None:
 
 
 def main(only: str | None = None) -> int:
-    if only not in (None, "trust", "finetune"):
-        print(f"unknown part {only!r}: give trust, finetune or nothing (all)", file=sys.stderr)
+    if only not in (None, "trust", "finetune", "first"):
+        print(f"unknown part {only!r}: give first, trust, finetune or nothing (all)", file=sys.stderr)
         return 2
     from playwright.sync_api import sync_playwright
 
@@ -102,13 +112,16 @@ def main(only: str | None = None) -> int:
     from _common import data_dir
     from finetune_quality import draw_zips
     new_task = draw_zips(work, Path(data_dir()), 0)["new"] if only in (None, "finetune") else None
-    if only is None:
+    if only in (None, "first"):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             first_visit_shots(browser, work / "checkpoints")
             browser.close()
+        if only == "first":
+            print("wrote docs/first-visit.png, first-visit-800.png")
+            return 0
     # The other shots on the shipped 0.2 M pair, as their words say (a bird, the cat-as-dog cell, ...).
-    proc, url, log = start_app(work / "checkpoints")  # its log goes to `work`, kept if anything fails
+    proc, url, log = start_app(work / "checkpoints", **bare(work))  # its log goes to `work`, kept if anything fails
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)

@@ -228,6 +228,27 @@ def pair_folder(root: Path, tiny_checkpoints: dict, **card) -> Path:
     return root
 
 
+# Ten classes that CIFAR-10 has not (a fine-tune on a zip of classes of its own), in the models' order.
+OWN_CLASSES = ["apple", "bicycle", "castle", "dolphin", "elephant", "forest", "girl", "house", "lamp", "maple"]
+
+
+def own_pair(root: Path, tiny_checkpoints: dict, held_out: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
+    """The tiny pair under `root/finetuned/own-<variant>` as models of OWN_CLASSES (their cards say so: no
+    training needed to ask what a tool makes of such a pair), each with the held-out images `held_out`
+    (images, labels in OWN_CLASSES) as a fine-tune writes them, or none. Returns their references."""
+    from explorer.checkpoints.held_out import write_held_out
+    from explorer.checkpoints.store import update_card
+    refs = []
+    for variant, path in tiny_checkpoints.items():
+        folder = root / "finetuned" / f"own-{variant}"
+        shutil.copytree(path, folder)
+        update_card(folder, class_names=OWN_CLASSES, dataset={"name": "own", "num_classes": len(OWN_CLASSES)})
+        if held_out is not None:
+            write_held_out(folder, *held_out, OWN_CLASSES, "own")
+        refs.append(f"finetuned/own-{variant}")
+    return refs
+
+
 # XLA's lowest optimisation level for tests that compile on JAX's CPU backend (see run_on_jax).
 JAX_CPU_XLA_FLAGS = "--xla_backend_optimization_level=0"
 
@@ -262,6 +283,11 @@ def stop(proc: subprocess.Popen, wait: float = 10) -> None:
         proc.wait(wait)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def slot_labels(client) -> dict[str, str]:
+    """Each listed model's one name on the page (its slot label), by reference, from the `models` tool."""
+    return {m["ref"]: m["label"] for m in client.predict(api_name="/models")["models"]}
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 from explorer.app.state import ExplorerState
@@ -69,3 +70,47 @@ def test_the_first_visits_pair_is_a_setting(tmp_path, tiny_checkpoints, data_dir
     gone = Settings.from_env({"EXPLORER_MODEL_A": "paper/missing"})
     assert AppState(root=root, data_dir=str(data_dir), settings=gone).initial_refs() == (
         "cifar10-vanilla", "cifar10-spt_lsa")
+
+
+@pytest.fixture
+def own(tmp_path, tiny_checkpoints, cifar10):
+    """An app whose slots may hold a pair of classes of its own, with or without its held-out images."""
+    from tests.helpers import own_pair
+    root = tmp_path / "checkpoints"
+    x, y = cifar10.x_test[:40], np.arange(40) % 10
+    with_images = own_pair(root, tiny_checkpoints, (x, y))
+    shutil.move(root / "finetuned", root / "kept")
+    without = own_pair(root, tiny_checkpoints, None)
+    shutil.move(root / "finetuned", root / "bare")
+    shutil.move(root / "kept", root / "finetuned")
+    for ref in without:
+        shutil.move(root / ref.replace("finetuned", "bare"), root / ref.replace("own-", "bare-"))
+    state = ExplorerState(root=root, data_dir=None, shared=False, settings=Settings.from_env({}))
+    return state, with_images, [ref.replace("own-", "bare-") for ref in without], (x, y)
+
+
+def test_a_pair_of_its_own_classes_is_judged_on_its_held_out_images(own):
+    from tests.helpers import OWN_CLASSES
+    state, refs, _, (x, y) = own
+    ds = state.test_images(refs[1], 1000)
+    assert ds.class_names == OWN_CLASSES and len(ds.y_test) == 40 and ds.name.startswith("held-out")
+    np.testing.assert_array_equal(ds.x_test, x)
+    assert state.sample_classes(refs[1]) == OWN_CLASSES
+    sample = state.sample("dolphin", refs[1], seed=2)
+    assert sample.label == "dolphin" and OWN_CLASSES[y[sample.index]] == "dolphin"
+    np.testing.assert_array_equal(sample.image, x[sample.index])
+    # the sample's file carries its label to every tool, as a CIFAR sample's does
+    assert state.tests.identify(sample.path) == (ds.name, sample.index, "dolphin")
+    assert all(state.sample("random", refs[1], seed=s).label in OWN_CLASSES for s in range(5))
+    with pytest.raises(ValueError, match="'cat' is not"):
+        state.sample("cat", refs[1])
+    # a CIFAR pair still samples CIFAR's test images
+    assert state.sample("cat", None, seed=1).path.endswith("-cat.png")
+
+
+def test_a_pair_of_its_own_classes_without_held_out_images_is_told_why(own):
+    from explorer.app.state import NotApplicable
+    state, _, bare, _ = own
+    with pytest.raises(NotApplicable, match="10 classes of their own.*holds no held-out images.*labelled zip"):
+        state.test_images(bare[1], 100)
+    assert state.sample_classes(bare[1]) == []  # no CIFAR class of theirs to draw

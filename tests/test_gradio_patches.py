@@ -58,7 +58,8 @@ def test_install_twice_patches_once():
     gradio_patches.install()
     assert originals() == before and set(before) == {"get_tool_to_endpoint", "_execute_tool_without_progress",
                                                       "get_input_schema", "save_pil_to_cache",
-                                                      "SessionState.__setitem__", "Queue.__init__"}
+                                                      "SessionState.__setitem__", "Queue.__init__", "Queue.push",
+                                                      "Queue.process_events", "Queue.start_processing"}
 
 
 def test_gradio_makes_every_public_endpoint_a_tool_and_the_patch_leaves_out_the_run_endpoints(server):
@@ -185,3 +186,65 @@ def test_gradio_polls_an_idle_queue_every_millisecond_and_the_patch_every_20_ms(
     patched = Queue(True, 1, 1.0, None, demo)
     assert (patched.sleep_when_free, patched.progress_update_sleep_when_free) == (
         gradio_patches.IDLE_QUEUE_POLL, gradio_patches.IDLE_PROGRESS_POLL) == (0.02, 0.1)
+
+
+def _body(function, replace: tuple[str, str] = ("", "")) -> str:
+    """The statements of `function` (its docstring left out) as an AST dump: its code, not its layout."""
+    import ast
+    import inspect
+    import textwrap
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)).replace(*replace))
+    body = tree.body[0].body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return ast.dump(ast.Module(body=body, type_ignores=[]))
+
+
+def test_the_patched_queue_loop_is_gradios_with_its_idle_sleeps_wakeable():
+    gradios = originals()["Queue.start_processing"]
+    assert _body(gradios).count("sleep_when_free") == 3
+    assert _body(gradios, ("await asyncio.sleep(self.sleep_when_free)", "await _idle(self)")) == _body(
+        gradio_patches._start_processing)
+
+
+def test_an_event_starts_when_it_joins_and_when_a_slot_comes_free_not_at_the_next_poll(monkeypatch):
+    """With a minute's idle poll, two events on a one-at-a-time queue both end within seconds: the first wakes
+    the queue when it joins, the second when the first ends (each would wait for the poll otherwise)."""
+    import time
+
+    from gradio_client import Client
+    monkeypatch.setattr(gradio_patches, "IDLE_QUEUE_POLL", 60.0)
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        gr.Button().click(lambda x: time.sleep(0.5) or x + "!", box, box, api_name="slow", concurrency_limit=1)
+    demo.queue(default_concurrency_limit=1)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True)
+    try:
+        assert demo._queue.sleep_when_free == 60.0
+        client = Client(url, verbose=False)
+        time.sleep(0.5)  # the queue's loop is asleep now
+        start = time.perf_counter()
+        jobs = [client.submit("a", api_name="/slow"), client.submit("b", api_name="/slow")]
+        assert [job.result(timeout=30) for job in jobs] == ["a!", "b!"]
+        assert time.perf_counter() - start < 20  # a poll's minute would be 60 s for the first alone
+        client.close()
+    finally:
+        demo.close()
+
+
+def test_a_wake_up_ends_a_wait_at_once_on_each_loop_that_waits():
+    """The queue's Wake: a wait of a minute ends when set() is called, on a first loop and on a second one (a
+    server closed and launched again), and a wait nobody wakes ends at its timeout."""
+    import time
+
+    from explorer.core.wake import Wake
+    wake = Wake()
+
+    async def woken() -> float:
+        asyncio.get_running_loop().call_later(0.05, wake.set)
+        start = time.perf_counter()
+        await wake.wait(60.0)
+        return time.perf_counter() - start
+
+    assert asyncio.run(woken()) < 10 and asyncio.run(woken()) < 10
+    asyncio.run(wake.wait(0.01))  # nobody wakes it: its timeout ends it

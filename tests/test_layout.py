@@ -22,8 +22,8 @@ LAYERS = [
      "data.inputs", "model.ablation", "model.compiled", "model.config", "model.predict", "study.report",
      "training.fit_state", "training.linear_probe", "training.schedules"},
     {"data.datasets", "data.packed", "model.layers"},
-    {"app.visitors", "checkpoints.catalog", "checkpoints.store", "checkpoints.finetuned", "data.augment",
-     "data.batches", "data.folders", "data.step_augment", "model.models", "training.recipe"},
+    {"app.visitors", "checkpoints.catalog", "checkpoints.held_out", "checkpoints.store", "checkpoints.finetuned",
+     "data.augment", "data.batches", "data.folders", "data.step_augment", "model.models", "training.recipe"},
     {"data.device_batches"},
     {"convert", "model.probe", "training.backup", "training.fitting"},
     {"analysis.evaluate", "analysis.evidence", "training.head", "training.tuning"},
@@ -44,7 +44,7 @@ LAYERS = [
 PROCESSES = {
     "both": {"plan", "jobfolder", "backend"},
     "worker": {"serve", "job", "warm", "compiling"},
-    "app": {"runner", "queue", "state", "supervisor", "handle", "follow", "report"},
+    "app": {"runner", "queue", "state", "supervisor", "handle", "follow", "report", "estimate"},
 }
 MAY_IMPORT = {"both": {"both"}, "worker": {"worker", "both"}, "app": {"app", "both"}}
 

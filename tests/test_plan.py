@@ -80,6 +80,9 @@ def test_a_plans_splits_are_its_runs_and_say_how_many_images_a_class_would_valid
         split = plan_splits(plan)
         (fit, _), val = training_split(plan.dataset, recipe_for(plan.recipe, len(plan.dataset.x_train), False))
         assert (split.train, split.validation, split.test) == (len(fit), len(val[0]), len(plan.dataset.x_test))
+        # The status line says that split, the one each model's card records (not all training images as "train").
+        said = f"({split.train} train + {split.validation} validation / {split.test} test images, 3 classes)"
+        assert said in plan.description, plan.description
         got.append(split.validation)
     assert got[0] < 20 <= got[1], (need, got)
 
@@ -154,3 +157,24 @@ def test_a_zip_with_a_broken_image_says_it_was_left_out_from_start_to_report(tin
     assert "⚠ 1 of 55 images could not be read and were left out (set/dog/broken.jpg is not a readable" in note
     named = labelled_zip(path, ["cat", "dog", "ship"]).name
     assert named.startswith("mine.zip (1 of 55 images could not be read") and "broken.jpg" in named
+
+
+def test_a_published_checkpoint_keeps_the_jobs_held_out_images(tiny_checkpoints, cifar10, tmp_path):
+    """What the app's whole-set tools judge a model of classes of its own by: the job's test split, beside
+    each member's weights once the job is published (none for a run trained on all of its images)."""
+    import shutil
+
+    from explorer.checkpoints.held_out import read_held_out
+    from explorer.finetune.jobfolder import publish, staging, write_job
+    plan = plan_job(plan_members(tiny_checkpoints, "A", "B"), cifar10.subset(train=200, test=30, seed=4), epochs=1)
+    job = tmp_path / "job"
+    write_job(plan, job)
+    folders = [m.name for m in plan.members]
+    for folder, path in zip(folders, tiny_checkpoints.values(), strict=True):
+        shutil.copytree(path, staging(job) / folder)
+    moved = publish(job, folders, tmp_path / "out")
+    for target in moved:
+        held = read_held_out(target, plan.dataset.class_names)
+        assert held is not None and len(held.y_test) == 30
+        np.testing.assert_array_equal(held.x_test, plan.dataset.x_test)
+        np.testing.assert_array_equal(held.y_test, plan.dataset.y_test)

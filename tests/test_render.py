@@ -288,7 +288,9 @@ def test_plot_training_skips_missing_keys():
                {"epoch": 2, "loss": 1.5, "val_loss": 1.7, "top1": 0.4}]
     fig = plots.plot_training(history)
     loss_ax, acc_ax = fig.axes
-    assert _legend_texts(loss_ax) == ["loss", "val_loss"] and _legend_texts(acc_ax) == ["top1"]
+    assert [line.get_label() for line in loss_ax.get_lines()] == ["loss", "val_loss"]
+    assert [line.get_label() for line in acc_ax.get_lines()] == ["top1"]
+    assert _legend_texts(loss_ax) == ["training", "validation"]  # one legend for both panels, each name once
     np.testing.assert_array_equal(loss_ax.get_lines()[1].get_xdata(), [2])
     single = plots.plot_training([{"epoch": 1, "loss": 1.0, "val_loss": 1.1, "top1": 0.5, "val_top1": 0.4}])
     assert [len(ax.get_lines()) for ax in single.axes] == [2, 2]
@@ -388,13 +390,37 @@ def test_the_fine_tune_curves_mark_the_kept_epoch_or_say_none_was():
     stars = [line for line in accuracy.get_lines() if line.get_marker() == "*"]
     assert len(stars) == 1 and list(stars[0].get_xdata()) == [2] and list(stars[0].get_ydata()) == [0.38]
     assert stars[0].get_label() == "A kept: epoch 2"
-    assert [t.get_text() for t in accuracy.texts] == ["B kept none of the fine-tuned epochs (the status says what "
-                                                      "it kept)"]
+    assert " ".join(accuracy.get_title().split()) == ("B kept none of the fine-tuned epochs (the status says what "
+                                                      "it kept)")
     assert not [line for line in fig.axes[0].get_lines() if line.get_marker() == "*"]  # the loss panel: none
     running = plots.plot_training({"A": run(0.19)})
     assert not [line for line in running.axes[1].get_lines() if line.get_marker() == "*"]
-    assert not running.axes[1].texts
+    assert not running.axes[1].get_title()
     _assert_outside(fig, _legend(accuracy), *fig.axes)
+
+
+def test_long_model_names_and_a_run_that_kept_its_start_leave_the_curves_their_size():
+    """Issue #83 item 5: a pair fine-tune whose A kept its start (the linear probe) and whose names are long:
+    both panels keep most of the figure, every name is shown whole inside it, and the note over the accuracy
+    panel covers neither the axes nor B's star."""
+    names = [f"{t}: paper scale · {v} · 45,000 images (fine-tuned · my-own-six-superclasses-{t})"
+             for t, v in (("A", "ViT"), ("B", "SPT + LSA"))]
+    history = [{"epoch": e, "loss": 1.0 / (e + 1), "val_loss": 1.1 / (e + 1), "top1": 0.2 * e,
+                "val_top1": 0.19 * e} for e in range(5)]
+    fig = plots.plot_training(dict.fromkeys(names, history), kept={names[0]: 0, names[1]: 4})
+    plots.figure_to_array(fig)
+    width, height = fig.bbox.width, fig.bbox.height
+    loss, accuracy = (ax.get_window_extent() for ax in fig.axes)
+    assert min(loss.width, accuracy.width) >= 0.8 * width, (loss, accuracy, width)
+    assert min(loss.height, accuracy.height) >= 0.22 * height, (loss, accuracy, height)
+    legend = fig.legends[0]
+    box = legend.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= width and box.y0 >= 0, (box, width)
+    shown = [t.get_text().replace("\n", " ") for t in legend.get_texts()]
+    assert all(name in shown for name in names), shown
+    title = fig.axes[1].title.get_window_extent()
+    assert title.x0 >= 0 and title.x1 <= width and title.y0 >= accuracy.y1 - 1, (title, accuracy)
+    _assert_outside(fig, legend, *fig.axes)
 
 
 def test_plots_are_drawn_to_sit_two_abreast_or_one_per_row_at_80_percent():
@@ -419,13 +445,14 @@ def test_a_one_epoch_run_has_an_integer_epoch_axis_around_its_epoch():
     assert tau.axes[0].get_xlim() == (0.5, 1.5)
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 3), (7, 5, 3), (120, 90, 3)])
-def test_encode_png_is_lossless(shape):
+@pytest.mark.parametrize("shape", [(1, 1, 3), (7, 5, 3), (120, 90, 3), (400, 700, 3)])
+def test_encode_png_is_lossless(shape):  # the last is deflated in pieces at once
     import io
 
     from PIL import Image
     pixels = RNG.integers(0, 256, shape, dtype=np.uint8)
     pixels[shape[0] // 2:] = pixels[0]  # flat runs, as in the upscaled pictures
+    assert (shape[0] * (1 + 3 * shape[1]) >= render.PARALLEL_DEFLATE_BYTES) == (shape[0] == 400)
     decoded = Image.open(io.BytesIO(render.encode_png(pixels)))
     assert decoded.mode == "RGB" and decoded.size == (shape[1], shape[0])
     np.testing.assert_array_equal(np.asarray(decoded), pixels)
@@ -465,3 +492,30 @@ def test_plot_tau_trajectory_draws_each_layers_mean_and_its_heads_range_in_the_m
                                                                   "B: spt_lsa: heads' range"]
     empty = plots.plot_tau_trajectory({"A: vanilla": []}, {}, empty="no tau per epoch")
     assert [t.get_text() for t in empty.axes[0].texts] == ["no tau per epoch"]
+
+
+def test_the_tau_heatmap_writes_each_value_at_9_pt_or_more_none_over_another():
+    """The paper-scale model's 9 layers x 12 heads and their mean: every cell's value legible and apart."""
+    fig = plots.plot_tau_heads({"B: paper scale · SPT + LSA · 45,000 images": [[8.0 + 0.1 * h for h in range(12)]] * 9},
+                               {"B: paper scale · SPT + LSA · 45,000 images": 8.0})
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # laid out as the app draws it
+    renderer = canvas.get_renderer()
+    texts = [t for ax in fig.axes for t in ax.texts]
+    assert len(texts) == 9 * 13 and min(t.get_fontsize() for t in texts) >= 9
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert not [(i, j) for i in range(len(boxes)) for j in range(i) if boxes[i].overlaps(boxes[j])]
+
+
+@pytest.mark.parametrize("grid", [4, 8])
+def test_overlays_in_one_go_draw_what_each_overlay_draws(grid):
+    """A query click's 56 maps drawn at once (head_sheet, head_tiles, marked_tiles) are pixel for pixel the maps
+    drawn one by one, with a flat map, NaNs, an inf and a tiny scale among them."""
+    base = RNG.integers(0, 256, (96, 96, 3), dtype=np.uint8)
+    maps = RNG.random((6, grid, grid)).astype(np.float32)
+    maps[1], maps[2, 0, 0], maps[3], maps[4, 1, 1] = 0, np.nan, np.nan, np.inf
+    maps[5] *= 1e-9
+    drawn = render._overlays(base, maps, 0.6, (1, 2))
+    for one, m in zip(drawn, maps, strict=True):
+        np.testing.assert_array_equal(one, render._overlay(base, m, 0.6, None, (1, 2))[0])

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from explorer.app.costs import costs
 from explorer.checkpoints.store import list_checkpoints, load_checkpoint
 from explorer.core.protocol import BatchEnd, MemberStarted, Phase, PhaseBegun, Started
 from explorer.data.folders import read_image_zip
+from explorer.finetune.estimate import Needed, architecture, plan_work
 from explorer.finetune.plan import Base, plan_job
 from explorer.finetune.queue import Busy
 from explorer.finetune.report import report
 from explorer.finetune.runner import FineTuneRunner
-from explorer.finetune.state import RunStatus, apply_event
+from explorer.finetune.state import Estimate, RunStatus, apply_event
 from explorer.model.predict import predict_logits
 from explorer.training.recipe import TrainConfig
 from explorer.training.tuning import fine_tune, fine_tune_recipe
@@ -42,6 +44,12 @@ def test_a_pair_run_writes_two_loadable_checkpoints_from_one_split(tiny_checkpoi
     plan = plan_job(plan_members(tiny_checkpoints, "A", "B"), cifar10.subset(train=160, test=40, seed=2),
                     epochs=2, name="pair")
     runner = FineTuneRunner(out, environ=_env())
+    # Before Start, as the tab says it: both architectures are new here, so the worker measures them first.
+    assert isinstance(runner.paces.estimate(plan, None), Needed)
+    said = list(costs(plan, runner, on_cpu=False, shipped_plan=lambda: None))
+    assert said[0].measuring and said[-1].final and isinstance(planned := said[-1].estimate, Estimate)
+    assert planned.measured == "measure" and planned.start_s == 0.0
+    assert all(m.seconds > 0 for m in planned.members) and runner.paces.book.start_s() > 0
     runner.start(plan)
     with pytest.raises(Busy, match="already going on"):
         runner.start(plan)
@@ -49,6 +57,20 @@ def test_a_pair_run_writes_two_loadable_checkpoints_from_one_split(tiny_checkpoi
     s = runner.snapshot()
     assert s.status == RunStatus.DONE, s.error
     assert s.device == "CPU" and s.backend == "tensorflow"
+    assert s.planned == planned  # each model's work counted before Start is what the worker ran
+    for m, w in zip(s.members, plan_work(plan), strict=True):
+        t = m.training
+        assert (t.steps, t.batch_size, t.train_images, t.validation_images, len(m.predictions)) == (
+            w.steps, w.batch, w.fit, w.validation, w.test)
+    after = runner.paces.estimate(plan, runner.supervisor.pid())  # the run's own pace now
+    bases = plan_members(tiny_checkpoints, "A", "B")
+    paces = [runner.paces.book.pace(architecture(b.card)) for b in bases]
+    assert {p.measured for p in paces} == {"run"} and after.start_s == 0.0
+    for m, w, pace, cost in zip(s.members, plan_work(plan), paces, after.members, strict=True):
+        t = m.training  # the book now holds each run's own step pace, and the worker has that step compiled
+        assert pace.step_s == round(max(t.timing.steps_s - t.timing.first_step_s, 1e-6) / (t.steps - 1)
+                                    / t.batch_size, 6)
+        assert (cost.training_s, cost.after_s) == pytest.approx(w.seconds(pace, compiled=True))
     cards = [load_checkpoint(m.checkpoint)[1] for m in s.members]
     assert [Path(m.checkpoint).name for m in s.members] == ["pair-A", "pair-B"]
     assert [c.variant for c in cards] == ["vanilla", "spt_lsa"]

@@ -361,10 +361,10 @@ def test_the_answer_at_three_settings_sets_them_side_by_side():
     lines = table.splitlines()
     assert len(lines) == 5
     assert lines[2].startswith("| 0.2 M, the light recipe (crop and flip), 1,000 images | +7.00 at 1,000 (3 seeds) | "
-                               "not trained | 1.05 to 1.05 | 2.0 % (even: 1.56 %) | 0.400 / 0.400 |")
+                               "not trained | 1.05 to 1.05 | 2.0\u00a0% (even:\u00a01.56\u00a0%) | 0.400 / 0.400 |")
     assert lines[3].startswith("| 0.2 M, the paper's recipe, 1,000 images | +3.00 at 1,000 (3 seeds) |")
     assert lines[4] == ("| 2.7 M, the paper's recipe at the paper's scale, 45,000 images | +4.89 (one seed) | "
-                        "to train | 1.45 to 1.45 | 15.5 % (even: 1.56 %) | 0.008 / 0.235 |")
+                        "to train | 1.45 to 1.45 | 15.5\u00a0% (even:\u00a01.56\u00a0%) | 0.008 / 0.235 |")
     said = mechanisms.three_settings(rows, results)
     assert said.startswith("**What SPT + LSA does, at three settings**") and table in said
     assert "+0.95" in said and "under-fits" in said and "still to be trained" in said

@@ -152,3 +152,35 @@ def test_shipped_pair_on_the_bundled_sample():
         assert 0.6 < m.accuracy < 0.95  # the cards say about 77 % and 82 % on the full test set
         assert 0.5 < m.calibration.temperature < 5
     assert report.data.name == "cifar10 test images 0-299"
+
+
+def test_the_shipped_logits_are_what_each_shipped_model_predicts_on_the_trust_tabs_first_set(tmp_path):
+    """One file per model of the shipped and paper-scale pairs, each for those weights and the set the Trust tab
+    opens on (the bundled sample's 1,000 test images); what it holds is what the model predicts (checked on the
+    first 100), so the tab's first report is the one it would compute; another set, model or a broken file finds
+    nothing."""
+    from explorer.analysis.corruptions import weights_digest
+    from explorer.analysis.trust_service import TrustService
+    from explorer.app.models import ModelStore
+    from explorer.data.datasets import sample_set
+    data = trust.test_set(sample_set(), 1000)
+    refs = ("cifar10-vanilla", "cifar10-spt_lsa", "paper/cifar10-vanilla", "paper/cifar10-spt_lsa")
+    digests = {weights_digest(ROOT / "checkpoints" / ref): ref for ref in refs}
+    assert sorted(p.stem for p in trust.SHIPPED_LOGITS.glob("*.npz")) == sorted(d[:16] for d in digests)
+    store = ModelStore(ROOT / "checkpoints")
+    for digest, ref in digests.items():
+        logits = trust.shipped_logits(digest, data)
+        assert logits is not None and logits.shape == (1000, 10), ref
+        model = store.get(ref)
+        np.testing.assert_allclose(trust.predict(model, data.images[:100]), logits[:100], atol=1e-4)
+    assert trust.shipped_logits(digest, trust.test_set(sample_set(), 999)) is None
+    assert trust.shipped_logits("0" * 64, data) is None
+    (tmp_path / f"{digest[:16]}.npz").write_bytes(b"not a zip")
+    assert trust.shipped_logits(digest, data, tmp_path) is None
+    # The service's report of the shipped pair on that set reads them: as computed, and no rate is taken from it.
+    service, pair = TrustService(tmp_path / "downloads"), [store.get(r) for r in refs[:2]]
+    report, cached = service.report(pair, data)
+    assert not cached and service.rates.get(tuple(m.identity for m in pair)) is None
+    for m, ref in zip(report.models, refs[:2], strict=True):
+        expected = trust.shipped_logits(weights_digest(ROOT / "checkpoints" / ref), data)
+        np.testing.assert_array_equal(m.logits, expected)

@@ -25,10 +25,12 @@ def test_defaults_and_cards(ex):
     assert ex.initial_refs() == (A, B)
     card = ui(ex).slots.card_markdown(B)
     assert "`spt_lsa`" in card and "tau per layer" in card and "parameters" in card and "test top-1" in card
-    # The slot list's label and the checkpoint's name: the one names the other.
+    # One name, the slot list's label, and the reference the slots and the API take; the card's own name
+    # (tiny-spt_lsa) is not a third.
     label = next(label for label, ref in ex.slot_choices() if ref == B)
     name = ex.store.get(B).summary()["name"]
-    assert card.startswith(f"**{label}** (`{name}`)" if name not in label else f"**{label}**"), (card, label)
+    assert label != B and ex.store.get(B).label == label and name != B
+    assert card.startswith(f"**{label}** · `{B}` · `spt_lsa`") and name not in card, (card, label)
 
 
 def test_empty_checkpoint_folder_says_what_to_do(tmp_path):

@@ -81,6 +81,21 @@ def test_each_head_tile_is_measured_and_the_marked_heads_are_named(tab, image):
     assert 2 * 3 * 104 < maps.shape[1] < 2 * 4 * 104 and 4 * 104 < maps.shape[0] < 4 * (104 + 70)  # 3 x 4 tiles each
 
 
+def test_one_head_or_the_mean_is_named_on_its_map_and_in_the_caption(tab, image):
+    shown = {h: tab.attention_query(image, "tiny", "paper-small", 0, h, 16, 16)
+             for h in ("head 0", "head 1", HEAD_MEAN)}
+    (maps0, said0, _), (maps1, said1, _), (mean, said_mean, _) = shown.values()
+    assert "Shown: **head 0** of each layer. A's attends" in said0 and "Shown: **head 1**" in said1
+    assert "**mean of the heads** of each layer (A's 2, B's 12)" in said_mean
+    # Each map carries its own words ("L0 head 1") between the model's title and the picture: a band of
+    # dark text on white, different for each head and for the mean.
+    band = slice(18, 34)
+    for m in (maps0, maps1, mean):
+        assert m.shape[0] > 224 + 2 * 16 and (m[band, :150] < 80).any() and (m[band, :150] == 255).mean() > 0.5
+    assert not np.array_equal(maps0[band, :150], maps1[band, :150])
+    assert not np.array_equal(maps0[band, :150], mean[band, :150])
+
+
 def test_the_marks_are_the_most_local_and_the_most_self_attending_heads():
     from explorer.model.config import get_preset
     config = get_preset("paper")  # 32 px, 8 x 8 patches
@@ -134,3 +149,14 @@ def test_the_lsa_switches_take_a_layer_for_each_model_and_say_what_was_measured(
     said = what_if.measured("tiny", "paper-small")
     assert "| model |" not in said and "Not measured" in said
     assert "A (tiny-vanilla, no LSA) and B (paper-small)" in said
+
+
+def test_a_what_if_of_many_heads_draws_each_setting_as_rows_of_six_64_px_tiles():
+    """12 heads (the paper-scale model): not one row of 40 px cells, but two rows of six captioned tiles for the
+    learned maps above two for the what-if; 4 heads keep one row of 96 px cells for each."""
+    from explorer.app.what_if import MANY_HEADS_TILE, _sheet
+    image = np.zeros((224, 224, 3), np.uint8)
+    many = _sheet(image, np.random.default_rng(0).random((2, 12, 8, 8)), (1, 1), 3)
+    assert 6 * MANY_HEADS_TILE < many.shape[1] < 7 * MANY_HEADS_TILE and many.shape[0] > 4 * MANY_HEADS_TILE + 60
+    few = _sheet(image, np.random.default_rng(0).random((2, 4, 8, 8)), (1, 1), 3)
+    assert 4 * 96 < few.shape[1] < 5 * 96 + 60 and 2 * 96 < few.shape[0] < 3 * 96

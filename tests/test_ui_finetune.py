@@ -176,26 +176,69 @@ def test_the_tab_says_before_a_start_when_a_zip_is_too_small_for_the_fine_tune_t
     from explorer.finetune.plan import images_per_class_for, plan_splits
     from explorer.training.recipe import FINE_TUNE
     tab, classes = ui(ex).finetune, ["cat", "dog", "ship"]
+    paced(ex, step_s=0.0001)  # this machine's paces, as a measure leaves them: no worker is asked here
     x, y = pick(cifar10, classes, 20)
     form = fine_tune_form(data=ZIP, zip_file=str(class_zip(tmp_path / "small.zip", x, y, classes)), epochs=0, lr=0,
                           batch_size=0, images=0)
     split = plan_splits(tab.finetune_plan(**form))
     assert (split.train, split.validation, split.test) == (43, 5, 12)
-    note = tab.plan_note(**form)
+    note = said(tab, form)
     assert note.startswith("⚠ **Too few images for the fine-tune to decide.** Of 60 images, 12 to test, 5 to "
                            "validate and 43 to train each model."), note
     need = images_per_class_for(FINE_TUNE.min_validation_images, len(classes))
     assert f"on 5 (under {FINE_TUNE.min_validation_images}) one image is worth 20 points" in note
     assert f"the start on a tie. Add images: {need} a class give {FINE_TUNE.min_validation_images} to validate." in note
-    alone = tab.plan_note(**{**form, "what": A})
+    alone = said(tab, {**form, "what": A})
     assert "to train the model." in alone
-    assert tab.plan_note(**{**form, "epochs": -1}) == ""  # refused: the Start says why
-    assert tab.plan_note(**fine_tune_form()) == ""  # CIFAR
+    assert said(tab, {**form, "epochs": -1}) == ""  # refused: the Start says why
+    assert said(tab, fine_tune_form()) == ""  # CIFAR
     x, y = pick(cifar10, classes, 100)
     x, y = np.concatenate([x, x[:, :, ::-1]]), np.concatenate([y, y])  # 200 a class
     big = {**form, "zip_file": str(class_zip(tmp_path / "big.zip", x, y, classes))}
     assert plan_splits(tab.finetune_plan(**big)).validation >= FINE_TUNE.min_validation_images
-    assert tab.plan_note(**big) == ""
+    assert said(tab, big).startswith("**This run: about")  # no warning: the cost alone
+
+
+def paced(ex: AppState, step_s: float) -> None:
+    """Paces for every checkpoint of `ex` in its runner's book, as a measure of `step_s` a trained image leaves
+    them (a forward pass a third of that, a 2 s compile)."""
+    from explorer.finetune.estimate import Pace, architecture
+    for ref in ex.choices():
+        ex.runner.paces.book.record(architecture(ex.store.local_card(ref)),
+                               Pace(step_s, 2.0, step_s / 3, 0.5, 0.2, "measure"))
+
+
+def said(tab: FinetuneTab, form: dict) -> str:
+    """The note under the form once it is final (what CostNote.note yields last)."""
+    from explorer.ui.finetune_cost import CostNote
+    return list(CostNote(tab).note(**form))[-1][0]
+
+
+def test_before_a_start_the_tab_says_what_the_run_costs_here_and_offers_fewer_epochs_when_long(ex, cifar10,
+                                                                                                  tmp_path):
+    """The estimate from this machine's paces, each model's part and where the paces come from; a run long on a
+    CPU gets fewer epochs one click away, the most whose estimate is within the limit, and the click puts them
+    in the form; while a pace is missing and a run is going on, it says the estimate comes after that run."""
+    from explorer.app.costs import LONG_ON_CPU_S
+    from explorer.finetune.estimate import plan_work
+    from explorer.ui.finetune_cost import CostNote
+    tab, classes = ui(ex).finetune, ["cat", "dog", "ship"]
+    x, y = pick(cifar10, classes, 60)
+    form = fine_tune_form(data=ZIP, zip_file=str(class_zip(tmp_path / "c.zip", x, y, classes)), epochs=0, lr=0,
+                          batch_size=0, images=0)
+    paced(ex, step_s=0.0001)
+    quick = said(tab, form)
+    assert "**This run: about" in quick and "(A " in quick and " + B " in quick
+    assert "a few steps of each model measured here" in quick and "long on a CPU" not in quick
+    paced(ex, step_s=0.2)  # a slow machine: about 800 s a model
+    note, pair, fewer = list(CostNote(tab).note(**form))[-1]
+    assert "That is long on a CPU" in note and not pair["visible"]  # the shipped pair is in the slots already
+    epochs = plan_work(tab.finetune_plan(**form))[0].epochs
+    k = int(fewer["value"].split()[0])
+    assert fewer["visible"] and 1 <= k < epochs and f"{k} epoch" in note
+    within = tab.finetune_plan(**{**form, "epochs": k})
+    estimate = ex.runner.paces.estimate(within, ex.runner.supervisor.pid())
+    assert k == 1 or estimate.seconds <= LONG_ON_CPU_S
 
 
 def test_the_fine_tune_tab_says_when_a_gpu_would_sit_idle(ex, tmp_path, monkeypatch):

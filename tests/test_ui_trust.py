@@ -163,3 +163,24 @@ def test_progress_says_done_of_total_and_the_time_left():
     assert seen[0][0] == 0.5 and seen[0][1].startswith("A: rollout curves · 5 of 10 steps · about ")
     assert trust_text.cost(trust_text.Cost(40.2, True)) == "about 40 s at this host's measured rate"
     assert trust_text.cost(trust_text.Cost(400, False)) == "about 7 min (estimated from the models' sizes)"
+
+
+def test_a_pair_of_its_own_classes_is_judged_on_its_held_out_images_and_never_by_an_error(
+        tmp_path, tiny_checkpoints, cifar10, data_dir):
+    """A fine-tune on classes CIFAR does not have: the report opens on the images its fine-tune held out and
+    says so; a pair without them gets the reason in place, as an answer, from every Trust measure."""
+    from tests.helpers import OWN_CLASSES, own_pair
+    root = tmp_path / "checkpoints"
+    held = own_pair(root / "with", tiny_checkpoints, (cifar10.x_test[:50], np.arange(50) % 10))
+    bare = own_pair(root / "without", tiny_checkpoints, None)
+    tab = TrustTab(AppState(root=root, data_dir=str(data_dir)))
+    summary, *_, classes, _, _, _, _, _, key = tab.trust_report(*[f"with/{r}" for r in held], TEST, None, 1000,
+                                                                progress=no_progress)
+    assert summary.startswith("**held-out own") and "50 images" in summary and key is not None
+    assert list(classes["class"]) == OWN_CLASSES and classes["images"].sum() == 50
+    refs = [f"without/{r}" for r in bare]
+    for out in (tab.trust_report(*refs, TEST, None, 1000, progress=no_progress),
+                tab.opened("Trust", *refs, None, 1000, progress=no_progress),
+                tab.trust_corruptions(*refs, 1000, progress=no_progress),
+                tab.trust_faithfulness(*refs, progress=no_progress)):
+        assert "10 classes of their own" in out[0] and all(o is None for o in out[1:])

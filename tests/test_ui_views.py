@@ -25,6 +25,20 @@ def test_compare_returns_both_top5_and_the_true_label(ex, image_file, cifar10):
     assert f"True label **{truth}**" in verdict
 
 
+def test_the_verdict_checks_an_answer_only_against_a_class_the_models_know():
+    from explorer.ui.compare import verdict
+    cifar = ["cat", "dog", "frog"]
+    # agreeing is not being right: the sign says agreement, the true label's line says who is right
+    both_wrong = verdict("frog", "frog", ("cifar10", 7, "cat"), cifar, cifar)
+    assert both_wrong.startswith("= both say **frog**") and "✔" not in both_wrong and "A ✘ · B ✘" in both_wrong
+    assert verdict("cat", "dog", ("cifar10", 7, "cat"), cifar, cifar).endswith("A ✔ · B ✘")
+    assert verdict("cat", "dog", None, cifar, cifar) == "≠ they disagree: **cat** (A) vs **dog** (B)"
+    # a CIFAR image shown to models of classes of their own carries no verdict, and the page says why
+    own = ["apple", "maple"]
+    shown = verdict("apple", "maple", ("cifar10", 7, "cat"), own, own)
+    assert "not a class of these models, so no verdict" in shown and "✘" not in shown and "✔" not in shown
+
+
 def test_results_are_cached_and_identical(ex, image_file):
     first = ui(ex).compare.compare(image_file, A, B)
     second = ui(ex).compare.compare(image_file, A, B)
@@ -116,7 +130,7 @@ def test_a_query_click_sends_one_picture_and_the_cell_the_page_outlines(ex, imag
     class Click:  # what Gradio hands the picker's select handler: (x, y) in picker pixels
         index = (10, 200)
     qy, qx, *outputs = ui(ex).attention.pick_query(Click(), image_file, A, B, 1, "all heads")
-    assert (qy, qx) == (200 * 32 / 224, 10 * 32 / 224)
+    assert (qy, qx) == (28.0, 1.0)  # whole pixels of the 32 px input: int(200 * 32 / 224), int(10 * 32 / 224)
     assert "row 3, col 0" in outputs[1] and outputs[2] == {"row": 3, "col": 0, "grid": 4}
 
 
@@ -144,8 +158,8 @@ def test_locality_and_tau(ex, image_file):
     dist64, _, _ = ui(ex).attention.locality(image_file, A, B, "64 test images")
     assert len(dist.axes[0].get_lines()) >= 2
     tau_plot, history_plot, tau_table, note = ui(ex).tau.tau(A, B)
-    assert set(tau_table["layer"]) == {0, 1} and set(tau_table["model"]) == {f"B: {B}"}
     loaded = ex.store.get(B)
+    assert set(tau_table["layer"]) == {0, 1} and set(tau_table["model"]) == {f"B: {loaded.label}"}
     # one tau per layer: three decimals, as the card has it
     assert tau_table["tau"][0] == f"{loaded.probe.tau()[0][0]:.3f}" and history_plot is not None
 
@@ -173,17 +187,21 @@ def test_the_tau_tab_names_only_the_slots_models_and_says_when_one_has_no_tau(ab
     here = AppState(root=ablation_root, data_dir=str(data_dir))
     tab = TauTab(here)
     plot, history, table, note = tab.tau(A, B)  # A: a ViT, B: SPT + LSA
-    assert set(table["model"]) == {f"B: {B}"} and "cifar10-lsa" not in note
-    assert f"**A**: `{A}` is a ViT without LSA: it has no tau." in note and f"**B**: `{B}` learns" in note
-    loaded = here.store.get(B)
+    loaded, name_a = here.store.get(B), here.store.get(A).label  # each by its one name on the page
+    name_b = loaded.label
+    assert name_b == "shipped · SPT + LSA · 192 images"
+    assert set(table["model"]) == {f"B: {name_b}"} and "cifar10-lsa" not in note
+    assert f"**A**: {name_a} is a ViT without LSA: it has no tau." in note and f"**B**: {name_b} learns" in note
     assert list(table["tau"]) == [", ".join(f"{v:.{3 if len(t) == 1 else 2}f}" for v in t) for t in loaded.probe.tau()]
-    assert [ax.get_title() for ax in plot.axes if ax.images] == [f"B: {B} · √d_k = {loaded.config.initial_tau:.3g}"]
+    titles = [ax.get_title() for ax in plot.axes if ax.images]
+    assert titles == [f"B: {name_b} · √d_k = {loaded.config.initial_tau:.3g}"]
     assert history is not None
     _, _, table, note = tab.tau("cifar10-lsa", B)  # both slots hold LSA: both shown, A's first, none else
-    assert list(dict.fromkeys(table["model"])) == ["A: cifar10-lsa", f"B: {B}"] and "no tau" not in note
+    lsa = here.store.get("cifar10-lsa").label
+    assert list(dict.fromkeys(table["model"])) == [f"A: {lsa}", f"B: {name_b}"] and "no tau" not in note
     plot, history, table, note = tab.tau(A, A)  # neither slot holds an LSA model; both hold the same one
     assert plot is None and history is None and table.empty
-    assert note == f"**A = B**: `{A}` is a ViT without LSA: it has no tau."
+    assert note == f"**A = B**: {name_a} is a ViT without LSA: it has no tau."
     shown = on_page(tab.tau)(A, A)  # the page hides the pictures it has no plot for
     assert [shown[i]["visible"] for i in (0, 1)] == [False, False]
     shown = on_page(tab.tau)(A, B)
@@ -236,6 +254,14 @@ def test_the_paper_scale_pair_is_one_click_from_the_first_screen(tmp_path, tiny_
     assert len(wired) == 1 and [o._id for o in wired[0].outputs] == [slots["Model A"], slots["Model B"]]
     assert wired[0].fn() == ("paper/cifar10-vanilla", "paper/cifar10-spt_lsa")
     assert not any(c["props"].get("elem_id") == "paper-pair-btn" for c in build_demo(ex).config["components"])
+    # Drawn as chosen while the slots hold the pair, and only then: the slots' changes say which.
+    [look] = [fn for fn in demo.fns.values() if [o._id for o in fn.outputs] == button
+              and (slots["Model A"], "change") in [tuple(t) for t in fn.targets]]
+    assert look.fn("paper/cifar10-vanilla", "paper/cifar10-spt_lsa")[0]["variant"] == "primary"
+    assert look.fn("paper/cifar10-vanilla", "vanilla")[0]["variant"] == "secondary"
+    refs = AppState(root=root, data_dir=str(data_dir)).initial_refs()
+    drawn = next(c for c in demo.config["components"] if c["id"] == button[0])["props"]["variant"]
+    assert drawn == ("primary" if tuple(refs) == ("paper/cifar10-vanilla", "paper/cifar10-spt_lsa") else "secondary")
 
 
 def test_evidence_tab_occlusion_strip_and_robustness(ex, image_file, cifar10):
@@ -301,3 +327,11 @@ def test_the_pages_compare_sends_each_heading_with_its_bars(ex, image_file):
     assert top_a["label"] == "Model A top-5" and top_b["label"] == "Model B top-5"
     assert (top_a["value"], top_b["value"], verdict) == alone
     assert ui(ex).finetune.running_note() == ""
+
+
+def test_a_what_if_answer_is_marked_once_the_switches_no_longer_match_it():
+    from explorer.ui.what_if import STALE, marked
+    shown = ([1.0, "as learned", 1.0, "off"], "B: diagonal mask off")
+    assert marked([1.0, "as learned", 1.0, "off"], shown) == "B: diagonal mask off"
+    stale = marked([1.0, "as learned", 1.0, "as learned"], shown)
+    assert stale.startswith(STALE) and stale.endswith("B: diagonal mask off")

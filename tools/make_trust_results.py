@@ -6,8 +6,11 @@ pair (paper/cifar10-vanilla as A, paper/cifar10-spt_lsa as B):
     python tools/make_trust_results.py faithfulness           # explorer/shipped/faithfulness.json
     python tools/make_trust_results.py corruptions paper      # explorer/shipped/corruptions-paper.json
     python tools/make_trust_results.py faithfulness paper     # explorer/shipped/faithfulness-paper.json
+    python tools/make_trust_results.py logits [paper]         # explorer/shipped/logits/<digest>.npz, each model
 
-Each file records the weights' SHA-256 of both models: the app shows it only for those exact models.
+Each file records the weights' SHA-256 of both models (of its model, for logits): the app shows it only for
+those exact models. The logits are what the Trust tab's whole-set report predicts as it opens (the bundled
+sample's 1,000 test images, the first 1,000 of CIFAR-10's test set).
 """
 
 from __future__ import annotations
@@ -68,5 +71,22 @@ def faithfulness(which: str = "shipped") -> None:
     print(f"wrote {target} in {time.perf_counter() - began:.0f} s")
 
 
+def logits(which: str = "shipped") -> None:
+    import numpy as np
+
+    from explorer.analysis import trust
+    from explorer.data.datasets import sample_set
+    loaded, digests = _pair(which)
+    data = trust.test_set(sample_set(), 1000)
+    trust.SHIPPED_LOGITS.mkdir(exist_ok=True)
+    for (model, card), digest in zip(loaded, digests, strict=True):
+        began = time.perf_counter()
+        out = trust.predict(model, data.images)
+        target = trust.SHIPPED_LOGITS / f"{digest[:16]}.npz"
+        np.savez_compressed(target, weights=digest, set_key=data.key, logits=out)
+        print(f"wrote {target} ({card.name}, top-1 {np.mean(out.argmax(-1) == data.labels):.3f}) in "
+              f"{time.perf_counter() - began:.0f} s")
+
+
 if __name__ == "__main__":
-    {"corruptions": corruptions, "faithfulness": faithfulness}[sys.argv[1]](*sys.argv[2:3])
+    {"corruptions": corruptions, "faithfulness": faithfulness, "logits": logits}[sys.argv[1]](*sys.argv[2:3])

@@ -77,18 +77,45 @@ def _legend_below(fig: Figure, ax, **kwargs) -> None:
                        kwargs.pop("ncols", min(len(handles), 3)), **kwargs)
 
 
-def _fitted_legend(fig: Figure, handles, labels, ncols: int, **kwargs):
+def _fitted_legend(fig: Figure, handles, labels, ncols: int, groups: list[int] | None = None, **kwargs):
     """A legend under the figure inside its width: fewer columns while it is wider (long names: fine-tuned
-    models, four LSA models), and names wrapped when even one column is."""
+    models, four LSA models), and names wrapped when even one column is. `groups` (the sizes of consecutive
+    runs of entries, in order) reads the legend by rows, each group starting a row of its own."""
     renderer = FigureCanvasAgg(fig).get_renderer()  # the canvas the figure is drawn with (see `drawn`)
     for n in range(max(1, ncols), 0, -1):
-        legend = fig.legend(handles, labels, loc="outside lower center", fontsize="small", ncols=n, **kwargs)
+        shown = _in_rows(handles, labels, n, groups) if groups and n > 1 else (handles, labels)
+        legend = fig.legend(*shown, loc="outside lower center", fontsize="small", ncols=n, **kwargs)
         if legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
             return legend
         legend.remove()
     chars = max(12, int(len(max(labels, key=len)) * 0.98 * fig.bbox.width / legend.get_window_extent(renderer).width))
     wrapped = [textwrap.fill(label, chars, break_on_hyphens=False) for label in labels]
     return fig.legend(handles, wrapped, loc="outside lower center", fontsize="small", ncols=1, **kwargs)
+
+
+def _in_rows(handles, labels, n: int, groups: list[int]) -> tuple[list, list]:
+    """The entries reordered so that a legend of `n` columns (matplotlib fills its columns first) reads them
+    by rows, each group starting a row: blank entries fill a group's last row."""
+    cells, start = [], 0
+    for size in groups:
+        cells += list(zip(handles[start:start + size], labels[start:start + size], strict=True))
+        cells += [(Line2D([], [], linestyle="none"), "")] * (-size % n)
+        start += size
+    rows = len(cells) // n
+    ordered = [cells[r * n + c] for c in range(n) for r in range(rows)]
+    return [h for h, _ in ordered], [label for _, label in ordered]
+
+
+def _fitted_title(ax, text: str, share: float = 0.8, **kwargs) -> None:
+    """The axes' title wrapped to `share` of the figure's width: a longer one would narrow the axes (constrained
+    layout keeps a title inside the figure) or leave it."""
+    fig = ax.figure
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    limit, chars, shown = share * fig.bbox.width, len(text), text
+    title = ax.set_title(shown, **kwargs)
+    while (width := title.get_window_extent(renderer).width) > limit and chars > 12:
+        chars = max(12, min(chars - 1, int(chars * limit / width)))
+        title.set_text(textwrap.fill(text, chars, break_on_hyphens=False))
 
 
 def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -> Figure:
@@ -206,13 +233,16 @@ def plot_training(history: list[dict] | dict[str, list[dict]], kept: dict[str, i
 
     Several runs (a dict of label -> history) share the axes, one colour per run, so a pair fine-tune's
     two models can be compared epoch by epoch; epoch 0 (before any step) is drawn where it is given.
-    `kept` (label -> epoch) marks the epoch each finished run kept with a star on its accuracy, or says in
-    the accuracy panel that a run kept none of its epochs (0: its start)."""
+    `kept` (label -> epoch) marks the epoch each finished run kept with a star on its accuracy, or says over
+    the accuracy panel that a run kept none of its epochs (0: its start). One legend under both panels names
+    the models (their colours) once, then training, validation and the star: long names keep the axes' size."""
     runs = history if isinstance(history, dict) else {"": history}
+    named = any(runs)
     fig = _figure((WIDTH, 6.4))
-    axes = fig.subplots(2, 1)
+    axes = fig.subplots(2, 1, sharex=True)
     panels = ((axes[0], "loss", ("loss", "val_loss")), (axes[1], "top-1 accuracy", ("top1", "val_top1")))
     epochs = [e.get("epoch", i) for run in runs.values() for i, e in enumerate(run)]
+    styles = {}  # "training"/"validation" -> the look of its curves, for the legend
     for ax, ylabel, keys in panels:
         for k, (label, run) in enumerate(runs.items()):
             for j, key in enumerate(keys):
@@ -224,23 +254,34 @@ def plot_training(history: list[dict] | dict[str, list[dict]], kept: dict[str, i
                 # Validation: dashed, hollow squares, under the training curve, whose points (a one-epoch
                 # run's only one) stay visible where the two meet.
                 val = key.startswith("val_")
-                ax.plot(xs, ys, color=color, marker="s" if val else "o", markersize=3 if len(xs) > 12 else 5,
-                        linestyle="--" if val else "-", markerfacecolor="none" if val else color,
-                        zorder=2 if val else 3, label=f"{label} {key}".strip())
+                look = {"marker": "s", "linestyle": "--", "markerfacecolor": "none"} if val else \
+                       {"marker": "o", "linestyle": "-"}
+                ax.plot(xs, ys, color=color, markersize=3 if len(xs) > 12 else 5, zorder=2 if val else 3,
+                        label=f"{label} {key}".strip(), **look)
+                styles.setdefault(j, ("validation" if val else "training", look | {"color": color}))
         if ylabel == "top-1 accuracy" and kept:
             _mark_kept(ax, runs, kept)
-        _label_axes(ax, "epoch", ylabel)
+        _label_axes(ax, "epoch" if ax is axes[1] else "", ylabel)
         _epoch_axis(ax, epochs)
-        if ax.get_lines():  # under its panel: the panels keep the figure's width
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncols=2, fontsize="small", borderaxespad=0.0)
-        else:
+        if not ax.get_lines():
             ax.text(0.5, 0.5, "no epochs yet", ha="center", va="center", transform=ax.transAxes, color="0.35")
+    models = [Line2D([], [], color=MODEL_COLORS[k], linewidth=2.5, label=label)
+              for k, (label, run) in enumerate(runs.items()) if named and run]
+    keys = [Line2D([], [], **(look | {"color": "0.3"}) if named else look, label=name)
+            for name, look in (styles[j] for j in sorted(styles))]
+    if any(line.get_marker() == "*" for line in axes[1].get_lines()):
+        keys.append(Line2D([], [], marker="*", markersize=11, color="0.6", markeredgecolor="black", linestyle="none",
+                           label="kept epoch"))
+    handles = models + keys
+    if handles:  # under both panels: they keep the figure's width, and every name is said once
+        _fitted_legend(fig, handles, [h.get_label() for h in handles], ncols=2,
+                       groups=[n for n in (len(models), len(keys)) if n])
     return fig
 
 
 def _mark_kept(ax, runs: dict[str, list[dict]], kept: dict[str, int]) -> None:
-    """A star on each run's kept epoch (its validation top-1, else its training top-1); a line of text for
-    the runs that kept none of their epochs."""
+    """A star on each run's kept epoch (its validation top-1, else its training top-1); for the runs that
+    kept none of their epochs, the panel's title says so (over the axes, where it covers no point)."""
     none = []
     for k, (label, run) in enumerate(runs.items()):
         epoch = kept.get(label)
@@ -255,8 +296,8 @@ def _mark_kept(ax, runs: dict[str, list[dict]], kept: dict[str, int]) -> None:
             ax.plot([epoch], [value], marker="*", markersize=14, color=MODEL_COLORS[k if label else 0],
                     markeredgecolor="black", linestyle="none", zorder=4, label=f"{label} kept: epoch {epoch}".strip())
     if none:
-        ax.text(0.02, 0.96, f"{' and '.join(none)} kept none of the fine-tuned epochs (the status says what it kept)",
-                transform=ax.transAxes, ha="left", va="top", fontsize="small", color="0.25")
+        _fitted_title(ax, f"{' and '.join(none)} kept none of the fine-tuned epochs (the status says what it kept)",
+                      fontsize="small", color="0.25")
 
 
 def plot_data_curve(curves: dict[str, tuple[list, list, list]], markers: dict[str, tuple[float, float]] | None = None,
@@ -418,9 +459,10 @@ TAU_RATIO_CMAP = "RdBu_r"
 
 
 def _tau_ratio_cells(ax, ratios: np.ndarray, norm, limit: float) -> None:
-    """Each cell's τ / √d_k written in it, white on the strongest colours, small enough for 13 columns."""
+    """Each cell's τ / √d_k written in it, white on the strongest colours: 9 pt for 13 columns (the paper-scale
+    model's 12 heads and their mean: "0.93" takes 28 of a column's 33 px), 10 pt for fewer."""
     rows, cols = ratios.shape
-    size = 7 if cols > 8 else 8
+    size = 9 if cols > 8 else 10
     for (i, j), v in np.ndenumerate(ratios):
         ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=size,
                 color="white" if abs(v - 1.0) > 0.6 * limit else "black")

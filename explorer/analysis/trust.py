@@ -9,6 +9,7 @@ models' own class list (`labelled_zip` maps a zip's folder names onto it).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import threading
@@ -56,9 +57,10 @@ class LabelledSet:
     def count(self) -> int:
         return int(len(self.labels))
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """What names the set's content in a cache: a hash of its pixels and labels."""
+        """What names the set's content in a cache: a hash of its pixels and labels (taken once: a report reads
+        it for its cache, each shipped logits file and the page's key)."""
         h = hashlib.blake2b(digest_size=16)
         h.update(np.ascontiguousarray(self.images).tobytes())
         h.update(np.ascontiguousarray(self.labels, np.int64).tobytes())
@@ -369,9 +371,11 @@ class TrustReport:
         return out
 
 
-def model_trust(model, data: LabelledSet, bins: int = BINS, progress=None) -> ModelTrust:
+def model_trust(model, data: LabelledSet, bins: int = BINS, progress=None, logits: np.ndarray | None = None
+                ) -> ModelTrust:
+    """One model over the whole set; `logits`: its logits on the set when known (shipped), else predicted."""
     began = time.perf_counter()
-    logits = predict(model, data.images, progress)
+    logits = predict(model, data.images, progress) if logits is None else np.asarray(logits, np.float32)
     seconds = time.perf_counter() - began
     num_classes = logits.shape[-1]
     if num_classes != len(data.class_names):
@@ -382,15 +386,34 @@ def model_trust(model, data: LabelledSet, bins: int = BINS, progress=None) -> Mo
                       calibrate(logits, data.labels, bins), seconds)
 
 
-def trust_pair(models, data: LabelledSet, bins: int = BINS, progress=None) -> TrustReport:
-    """Both models over the whole set; `progress(fraction, message)` as each chunk is done."""
+def trust_pair(models, data: LabelledSet, bins: int = BINS, progress=None, logits=None) -> TrustReport:
+    """Both models over the whole set; `progress(fraction, message)` as each chunk is done; `logits`: each
+    model's logits on the set where known (shipped_logits), None where it must be predicted."""
     results = []
-    for i, model in enumerate(models):
+    for i, (model, known) in enumerate(zip(models, logits or [None] * len(models), strict=True)):
         def step(done, total, i=i):
             if progress is not None:
                 progress((i + done / total) / len(models), f"model {'AB'[i] if i < 2 else i}: {done}/{total} images")
-        results.append(model_trust(model, data, bins, step))
+        results.append(model_trust(model, data, bins, step, known))
     return TrustReport(data, results, bins)
+
+
+# A shipped model's logits on the set the Trust tab opens on (the first 1,000 CIFAR-10 test images), computed
+# once (tools/ship_logits.py) so that the tab's first report does not wait for 2,000 forward passes: one file a
+# model, named by its weights' SHA-256 (16 hex digits), holding that digest whole and the set's key.
+SHIPPED_LOGITS = Path(__file__).resolve().parents[1] / "shipped" / "logits"
+
+
+def shipped_logits(digest: str, data: LabelledSet, folder: Path | None = None) -> np.ndarray | None:
+    """The logits shipped for the weights of `digest` on exactly `data` (its pixels and labels); None when no
+    file holds them (another model, another set, an unreadable file)."""
+    try:
+        with np.load((folder or SHIPPED_LOGITS) / f"{digest[:16]}.npz") as f:
+            if str(f["weights"]) == digest and str(f["set_key"]) == data.key:
+                return np.array(f["logits"], np.float32)
+    except (OSError, KeyError, ValueError):
+        return None
+    return None
 
 
 @dataclass

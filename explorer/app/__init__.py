@@ -9,4 +9,6 @@ the fine-tune service it runs (explorer.finetune) and the library.
     what_if.py    a model's learned outputs beside those with tau scaled and the mask switched
     visitors.py   shared mode's open pages: each one's visitor, the runs that pruning keeps for them
     starts.py     each visitor's last fine-tune Start, for the pages they open (and its bases kept from pruning)
+    costs.py      what a fine-tune will cost here, said before its Start (measured first where need be), and
+                  the faster choices when it is long on a CPU
 """

@@ -151,15 +151,21 @@ def focus_picture(loaded: LoadedModel, attention: np.ndarray, shown: np.ndarray,
         return render.marked_tiles(shown, maps, query=query, cell=tile, columns=columns,
                                    lines=[marks.lines(j, layer) for j in range(len(maps))],
                                    frames=[marks.frames(j) for j in range(len(maps))])
+    # One map, under the words that say which it is (its layer and head, or the mean), as the tiles are.
     if head == HEAD_MEAN:
-        return render.attention_overlay(shown, maps.mean(0), query=query, size=size)
+        return render.head_tiles(shown, maps.mean(0, keepdims=True), query=query, cell=size, columns=1,
+                                 labels=[f"L{layer} mean of {len(maps)} heads"])
     try:
         index = int(str(head).split()[-1])
     except (ValueError, IndexError):
         raise ValueError(f"head must be {HEAD_ALL!r}, {HEAD_MEAN!r} or 'head <n>', got {head!r}") from None
     if not 0 <= index < maps.shape[0]:
         raise ValueError(f"{loaded.name} has {maps.shape[0]} heads; there is no head {index}")
-    return render.attention_overlay(shown, maps[index], query=query, size=size)
+    if marks is None:
+        return render.head_tiles(shown, maps[index:index + 1], query=query, cell=size, columns=1,
+                                 labels=[f"L{layer} head {index}"])
+    return render.marked_tiles(shown, maps[index:index + 1], query=query, cell=size, columns=1,
+                               lines=[marks.lines(index, layer)], frames=[marks.frames(index)])
 
 
 def attention_view(loaded: LoadedModel, result: ProbeResult, display: np.ndarray, layer: int, head: str,

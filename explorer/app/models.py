@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from explorer import convert
+from explorer.checkpoints import catalog
 from explorer.checkpoints.store import (
     CheckpointError,
     CheckpointIdentity,
@@ -62,7 +63,16 @@ class LoadedModel:
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({self.config.variant})"
+        """The model's one name on the page: the slots' label for it ("paper scale · ViT · 45,000 images",
+        "fine-tuned · <run>"), or, for one the slots show by its reference (a Hub id, any other checkpoint), that
+        reference: a folder given by its path by the folder's name alone (no server path on the page)."""
+        return self.listed_as or (Path(self.ref).name if os.path.isabs(self.ref) else self.ref)
+
+    @property
+    def listed_as(self) -> str | None:
+        """The slots' label for the model, or None for one they list by its reference (any other checkpoint)."""
+        listed = catalog.label(self.ref, self.card)
+        return listed if listed != self.ref else None
 
     @property
     def converted_from(self) -> dict | None:

@@ -14,6 +14,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import numpy as np
+
 from explorer.analysis import plots
 from explorer.analysis.robustness import PairCurves
 from explorer.analysis.trust_service import TrustService
@@ -23,12 +25,13 @@ from explorer.app.starts import Starts
 from explorer.app.visitors import Visitors, browser_secret
 from explorer.checkpoints import catalog, hub
 from explorer.checkpoints.finetuned import FINETUNED, REFUSED, RunStore, SharedLimits, shared_mode
+from explorer.checkpoints.held_out import read_held_out
 from explorer.checkpoints.store import CheckpointError
 from explorer.core.protocol import Shape
 from explorer.core.settings import PROJECT, Settings
-from explorer.data.datasets import DatasetError
+from explorer.data.datasets import Dataset, DatasetError
 from explorer.data.inputs import DecodedImages
-from explorer.data.samples import TestImages
+from explorer.data.samples import Sample, TestImages
 from explorer.finetune.backend import choose_backend, cuda_gpu_present
 from explorer.finetune.plan import Limits, Plan, job_data, plan_job
 from explorer.finetune.runner import FineTuneRunner
@@ -36,6 +39,7 @@ from explorer.model.config import PRESETS
 
 # The shipped 0.2 M pair: a first visit's pair where the settings' is not here (a checkpoint folder of one's own).
 SHIPPED_PAIR = ("cifar10-vanilla", "cifar10-spt_lsa")
+LABELLED_ZIP = "my labelled zip"  # the Trust tab's choice of a zip of class folders to judge the models on
 
 
 def default_data_dir(settings: Settings) -> str | None:
@@ -49,6 +53,13 @@ def default_data_dir(settings: Settings) -> str | None:
 
 class NotApplicable(Exception):
     """A tool over the test set that does not apply to the models in the slots; the message says why."""
+
+
+def own_classes(count: int, dataset: str) -> str:
+    """Why a tool over the test set has nothing to judge models of `count` classes of their own by."""
+    return (f"Not for these models: they know {count} classes of their own, which {dataset}'s test set does not "
+            f"have, and slot B's checkpoint holds no held-out images of them (a run trained on all of its images, "
+            f"or a model from elsewhere). Trust's “{LABELLED_ZIP}” judges them on a zip of their classes.")
 
 
 class ExplorerState:
@@ -224,11 +235,32 @@ class ExplorerState:
             name = None
         return name if name in ("cifar10", "cifar100") else "cifar10"
 
+    def held_out(self, ref_b: str | None, request=None) -> Dataset | None:
+        """Slot B's model's own held-out images (explorer.checkpoints.held_out) when it knows classes its
+        dataset's test set does not have (a fine-tune on a zip of classes of its own); else None."""
+        if not ref_b:
+            return None
+        try:
+            model = self.model(ref_b, request)
+        except (CheckpointError, ValueError, OSError):
+            return None
+        try:
+            cifar = self.tests.dataset(self.dataset_of(ref_b, request), download=False).class_names
+        except (DatasetError, OSError):  # that test set is not here: its classes are unknown, so are theirs
+            return None
+        if all(c in cifar for c in model.class_names):
+            return None
+        return read_held_out(model.folder, model.class_names)
+
     def test_images(self, ref_b: str | None, need: int, request=None, progress=None):
         """At least `need` test images of B's dataset (downloaded once when need be, `progress(fraction or
         None, message)` following it), or a DatasetError saying which are not here; for a model that knows
-        some of its classes (a fine-tune on a few CIFAR-10 classes), those classes' images alone. A model of
-        other classes raises NotApplicable, which says why."""
+        some of its classes (a fine-tune on a few CIFAR-10 classes), those classes' images alone; for a model
+        of classes of its own, the images its fine-tune held out (all of them, however few). A model of other
+        classes without them raises NotApplicable, which says why."""
+        held = self.held_out(ref_b, request)
+        if held is not None:
+            return held
         name = self.dataset_of(ref_b, request)
         try:
             ds = self.tests.dataset(name, need=need, progress=progress)
@@ -239,12 +271,15 @@ class ExplorerState:
             return ds
         try:
             return ds.restricted(classes)
-        except DatasetError as e:
-            raise NotApplicable(f"_Not for these models: they know {len(classes)} classes of their own, and "
-                                f"this tool runs on {name}'s test images ({e})._") from None
+        except DatasetError:
+            raise NotApplicable(own_classes(len(classes), name)) from None
 
     def sample_classes(self, ref_b: str | None, request=None) -> list[str]:
-        """The classes a test sample may be drawn from for slot B's model: its dataset's that it knows."""
+        """The classes a test sample may be drawn from for slot B's model: its dataset's that it knows, or its
+        held-out images' (a model of classes of its own)."""
+        held = self.held_out(ref_b, request)
+        if held is not None:
+            return [c for i, c in enumerate(held.class_names) if np.any(held.y_test == i)]
         name = self.dataset_of(ref_b, request)
         try:
             known = self.model(ref_b, request).class_names if ref_b else None
@@ -255,6 +290,17 @@ class ExplorerState:
         except (DatasetError, OSError):  # not here yet: the model's own classes (a Sample downloads them)
             return list(known or [])
         return [c for c in names if known is None or c in known]
+
+    def sample(self, class_name: str | None, ref_b: str | None, seed: int | None = None, request=None,
+               progress=None) -> Sample:
+        """A test image for slot B's model (random, or of one class) as a file with its true label: of its
+        dataset's test set, or of its own held-out images. A DatasetError when the data cannot be had, a
+        ValueError for a class there is no image of."""
+        held = self.held_out(ref_b, request)
+        if held is not None:
+            return self.tests.sample_held_out(held, class_name, seed)
+        return self.tests.sample(self.dataset_of(ref_b, request), class_name, seed, progress,
+                                 classes=self.sample_classes(ref_b, request))
 
     # --- fine-tuning -------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ entropy and distance plot of several."""
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,17 +52,34 @@ def what_if(loaded: LoadedModel, cache: ResultCache, image: np.ndarray, display:
     row, col = query_patch(query_yx, config)
     both = np.stack([learned.attention[0], changed.attention[0]])
     maps = both[:, layer, :, row * grid + col, :].reshape(2, -1, grid, grid)
-    cell = sheet_cell(maps.shape[1], 96)
-    wide = cell >= 96  # room for the layer in every column's label; else it goes into the rows'
-    picture = render.head_sheet(square(display, 224), maps, query=(row, col), cell=cell,
-                                row_labels=["learned", "what if"] if wide else [f"L{layer} learned",
-                                                                                f"L{layer} what if"],
-                                col_labels=[f"L{layer} head {j}" if wide else f"head {j}"
-                                            for j in range(maps.shape[1])])
+    picture = _sheet(square(display, 224), maps, (row, col), layer)
     return WhatIf(loaded, setting[0], setting[1], layer, (row, col), top_k(loaded, learned), top_k(loaded, changed),
                   picture, np.stack([attention_entropy(a) for a in both]),
                   np.stack([mean_attention_distance(a, grid, config.pixels_per_patch) for a in both]), seconds,
                   cached)
+
+
+# More heads than this: each setting's heads as captioned tiles, rows of at most this many, not one row of
+# 40 px cells (the paper-scale model's 12 heads: two rows of six 64 px tiles for each setting).
+ONE_ROW_HEADS = 6
+MANY_HEADS_TILE = 64
+
+
+def _sheet(image: np.ndarray, maps: np.ndarray, query: tuple[int, int], layer: int) -> np.ndarray:
+    """The learned maps (maps[0], heads x g x g) above the what-if maps (maps[1]) of one layer."""
+    heads = maps.shape[1]
+    if heads > ONE_ROW_HEADS:
+        columns = math.ceil(heads / math.ceil(heads / ONE_ROW_HEADS))
+        return render.stacked([render.label_image(render.head_tiles(image, m, query=query, cell=MANY_HEADS_TILE,
+                                                                    columns=columns,
+                                                                    labels=[f"head {j}" for j in range(heads)]),
+                                                  f"L{layer} {setting}")
+                               for setting, m in zip(("learned", "what if"), maps, strict=True)])
+    cell = sheet_cell(heads, 96)
+    wide = cell >= 96  # room for the layer in every column's label; else it goes into the rows'
+    return render.head_sheet(image, maps, query=query, cell=cell,
+                             row_labels=["learned", "what if"] if wide else [f"L{layer} learned", f"L{layer} what if"],
+                             col_labels=[f"L{layer} head {j}" if wide else f"head {j}" for j in range(heads)])
 
 
 def what_if_plot(named: list[tuple[str, WhatIf]], cache: plots.PlotCache) -> np.ndarray:

@@ -242,8 +242,9 @@ def prune_cache(cache_dir: str | os.PathLike | None, max_bytes: int,
 
 
 def upload(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None,
-           commit_message: str | None = None) -> str:
-    """Uploads a folder to the model repo `repo_id` (created if needed); returns the commit URL.
+           commit_message: str | None = None, leave_out: Iterable[str] = ()) -> str:
+    """Uploads a folder to the model repo `repo_id` (created if needed), but for hidden files and the file
+    names in `leave_out`; returns the commit URL.
 
     The token comes from the argument, $HF_TOKEN or `hf auth login`.
     """
@@ -258,5 +259,5 @@ def upload(folder: str | os.PathLike, repo_id: str, private: bool = False, token
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
                              commit_message=commit_message or f"Upload {folder.name}",
-                             ignore_patterns=[".*", "__pycache__"])
+                             ignore_patterns=[".*", "__pycache__", *leave_out])
     return str(getattr(info, "commit_url", info))

@@ -34,6 +34,7 @@ import keras
 
 import explorer.model.layers  # noqa: F401  (registers the custom layers)
 from explorer.checkpoints import hub
+from explorer.checkpoints.held_out import HELD_OUT
 from explorer.checkpoints.model_card import model_card
 from explorer.core import atomic
 from explorer.core.atomic import clean_stale
@@ -351,14 +352,16 @@ def load_checkpoint(ref: str | os.PathLike, cache_dir: str | None = None, max_hu
 
 
 def push(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None) -> str:
-    """Uploads a checkpoint folder to the Hub model repo `repo_id`; returns the commit URL."""
+    """Uploads a checkpoint folder to the Hub model repo `repo_id`; returns the commit URL. A fine-tuned
+    checkpoint's held-out images (held_out.npz: the user's own pictures) stay behind: a push publishes the
+    model, not the data it was judged on."""
     folder = Path(folder)
     if not is_checkpoint(folder):
         raise CheckpointError(f"{folder} is not an explorer checkpoint folder")
     card = read_card(folder)
     try:
         return hub.upload(folder, repo_id, private=private, token=token,
-                          commit_message=f"Upload {card.name or folder.name}")
+                          commit_message=f"Upload {card.name or folder.name}", leave_out=[HELD_OUT])
     except hub.HubError as e:
         raise CheckpointError(str(e)) from None
 

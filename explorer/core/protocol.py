@@ -1,5 +1,5 @@
 """What the app and its worker process send each other, one JSON object a line: the commands the app sends
-(job, warm, ping, cancel), the events the worker answers with, one dataclass per kind, and the phases a
+(job, warm, measure, ping, cancel), the events the worker answers with, one dataclass per kind, and the phases a
 model of a run goes through. Both processes build and read these classes, never dicts of string keys: a
 phase that is not a Phase fails where its event is made, and a field renamed on one side fails a test,
 not a run that waits for an event its reader cannot take."""
@@ -154,6 +154,19 @@ class Warm(Message):
 
 
 @dataclass(frozen=True)
+class Measure(Message):
+    """Measure this machine's pace at fine-tuning each of `bases`: a run of a few steps at `batch` images a
+    step, on random images of `classes` classes (the backbone `frozen` or not), which compiles what a run of
+    that shape compiles; each base answered by a Measured."""
+
+    KIND: ClassVar[str] = "measure"
+    bases: list[str]
+    classes: int
+    batch: int
+    frozen: bool = False
+
+
+@dataclass(frozen=True)
 class Ping(Message):
     """Answer with a Pong of the same `id`."""
 
@@ -169,7 +182,7 @@ class Cancel(Message):
     id: int
 
 
-COMMANDS: dict[str, type[Message]] = {c.KIND: c for c in (RunJob, Warm, Ping, Cancel)}
+COMMANDS: dict[str, type[Message]] = {c.KIND: c for c in (RunJob, Warm, Measure, Ping, Cancel)}
 
 
 # --- the worker's events ---------------------------------------------------------------------------------
@@ -225,6 +238,21 @@ class Warmed(Event):
 
     KIND: ClassVar[str] = "warmed"
     seconds: float | None = _optional()
+    error: str | None = _optional()
+
+
+@dataclass(frozen=True)
+class Measured(Event):
+    """A Measure's run of `base`: its `seconds` in all, its training record (steps, images, batch size and
+    where the time went), the `tests` images it predicted at its end and a forward pass's seconds an image
+    (`forward_s`, timed once compiled); or the `error` that stopped it."""
+
+    KIND: ClassVar[str] = "measured"
+    base: str
+    seconds: float | None = _optional()
+    training: Training | None = _section(Training, None)
+    tests: int = 0
+    forward_s: float | None = _optional()
     error: str | None = _optional()
 
 
@@ -331,9 +359,9 @@ class JobEnd(Event):
         object.__setattr__(self, "outcome", Outcome(self.outcome))
 
 
-EVENTS: dict[str, type[Event]] = {e.KIND: e for e in (Ready, Exiting, Pong, Warmed, Started, MemberStarted,
-                                                      PhaseBegun, BatchEnd, EpochEnd, MemberDone, Done, Failed,
-                                                      JobEnd)}
+EVENTS: dict[str, type[Event]] = {e.KIND: e for e in (Ready, Exiting, Pong, Warmed, Measured, Started,
+                                                      MemberStarted, PhaseBegun, BatchEnd, EpochEnd, MemberDone, Done,
+                                                      Failed, JobEnd)}
 
 
 def encode(message: Message) -> str:

@@ -156,6 +156,11 @@ class DecodedImages:
         self._items: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
 
+    @property
+    def limits(self) -> str:
+        """How large an upload may be, said before one is refused."""
+        return f"≤ {self.max_bytes / 2**20:.0f} MB, ≤ {self.max_pixels / 1e6:.0f} MP"
+
     def get(self, path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         """(model input, preview) of an image file, as load_image gives them; ImageInputError otherwise."""
         stat = os.stat(path) if os.path.exists(path) else None

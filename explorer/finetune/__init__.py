@@ -13,7 +13,7 @@ What both processes read:
     backend.py     the worker's Keras backend, chosen without importing a framework; the machine's facts
 What the worker runs:
     serve.py       its main loop (`--serve`: commands in, events out) or one job (`JOB_DIR`); __main__.py
-    job.py         one job: each member trained in turn, its events; the warm-up
+    job.py         one job: each member trained in turn, its events; the warm-up; a Measure's short run
     warm.py        the models it keeps between jobs, with their compiled steps
     compiling.py   JAX's persistent compilation cache, and what was compiled
 What the app runs:
@@ -25,6 +25,8 @@ What the app runs:
     supervisor.py  the worker process kept, started and replaced
     handle.py      the worker process as the app holds it: its command line, commands sent, events heard
     report.py      the side-by-side report of a finished run, from its members' states
+    estimate.py    what a run will cost on this machine: its work counted from the plan, the paces measured
+                   (a Measure's few steps, or runs that ended), the time left while it runs
 What they send each other is explorer.core.protocol (JSON lines: one dataclass per command and event), and
 what a job trains is explorer.training.runs (train_new, fine_tune, the recipe's choice): both below this
 package, which only runs jobs, so `python -m explorer.train` reaches the same training without it.

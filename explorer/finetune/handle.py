@@ -41,6 +41,7 @@ class Worker:
                  backend: str = ""):
         self.log_path = log_path
         self.backend = backend
+        self.began = time.time()  # its start, until its Ready (estimate.PaceBook keeps how long that took)
         log = open(log_path, "ab")
         try:
             self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.PIPE,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.checkpoints.held_out import write_held_out
 from explorer.checkpoints.store import unique_dir, update_card
 from explorer.finetune.plan import Plan
 
@@ -43,13 +44,16 @@ def read_job(job_dir: Path) -> Plan:
 
 def publish(job_dir: Path, folders: list[str | None], out: Path) -> list[Path]:
     """Moves each staged checkpoint of `folders` into `out` (a new name if the planned one is taken, its
-    card renamed with it); all or nothing. Returns where they went."""
+    card renamed with it), each with the job's held-out images (explorer.checkpoints.held_out); all or
+    nothing. Returns where they went."""
     if None in folders:
         raise RuntimeError("the training process ended without writing every checkpoint")
+    ds = read_job(job_dir).dataset
     moved = []
     out.mkdir(parents=True, exist_ok=True)
     try:
         for folder in folders:
+            write_held_out(staging(job_dir) / folder, ds.x_test, ds.y_test, ds.class_names, ds.name)
             target = unique_dir(out, folder)
             os.rename(staging(job_dir) / folder, target)
             moved.append(target)

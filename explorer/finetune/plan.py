@@ -198,9 +198,11 @@ def plan_job(members: list[Base], dataset: Dataset, epochs=None, learning_rate=N
     test = (f"{len(dataset.x_test)} test" if len(dataset.x_test) else "no test: all trained on, no test score")
     left_out = (f"; {dataset.unreadable} unreadable image{'s' if dataset.unreadable != 1 else ''} left out"
                 if dataset.unreadable else "")
-    description = (f"{what} on {dataset.name} ({len(dataset.x_train)} train / {test} images, "
-                   f"{dataset.num_classes} classes{left_out})")
-    return Plan(planned, dataset, recipe, description, scratch=scratch is not None)
+    plan = Plan(planned, dataset, recipe, "", scratch=scratch is not None)
+    splits = plan_splits(plan)  # what each model trains on, as the card will record it, and validates on
+    trained = f"{splits.train} train" + (f" + {splits.validation} validation" if splits.validation else "")
+    plan.description = f"{what} on {dataset.name} ({trained} / {test} images, {dataset.num_classes} classes{left_out})"
+    return plan
 
 
 def _members(members: list[Base], data_name: str, name: str | None,

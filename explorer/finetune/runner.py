@@ -12,9 +12,18 @@ import time
 from pathlib import Path
 
 from explorer.core.atomic import clean_stale
-from explorer.core.protocol import Cancel, Event, JobEnd, Outcome, RunJob, Shape, Warm
+from explorer.core.protocol import (
+    Cancel,
+    Event,
+    JobEnd,
+    Outcome,
+    RunJob,
+    Shape,
+    Warm,
+)
 from explorer.core.settings import Settings
 from explorer.finetune.backend import choose_backend
+from explorer.finetune.estimate import PACES_FILE, TELLING, Paces
 from explorer.finetune.handle import Worker
 from explorer.finetune.jobfolder import new_job_dir, publish, write_job
 from explorer.finetune.queue import Busy, QueuePlace, StartQueue, Ticket, wait_estimate
@@ -35,13 +44,13 @@ class FineTuneRunner:
     """One fine-tuning job at a time, in a long-lived worker process (`python -m explorer.finetune --serve`)
     with a Keras backend of its own; its progress is read with `snapshot()`.
 
-    The worker keeps Keras imported and the models it fine-tuned (with their compiled steps) between jobs,
-    so a repeat run of the same shape loads and compiles nothing; it ends after `idle_s` without work
-    (EXPLORER_WORKER_IDLE_S, default 600) and the next Start starts a new one; one that died is replaced
-    at the next Start; one that says nothing for `hang_s` during a run (EXPLORER_WORKER_HANG_S, default
-    180) is killed, the run failed. On JAX its compiled steps are also kept on disk in `compile_cache` (at
-    most EXPLORER_COMPILE_CACHE_MB, default 512). `priority`, `environ`: as supervisor.Supervisor takes
-    them; `settings` default to those `environ` gives.
+    The worker keeps Keras imported and the models it fine-tuned (with their compiled steps) between jobs:
+    a repeat run of the same shape loads and compiles nothing. It ends after `idle_s` without work
+    (EXPLORER_WORKER_IDLE_S, 600) and the next Start starts one; one that died is replaced then; one silent
+    for `hang_s` during a run (EXPLORER_WORKER_HANG_S, 180) is killed, the run failed. On JAX its compiled
+    steps are kept on disk in `compile_cache` (EXPLORER_COMPILE_CACHE_MB). `priority`, `environ`: as
+    supervisor.Supervisor takes them; `settings` default to those `environ` gives. What it learns of this
+    machine's pace (`paces`) says what a run will cost before its Start (estimate.py).
 
     The worker writes its checkpoints into a hidden job folder under `out_dir`; they are moved into
     `out_dir` only when every member has finished (a cancelled or crashed run leaves no checkpoint, never
@@ -78,6 +87,7 @@ class FineTuneRunner:
         self._runs = 0
         self._durations: list[float] = []
         self._out = self.out_dir
+        self.paces = Paces(self.out_dir.parent / PACES_FILE)  # this machine's, beside the compile cache
 
     def join(self, owner: str | None) -> Ticket:
         """A place in the queue; QueueFull when `max_queue` Starts already wait behind a run going on."""
@@ -102,15 +112,19 @@ class FineTuneRunner:
                               max(0.0, ticket.seen - ticket.joined))
 
     def prepare(self, bases: list[str] | None = None, shapes: list[Shape] | None = None) -> None:
-        """Starts the worker before anyone asks (imports, the compilation cache) and, given `bases` and
-        `shapes`, has it compile their fine-tuning steps; without delaying anything:
-        a Start meanwhile queues behind it in the worker."""
+        """Starts the worker before anyone asks (imports, the compilation cache) and, given `bases` and `shapes`,
+        has it compile their fine-tuning steps; without delaying anything: a Start queues behind it there."""
+        self.send(Warm([str(b) for b in bases], shapes) if bases and shapes else None)
+
+    def send(self, command) -> bool:
+        """Sends `command` (None: none) to the worker, started if need be, unless a run goes on; whether it went."""
         backend, _ = choose_backend(self.settings)
         with self._lock:
+            if self._state.running:
+                return False
             self.out_dir.mkdir(parents=True, exist_ok=True)
             w = self.supervisor.ensure(backend)
-            if bases and shapes:
-                w.send(Warm([str(b) for b in bases], shapes))
+            return command is None or w.send(command)
 
     def start(self, plan, owner: str | None = None, out_dir: str | os.PathLike | None = None,
               ticket: Ticket | None = None) -> int:
@@ -129,7 +143,8 @@ class FineTuneRunner:
             self._state = RunState(status=RunStatus.STARTING, started=time.time(),
                                    description=plan.description, backend=backend, backend_reason=reason,
                                    members=[MemberState(m.tag, m.label) for m in plan.members],
-                                   run_id=self._runs, owner=owner)
+                                   run_id=self._runs, owner=owner,
+                                   planned=self.paces.run_begins(plan, self.supervisor.pid()))
             self._done = threading.Event()
             try:
                 self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -151,8 +166,9 @@ class FineTuneRunner:
 
     def _on_worker_event(self, worker: Worker, event: Event) -> None:
         with self._lock:
-            current = (worker is self.supervisor.current and self._state.running
-                       and event.job == self._state.run_id)
+            current = worker is self.supervisor.current and self._state.running and event.job == self._state.run_id
+            if worker is self.supervisor.current and (current or event.job is None) and isinstance(event, TELLING):
+                self.paces.learn(worker.pid, worker.began, event)  # its start, a Measure, a model that ended
             if not current:
                 return
             if not isinstance(event, JobEnd):
@@ -175,6 +191,7 @@ class FineTuneRunner:
         with self._lock:
             if not self.supervisor.let_go(worker):
                 return
+            self.paces.worker_gone()
             running, cancelled, since = self._state.running, self._state.cancelling, self._job_log_at
         if running:
             self._finish(RunStatus.CANCELLED if cancelled else RunStatus.FAILED,
@@ -187,7 +204,7 @@ class FineTuneRunner:
                 w = self.supervisor.current
                 if not self._state.running or self._state.run_id != run_id or w is None:
                     return
-                silent = time.time() - w.last_heard
+                silent = 0.0 if self.paces.measuring else time.time() - w.last_heard  # a Measure: one line at its end
             if silent > self.hang_s:
                 self._kill(w)
                 self._finish(RunStatus.FAILED, f"the training process stopped responding for {silent:.0f} s and was "
@@ -208,8 +225,7 @@ class FineTuneRunner:
         if not s.running:
             return
         s.status = status
-        if error and status == RunStatus.FAILED:
-            s.error = s.error or error
+        s.error = s.error or (error if status == RunStatus.FAILED else None)
         s.ended = time.time()
         if self._job_dir is not None:
             shutil.rmtree(self._job_dir, ignore_errors=True)

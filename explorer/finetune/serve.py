@@ -24,6 +24,8 @@ from explorer.core.protocol import (
     Exiting,
     Failed,
     JobEnd,
+    Measure,
+    Measured,
     Outcome,
     Ping,
     Pong,
@@ -37,7 +39,7 @@ from explorer.core.protocol import (
 )
 from explorer.core.settings import Settings
 from explorer.finetune.compiling import CompileCounter, use_compile_cache
-from explorer.finetune.job import run_job, warm_up
+from explorer.finetune.job import measure, run_job, warm_up
 from explorer.finetune.warm import WarmModels
 from explorer.training.fitting import Cancelled
 
@@ -74,7 +76,7 @@ def _event_stream():
 def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb: float = 512.0,
           models: int = 4) -> int:
     """The long-lived worker: takes commands from `commands` (a queue of (command, its cancel event) pairs,
-    the command a protocol.RunJob, Warm or Ping, the event a job's threading.Event and None for the others;
+    the command a protocol.RunJob, Warm, Measure or Ping, the event a job's threading.Event and None for the others;
     None when its input closed) and answers through `emit`, keeping Keras imported and the models it trained
     from (with their compiled steps) between jobs. Ends after `idle_s` without a command (its memory goes
     back) or when its input closes. It keeps up to `models` models; `cache_dir` holds at most `cache_mb` of
@@ -103,6 +105,12 @@ def serve(commands, emit, idle_s: float, cache_dir: str | None = None, cache_mb:
                 emit(Warmed(seconds=round(time.perf_counter() - began, 3)))
             except Exception as e:  # noqa: BLE001  (a failed warm-up costs speed, never a run)
                 emit(Warmed(error=f"{type(e).__name__}: {e}"))
+        elif isinstance(command, Measure):
+            for base in command.bases:
+                try:
+                    emit(measure(warm, base, command.classes, command.batch, command.frozen))
+                except Exception as e:  # noqa: BLE001  (a failed measure costs the estimate, never a run)
+                    emit(Measured(base, error=f"{type(e).__name__}: {e}"))
         elif isinstance(command, RunJob):
             _serve_job(command, cancel, emit, warm, counter)
 

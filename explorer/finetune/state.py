@@ -83,6 +83,8 @@ class MemberState:
     recipe: MemberRecipe | None = None  # as chosen for the data
     seconds: float | None = None      # the worker's time for this model, from loading it to its checkpoint
     since: float = 0.0                # when its phase began, or while it trains its last step ended (time.time())
+    began: float = 0.0                # when the worker began it (time.time())
+    trained: float = 0.0              # when its steps ended and its evaluation began (time.time())
     first_step: tuple[int, float] | None = None  # (step, seconds into the fit) of its first reported step
     elapsed: float = 0.0              # seconds into the fit at its last reported step
 
@@ -92,6 +94,33 @@ class MemberState:
         if self.first_step is None or self.step <= self.first_step[0]:
             return None
         return (self.elapsed - self.first_step[1]) / (self.step - self.first_step[0])
+
+
+@dataclass(frozen=True)
+class MemberCost:
+    """One model's part of a run's estimate (explorer.finetune.estimate): its label, its seconds until its
+    training ends and after."""
+
+    label: str
+    training_s: float
+    after_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.training_s + self.after_s
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a run will cost on this machine: the worker's start when none is up, then each model's part."""
+
+    start_s: float
+    members: list[MemberCost]
+    measured: str  # "measure" when a Measure's few steps set a pace, "run" when earlier runs set them all
+
+    @property
+    def seconds(self) -> float:
+        return self.start_s + sum(m.seconds for m in self.members)
 
 
 @dataclass
@@ -111,6 +140,7 @@ class RunState:
     ready_at: float | None = None     # when the worker took the job up (a new worker: after its imports)
     worker: WorkerFigures | None = None  # what the worker said at the end (None before)
     cancelling: bool = False          # Cancel was pressed; the run ends (and says "cancelled") once stopped
+    planned: Estimate | None = None   # what it was estimated to cost before it started (estimate.py)
 
     @property
     def running(self) -> bool:
@@ -150,9 +180,11 @@ def apply_event(s: RunState, event: Event) -> None:
         s.ready_at = time.time()
     elif isinstance(event, MemberStarted):
         s.current = event.member
-        member.recipe, member.phase = event.recipe, Phase.LOADING
+        member.recipe, member.phase, member.began = event.recipe, Phase.LOADING, time.time()
     elif isinstance(event, PhaseBegun):
         member.phase = event.phase
+        if event.phase == Phase.EVALUATING:
+            member.trained = time.time()
     elif isinstance(event, BatchEnd):
         member.step, member.total_steps = event.step, event.total_steps
         member.last_loss, member.phase, member.elapsed = event.loss, Phase.TRAINING, event.elapsed

@@ -55,6 +55,11 @@ class Supervisor:
         self.started += 1
         return self.current
 
+    def pid(self) -> int | None:
+        """The current worker's process id, None while there is none."""
+        w = self.current
+        return w.pid if w is not None and w.alive() else None
+
     def let_go(self, worker: Worker) -> bool:
         """Forgets `worker` if it is the current one (it ended, or is about to be killed); whether it was."""
         if self.current is not worker:

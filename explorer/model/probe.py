@@ -9,7 +9,7 @@ the learned temperatures.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import keras
 import numpy as np
@@ -86,9 +86,10 @@ class Probe:
     def tau(self) -> list[list[float]]:
         return tau_values(self.model)
 
-    @property
+    @cached_property
     def diagonal_mask(self) -> bool:
-        """Whether the model masks the diagonal itself (LSA does, a vanilla ViT does not)."""
+        """Whether the model masks the diagonal itself (LSA does, a vanilla ViT does not): fixed when it is
+        built, so looked up once (every query click asks)."""
         return bool(getattr(attention_layers(self.model)[0], "diagonal_mask", False))
 
 

@@ -409,7 +409,8 @@ def settings_table(rows: list[dict], results: list[dict]) -> str:
         highs = [m["tau_high"] for m in mine if m.get("tau_high") is not None]
         tau = f"{min(lows):.2f} to {max(highs):.2f}" if lows else "–"
         shares = [m["self_attention_max"] for m in vit if m.get("self_attention_max") is not None]
-        share = f"{100 * max(shares):.1f} % (even: {100 / patches:.2f} %)" if shares else "–"
+        # No-break spaces: a narrow column never leaves "%)" alone on a line.
+        share = f"{100 * max(shares):.1f}\u00a0% (even:\u00a0{100 / patches:.2f}\u00a0%)" if shares else "–"
         local = [min((m["distance_min"] for m in group if m["distance_min"] is not None), default=None)
                  for group in (vit, pair)]
         local_words = " / ".join("–" if v is None else f"{v:.3f}" for v in local)

@@ -18,6 +18,7 @@ the public ones (the explorer's questions) are also MCP tools, the page's own wi
     tau.py        Tau: each LSA layer's learned temperature
     data_size.py  Small data: the study's curve and tables; a training-set size's pair put in the slots
     finetune.py   Fine-tune: a run in a worker process, its queue on a shared instance, its report
+    finetune_cost.py  what a run will cost, said under the form before its Start, and the faster choices
     finetune_run.py  what a Start shows: each update of its wait and its run (explorer.finetune.follow) as
                   the components', and its report once done
     finetune_text.py  the words for what the fine-tuning back end reports: a run's status, a place in the

@@ -27,6 +27,7 @@ from explorer.app.attention import (
     side_by_side_pictures,
 )
 from explorer.app.results import query_patch
+from explorer.app.state import NotApplicable
 from explorer.checkpoints.store import CheckpointError
 from explorer.ui import what_if
 from explorer.ui.context import UNLISTED, AppState, Page, in_place, initial, quiet
@@ -58,12 +59,22 @@ function outline(cell, tries = 0) {
   const place = () => {
     const c = root._cell;
     if (!c || !c.grid || !img.naturalWidth) { box.style.display = 'none'; return; }
-    const r = img.getBoundingClientRect(), p = holder.getBoundingClientRect();
-    const side = Math.min(r.width, r.height);  // the square picture, fitted (contain) into the img box
-    const step = side / c.grid;
+    // Where the picture itself is drawn inside its img box: within the padding and border, scaled as its
+    // object-fit says (Gradio's "scale-down" never enlarges it: a 224 px picture stays 224 px in a 240 px box),
+    // centred (object-position's default).
+    const r = img.getBoundingClientRect(), p = holder.getBoundingClientRect(), s = getComputedStyle(img);
+    const px = (v) => parseFloat(v) || 0;
+    const left = px(s.borderLeftWidth) + px(s.paddingLeft), top = px(s.borderTopWidth) + px(s.paddingTop);
+    const w = r.width - left - px(s.borderRightWidth) - px(s.paddingRight);
+    const h = r.height - top - px(s.borderBottomWidth) - px(s.paddingBottom);
+    let scale = Math.min(w / img.naturalWidth, h / img.naturalHeight);
+    if (s.objectFit === 'none') scale = 1;
+    else if (s.objectFit === 'scale-down') scale = Math.min(scale, 1);
+    else if (s.objectFit === 'cover') scale = Math.max(w / img.naturalWidth, h / img.naturalHeight);
+    const side = Math.min(img.naturalWidth, img.naturalHeight) * scale, step = side / c.grid;
     box.style.display = 'block';
-    box.style.left = (r.left - p.left + (r.width - side) / 2 + c.col * step) + 'px';
-    box.style.top = (r.top - p.top + (r.height - side) / 2 + c.row * step) + 'px';
+    box.style.left = (r.left - p.left + left + (w - side) / 2 + c.col * step) + 'px';
+    box.style.top = (r.top - p.top + top + (h - side) / 2 + c.row * step) + 'px';
     box.style.width = box.style.height = step + 'px';
   };
   if (!img._outlined) {
@@ -132,7 +143,17 @@ class AttentionTab:
         caption = (f"Query patch row {vb.query[0]}, col {vb.query[1]} of B's {grid}×{grid} grid (cyan). "
                    f"{said[0].upper() + said[1:]} (layers from 0); A on the left, B on the right; colours run from 0 "
                    f"to each map's maximum.")
-        if (head or HEAD_ALL) == HEAD_ALL:
+        head = head or HEAD_ALL
+        if head == HEAD_MEAN:
+            caption += (f"\n\nShown: the **mean of the heads** of each layer (A's {a.config.num_heads}, B's "
+                        f"{b.config.num_heads}).")
+        elif head != HEAD_ALL:
+            index = int(str(head).split()[-1])
+            caption += (f"\n\nShown: **head {index}** of each layer. "
+                        + " ".join(f"{t}'s attends {v.marks.distance[index]:.2f} of the image's side from the query "
+                                   f"and keeps {100 * v.marks.self_share[index]:.1f} % for its own patch."
+                                   for t, v in (("A", va), ("B", vb))))
+        if head == HEAD_ALL:
             caption += (f"\n\nEach head: **dist**, how far from the query patch it attends (the attention-weighted "
                         f"distance, a fraction of the image's side); **self**, the share of its attention the query "
                         f"keeps for its own patch (even attention: {100 / grid ** 2:.2f} %; LSA masks it to 0). "
@@ -169,7 +190,7 @@ class AttentionTab:
         beside model B, and the attention rollout through all layers.
 
         Args:
-            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            file: the image: an http(s) or data URL (JPEG, PNG, WebP...; up to 25 MB, 40 MP; squared, resized)
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             layer: model A's transformer layer, from 0 to its depth - 1 (9 layers: 0 to 8)
@@ -205,7 +226,8 @@ class AttentionTab:
         """A click on the picker, in one request: the new query and what depends on it."""
         x, y = evt.index
         size = self.app.model(ref_b, request).config.image_size
-        qy, qx = float(y) * size / QUERY_PICKER, float(x) * size / QUERY_PICKER
+        # the pixel clicked, in whole pixels of the model's input (its patch is the same)
+        qy, qx = (float(min(int(v * size / QUERY_PICKER), size - 1)) for v in (y, x))
         return (qy, qx, *self.attention_query(file, ref_a, ref_b, layer, head, qy, qx, layer_b, request))
 
     def locality(self, file, ref_a: str, ref_b: str, scope: str, request: gr.Request = None, progress=gr.Progress()):
@@ -225,7 +247,10 @@ class AttentionTab:
         if scope == SCOPES[0]:
             batch = self.app.image(file)[0][None]
         else:
-            batch = self.app.test_images(ref_b, 64, request, progress).x_test[:64]
+            try:
+                batch = self.app.test_images(ref_b, 64, request, progress).x_test[:64]
+            except NotApplicable:  # models of classes of their own, none held out: locality needs no labels
+                batch = self.app.tests.dataset(self.app.dataset_of(ref_b, request), need=64).x_test[:64]
         result = reports.locality([(f"A: {a.label}", a), (f"B: {b.label}", b)], batch, self.app.cache)
         return (plots.plot_attention_distance(result.distance), plots.plot_entropy(result.entropy),
                 pd.DataFrame(result.rows(), columns=list(result.COLUMNS)))
@@ -270,8 +295,8 @@ def build(app: AppState, page: Page) -> AttentionTab:
                 head = gr.Dropdown([HEAD_ALL, HEAD_MEAN] + [f"head {i}" for i in range(heads)], value=HEAD_ALL,
                                    label="head", allow_custom_value=True)
                 with gr.Row():
-                    qy = gr.Number(16, label="query y (px of 32)", precision=1)
-                    qx = gr.Number(16, label="query x (px of 32)", precision=1)
+                    qy = gr.Number(16, label="query y (px of 32)", precision=0, elem_id="query-y")
+                    qx = gr.Number(16, label="query x (px of 32)", precision=0, elem_id="query-x")
                 attn_btn = gr.Button("Show attention", variant="primary", elem_id="attn-btn")
                 self_btn = (gr.Button(SELF_HEAD_LABEL, size="sm", elem_id="self-head-btn") if paper else None)
             with gr.Column(scale=3):

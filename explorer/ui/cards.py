@@ -20,16 +20,16 @@ def card_markdown(app: AppState, ref: str | None, error: str | None = None, requ
             lines.append(f"No checkpoints {where} yet. Train one with `python -m explorer.train`, start a run "
                          "in the Fine-tune tab, or type a Hub id (`owner/name@revision`).")
         return "\n\n".join(lines)
-    summary = app.model(ref, request).summary()
+    loaded = app.model(ref, request)
+    summary = loaded.summary()
     tau_mode = f", tau per {summary['tau_mode']}" if summary["tau_mode"] else ""
     epochs = f" · {summary['epochs']} epoch{'s' if summary['epochs'] != 1 else ''}" if summary["epochs"] else ""
     top5 = f", top-5 {pct(summary['test_top5'])}" if summary["classes"] >= TOP5_FROM else ""
     scores = ("" if summary["converted_from"] and summary["test_top1"] is None  # its note says it was not evaluated
               else f" · test top-1 **{pct(summary['test_top1'])}**{top5}")
-    # The slot list's label and the checkpoint's name, both where the label does not hold the name.
-    label = next((label for label, listed in app.slot_choices(request) if listed == ref), None)
-    named = (f"**{label}** (`{summary['name']}`)" if label and summary["name"] not in label
-             else f"**{label or summary['name']}**")
+    # The model's one name on the page (the slots' label) and the reference that the slots and the API take; for
+    # a model the slots show by its reference (a Hub id), its card's name in place of the label.
+    named = f"**{loaded.listed_as or summary['name']}** · `{loaded.label if not loaded.listed_as else loaded.ref}`"
     lines.append(f"{named} · `{summary['variant']}`{tau_mode} · {summary['dataset']} "
                  f"({summary['classes']} classes) · {summary['parameters']:,} parameters{scores}{epochs}")
     if summary["converted_from"]:

@@ -15,6 +15,24 @@ from explorer.ui.context import AppState, Page, in_place, initial, quiet
 OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this pair._"
 
 
+def verdict(pred_a: str, pred_b: str, truth: tuple[str, int, str] | None, classes_a: list[str],
+            classes_b: list[str]) -> str:
+    """Whether the two top-1 answers agree (a sign for agreeing, none for being right), and beside them each
+    one checked against the true label of a test image (`truth`: TestImages.identify's) when it is a class
+    of both models; an image of a class they do not know gets no verdict, and the line says why."""
+    said = (f"= both say **{pred_a}**" if pred_a == pred_b
+            else f"≠ they disagree: **{pred_a}** (A) vs **{pred_b}** (B)")
+    if truth is None:
+        return said
+    source, index, label = truth
+    if label in classes_a and label in classes_b:
+        return (f"{said}\n\nTrue label **{label}** · A {'✔' if pred_a == label else '✘'} · "
+                f"B {'✔' if pred_b == label else '✘'}")
+    return (f"{said}\n\nTrue label **{label}** ({source} test image #{index}): not a class of "
+            f"{'these models' if label not in classes_a and label not in classes_b else 'both models'}, "
+            f"so no verdict (Sample draws images of their classes)")
+
+
 class CompareTab:
     def __init__(self, app: AppState):
         self.app = app
@@ -24,7 +42,7 @@ class CompareTab:
         and a verdict (whether they agree; the true label when the image is a known test image).
 
         Args:
-            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            file: the image: an http(s) or data URL (JPEG, PNG, WebP...; up to 25 MB, 40 MP; squared, resized)
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
 
@@ -39,12 +57,7 @@ class CompareTab:
             results.append((top_k(model, result), seconds))
         (top_a, t_a), (top_b, t_b) = results
         pred_a, pred_b = next(iter(top_a)), next(iter(top_b))
-        truth = self.app.tests.true_label(file)
-        agree = "✔ both say" if pred_a == pred_b else "✘ they disagree:"
-        lines = [f"{agree} **{pred_a}**" + ("" if pred_a == pred_b else f" (A) vs **{pred_b}** (B)")]
-        if truth:
-            lines.append(f"True label **{truth}** · A {'✔' if pred_a == truth else '✘'} · "
-                         f"B {'✔' if pred_b == truth else '✘'}")
+        lines = [verdict(pred_a, pred_b, self.app.tests.identify(file), a.class_names, b.class_names)]
 
         resized = resize_note(original_size(file), [a.config.image_size, b.config.image_size])
         if resized:

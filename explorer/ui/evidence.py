@@ -42,7 +42,7 @@ class EvidenceTab:
         is hidden in turn and the drop in the class's probability mapped, A beside B on one colour scale.
 
         Args:
-            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            file: the image: an http(s) or data URL (JPEG, PNG, WebP...; up to 25 MB, 40 MP; squared, resized)
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             target: the class measured: "each model's top-1", "the true label" (test images only) or a class name
@@ -59,8 +59,11 @@ class EvidenceTab:
         label = None
         if target == LABEL:
             truth = self.app.tests.true_label(file)
-            if truth is None or truth not in b.class_names:
+            if truth is None:
                 raise gr.Error("the true label is known only for test samples and examples: choose "
+                               f"{TOP1!r} or a class")
+            if truth not in b.class_names:
+                raise gr.Error(f"this image's true label, {truth}, is not a class of these models: choose "
                                f"{TOP1!r} or a class")
             rule, label = "label", b.class_names.index(truth)
         elif target in (None, "", TOP1):
@@ -95,7 +98,7 @@ class EvidenceTab:
         copy: whether a small shift changes their minds.
 
         Args:
-            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            file: the image: an http(s) or data URL (JPEG, PNG, WebP...; up to 25 MB, 40 MP; squared, resized)
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             max_shift: the largest shift S in pixels (1 to 8)
@@ -186,8 +189,11 @@ def build(app: AppState, page: Page) -> EvidenceTab:
             padding = gr.Radio(list(robustness.PADDINGS), value="zero", label="padding where the image moved away")
         rob_btn = gr.Button("Measure shift robustness", elem_id="robustness-btn")
         rob_text = gr.Markdown(elem_id="robustness-summary")
-        rob_plot = picture("accuracy and unchanged answers against the shift", show_label=False)
+        rob_plot = picture("accuracy and unchanged answers against the shift", show_label=False,
+                           elem_id="robustness-plot", elem_classes="until-filled")
+        # Shown once measured (page.css hides the picture until then; a table draws no rows while hidden)
         rob_table = gr.Dataframe(interactive=False, wrap=True, elem_id="robustness-table", headers=COLUMNS,
+                                 visible=False,
                                  column_widths=shares(len(COLUMNS), 16))
         strip = picture("this image moved by -S..S pixels, and mirrored: each model's answer",
                         elem_id="shift-strip", value=strip0)
@@ -211,9 +217,10 @@ def build(app: AppState, page: Page) -> EvidenceTab:
     rob_outputs = [rob_plot, rob_table, rob_text]
     rob_btn.click(in_place(as_pictures(tab.robustness), rob_outputs, rob_text, "not measured"),
                   [page.slot_a, page.slot_b, count, max_shift, padding], rob_outputs, api_name="robustness",
-                  concurrency_limit=2)
-    gr.on(page.new_models(), lambda: (None, None, OTHER_MODELS), None, [rob_plot, rob_table, rob_text],
-          api_name=False, queue=False)
+                  concurrency_limit=2).success(lambda: gr.update(visible=True), None, [rob_table], api_name=False,
+                                               queue=False)
+    gr.on(page.new_models(), lambda: (None, gr.update(value=None, visible=False), OTHER_MODELS), None,
+          [rob_plot, rob_table, rob_text], api_name=False, queue=False)
     gr.on(page.new_models(), note, list(page.loaded), [faithful], api_name=False)
     page.from_tabs.map_notes.append((faithful, note))
     return tab

@@ -12,6 +12,7 @@ from explorer.finetune.backend import hardware
 from explorer.finetune.plan import ZIP, JobError
 from explorer.finetune.queue import Busy
 from explorer.model.config import PRESETS, VARIANTS
+from explorer.ui import finetune_cost
 from explorer.ui.context import IN_PLACE, AppState, Page, expected, reporter
 from explorer.ui.finetune_run import PAIR, SCRATCH, RunOutputs, RunView, base_choices
 from explorer.ui.finetune_text import (
@@ -20,7 +21,6 @@ from explorer.ui.finetune_text import (
     hardware_note,
     help_text,
     refused_status,
-    small_data_note,
     training_where,
 )
 from explorer.ui.pictures import PLOT_MIN
@@ -48,20 +48,6 @@ class FinetuneTab:
                                           train_on_all)
         except (JobError, DatasetError, CheckpointError, OSError) as e:
             raise gr.Error(self.app.safe(e)) from None
-
-    def plan_note(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name, ref_a,
-                  ref_b, train_on_all=False, request: gr.Request = None) -> str:
-        """Said before a Start, as the zip or the form changes: that the zip is too small for the fine-tune to
-        decide, how it is split and what the run will do (small_data_note); nothing without a zip, or for a form
-        a Start would refuse (the Start says why)."""
-        if data != ZIP or zip_file is None:
-            return ""
-        try:
-            plan = self.finetune_plan(what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze,
-                                      name, ref_a, ref_b, request=request, train_on_all=train_on_all)
-        except gr.Error:
-            return ""
-        return small_data_note(plan)
 
     def finetune(self, what, preset, variant, data, zip_file, epochs, lr, batch_size, images, freeze, name,
                  a, b, train_on_all=False, request: gr.Request = None, progress=gr.Progress()):
@@ -155,7 +141,7 @@ def build(app: AppState, page: Page) -> FinetuneTab:
             freeze = gr.Checkbox(False, label="freeze the backbone (train only the head)", elem_id="ft-freeze")
             all_images = gr.Checkbox(False, label="Train on all images (no test score)", elem_id="ft-all",
                                      info="a zip with too few images per class to hold a fifth out")
-        plan_note = gr.Markdown("", elem_id="ft-plan-note")  # a zip too small for the run to decide, before Start
+        before = finetune_cost.layout()  # what the run will cost here, and a zip too small to decide, before Start
         with gr.Row():
             start = gr.Button("Start", variant="primary", elem_id="ft-start")
             cancel = gr.Button("Cancel", variant="stop", elem_id="ft-cancel")
@@ -195,8 +181,7 @@ def build(app: AppState, page: Page) -> FinetuneTab:
     data.change(lambda d: gr.update(visible=d == ZIP), [data], [zip_file], api_name=False, queue=False)
     form = [base, preset, variant, data, zip_file, epochs, lr, batch, subset, freeze, name, page.slot_a, page.slot_b,
             all_images]
-    gr.on([zip_file.change, data.change, base.change, subset.blur, subset.submit, all_images.change], tab.plan_note,
-          form, [plan_note], api_name=False, show_progress="hidden", trigger_mode="always_last")
+    finetune_cost.wire(tab, before, form, page)
     page.from_tabs.finetune_base, page.from_tabs.finetune_runs = base, mine
     tab.view.outputs = RunOutputs(status, curves, tau, results, per_class, gallery, base,
                                   slots=(page.slot_a, page.slot_b), loaded=page.loaded, cards=page.cards,

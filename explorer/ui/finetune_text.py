@@ -7,11 +7,13 @@ import html
 import os
 from pathlib import Path
 
+from explorer.app.costs import Cost
 from explorer.app.starts import Going
 from explorer.core.card import Training
 from explorer.core.formatting import rate
 from explorer.core.protocol import Phase
 from explorer.finetune.backend import Hardware
+from explorer.finetune.estimate import time_left
 from explorer.finetune.follow import run_fraction
 from explorer.finetune.plan import TEST_FRACTION, Plan, images_per_class_for, plan_splits
 from explorer.finetune.queue import QueuePlace
@@ -102,7 +104,10 @@ def run_bar(s: RunState, fraction: float) -> str:
     alone ("cancelling the run") over the fill it had reached: it goes no further."""
     if s.cancelling:
         return _bar(fraction, plain(headline(s)), "fine-tune progress")
-    return progress_bar(fraction, plain(headline(s)))
+    left = time_left(s, s.planned)
+    fraction = min(1.0, max(0.0, fraction))
+    return _bar(fraction, f"{plain(headline(s))} · {percent(fraction)}"
+                          + (f" · about {duration(left)} left" if left is not None else ""), "fine-tune progress")
 
 
 def wait_bar(where: QueuePlace) -> str:
@@ -125,7 +130,9 @@ def run_status(s: RunState, root: str | os.PathLike, loading: float | None = Non
     doing, elapsed = (LOADING_SLOTS, loading) if loading is not None else (headline(s), s.elapsed)
     # no percentage while cancelling: the run goes no further
     far = f" · {percent(run_fraction(s, now))}" if s.running and not s.cancelling and loading is None else ""
-    lines = [f"{doing}{far} · {s.description} · {where} · {elapsed:.0f} s"]
+    left = time_left(s, s.planned, now) if loading is None and not s.cancelling else None
+    then = f", about {duration(left)} left" if left is not None else ""
+    lines = [f"{doing}{far} · {s.description} · {where} · {elapsed:.0f} s{then}"]
     for m in s.members:
         t = m.training or Training()
         done = (f" · done: test top-1 **{100 * m.metrics.test_top1:.1f} %**, "
@@ -174,6 +181,34 @@ def small_data_note(plan: Plan) -> str:
             f"{FINE_TUNE.min_validation_images} to validate.")
 
 
+def cost_note(cost: Cost, shipped: str | None, on_cpu: bool) -> str:
+    """Markdown for what a run will cost on this machine (explorer.app.costs.Cost): measuring first, held back
+    by a run going on, or the estimate and where its paces come from; when long on a CPU, the faster choices."""
+    where = "this machine's CPU" if on_cpu else "this machine"
+    est = cost.estimate
+    if est is None:
+        if cost.measuring:
+            return ("**Measuring this machine's pace** for these models: a few training steps of each in the "
+                    "training process (what they compile, the run then finds compiled)…")
+        if cost.held:
+            return "The estimate comes when the run going on has ended: these models are measured then."
+        return ""
+    parts = " + ".join(f"{m.label.split(':')[0]} {duration(m.seconds)}" for m in est.members)
+    start = f" + the training process's start {duration(est.start_s)}" if est.start_s >= 1 else ""
+    how = ("a few steps of each model measured here" if est.measured == "measure" else
+           "these models' earlier runs here")
+    lines = [f"**This run: about {duration(est.seconds)}** on {where} ({parts}{start}; from {how})."]
+    if cost.measuring:
+        lines.append(f"Measuring {shipped or 'the faster choice'} too…")
+    if cost.shipped is not None or cost.fewer is not None:
+        offers = [f"{shipped} on the same zip takes about {duration(cost.shipped.seconds)}"] if cost.shipped else []
+        if cost.fewer:
+            k, fewer = cost.fewer
+            offers.append(f"{k} epoch{'s take' if k > 1 else ' takes'} about {duration(fewer.seconds)}")
+        lines.append("That is long on a CPU: " + "; or ".join(offers) + " (one click below).")
+    return " ".join(lines)
+
+
 def refused_status(reason: str) -> str:
     """Markdown for a Start that could not start a run (a zip without class folders, a bad number)."""
     return f"**⚠ not started:** {reason}\n\nChange the form or the zip and press Start again."
@@ -202,9 +237,9 @@ and {FINE_TUNE.image_budget:,} images, with a batch size scaled to your data. Th
 validation split is kept only when it beats its start clearly there (a net gain of over
 {FINE_TUNE.margin_z:g} standard error in images right); otherwise the run keeps the start (the base's rows,
 or the logistic regression refitted on every labelled image) and says why. The training process stays up
-between runs with its models compiled: a repeat run of the same shape starts at once. On 2 CPU cores a
-first run costs most: starting the process and compiling both models took about two minutes for a pair on
-60 images (a busy host); a repeat run of a pair takes about half a minute. Limits here: {epochs} epochs,
+between runs with its models compiled: a repeat run of the same shape starts at once. What a run will cost
+**on this machine** is said above Start once a zip is in, from the pace measured here (a few steps of each
+model, or their earlier runs), and counted down while it runs. Limits here: {epochs} epochs,
 {images:,} images."""
 
 

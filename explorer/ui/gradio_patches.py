@@ -7,14 +7,17 @@ against (6.31) by a test in tests/test_gradio_patches.py that fails when Gradio'
 - the image cache writes atomically, encodes PNG fast and encodes a picture once;
 - a component a handler has updated (its choices, say) keeps its id in the session, so a link to the view
   (gr.DeepLinkButton) saves what the component shows;
-- the queue, when it has nothing to do, looks for work every 20 ms instead of every millisecond.
+- the queue, when it has nothing to do, looks for work every 20 ms instead of every millisecond, and is woken
+  at once when an event joins it or ends.
 
 `install()` applies them all (idempotent); each patch carries what it replaced (`originals()` reads them, for
-the tests). Nothing here keeps state of its own: the image cache's files are explorer.core.atomic.WrittenOnce's."""
+the tests). Nothing here keeps state of its own: the image cache's files are explorer.core.atomic.WrittenOnce's,
+the queue's wake-up explorer.core.wake.Wake's."""
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,9 +29,11 @@ from gradio.components import State
 from gradio.mcp import GradioMCPServer
 from gradio.queueing import Queue
 from gradio.state_holder import SessionState
+from gradio.utils import run_coro_in_background, set_task_name
 
 from explorer.analysis import render
 from explorer.core import atomic
+from explorer.core.wake import Wake
 
 GRADIO_VERSION = "6.31"  # the Gradio these patches were written against (requirements.txt pins it)
 REPLACED = "_explorer_replaced"  # each patch's attribute: the function it replaced
@@ -49,7 +54,9 @@ def originals() -> dict[str, Callable]:
     now = {"get_tool_to_endpoint": GradioMCPServer.get_tool_to_endpoint,
            "_execute_tool_without_progress": GradioMCPServer._execute_tool_without_progress,
            "get_input_schema": GradioMCPServer.get_input_schema, "save_pil_to_cache": pu.save_pil_to_cache,
-           "SessionState.__setitem__": SessionState.__setitem__, "Queue.__init__": Queue.__init__}
+           "SessionState.__setitem__": SessionState.__setitem__, "Queue.__init__": Queue.__init__,
+           "Queue.push": Queue.push, "Queue.process_events": Queue.process_events,
+           "Queue.start_processing": Queue.start_processing}
     return {name: getattr(function, REPLACED) for name, function in now.items() if _patched(function)}
 
 
@@ -203,16 +210,80 @@ def install_idle_queue() -> None:
     """Gradio 6.31's queue, on Linux, looks for a new event every millisecond and for progress to send every
     10 ms, whether anything is queued or not: an app nobody uses takes 3-4 % of a CPU (a Space between
     visitors; a slow host's test suite, with several apps waiting). This polls every IDLE_QUEUE_POLL s and
-    IDLE_PROGRESS_POLL s: an event waits at most 20 ms more to start, a progress update 90 ms more to be sent
-    (a run's page redraws every 0.5 s), and an idle app takes a quarter to a third of the CPU it did
-    (bench/idle_app.py)."""
+    IDLE_PROGRESS_POLL s, so an idle app takes a quarter to a third of the CPU it did (bench/idle_app.py), and
+    wakes the queue at once when an event joins it or one ends (a worker or a concurrency slot comes free):
+    an event starts as soon as it can, not at the next poll (up to 20 ms later, which pushed a query click
+    past gradio_client's 50 ms tick). A progress update waits at most 90 ms more to be sent (a run's page
+    redraws every 0.5 s)."""
     if _patched(Queue.__init__):
         return
-    original = Queue.__init__
+    original, push, process_events = Queue.__init__, Queue.push, Queue.process_events
 
     def __init__(self, *args, **kwargs) -> None:
         original(self, *args, **kwargs)
         self.sleep_when_free = max(self.sleep_when_free, IDLE_QUEUE_POLL)
         self.progress_update_sleep_when_free = max(self.progress_update_sleep_when_free, IDLE_PROGRESS_POLL)
+        self.explorer_wake = Wake()
+
+    async def woken_push(self, *args, **kwargs):
+        try:
+            return await push(self, *args, **kwargs)
+        finally:
+            self.explorer_wake.set()
+
+    async def woken_process_events(self, *args, **kwargs):
+        try:
+            return await process_events(self, *args, **kwargs)
+        finally:
+            self.explorer_wake.set()
 
     Queue.__init__ = _patch(__init__, original)
+    Queue.push = _patch(woken_push, push)
+    Queue.process_events = _patch(woken_process_events, process_events)
+    Queue.start_processing = _patch(_start_processing, Queue.start_processing)
+
+
+async def _idle(queue: Queue) -> None:
+    """The queue's pause while it has nothing it can start: until woken, at most its idle poll."""
+    await queue.explorer_wake.wait(queue.sleep_when_free)
+
+
+async def _start_processing(self: Queue) -> None:
+    """Gradio 6.31's Queue.start_processing, line for line, with each of its idle sleeps a wakeable `_idle`."""
+    try:
+        while not self.stopped:
+            if len(self) == 0:
+                await _idle(self)
+                continue
+
+            if None not in self.active_jobs:
+                await _idle(self)
+                continue
+
+            # Using mutex to avoid editing a list in use
+            async with self.delete_lock:
+                event_batch = self.get_events()
+
+            if event_batch:
+                events, batch, concurrency_id = event_batch
+                self.active_jobs[self.active_jobs.index(None)] = events
+                event_queue = self.event_queue_per_concurrency_id[concurrency_id]
+                event_queue.current_concurrency += 1
+                start_time = time.time()
+                fn = events[0].fn
+                event_queue.start_times_per_fn[fn].add(start_time)
+                for event in events:
+                    if (a := self.event_analytics.get(event._id)) is not None:
+                        a["status"] = "processing"
+                process_event_task = run_coro_in_background(self.process_events, events, batch, start_time, fn)
+                set_task_name(process_event_task, events[0].session_hash, fn._id, events[0]._id, batch)
+
+                self._asyncio_tasks.add(process_event_task)
+                process_event_task.add_done_callback(self._asyncio_tasks.discard)
+                if self.live_updates:
+                    self.broadcast_estimations(concurrency_id)
+            else:
+                await _idle(self)
+    finally:
+        self.stopped = True
+        self._cancel_asyncio_tasks()

@@ -12,6 +12,7 @@ from explorer.ui.context import UNLISTED, AppState, reporter
 from explorer.ui.pictures import picture
 
 PREVIEW = 224
+PREVIEW_BOX = 196  # px: the preview's box (the picture scaled into it)
 CASES = {"both": "both right", "a": "only A right", "b": "only B right", "neither": "both wrong"}
 
 
@@ -37,7 +38,8 @@ class ImagesColumn:
     def sample(self, class_name: str, ref_b: str | None, seed: float | None = None, request: gr.Request = None,
                progress=gr.Progress()):
         """A test image of model B's dataset (random, or of one class) with its true label: an image to give
-        the other tools (pass its URL as their file).
+        the other tools (pass its URL as their file). For a model of classes of its own, one of the images its
+        fine-tune held out.
 
         Args:
             class_name: a class name of that dataset, or "random"
@@ -47,15 +49,14 @@ class ImagesColumn:
         Returns:
             the image (PNG), its preview as the models see it, its true label (Markdown)
         """
-        name = self.app.dataset_of(ref_b, request)
         try:
-            sample = self.app.tests.sample(name, class_name, None if seed is None else int(seed), reporter(progress),
-                                           classes=self.app.sample_classes(ref_b, request))
+            sample = self.app.sample(class_name, ref_b, None if seed is None else int(seed), request,
+                                     reporter(progress))
         except DatasetError as e:
-            raise gr.Error(f"no {name} test samples: {e}") from None
+            raise gr.Error(f"no {self.app.dataset_of(ref_b, request)} test samples: {e}") from None
         except ValueError as e:
             raise gr.Error(str(e)) from None
-        truth = f"True label: **{sample.label}** ({name} test image #{sample.index})"
+        truth = f"True label: **{sample.label}** ({sample.dataset} test image #{sample.index})"
         return sample.path, square(sample.image, PREVIEW), truth
 
     def classes(self, ref_b: str | None, request: gr.Request = None):
@@ -69,23 +70,27 @@ def build(app: AppState, slot_b: gr.Dropdown, loaded: tuple, first: Example | No
     col = ImagesColumn(app)
     classes = ["random"] + app.sample_classes(app.initial_refs()[1])
     preview0, note0, truth0 = col.take_image(first.path) if first else (None, "", "")
-    upload = gr.File(first.path if first else None, label="Image (any format or size)", file_types=["image"],
+    upload = gr.File(first.path if first else None, label=f"Image ({app.images.limits})", file_types=["image"],
                      type="filepath", elem_id="upload")
     # Always there, also while the upload box shows a file (it takes a new one only once cleared).
-    own = gr.UploadButton("⬆ Upload your own image", file_types=["image"], type="filepath", size="sm",
+    own = gr.UploadButton("⬆ Upload your own image: JPEG, PNG, WebP…", file_types=["image"], type="filepath", size="sm",
                           elem_id="upload-own")
     # Right under the upload, where the eye is: why an image cannot be used (every tab points here).
     image_note = gr.Markdown(note0, elem_id="image-note")
+    # The picture the answers are about, on a laptop's first screen (857 px high) at either width.
+    preview = picture("Input", captioned=False, height=PREVIEW_BOX, elem_id="preview", value=preview0)
     found = examples()
     if found:
-        # A click puts the file in the upload, whose change fills every tab. Above the preview: on the first
-        # screen at 1280 px (beside the preview, in a column of its own, at 800 px: page.css).
+        # A click puts the file in the upload, whose change fills every tab. Under the preview, still on the
+        # first screen at 1280 px (beside the preview, in a column of its own, at 800 px: page.css).
         gr.Examples([[e.path] for e in found], [upload], elem_id="examples",
                     label="Examples: click one (true label · who is right, of the first visit's pair)",
                     example_labels=[f"{e.label} · {CASES.get(e.case, e.case)}" for e in found])
-    preview = picture("Input", captioned=False, height=PREVIEW, elem_id="preview", value=preview0)
     with gr.Row(elem_id="sample-row"):
-        sample_class = gr.Dropdown(classes, value="random", label="Test sample of class", scale=2)
+        # Any name through the API (the choices follow slot B's model on the page, not an API caller's): the
+        # handler refuses a class there is no image of.
+        sample_class = gr.Dropdown(classes, value="random", label="Test sample of class", scale=2,
+                                   allow_custom_value=True)
         sample_btn = gr.Button("Sample", scale=1, elem_id="sample")
     # Hidden in the page (always random there); API callers pass a seed to pick reproducibly.
     sample_seed = gr.Number(-1, visible=False, label="seed (-1: random)")

@@ -20,7 +20,7 @@ class PatchesTab:
         Tokenization's five views (the image and its four half-patch diagonal shifts) cut the same way.
 
         Args:
-            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            file: the image: an http(s) or data URL (JPEG, PNG, WebP...; up to 25 MB, 40 MP; squared, resized)
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
 

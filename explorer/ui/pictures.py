@@ -15,11 +15,12 @@ from explorer.analysis import plots
 PLOT_MIN = 380
 
 
-def picture(label: str, captioned: bool = True, **kwargs) -> gr.Image:
+def picture(label: str, captioned: bool = True, elem_classes: str | None = None, **kwargs) -> gr.Image:
     """An output image; PNG because it encodes ~9x faster than Gradio's default WebP and keeps patch edges.
-    A captioned one (the default) keeps Gradio's label and buttons off the captions drawn into it."""
-    return gr.Image(format="png", label=label, interactive=False, elem_classes="pic" if captioned else None,
-                    **kwargs)
+    A captioned one (the default) keeps Gradio's label and buttons off the captions drawn into it; `elem_classes`
+    (one class) is added to that."""
+    classes = (["pic"] if captioned else []) + ([elem_classes] if elem_classes else [])
+    return gr.Image(format="png", label=label, interactive=False, elem_classes=classes or None, **kwargs)
 
 
 def drawn(value):

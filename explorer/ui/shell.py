@@ -25,9 +25,9 @@ PAGE_CSS = Path(__file__).with_name("page.css")
 
 TABS_MIN = 560  # px: the tabs' column is never narrower (the tab buttons, a table's columns, a plot's labels)
 
-INTRO = ("# SPT/LSA ViT Explorer\nA vanilla Vision Transformer beside one with **Shifted Patch Tokenization** and "
-         "**Locality Self-Attention** ([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)), trained on the same "
-         "small dataset. Pick two models, give them an image (or click an example), and look inside.")
+INTRO = ("# SPT/LSA ViT Explorer\nA vanilla ViT beside one with **Shifted Patch Tokenization** and **Locality "
+         "Self-Attention** ([Lee, Lee & Song 2021](https://arxiv.org/abs/2112.13492)), on the same small data: give "
+         "them an image, look inside.")
 
 
 # The paper-scale pair's button: what it puts in the slots, in a few words.
@@ -132,6 +132,17 @@ def _pick(a: str, b: str):
     return lambda: (a, b)
 
 
+def pair_variant(pair: tuple[str, str], a: str | None, b: str | None) -> str:
+    """A pair button's look: chosen (primary) while the slots hold its pair."""
+    return "primary" if (a, b) == tuple(pair) else "secondary"
+
+
+def _chosen(pair_btns):
+    def chosen(a, b):
+        return tuple(gr.update(variant=pair_variant(pair, a, b)) for _, *pair in pair_btns)
+    return chosen
+
+
 def build_demo(app: AppState | None = None) -> gr.Blocks:
     """The page on `app` (a new AppState when none is given): the header, the model slots, the image column
     and the tabs, wired; and what the page does when a visitor arrives, refreshes the lists or leaves."""
@@ -147,7 +158,7 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
         gr.Markdown(INTRO, elem_id="intro")
         loaded = gr.State(refs[0]), gr.State(refs[1])
         slot_a, card_a, slot_b, card_b = _model_slots(app, choices, refs)
-        refresh_btn, pair_btns = _toolbar(app, refs[1])
+        refresh_btn, pair_btns = _toolbar(app, refs)
         with gr.Row():
             with gr.Column(scale=1, min_width=260, elem_id="image-col"):  # two columns of its own at 800 px (page.css)
                 upload = images.build(app, slot_b, loaded, first)
@@ -163,6 +174,9 @@ def build_demo(app: AppState | None = None) -> gr.Blocks:
         tabs.select(tab_opener(tabs), None, [page.tab, shown_tab], api_name=False, queue=False)
         for btn, a, b in pair_btns:
             btn.click(_pick(a, b), None, [slot_a, slot_b], api_name=False, queue=False)
+        if pair_btns:  # the button of the pair in the slots is drawn as chosen, the others not
+            gr.on([slot_a.change, slot_b.change], _chosen(pair_btns), [slot_a, slot_b], [b for b, *_ in pair_btns],
+                  api_name=False, queue=False)
         slots = Slots(app, finetune_tab, {i: label for label, i in tab_ids(tabs).items()})
         _wire_slots(slots, page, refresh_btn)
         gr.api(_models_tool(app), api_name="models")
@@ -191,22 +205,25 @@ def _model_slots(app: AppState, choices, refs) -> tuple[gr.Dropdown, gr.Markdown
     return tuple(made)
 
 
-def _toolbar(app: AppState, ref_b: str | None) -> tuple[gr.Button, list[tuple[gr.Button, str, str]]]:
+def _toolbar(app: AppState, refs) -> tuple[gr.Button, list[tuple[gr.Button, str, str]]]:
     """The refresh button, the paper-scale pair's button when both its models are here, and, when the 2x2
-    ablation is here, a button per pair (each with the pair it puts in the slots)."""
-    pairs, pair_btns, paper = app.ablation_pairs(ref_b), [], app.paper_pair()
+    ablation is here, a button per pair (each with the pair it puts in the slots; the one in the slots `refs`
+    drawn as chosen)."""
+    pairs, pair_btns, paper = app.ablation_pairs(refs[1]), [], app.paper_pair()
     with gr.Row(equal_height=True, elem_id="toolbar"):
         refresh_btn = gr.Button("↻ Refresh checkpoint list", size="sm", scale=0, min_width=220)
         # Gradio's deep link: what the page shows is saved, and the copied link reopens it (see Slots.reopen).
         gr.DeepLinkButton("Copy a link to this view", copied_value="Link copied", size="sm", scale=0,
                           min_width=220)
         if paper:  # the paper's own scale, one click from the first screen
-            pair_btns.append((gr.Button(PAPER_PAIR_LABEL, size="sm", variant="primary", scale=0, min_width=220,
+            pair_btns.append((gr.Button(PAPER_PAIR_LABEL, size="sm", variant=pair_variant(paper, *refs), scale=0,
+                                        min_width=220,
                                         elem_id="paper-pair-btn", elem_classes="pair-btn"), *paper))
     if pairs:  # the 2x2 ablation is here: one click puts a pair in the slots (a row of their own: one line at 1280 px)
         with gr.Row(elem_id="pairs-row"):
             gr.Markdown("**Ablation pairs** (A | B):", elem_id="pairs-label", scale=0, min_width=190)
-            pair_btns += [(gr.Button(label, size="sm", elem_classes="pair-btn", scale=0), a, b)
+            pair_btns += [(gr.Button(label, size="sm", variant=pair_variant((a, b), *refs), elem_classes="pair-btn",
+                                     scale=0), a, b)
                           for label, a, b in pairs]
     return refresh_btn, pair_btns
 

@@ -4,7 +4,6 @@ training; a slot whose model has no LSA is named as such."""
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import gradio as gr
@@ -13,7 +12,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from explorer.analysis import plots
-from explorer.checkpoints.finetuned import FINETUNED
 from explorer.model.probe import tau_table
 from explorer.ui.context import AppState, Page, initial
 from explorer.ui.pictures import PLOT_MIN, as_pictures, drawn, picture
@@ -23,6 +21,8 @@ COLUMNS = ["model", "layer", "tau", "√d_k", RATIO]
 # Shares of the table's width: twelve heads' taus wrap in theirs, a long model name in its own, never a
 # header inside a word.
 WIDTHS = ["20%", "9%", "35%", "8%", "28%"]
+TABLE_LABEL = ("each layer's tau (one per head when the model learns one per head), the initial √d_k it started from, "
+               "and their ratio (its heads' lowest, mean and highest)")
 # What a model without LSA is, by its variant.
 WITHOUT_LSA = {"vanilla": "a ViT without LSA", "spt": "a ViT with SPT but without LSA"}
 
@@ -42,11 +42,8 @@ class SlotModel:
 
 
 def slot_name(ref: str, loaded) -> str:
-    """A slot's model as the tab names it: the reference chosen in the slot, a fine-tuned run or a folder
-    given by its path by their own name."""
-    if ref.startswith(f"{FINETUNED}/") or os.path.isabs(ref):
-        return loaded.name
-    return ref
+    """A slot's model as the tab names it: its one name on the page (the slots' label)."""
+    return loaded.label
 
 
 def ratios(row: dict) -> str:
@@ -63,7 +60,7 @@ def lsa_note(slot: SlotModel, tau: list[list[float]], start: float, epochs: int)
     ratio = [v / start for layer in tau for v in layer]
     trace = (f"its card records tau over {epochs} epochs" if epochs
              else "its card records no tau per epoch, so there is no trajectory to draw")
-    return (f"**{slot.tag}**: `{slot.name}` learns {per}, tau / √d_k from {min(ratio):.2f} to {max(ratio):.2f} "
+    return (f"**{slot.tag}**: {slot.name} learns {per}, tau / √d_k from {min(ratio):.2f} to {max(ratio):.2f} "
             f"(√d_k = {start:.3g}); {trace}.")
 
 
@@ -84,7 +81,7 @@ class TauTab:
                 shown.append(SlotModel(tag, name, color, model))
             else:
                 what = WITHOUT_LSA.get(model.config.variant, "a model without LSA")
-                without.append(f"**{tag}**: `{name}` is {what}: it has no tau.")
+                without.append(f"**{tag}**: {name} is {what}: it has no tau.")
         return shown, without
 
     def tau(self, ref_a: str, ref_b: str, request: gr.Request = None):
@@ -126,13 +123,15 @@ class TauTab:
 
 
 def on_page(handler):
-    """`handler` with its two figures as pictures, and a picture it has no figure for hidden (the note says
-    why). Name, docstring and signature stay the handler's (the endpoint's and the MCP tool's)."""
+    """`handler` with its two figures as pictures, and a picture it has no figure for, or a table without
+    rows, hidden (the note says why). Name, docstring and signature stay the handler's (the endpoint's and the
+    MCP tool's)."""
     @functools.wraps(handler)
     def shown(*args, **kwargs):
         *pictures, table, note = handler(*args, **kwargs)
+        shown = table if isinstance(table, dict) else gr.update(value=table, visible=len(table) > 0)
         return (*(v if isinstance(v, dict) else gr.update(value=drawn(v), visible=isinstance(v, Figure))
-                  for v in pictures), table, note)
+                  for v in pictures), shown, note)
     return shown
 
 
@@ -149,11 +148,11 @@ def build(app: AppState, page: Page) -> TauTab:
                                visible=plot is not None)
             tau_hist = picture("tau over training", show_label=False, value=drawn(history), min_width=PLOT_MIN,
                                visible=history is not None)
-        gr.Markdown("The table: each layer's tau (one per head when the model learns one per head), the "
-                    "initial √d_k it started from, and their ratio (its heads' lowest, mean and highest).")
-        # Every row on the page (two per-head models: 18 rows), none behind a scroll of 500 px.
+        # Every row on the page (two per-head models: 18 rows), none behind a scroll of 500 px; shown while a
+        # slot holds an LSA model (no table of headers alone).
         tau_frame = gr.Dataframe(table, interactive=False, wrap=True, elem_id="tau-table", column_widths=WIDTHS,
-                                 max_height=4000)
+                                 max_height=4000, visible=table is not None and len(table) > 0, label=TABLE_LABEL,
+                                 show_label=True)
 
     inputs, outputs = [page.slot_a, page.slot_b], [tau_plot, tau_hist, tau_frame, tau_note]
     # The endpoint sends pictures, or None where there is nothing to draw (an API client gets files, not the

@@ -11,16 +11,18 @@ import numpy as np
 import pandas as pd
 
 from explorer.analysis import corruptions, faithfulness, render_trust, trust
+from explorer.app.state import LABELLED_ZIP, NotApplicable
 from explorer.core.formatting import pct
 from explorer.data.datasets import DatasetError
 from explorer.ui import trust_text
 from explorer.ui.context import AppState, Page, in_place, initial, repo_link
 
 TAB = "Trust"
-TEST, ZIP = "the CIFAR test set", "my labelled zip"
+TEST, ZIP = "the CIFAR test set", LABELLED_ZIP
 SHOWN = 60  # images per gallery
 TEXT = (f"Both models over a **whole labelled set**: the CIFAR test set (the first N images; the bundled "
-        f"1,000 without a data folder) or a zip of class folders named after the models' classes. Click a "
+        f"1,000 without a data folder; for models fine-tuned on classes of their own, the images their fine-tune "
+        f"held out) or a zip of class folders named after the models' classes. Click a "
         f"cell of a confusion table to see its images with both answers. Calibration: {trust.BINS} equal-width "
         f"confidence bins; the temperature is fitted on a stratified half of the set and the before/after "
         f"numbers are measured on the other half. Corruptions: the 15 CIFAR-10-C corruption types at 5 "
@@ -28,6 +30,8 @@ TEXT = (f"Both models over a **whole labelled set**: the CIFAR test set (the fir
         f"corruption error relative to model A. Faithfulness: deletion/insertion areas (lower/higher is more "
         f"faithful) and the randomisation check (ρ: each map's rank correlation with the trained model's once "
         f"its head, or every layer, is re-initialised). {{trust_md}} explains each measure and its caveats.")
+# What the page calls TEST: for models of classes of their own, it is the images their fine-tune held out.
+TEST_SHOWN = "the test set (a fine-tune of its own classes: its held-out images)"
 TRUE = "true class"
 CLASS_COLUMNS = ["class", "A", "A interval", "B", "B interval", "images"]
 CAL_COLUMNS = ["model", "top-1", "temperature", "ECE before", "ECE after", "NLL before", "NLL after"]
@@ -70,7 +74,8 @@ class TrustTab:
         Args:
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
-            source: "the CIFAR test set" or "my labelled zip"
+            source: "the CIFAR test set" (for models of classes of their own: the images their fine-tune held
+                out) or "my labelled zip"
             zip_file: a zip of class folders (only with "my labelled zip")
             count: how many test images, from the first (100 to 10,000; more than 1,000 needs the data folder)
 
@@ -82,7 +87,10 @@ class TrustTab:
         a, b = self.app.pair(ref_a, ref_b, request)
         if a.class_names != b.class_names:
             raise gr.Error("the two models predict different classes; compare models of one dataset")
-        data = self._set(source, zip_file, count, ref_b, b.class_names, request, progress)
+        try:
+            data = self._set(source, zip_file, count, ref_b, b.class_names, request, progress)
+        except NotApplicable as e:  # nothing to judge these models by: said in place, as an answer
+            return (f"_{e}_", *[None] * (REPORT_OUTPUTS - 1))
         report, cached = self.service.report([a, b], data, trust_text.timed(progress, 2 * len(data.labels),
                                                                             "images"))
         return self._show(report, cached, ((a.identity, b.identity), data.key), _cards(a, b))
@@ -153,7 +161,10 @@ class TrustTab:
             summary (Markdown), accuracy against severity (image), the table, the files to download
         """
         a, b = self.app.pair(ref_a, ref_b, request)
-        ds = self.app.test_images(ref_b, int(count or 1000), request, progress)
+        try:
+            ds = self.app.test_images(ref_b, int(count or 1000), request, progress)
+        except NotApplicable as e:
+            return f"_{e}_", None, None, None
         data = trust.test_set(ds, int(count or 1000))
         settings = len(corruptions.CORRUPTIONS) * len(corruptions.SEVERITIES)
         try:
@@ -191,7 +202,10 @@ class TrustTab:
             summary (Markdown), the curves (image), the table, the files to download
         """
         a, b = self.app.pair(ref_a, ref_b, request)
-        ds = self.app.test_images(ref_b, faithfulness.IMAGES, request, progress)
+        try:
+            ds = self.app.test_images(ref_b, faithfulness.IMAGES, request, progress)
+        except NotApplicable as e:
+            return f"_{e}_", None, None, None
         steps = 2 * (len(faithfulness.KINDS) + 1)  # each model's curves per kind of map, then its randomisation
         report, where = self.service.faithfulness([a, b], ds.x_test, ds.name,
                                                   progress=trust_text.timed(progress, steps, "steps"))
@@ -319,7 +333,8 @@ def build(app: AppState, page: Page) -> TrustTab:
         with gr.Accordion("What the Trust tab measures (docs/trust.md)", open=False):
             gr.Markdown(TEXT.format(trust_md=repo_link("docs/trust.md", app.settings.space_id)),
                         elem_id="trust-text")
-        # The verdict first, then the results shipped for the pair (read at once), then what is computed.
+        # The verdict first, then the results shipped for the pair (read at once), then what is computed and
+        # its confusion matrices; the shipped results' pictures last.
         verdict = gr.Markdown(first.verdict if first else "", elem_id="trust-verdict")
         with gr.Row(equal_height=True):
             faith_text = gr.Markdown(faith0[0], elem_id="trust-faithfulness-summary")
@@ -339,20 +354,12 @@ def build(app: AppState, page: Page) -> TrustTab:
             corr_btn = gr.Button("Corruptions (15 x 5 severities)", elem_id="trust-corruptions-btn", scale=0,
                                  min_width=200)
         with gr.Column(visible=shipped_corr is not None) as corr_box:
+            # 30 rows scroll in a box of about eight: the evaluation's confusion matrices follow, not 1,200 px later.
             corr_table = gr.Dataframe(corr0[2], label="top-1 accuracy at severities s1 (mildest) to s5",
-                                      interactive=False, max_height=1200, elem_id="trust-corruptions-table",
+                                      interactive=False, max_height=330, elem_id="trust-corruptions-table",
                                       elem_classes="trust-table")
-        with gr.Column(visible=shipped_faith is not None) as faith_pics:
-            faith_plot = gr.Image(faith0[1], label="deletion and insertion curves", interactive=False,
-                                  elem_id="trust-faithfulness-plot", elem_classes="pic")
-            faith_files = gr.File(faith0[3], label="download the faithfulness numbers", file_count="multiple")
-        with gr.Column(visible=shipped_corr is not None) as corr_pics:
-            corr_plot = gr.Image(corr0[1], label="accuracy against severity", interactive=False,
-                                 elem_id="trust-corruptions-plot", elem_classes="pic")
-            corr_files = gr.File(corr0[3], label="download the corruption table", file_count="multiple")
-
         with gr.Row():
-            source = gr.Radio([TEST, ZIP], value=TEST, label="evaluate on")
+            source = gr.Radio([(TEST_SHOWN, TEST), (ZIP, ZIP)], value=TEST, label="evaluate on")
             zip_file = gr.File(label="labelled zip (class folders)", file_types=[".zip"], elem_id="trust-zip")
             count = gr.Slider(100, 10000, value=1000, step=100, label="test images (the first N)")
         with gr.Row(equal_height=True):
@@ -383,26 +390,40 @@ def build(app: AppState, page: Page) -> TrustTab:
                 only_a = gr.Gallery(label="only A right", columns=6, elem_id="trust-only-a")
                 only_b = gr.Gallery(label="only B right", columns=6, elem_id="trust-only-b")
             files = gr.File(label="download what is shown (JSON, CSV, PNG)", file_count="multiple")
+        # The pictures of the two measures above, below what is evaluated here.
+        with gr.Column(visible=shipped_faith is not None) as faith_pics:
+            faith_plot = gr.Image(faith0[1], label="deletion and insertion curves", interactive=False,
+                                  elem_id="trust-faithfulness-plot", elem_classes="pic")
+            faith_files = gr.File(faith0[3], label="download the faithfulness numbers", file_count="multiple")
+        with gr.Column(visible=shipped_corr is not None) as corr_pics:
+            corr_plot = gr.Image(corr0[1], label="accuracy against severity", interactive=False,
+                                 elem_id="trust-corruptions-plot", elem_classes="pic")
+            corr_files = gr.File(corr0[3], label="download the corruption table", file_count="multiple")
+
         key = gr.State(None)
 
     def show(*boxes):
-        return lambda: tuple(gr.Column(visible=True) for _ in boxes) if len(boxes) > 1 else gr.Column(visible=True)
+        """Shows `boxes` once their event has an answer to show in them (its first input: what it drew)."""
+        def shown(drawn=True):
+            update = gr.Column(visible=drawn is not None)
+            return tuple(update for _ in boxes) if len(boxes) > 1 else update
+        return shown
 
     report_outputs = [summary, confusion, table_a, table_b, classes, reliability, calibration, only_a, only_b, files,
                       key]
     run_btn.click(in_place(tab.trust_report, report_outputs, summary, "not evaluated"),
                   [page.slot_a, page.slot_b, source, zip_file, count], report_outputs, api_name="trust_report",
-                  concurrency_limit=2).success(show(report_box), None, [report_box], api_name=False, queue=False)
+                  concurrency_limit=2).success(show(report_box), [key], [report_box], api_name=False, queue=False)
     # The whole-set report computes itself when the tab opens (or the slots change while it is open).
     opened = in_place(tab.opened, report_outputs, summary, "not evaluated")
 
-    def show_if_open(tab_label):
-        return gr.Column(visible=True) if tab_label == TAB else gr.skip()
+    def show_if_open(tab_label, drawn):
+        return gr.Column(visible=drawn is not None) if tab_label == TAB else gr.skip()
 
     def open_report(event, tab_label):
         return event.then(opened, [tab_label, *page.loaded, key, count], report_outputs, api_name=False,
                           concurrency_limit=2, concurrency_id="trust_report").success(
-            show_if_open, [tab_label], [report_box], api_name=False, queue=False)
+            show_if_open, [tab_label, key], [report_box], api_name=False, queue=False)
     # Another pair: its shipped results (or what each button would cost), the previous report put away.
     arrival_outputs = [verdict, faith_text, faith_plot, faith_table, faith_files, faith_box, faith_pics,
                        corr_text, corr_plot, corr_table, corr_files, corr_box, corr_pics, corr_count, summary,
@@ -417,13 +438,13 @@ def build(app: AppState, page: Page) -> TrustTab:
     corr_outputs = [corr_text, corr_plot, corr_table, corr_files]
     corr_btn.click(in_place(tab.trust_corruptions, corr_outputs, corr_text, "not measured"),
                    [page.slot_a, page.slot_b, corr_count], corr_outputs, api_name="trust_corruptions",
-                   concurrency_limit=1).success(show(corr_box, corr_pics), None, [corr_box, corr_pics],
+                   concurrency_limit=1).success(show(corr_box, corr_pics), [corr_plot], [corr_box, corr_pics],
                                                 api_name=False, queue=False)
     faith_outputs = [faith_text, faith_plot, faith_table, faith_files]
     measured = faith_btn.click(in_place(tab.trust_faithfulness, faith_outputs, faith_text, "not measured"),
                                [page.slot_a, page.slot_b], faith_outputs, api_name="trust_faithfulness",
                                concurrency_limit=1)
-    measured.success(show(faith_box, faith_pics), None, [faith_box, faith_pics], api_name=False, queue=False)
+    measured.success(show(faith_box, faith_pics), [faith_plot], [faith_box, faith_pics], api_name=False, queue=False)
     for shown, write in page.from_tabs.map_notes:  # the Attention and Evidence tabs' notes now have numbers
         measured.success(write, [page.slot_a, page.slot_b], [shown], api_name=False)
     return tab

@@ -23,6 +23,14 @@ TEXT = ("LSA divides every layer's attention logits by a learned temperature τ 
         "attention each patch keeps for itself and whether the top-5 moves.")
 DEFAULTS = (1.0, "as learned", 1.0, "as learned")  # both as learned, until the visitor turns a switch
 PRESS = "_Press **What if** for this image._"
+STALE = "**⟳ Not these settings:** the switches have changed since; press **What if** for them. What was shown:"
+
+
+def marked(settings: list, shown) -> str:
+    """The summary for the switches as they are now: the answer shown when they are the ones it was made with
+    (`shown`: its settings and summary), else that answer under a line saying it no longer matches."""
+    made_with, text = shown
+    return text if list(settings) == list(made_with) else f"{STALE}\n\n{text}"
 
 def summary_line(name: str, w) -> str:
     own = "on" if w.model.probe.diagonal_mask else "off"
@@ -106,7 +114,7 @@ class WhatIfTab:
         attention temperature tau scaled and its diagonal mask (a token not attending to itself) on or off.
 
         Args:
-            file: the image: an http(s) URL or a data URL (any format or size; squared and resized as each model needs)
+            file: the image: an http(s) or data URL (JPEG, PNG, WebP...; up to 25 MB, 40 MP; squared, resized)
             ref_a: model A: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             ref_b: model B: a reference listed by the models tool, or a Hugging Face Hub id owner/name[@revision]
             layer: model A's layer whose maps are shown, from 0 (the change applies to every layer)
@@ -164,22 +172,34 @@ def build(app: AppState, page: Page, layer: gr.Dropdown, qy: gr.Number, qx: gr.N
         summary = gr.Markdown(first[6], elem_id="what-if-summary")
         with gr.Row():
             named = [h["label"] for h in tab.headings(*page.refs)]
-            top_a = gr.Label(first[0], num_top_classes=5, label=named[0], elem_id="wi-learned-a")
-            top_a2 = gr.Label(first[1], num_top_classes=5, label=named[1], elem_id="wi-top-a")
-            top_b = gr.Label(first[2], num_top_classes=5, label=named[2], elem_id="wi-learned-b")
-            top_b2 = gr.Label(first[3], num_top_classes=5, label=named[3], elem_id="wi-top-b")
-        maps = picture("from the query, learned and what if: A above B", elem_id="what-if-maps", value=first[4])
+            top_a = gr.Label(first[0], num_top_classes=5, label=named[0], elem_id="wi-learned-a",
+                             elem_classes="until-filled")
+            top_a2 = gr.Label(first[1], num_top_classes=5, label=named[1], elem_id="wi-top-a",
+                             elem_classes="until-filled")
+            top_b = gr.Label(first[2], num_top_classes=5, label=named[2], elem_id="wi-learned-b",
+                             elem_classes="until-filled")
+            top_b2 = gr.Label(first[3], num_top_classes=5, label=named[3], elem_id="wi-top-b",
+                             elem_classes="until-filled")
+        maps = picture("from the query, learned and what if: A above B", elem_id="what-if-maps", value=first[4],
+                       elem_classes="until-filled")
         plot = picture("entropy and distance, learned and what if", show_label=False, elem_id="what-if-plot",
-                       value=first[5])
+                       value=first[5], elem_classes="until-filled")
     outputs = [top_a, top_a2, top_b, top_b2, maps, plot, summary]
+    switches = [factor_a, mask_a, factor_b, mask_b]
+    shown = gr.State(None)  # the switches the shown answer was made with, and its summary
     button.click(in_place(tab.what_if, outputs, summary, "not shown"),
                  [page.upload, page.slot_a, page.slot_b, layer, qy, qx, factor_a, mask_a, factor_b, mask_b, layer_b],
                  outputs,
-                 api_name="what_if", concurrency_limit=4, concurrency_id="attention")
+                 api_name="what_if", concurrency_limit=4, concurrency_id="attention").success(
+        lambda *now: (list(now[:-1]), now[-1]), [*switches, summary], [shown], api_name=False, queue=False)
+    # A switch turned after an answer: the answer stays, marked as not these settings until What if is pressed
+    # (or the switch is turned back).
+    gr.on([c.change for c in switches], lambda *now: gr.skip() if now[-1] is None else marked(now[:-1], now[-1]),
+          [*switches, shown], [summary], api_name=False, queue=False)
     # A new image or another model: the shown what-if is out of date; nothing is computed until What if
     # is pressed.
-    gr.on(page.new_input(), lambda: (None,) * 6 + (PRESS,), None,
-          [top_a, top_a2, top_b, top_b2, maps, plot, summary], api_name=False, queue=False)
+    gr.on(page.new_input(), lambda: (None,) * 6 + (PRESS, None), None,
+          [top_a, top_a2, top_b, top_b2, maps, plot, summary, shown], api_name=False, queue=False)
     gr.on(page.new_models(), tab.headings, list(page.loaded),
           [top_a, top_a2, top_b, top_b2], api_name=False, queue=False)
     gr.on(page.new_models(), tab.measured, list(page.loaded), [measured], api_name=False)

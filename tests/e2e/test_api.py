@@ -10,6 +10,7 @@ from gradio_client import handle_file
 from PIL import Image
 
 from explorer.checkpoints.store import list_checkpoints, load_checkpoint
+from tests.helpers import slot_labels
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 A, B = "cifar10-vanilla", "cifar10-spt_lsa"
@@ -125,9 +126,9 @@ def test_locality_and_tau(client, upload):
     for picture in (distance, entropy, tau_plot, history_plot):  # figures arrive as pictures (PNG)
         with Image.open(picture) as im:
             assert im.format == "PNG" and im.width > im.height > 200
-    rows = tau_table["data"]
-    assert rows and all(r[0] == f"B: {B}" for r in rows)  # only the LSA model has tau
-    assert f"**A**: `{A}` is a ViT without LSA: it has no tau." in note
+    rows, named = tau_table["data"], slot_labels(client)  # each model by its one name on the page
+    assert rows and all(r[0] == f"B: {named[B]}" for r in rows)  # only the LSA model has tau
+    assert f"**A**: {named[A]} is a ViT without LSA: it has no tau." in note
     assert {r[1] for r in rows} == {0, 1}
 
 
@@ -249,3 +250,45 @@ def test_evidence_endpoints(client, upload):
     assert np.asarray(Image.open(strip)).shape[1] == 5 * 84 - 4
     plot, table, summary = client.predict(A, B, 50, 2, "edge", api_name="/robustness")
     assert Image.open(plot).width > 200 and len(table["data"]) == 2 and "first **50**" in summary
+
+
+# Three of CIFAR-10's classes under names CIFAR does not have: models of classes of their own.
+OWN = {"cat": "tabby", "dog": "hound", "ship": "vessel"}
+
+
+def test_a_pair_fine_tuned_on_classes_of_its_own_answers_in_every_tool(client, cifar10, tmp_path):
+    """After a pair fine-tune on a zip of classes of its own: Trust judges it on the images its fine-tune held
+    out and says so, Sample draws those images with their labels, Compare checks it only against them (a CIFAR
+    image gets no verdict, and the reason), and every other tool answers, none with an error."""
+    from tests.helpers import class_zip
+    picked = [np.flatnonzero(cifar10.y_test == cifar10.class_names.index(c))[:20] for c in OWN]
+    data = class_zip(tmp_path / "own.zip", cifar10.x_test[np.concatenate(picked)], np.repeat(np.arange(3), 20),
+                     list(OWN.values()))
+    status = client.predict(PAIR, "tiny", "spt_lsa", ZIP, handle_file(str(data)), 0, 0, 0, 0, False, "own", A, B,
+                            api_name="/finetune")[0]
+    assert "**done**" in status, status
+    a, b = "finetuned/own-A", "finetuned/own-B"
+    out = client.predict(a, b, "the CIFAR test set", None, 1000, api_name="/trust_report")
+    assert out[0].startswith("**held-out own test images 0-11**, 12 images"), out[0]  # 20 % of each class's 20
+    assert [row[0] for row in out[4]["data"]] == sorted(OWN.values())
+    # Sample: the held-out images, with their labels; Compare checks both answers against them
+    for name in OWN.values():
+        path, _, truth = client.predict(name, b, 3, api_name="/sample")
+        assert f"True label: **{name}** (held-out own test image #" in truth, truth
+    verdict = client.predict(handle_file(path), a, b, api_name="/compare")[2]
+    assert f"True label **{name}** · A " in verdict and "no verdict" not in verdict, verdict
+    cifar = client.predict("cat", B, 1, api_name="/sample")[0]
+    verdict = client.predict(handle_file(cifar), a, b, api_name="/compare")[2]
+    assert "True label **cat**" in verdict and "not a class of these models, so no verdict" in verdict, verdict
+    assert "✔" not in verdict and "✘" not in verdict
+    summary = client.predict(a, b, 1000, api_name="/disagreements")[0]
+    assert "12" in summary and "of their own" not in summary, summary
+    assert "first **12**" in client.predict(a, b, 50, 2, "edge", api_name="/robustness")[2]
+    assert len(client.predict(handle_file(path), a, b, "64 test images", api_name="/locality")[2]["data"]) > 0
+    picture, _ = client.predict(handle_file(path), a, b, "the true label", "the image's mean colour", 1,
+                                api_name="/evidence")
+    assert Image.open(picture).width > 0
+    with pytest.raises(Exception, match="true label, cat, is not a class of these models"):
+        client.predict(handle_file(cifar), a, b, "the true label", "the image's mean colour", 1, api_name="/evidence")
+    faith = client.predict(a, b, api_name="/trust_faithfulness")[0]
+    assert "held-out own" in faith and "12 images" in faith, faith

@@ -63,23 +63,28 @@ def test_upload_compare_attention_screenshot(page, cifar10, tmp_path):
     page.mouse.click(box["x"] + box["width"] / 2 + 0.4 * side, box["y"] + box["height"] / 2 + 0.4 * side)
     page.wait_for_function(
         "() => /row 3, col 3/.test(document.querySelector('#attn-caption').innerText)", timeout=scaled(30_000))
-    # The page outlines the query itself, over the bottom-right patch of the picture as shown (a 4 x 4 grid).
-    page.wait_for_function("""() => {
-        const o = document.querySelector('#picker .query-outline'), i = document.querySelector('#picker img');
-        if (!o || !i || o.style.display !== 'block') return false;
-        const a = o.getBoundingClientRect(), r = i.getBoundingClientRect(), side = Math.min(r.width, r.height);
-        const right = r.left + (r.width + side) / 2, bottom = r.top + (r.height + side) / 2;
-        return Math.abs(a.width - side / 4) < 2 && Math.abs(a.right - right) < 2 && Math.abs(a.bottom - bottom) < 2;
-    }""", timeout=10_000)
+    # Where the outline lies over the picture as drawn: test_browser_attention.py's corner-patch test.
     # LSA switches (a closed accordion until asked for): B's diagonal mask off, on the same page.
     page.get_by_text("LSA switches: what if").click()
     page.locator("#what-if-btn").scroll_into_view_if_needed()
+    empty = ("#wi-learned-a", "#wi-top-a", "#wi-learned-b", "#wi-top-b", "#what-if-maps", "#what-if-plot")
+    assert not [s for s in empty if page.locator(s).is_visible()], "empty boxes before What if"
     page.locator("#wi-mask-b").get_by_text("off", exact=True).click()
     page.click("#what-if-btn")
     page.wait_for_function(
         "() => /diagonal mask off \\(learned: on\\)/.test(document.querySelector('#what-if-summary').innerText)",
         timeout=scaled(30_000))
+    page.locator("#what-if-plot img").wait_for(timeout=scaled(30_000))
+    assert all(page.locator(s).is_visible() for s in empty)
     assert "sharpens attention" in page.inner_text("#what-if-text")
+    # Turned back, the switch no longer matches the answer shown: it says so until it matches again.
+    page.locator("#wi-mask-b").get_by_text("as learned", exact=True).click()
+    page.wait_for_function("() => /Not these settings/.test(document.querySelector('#what-if-summary').innerText)",
+                           timeout=scaled(10_000))
+    assert "diagonal mask off" in page.inner_text("#what-if-summary")  # what was shown, under the mark
+    page.locator("#wi-mask-b").get_by_text("off", exact=True).click()
+    page.wait_for_function("() => !/Not these settings/.test(document.querySelector('#what-if-summary').innerText)",
+                           timeout=scaled(10_000))
     shot = tmp_path / "attention.png"
     page.screenshot(path=str(shot), full_page=True)
     assert Image.open(shot).size[0] >= 1000
@@ -133,9 +138,13 @@ def test_the_evidence_tab_shows_both_models_evidence_and_their_shift_robustness(
     # The first example's occlusion maps and shift strip are there before anything is pressed.
     assert page.locator("#occlusion img").count() == 1 and page.locator("#shift-strip img").count() == 1
     assert page.inner_text("#evidence-summary").count("of patches carry") == 2
+    # Nothing measured yet: no blank picture, no table of headers alone.
+    assert not page.locator("#robustness-plot").is_visible() and not page.locator("#robustness-table").is_visible()
     page.click("#robustness-btn")
     page.wait_for_function("() => /keeps/.test((document.querySelector('#robustness-summary') || {}).innerText || '')",
                            timeout=scaled(120_000))
+    page.locator("#robustness-plot img").wait_for(timeout=scaled(30_000))
+    assert page.locator("#robustness-table").is_visible() and page.locator("#robustness-plot").is_visible()
     assert "unchanged at S px" in page.inner_text("#robustness-table")
     page.locator("#evidence-text").scroll_into_view_if_needed()
     page.screenshot(path=str(tmp_path / "evidence.png"), full_page=True)

@@ -56,3 +56,61 @@ def test_the_paper_pairs_heads_stay_legible(browser, shipped_app, width, tmp_pat
         page.wait_for_function("() => document.querySelector('#attn-caption').innerText"
                                ".includes('for A, layer 8 of 9 (the last) for B')", timeout=scaled(60_000))
     page.close()
+
+
+def drawn_picture(page) -> dict:
+    """Where the picker's picture is drawn on the page, read from its pixels (not from the CSS the outline's
+    script reads): the tight box of what differs from its img box's border colour, outline hidden."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+    hide = "(v) => { const o = document.querySelector('#picker .query-outline'); if (o) o.style.visibility = v; }"
+    page.evaluate(hide, "hidden")
+    img = page.locator("#picker img").first
+    box = img.bounding_box()
+    shot = np.asarray(Image.open(io.BytesIO(img.screenshot())).convert("RGB")).astype(int)
+    page.evaluate(hide, "")
+    border = np.concatenate([shot[0], shot[-1], shot[:, 0], shot[:, -1]])
+    colours, counts = np.unique(border, axis=0, return_counts=True)
+    background = colours[np.argmax(counts)]
+    differs = np.abs(shot - background).sum(axis=-1) > 24
+    # the picture's rows and columns: mostly unlike the background (a small icon in a corner is not)
+    rows, cols = np.flatnonzero(differs.mean(axis=1) > 0.3), np.flatnonzero(differs.mean(axis=0) > 0.3)
+    scale = box["width"] / shot.shape[1]  # screenshot pixels per css pixel (1 here)
+    return {"left": box["x"] + cols.min() * scale, "top": box["y"] + rows.min() * scale,
+            "right": box["x"] + (cols.max() + 1) * scale, "bottom": box["y"] + (rows.max() + 1) * scale}
+
+
+OUTLINE = """() => { const o = document.querySelector('#picker .query-outline');
+    if (!o || o.style.display !== 'block') return null;
+    const r = o.getBoundingClientRect(); return {left: r.left, top: r.top, right: r.right, bottom: r.bottom}; }"""
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_the_query_outline_covers_the_clicked_corner_patch_of_the_picture(browser, tiny_pair_app, width):
+    """A click on the picture's top-left and bottom-right patches outlines exactly that patch of the picture
+    as drawn (found in its pixels), and the query fields hold whole pixels."""
+    page = visit(browser, tiny_pair_app[0], width, height=1000)
+    open_tab(page, "Attention")
+    page.locator("#picker img").first.wait_for(timeout=scaled(30_000))
+    page.locator("#picker img").first.scroll_into_view_if_needed()
+    page.wait_for_function(f"() => ({OUTLINE})() !== null", timeout=scaled(30_000))
+    pic = drawn_picture(page)
+    side = pic["right"] - pic["left"]
+    assert abs(side - (pic["bottom"] - pic["top"])) <= 2, pic
+    step = side / 4  # the tiny models' 4 x 4 grid
+    for row, (x, y) in ((0, (pic["left"] + 3, pic["top"] + 3)), (3, (pic["right"] - 3, pic["bottom"] - 3))):
+        page.mouse.click(x, y)
+        page.wait_for_function(f"() => /row {row}, col {row}/.test(document.querySelector('#attn-caption')"
+                               f".innerText)", timeout=scaled(30_000))
+        want = {"left": pic["left"] + row * step, "top": pic["top"] + row * step}
+        want.update(right=want["left"] + step, bottom=want["top"] + step)
+        page.wait_for_function(
+            f"(w) => {{ const o = ({OUTLINE})(); "
+            f"return o && Object.keys(w).every((k) => Math.abs(o[k] - w[k]) < 2.5); }}", arg=want,
+            timeout=scaled(10_000))
+        for box in ("#query-y input", "#query-x input"):
+            value = page.input_value(box)
+            assert float(value) == int(float(value)), value
+    page.close()

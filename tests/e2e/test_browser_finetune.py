@@ -110,7 +110,8 @@ def test_a_fine_tune_keeps_status_and_progress_readable_and_the_page_follows_its
     tiny_page.wait_for_function("() => !/e2e40-B/.test(document.querySelector('#card-b').innerText)",
                                 timeout=scaled(60_000))
     tiny_page.wait_for_function("() => !/e2e40-B/.test(document.querySelector('#tau-table').innerText)"
-                           " && /spt_lsa/.test(document.querySelector('#tau-table').innerText)", timeout=scaled(60_000))
+                           " && /shipped · SPT \\+ LSA/.test(document.querySelector('#tau-table').innerText)",
+                           timeout=scaled(60_000))
 
     # A reload lists the runs at once, in the slots and ready to download.
     tiny_page.reload()

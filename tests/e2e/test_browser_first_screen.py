@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.pages import slot_value, visit
-from tests.helpers import scaled
+from tests.helpers import scaled, serving, shipped_copy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -43,6 +43,41 @@ def test_at_800_px_the_first_answer_is_on_the_first_screen(browser, shipped_app)
         page.close()
 
 
+@pytest.fixture(scope="module")
+def bare_app(tmp_path_factory):
+    """The shipped checkpoints as a stranger's Space serves them: no data folder and an empty Keras cache (the
+    bundled test images only: an empty data folder, as the app would look beside itself), the first visit's own
+    pair (the paper-scale one)."""
+    home = tmp_path_factory.mktemp("no-data-home")
+    with serving(shipped_copy(tmp_path_factory.mktemp("no-data")), None, timeout=300, first_visit=None,
+                 env_extra={"KERAS_HOME": str(home / ".keras"), "HOME": str(home),
+                            "EXPLORER_DATA_DIR": str(home)}) as served:
+        yield served
+
+
+@pytest.mark.parametrize("width", [800, 1280])
+def test_with_no_data_folder_the_first_answer_the_input_and_the_tabs_are_on_a_laptops_first_screen(browser, bare_app,
+                                                                                                    width):
+    """Issue #83 item 10: an 857 px high window (a laptop's browser) holds the verdict's first line, the row of
+    tabs and the input picture's top, with the bundled sample's note as a visitor with no data folder sees it."""
+    height = 857
+    page = visit(browser, bare_app[0], width, height=height)
+    try:
+        page.wait_for_function("() => /both say|disagree/.test(document.querySelector('#verdict').innerText)",
+                               timeout=scaled(90_000))
+        assert "bundled" in page.inner_text("#image-col"), "not the bundled sample's note: is a data folder here?"
+        verdict, tabs, preview = (page.evaluate(BOX, s) for s in ("#verdict", "[role=tablist]", "#preview"))
+        assert verdict["top"] + 30 <= height, verdict
+        assert tabs["bottom"] <= height, tabs
+        assert preview["top"] + 60 <= height, preview
+        # Each slot's label whole ("paper scale · SPT + LSA · 45,000 images"), not cut short by an ellipsis.
+        cut = page.evaluate("() => [...document.querySelectorAll('#slots-row input')]"
+                            ".filter((i) => i.scrollWidth > i.clientWidth).map((i) => i.value)")
+        assert not cut, cut
+    finally:
+        page.close()
+
+
 def test_at_1280_px_the_examples_are_on_the_first_screen_and_the_file_name_is_whole(browser, shipped_app):
     page = visit(browser, shipped_app[0], 1280, height=HEIGHT)
     try:
@@ -62,8 +97,8 @@ def test_the_paper_scale_button_fills_both_slots_and_their_cards(browser, shippe
         button = page.locator("#paper-pair-btn")
         assert button.bounding_box()["y"] + button.bounding_box()["height"] <= HEIGHT
         button.click()
-        page.wait_for_function("() => /cifar10-paper-vanilla/.test(document.querySelector('#card-a').innerText) && "
-                               "/cifar10-paper-spt_lsa/.test(document.querySelector('#card-b').innerText)",
+        page.wait_for_function("() => /paper\\/cifar10-vanilla/.test(document.querySelector('#card-a').innerText) && "
+                               "/paper\\/cifar10-spt_lsa/.test(document.querySelector('#card-b').innerText)",
                                timeout=scaled(90_000))
         assert slot_value(page, "Model A") == "paper scale · ViT · 45,000 images"
         assert slot_value(page, "Model B") == "paper scale · SPT + LSA · 45,000 images"

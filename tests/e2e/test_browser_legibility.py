@@ -25,7 +25,8 @@ def test_attention_and_tau_plots_and_the_tau_table_stay_legible(browser, shipped
         scales = page.evaluate(SHOWN_SCALE, plots)
         assert min(scales) >= 0.75, f"the locality plots are shown at {[f'{s:.0%}' for s in scales]}"
         open_tab(page, "Tau")
-        page.wait_for_function("() => /spt_lsa_head/.test(document.querySelector('#tau-table').innerText)",
+        page.wait_for_function("() => /1,000 images · SPT \\+ LSA · tau per head/.test("
+                               "document.querySelector('#tau-table').innerText)",
                                timeout=scaled(60_000))
         assert_tau_legible(page)
     finally:

@@ -135,11 +135,11 @@ def test_a_link_reopens_a_pair_that_is_not_the_lists_first_on_another_tab(browse
     other = None
     try:
         page.click("#paper-pair-btn")
-        page.wait_for_function("() => /cifar10-paper-vanilla/.test(document.querySelector('#card-a').innerText) && "
-                               "/cifar10-paper-spt_lsa/.test(document.querySelector('#card-b').innerText)",
+        page.wait_for_function("() => /paper\\/cifar10-vanilla/.test(document.querySelector('#card-a').innerText) && "
+                               "/paper\\/cifar10-spt_lsa/.test(document.querySelector('#card-b').innerText)",
                                timeout=scaled(90_000))
         choose(page, "Model B", "shipped · SPT alone · 45,000 images")
-        page.wait_for_function("() => /\\(cifar10-spt\\)/.test(document.querySelector('#card-b').innerText)",
+        page.wait_for_function("() => /cifar10-spt\\b/.test(document.querySelector('#card-b').innerText)",
                                timeout=scaled(60_000))
         image = tmp_path / "my-ship.png"
         Image.fromarray(sample_set().x_test[1]).save(image)
@@ -153,15 +153,16 @@ def test_a_link_reopens_a_pair_that_is_not_the_lists_first_on_another_tab(browse
         slots = [slot_value(page, "Model A"), slot_value(page, "Model B")]
         assert slots == ["paper scale · ViT · 45,000 images", "shipped · SPT alone · 45,000 images"], slots
         open_tab(page, "Tau")
-        page.wait_for_function("() => /paper\\/cifar10-vanilla/.test(document.querySelector('#tau-note').innerText)",
+        page.wait_for_function("() => /paper scale · ViT · 45,000 images is a ViT/.test("
+                               "document.querySelector('#tau-note').innerText)",
                                timeout=scaled(60_000))
 
         link = copied_link(page)
         other = browser.new_page(viewport={"width": 1280, "height": 1000})
         other.goto(link)
         try:
-            other.wait_for_function("() => /cifar10-paper-vanilla/.test((document.querySelector('#card-a') || "
-                                    "{innerText: ''}).innerText) && /\\(cifar10-spt\\)/.test((document.querySelector("
+            other.wait_for_function("() => /paper\\/cifar10-vanilla/.test((document.querySelector('#card-a') || "
+                                    "{innerText: ''}).innerText) && /cifar10-spt\\b/.test((document.querySelector("
                                     "'#card-b') || {innerText: ''}).innerText)", timeout=scaled(90_000))
         except Exception as error:
             raise AssertionError(f"the link {link} opened {shown(other)}, not {slots}") from error

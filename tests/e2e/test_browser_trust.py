@@ -23,6 +23,23 @@ ROWS = """(selector) => [...document.querySelectorAll(selector + ' .virtual-row'
     .sort((a, b) => a.dataset.index - b.dataset.index)
     .map((r) => [...r.querySelectorAll('[role=gridcell]')].map((d) => d.innerText.trim()))"""
 
+# Every row of a table that scrolls in its own box (Gradio draws only the rows in view): read while scrolling it.
+ALL_ROWS = """async (selector) => {
+    const root = document.querySelector(selector), rows = new Map();
+    const box = [...root.querySelectorAll('*')].find((e) => e.scrollHeight > e.clientHeight + 4
+        && ['auto', 'scroll'].includes(getComputedStyle(e).overflowY));
+    const read = () => root.querySelectorAll('.virtual-row').forEach((r) => rows.set(+r.dataset.index,
+        [...r.querySelectorAll('[role=gridcell]')].map((d) => d.innerText.trim())));
+    read();
+    for (let y = 0; box && y <= box.scrollHeight; y += box.clientHeight / 2) {
+        box.scrollTop = y;
+        await new Promise((done) => setTimeout(done, 150));
+        read();
+    }
+    if (box) box.scrollTop = 0;
+    return [...rows.keys()].sort((a, b) => a - b).map((k) => rows.get(k));
+}"""
+
 
 def wait_text(page, selector, pattern, timeout):
     page.wait_for_function("([s, p]) => new RegExp(p).test((document.querySelector(s) || {}).innerText || '')",
@@ -55,6 +72,12 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         assert "1,000 images" in summary, summary
         page.wait_for_function("() => document.querySelectorAll('#trust-confusion img').length === 1",
                                timeout=scaled(30_000))  # its box is shown once the report is in
+        # ... within two screens of the verdict: the 30 corruption rows scroll in their own box, the shipped
+        # results' pictures come after it.
+        below = page.evaluate("""() => document.querySelector('#trust-confusion').getBoundingClientRect().top
+            - document.querySelector('#trust-verdict').getBoundingClientRect().top""")
+        print(width, "px: the confusion matrices", round(below), "px below the verdict")
+        assert below < 2 * 900, below
         tables = {tag: page.evaluate(ROWS, f"#trust-c{tag}") for tag in "ab"}
         for tag, rows in tables.items():
             assert len(rows) == 10 and all(len(r) == 11 for r in rows), (tag, rows)
@@ -76,6 +99,12 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         captions = page.locator("#trust-cell .caption-label").all_inner_texts()
         assert len(captions) == min(count, 60) and all(" · A: " in c and " · B: " in c for c in captions), captions
         assert all(c.startswith(rows[i][0]) for c in captions), captions
+        cut = page.evaluate("""() => { const box = document.querySelector('#trust-cell .grid-wrap');
+            const bottom = box.getBoundingClientRect().bottom;
+            return [...box.querySelectorAll('.caption-label')]
+                .filter((c) => c.getBoundingClientRect().bottom > bottom + 1).length
+                + (box.scrollHeight > box.clientHeight + 1 ? 1000 : 0); }""")
+        assert cut == 0, f"{cut % 1000} captions cut by the gallery's box{'; it scrolls' if cut >= 1000 else ''}"
         # ... brought into the window, not left 700 px below it.
         page.wait_for_timeout(500)
         box = page.locator("#trust-cell img").first.bounding_box()
@@ -85,13 +114,16 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
         page.click("#trust-corruptions-btn")
         wait_text(page, "#trust-corruptions-summary", "mCE", SHIPPED)
         assert "shipped" in page.inner_text("#trust-corruptions-summary")
-        corrupted = page.evaluate(ROWS, "#trust-corruptions-table")
+        corrupted = page.evaluate(ALL_ROWS, "#trust-corruptions-table")
         assert len(corrupted) == 30 and [r[1] for r in corrupted[:2]] == ["A", "B"], corrupted
+        assert page.locator("#trust-corruptions-table").bounding_box()["height"] < 450  # scrolling in its box
         page.click("#trust-faithfulness-btn")
         wait_text(page, "#trust-faithfulness-summary", "randomisation", SHIPPED)
         assert "shipped" in page.inner_text("#trust-faithfulness-summary")
         assert len(page.evaluate(ROWS, "#trust-faithfulness-table")) >= 2
         assert page.locator("#trust-corruptions-plot img, #trust-faithfulness-plot img").count() == 2
+        for plot in ("#trust-faithfulness-plot img", "#trust-corruptions-plot img"):  # last on the tab: scrolled to
+            page.locator(plot).scroll_into_view_if_needed()
 
         seen = measure(page)
         print(width, "px:", [(p["id"], p["natural"], round(p["scale"], 3)) for p in seen["pictures"]])

@@ -99,7 +99,7 @@ def test_compare_answers_for_the_fine_tuned_models_without_a_click(finetuned):
     # The what-if headings too, and the cards name each model as the slot list does and by its name.
     open_tab(page, "Attention")
     page.get_by_text("LSA switches").click()
-    page.locator("#wi-top-a").wait_for(timeout=scaled(30_000))
+    page.locator("#wi-top-a").wait_for(state="attached", timeout=scaled(30_000))  # shown once What if answers
     headings = page.locator("#wi-learned-a, #wi-top-a, #wi-learned-b, #wi-top-b").all_text_contents()
     assert len(headings) == 4 and all("top-3" in h and "top-5" not in h for h in headings), headings
     for slot in ("A", "B"):
@@ -349,13 +349,14 @@ def test_a_fresh_fine_tune_tab_the_small_data_list_and_a_long_tau_table(browser,
         choose(page, "put one of these models in slot B", "small data · 1,000 images · SPT + LSA · tau per head")
         page.wait_for_function("() => /cifar10-1000-spt_lsa_head/.test(document.querySelector('#card-b').innerText)",
                                timeout=scaled(60_000))
-        # The card: the slot list's label and the checkpoint's name.
+        # The card: the slot list's label and the reference the slots take.
         assert "small data · 1,000 images · SPT + LSA · tau per head" in page.inner_text("#card-b")
         choose(page, "Model A", "small data · 2,500 images · SPT + LSA · tau per head")
         page.wait_for_function("() => /cifar10-2500-spt_lsa_head/.test(document.querySelector('#card-a').innerText)",
                                timeout=scaled(60_000))
         open_tab(page, "Tau")
-        page.wait_for_function("() => /2500-spt_lsa_head/.test(document.querySelector('#tau-table').innerText)",
+        page.wait_for_function("() => /2,500 images · SPT \\+ LSA · tau per head/.test("
+                               "document.querySelector('#tau-table').innerText)",
                                timeout=scaled(60_000))
         scrolled = page.evaluate("""() => [...document.querySelectorAll('#tau-table *')].filter((e) =>
             e.scrollHeight > e.clientHeight + 1 && /auto|scroll/.test(getComputedStyle(e).overflowY))

@@ -98,8 +98,9 @@ def test_visitors_own_their_runs_queue_and_cancel(shared_app, tmp_path):
     path = shown["value"] if isinstance(shown, dict) else shown
     with zipfile.ZipFile(path) as z:
         z.extractall(tmp_path)
+        # the checkpoint's files and its held-out images (the visitor's own: Trust and Sample use them)
         assert sorted(n.split("/", 1)[1] for n in z.namelist()) == [
-            "README.md", "config.json", "explorer.json", "metadata.json", "model.weights.h5"]
+            "README.md", "config.json", "explorer.json", "held_out.npz", "metadata.json", "model.weights.h5"]
     model, card = load_checkpoint(tmp_path / "mine-b")
     assert card.name == "mine-b" and model.output_shape[-1] == 10
     out = subprocess.run([sys.executable, "-c", "import explorer, keras, sys; "
@@ -134,8 +135,8 @@ def test_the_shipped_checkpoints_and_hub_ids_stay_open(shared_app):
     client, _, choices = visitor(url)
     assert sorted(choices_of({"choices": choices})) == [B, A]
     ref, card = client.predict(B, api_name="/load_model_b")
-    # the folder's label (a shipped model's: what it is), then the card's name
-    assert ref == B and "**shipped · SPT + LSA · 192 images** (`tiny-spt_lsa`)" in card, card
+    # the folder's label (a shipped model's: what it is), then the reference the slots and the API take
+    assert ref == B and f"**shipped · SPT + LSA · 192 images** · `{B}`" in card, card
     # a Hub id is tried (offline here: the cache answers), and its failure names no server path
     ref, card = client.predict("someone/not-cached", api_name="/load_model_a")
     assert "not in the local Hugging Face cache" in card and str(ROOT) not in card
@@ -197,7 +198,7 @@ def test_a_hub_checkpoint_comes_with_its_files_only_and_an_oversized_one_is_refu
     assert not [f for f in hub.fetched if f[0] == "someone/huge-weights"]
     assert not list((root / ".hub-cache").glob("models--someone--huge-weights/blobs/*"))
     ref, card = client.predict("someone/tiny-lsa", api_name="/load_model_b")
-    assert ref == "someone/tiny-lsa" and "**tiny-spt_lsa**" in card, card
+    assert ref == "someone/tiny-lsa" and "**tiny-spt_lsa** · `someone/tiny-lsa`" in card, card  # its card's name
     fetched = sorted(name for repo, name in hub.fetched if repo == "someone/tiny-lsa")
     assert fetched == ["README.md", "config.json", "explorer.json", "metadata.json", "model.weights.h5"]
     assert str(root) not in card

@@ -19,7 +19,7 @@ from PIL import Image
 
 from explorer.checkpoints.store import read_card
 from explorer.model.config import ViTConfig
-from tests.helpers import NO_NETWORK, ROOT, stop
+from tests.helpers import NO_NETWORK, ROOT, slot_labels, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 PORT = 7860  # what a Space serves on
@@ -168,8 +168,9 @@ def test_every_tab_answers_on_the_embedded_default(space, tmp_path):
         assert len(table["data"]) == 2
     tau_table, note = client.predict(A, B, api_name="/tau")[2:]
     layers = ViTConfig.from_dict(read_card(ROOT / "checkpoints" / B).config).num_layers
-    assert [r[0] for r in tau_table["data"]] == [f"B: {B}"] * layers  # the slots' models only: B's layers
-    assert f"**A**: `{A}` is a ViT without LSA: it has no tau." in note
+    named = slot_labels(client)  # each model by its one name on the page
+    assert [r[0] for r in tau_table["data"]] == [f"B: {named[B]}"] * layers  # the slots' models only: B's layers
+    assert f"**A**: {named[A]} is a ViT without LSA: it has no tau." in note
     # Fine-tune: the tab answers (a run needs the full data or a zip; see test_ui and test_load).
     assert "No run" in client.predict(api_name="/cancel")
     # A Space runs in shared mode: a visitor id for the browser, and the button to duplicate it.
