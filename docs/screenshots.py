@@ -6,7 +6,8 @@
                                        # tau-800.png, attention-800.png, evidence-800.png, trust-800.png,
                                        # finetune-800.png
     python docs/screenshots.py trust   # only docs/trust.png and trust-800.png (a few minutes)
-    python docs/screenshots.py finetune  # only docs/finetune.png and finetune-800.png (one pair fine-tune)
+    python docs/screenshots.py finetune  # only docs/finetune.png, finetune-800.png and the own-class shots
+                                         # (one pair fine-tune)
     python docs/screenshots.py first   # only docs/first-visit.png and first-visit-800.png
 
 Launches `python app.py` on 127.0.0.1 (offline, with no data folder and an empty Keras cache, as a Space runs
@@ -20,8 +21,10 @@ confusion cell of A's cats taken for dogs and the shipped corruption and faithfu
 tunes both models on a zip of ten CIFAR-100 superclasses (bench/finetune_quality.py's "new" task of draw 0,
 classes neither model has seen; from the CIFAR folder) with the default recipe, and captures the Fine-tune tab
 once the pair run is done (the app works on copies of the checkpoints, so the run's results are not left in
-checkpoints/). The Patches, Tau, Attention, Evidence, Trust and Fine-tune tabs are also taken in an 800 px
-window (the same page, narrowed), below the image column.
+checkpoints/); then that pair of classes of its own in the slots: Compare on a sample of the images its fine-tune
+held out (own-compare.png, own-compare-800.png), Trust's report on them (own-trust.png, own-trust-800.png) and,
+when a model kept its start, the run's curves (curves-kept-start.png). The Patches, Tau, Attention, Evidence,
+Trust and Fine-tune tabs are also taken in an 800 px window (the same page, narrowed), below the image column.
 """
 
 from __future__ import annotations
@@ -69,6 +72,36 @@ def trust_shots(page) -> None:
     page.wait_for_timeout(2000)
     page.screenshot(path=str(ROOT / "docs" / "trust.png"), full_page=True)
     narrow_shot(page, "trust-800.png")
+
+
+def own_shots(page) -> None:
+    """The fine-tuned pair (classes of its own) that the fine-tune left in the slots: Compare on a test sample
+    drawn from the images its fine-tune held out, and Trust's report on them, at 1280 and 800 px; and, when one
+    of the two kept its start, the run's curves saying so (curves-kept-start.png)."""
+    page.locator("#ft-curves").scroll_into_view_if_needed()
+    if "kept none of the fine-tuned epochs" in (page.locator("#ft-status").inner_text()
+                                                 + page.evaluate("() => document.querySelector('#ft-curves')"
+                                                                 ".innerText")):
+        page.locator("#ft-curves").screenshot(path=str(ROOT / "docs" / "curves-kept-start.png"))
+    page.get_by_role("tab", name="Compare").click()
+    page.click("#sample")
+    page.wait_for_function("() => /held-out/.test((document.querySelector('#truth') || {}).innerText || '')",
+                           timeout=60_000)
+    page.wait_for_function("() => /True label/.test((document.querySelector('#verdict') || {}).innerText || '')",
+                           timeout=60_000)
+    page.wait_for_timeout(2000)
+    page.screenshot(path=str(ROOT / "docs" / "own-compare.png"))
+    page.set_viewport_size({"width": 800, "height": 1000})
+    page.wait_for_timeout(2000)
+    page.screenshot(path=str(ROOT / "docs" / "own-compare-800.png"))
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    page.get_by_role("tab", name="Trust").click()
+    page.wait_for_function("() => /held-out[^]*only B on/.test((document.querySelector('#trust-summary') || {})"
+                           ".innerText || '')", timeout=300_000)
+    page.wait_for_function("() => document.querySelectorAll('#trust-confusion img').length === 1", timeout=60_000)
+    page.wait_for_timeout(2000)
+    page.screenshot(path=str(ROOT / "docs" / "own-trust.png"), full_page=True)
+    narrow_shot(page, "own-trust-800.png")
 
 
 def bare(work: Path) -> dict:
@@ -197,17 +230,18 @@ def main(only: str | None = None) -> int:
                 page.wait_for_timeout(3000)
                 page.screenshot(path=str(ROOT / "docs" / "finetune.png"), full_page=True)
                 narrow_shot(page, "finetune-800.png")
+                own_shots(page)
             browser.close()
     finally:
         proc.terminate()
         proc.wait(10)
     shutil.rmtree(work)
     if only in ("trust", "finetune"):
-        print(f"wrote docs/{only}.png and {only}-800.png")
+        print(f"wrote docs/{only}.png and {only}-800.png" + (" and the own-class shots" if only == "finetune" else ""))
         return 0
     print("wrote docs/first-visit.png, first-visit-800.png, patches.png, patches-800.png, tau.png, tau-800.png, "
           "compare.png, screenshot.png, attention-800.png, whatif.png, evidence.png, evidence-800.png, "
-          "trust.png, trust-800.png, finetune.png and finetune-800.png")
+          "trust.png, trust-800.png, finetune.png, finetune-800.png and the own-class shots")
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -74,6 +75,24 @@ def test_set(dataset, count: int | None = None) -> LabelledSet:
         raise ValueError(f"{dataset.name} has no test images to evaluate on")
     return LabelledSet(f"{dataset.name} test images 0-{n - 1}", np.asarray(dataset.x_test[:n]),
                        np.asarray(dataset.y_test[:n], np.int64), list(dataset.class_names), np.arange(n))
+
+
+def read_labelled_zip(path, class_names: list[str]) -> LabelledSet:
+    """`labelled_zip` of the file at `path` as it is now, read once for the page's note and its report (the
+    last few zips kept, by path, size, time and the models' classes)."""
+    stat = os.stat(path)
+    return _labelled_zip_of(str(path), stat.st_size, stat.st_mtime_ns, tuple(class_names))
+
+
+@functools.lru_cache(maxsize=2)
+def _labelled_zip_of(path: str, size: int, mtime_ns: int, class_names: tuple[str, ...]) -> LabelledSet:
+    return labelled_zip(path, list(class_names))
+
+
+def classes_without_images(data: LabelledSet) -> list[str]:
+    """The models' classes of which `data` holds no image (a zip of some of them)."""
+    counts = np.bincount(data.labels, minlength=len(data.class_names))
+    return [c for c, n in zip(data.class_names, counts, strict=True) if n == 0]
 
 
 def labelled_zip(path, class_names: list[str], image_size: int = 32) -> LabelledSet:

@@ -4,6 +4,7 @@ corruptions, and which map to trust (deletion/insertion, randomisation); with a 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import gradio as gr
@@ -15,7 +16,7 @@ from explorer.app.state import LABELLED_ZIP, NotApplicable
 from explorer.core.formatting import pct
 from explorer.data.datasets import DatasetError
 from explorer.ui import trust_text
-from explorer.ui.context import AppState, Page, in_place, initial, repo_link
+from explorer.ui.context import IN_PLACE, AppState, Page, expected, in_place, initial, repo_link
 
 TAB = "Trust"
 TEST, ZIP = "the CIFAR test set", LABELLED_ZIP
@@ -57,14 +58,46 @@ class TrustTab:
 
     def _set(self, source: str, zip_file, count, ref_b: str, names: list[str], request, progress):
         if source == ZIP:
-            if not zip_file:
-                raise gr.Error("choose a zip of class folders first")
-            try:
-                return trust.labelled_zip(getattr(zip_file, "name", zip_file), names)
-            except (DatasetError, ValueError) as e:
-                raise gr.Error(str(e)) from None
+            return self._zip(zip_file, names)
         ds = self.app.test_images(ref_b, int(count or 1000), request, progress)
         return trust.test_set(ds, int(count or 1000))
+
+    def _zip(self, zip_file, names: list[str]) -> trust.LabelledSet:
+        """The zip's images labelled in the models' classes `names`, or a gr.Error that names those classes."""
+        if not zip_file:
+            raise gr.Error(f"choose a zip of class folders first, a folder per class ({', '.join(names)})")
+        try:
+            return trust.read_labelled_zip(getattr(zip_file, "name", zip_file), names)
+        except (DatasetError, ValueError) as e:
+            reason = str(e)
+            if ", ".join(names) not in reason:
+                reason += f"; the models' classes are {', '.join(names)}"
+            raise gr.Error(reason) from None
+
+    def zip_note(self, source: str, zip_file, ref_a: str, ref_b: str, request: gr.Request = None) -> str:
+        """The line under the zip: what the chosen zip holds for the models in the slots (its images, and the
+        models' classes it has no images of), or why it cannot judge them; empty for the test set."""
+        if source != ZIP or not zip_file:
+            return ""
+        _, b = self.app.pair(ref_a, ref_b, request)
+        data = self._zip(zip_file, b.class_names)
+        missing = trust.classes_without_images(data)
+        line = (f"**{data.name}**: {data.count:,} images of {len(b.class_names) - len(missing)} of the models' "
+                f"{len(b.class_names)} classes: **Evaluate both models** judges them on it")
+        if missing:
+            line += f" (no images of {', '.join(missing)}: their rows stay empty)"
+        return line
+
+    def zip_gate(self, source: str, zip_file, ref_a: str, ref_b: str, request: gr.Request = None):
+        """Before a report on a zip: the note under it, and a refusal there (the report shown stays) when the
+        zip cannot judge the models in the slots; the report is asked for only after it."""
+        try:
+            if source == ZIP and not zip_file:
+                self._zip(None, self.app.pair(ref_a, ref_b, request)[1].class_names)
+            yield self.zip_note(source, zip_file, ref_a, ref_b, request)
+        except gr.Error as e:
+            yield f"**⚠ not evaluated:** {e.message}. The report shown is still the one before."
+            raise expected(e.message, "trust zip refused", toast=False) from None
 
     def trust_report(self, ref_a: str, ref_b: str, source: str, zip_file, count: float, request: gr.Request = None,
                progress=gr.Progress()):
@@ -261,6 +294,17 @@ class TrustTab:
         return self.trust_report(ref_a, ref_b, TEST, None, count, request, progress)
 
 
+def quiet_note(note):
+    """`note` for a zip just chosen: its refusal as the line itself, never as an error."""
+    @functools.wraps(note)
+    def shown(*args, **kwargs):
+        try:
+            return note(*args, **kwargs)
+        except gr.Error as e:
+            return f"**⚠ this zip cannot judge these models:** {e.message}"
+    return shown
+
+
 REPORT_OUTPUTS = 11  # trust_report's
 ARRIVAL_OUTPUTS = 17  # Arrival.updates()'s
 
@@ -362,6 +406,8 @@ def build(app: AppState, page: Page) -> TrustTab:
             source = gr.Radio([(TEST_SHOWN, TEST), (ZIP, ZIP)], value=TEST, label="evaluate on")
             zip_file = gr.File(label="labelled zip (class folders)", file_types=[".zip"], elem_id="trust-zip")
             count = gr.Slider(100, 10000, value=1000, step=100, label="test images (the first N)")
+        # What the chosen zip holds for these models, or why it cannot judge them (the report shown stays).
+        zip_note = gr.Markdown("", elem_id="trust-zip-note", elem_classes=IN_PLACE)
         with gr.Row(equal_height=True):
             summary = gr.Markdown(first.report_text if first else "", elem_id="trust-summary")
             run_btn = gr.Button("Evaluate both models", variant="primary", elem_id="trust-btn", scale=0,
@@ -411,9 +457,14 @@ def build(app: AppState, page: Page) -> TrustTab:
 
     report_outputs = [summary, confusion, table_a, table_b, classes, reliability, calibration, only_a, only_b, files,
                       key]
-    run_btn.click(in_place(tab.trust_report, report_outputs, summary, "not evaluated"),
-                  [page.slot_a, page.slot_b, source, zip_file, count], report_outputs, api_name="trust_report",
-                  concurrency_limit=2).success(show(report_box), [key], [report_box], api_name=False, queue=False)
+    zip_inputs = [source, zip_file, page.slot_a, page.slot_b]
+    gr.on([zip_file.change, source.change], quiet_note(tab.zip_note), zip_inputs, [zip_note], api_name=False,
+          concurrency_limit=2, concurrency_id="trust_zip")
+    run_btn.click(tab.zip_gate, zip_inputs, [zip_note], api_name=False, concurrency_limit=2,
+                  concurrency_id="trust_zip").success(
+        in_place(tab.trust_report, report_outputs, summary, "not evaluated"),
+        [page.slot_a, page.slot_b, source, zip_file, count], report_outputs, api_name="trust_report",
+        concurrency_limit=2).success(show(report_box), [key], [report_box], api_name=False, queue=False)
     # The whole-set report computes itself when the tab opens (or the slots change while it is open).
     opened = in_place(tab.opened, report_outputs, summary, "not evaluated")
 

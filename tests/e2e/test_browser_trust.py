@@ -2,16 +2,18 @@
 shipped tables on its first screen without a click; the whole-set report (computed as the tab opens) on the bundled
 1,000 test images with both confusion tables, the calibration numbers and a cell's
 images under both models' answers; the shipped corruption and faithfulness tables, read and not computed;
-and, at 800 px, every table inside its box and every figure at 0.75 of its drawn width or more."""
+and, at 800 px, every table inside its box and every figure at 0.75 of its drawn width or more. A pair of
+classes of its own: Sample, Compare and Trust answer on the images its fine-tune held out, with no error."""
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
-from tests.e2e.pages import measure, visit
-from tests.helpers import scaled
+from tests.e2e.pages import measure, slot_options, visit
+from tests.helpers import OWN_CLASSES, own_pair, scaled, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 pytest.importorskip("playwright")  # a machine without playwright still collects the suite
@@ -140,8 +142,9 @@ def test_the_trust_tab_reports_the_pair_over_the_test_set_and_fits_the_window(br
 
 
 def test_a_zip_of_other_classes_is_refused_in_place_without_an_error_badge(browser, shipped_app, tmp_path):
-    """A zip whose folders are not the models' classes: the reason stays in the summary (a toast fades) and
-    no "Error" badge covers the tab's outputs."""
+    """A zip whose folders are not the models' classes: the reason, naming their classes, stays under the zip
+    (a toast fades) as soon as it is chosen and again at Evaluate; the report shown stays, and no "Error"
+    badge covers the tab's outputs."""
     import io
     import zipfile
 
@@ -162,15 +165,78 @@ def test_a_zip_of_other_classes_is_refused_in_place_without_an_error_badge(brows
         page.locator("#trust-zip input[type=file]").set_input_files(str(path))
         page.wait_for_function("() => [...document.querySelectorAll('div[role=tabpanel] a, div[role=tabpanel] td')]"
                                ".some((e) => e.innerText.includes('my-photos'))", timeout=scaled(30_000))
+        wait_text(page, "#trust-zip-note", "cannot judge these models", 60_000)  # said once it is chosen
+        report = page.inner_text("#trust-summary")
         page.click("#trust-btn")
-        wait_text(page, "#trust-summary", "not evaluated", 120_000)
-        said = page.inner_text("#trust-summary")
+        wait_text(page, "#trust-zip-note", "not evaluated", 120_000)
+        said = page.inner_text("#trust-zip-note")
         assert "my-photos.zip: the models do not predict ['pumpkin']" in said and "fine-tune on this zip" in said
+        assert "airplane, automobile, bird" in said and "report shown is still" in said, said
         badges = "() => [...document.querySelectorAll('[data-testid=status-tracker] .error')]" \
                  ".filter((e) => e.offsetParent !== null).length"
         assert page.evaluate(badges) == 0
         assert page.locator(".toast-body").all_inner_texts() == []
         page.wait_for_timeout(2000)
-        assert "do not predict" in page.inner_text("#trust-summary")  # it stays
+        assert "do not predict" in page.inner_text("#trust-zip-note")  # it stays, and so does the report
+        assert page.inner_text("#trust-summary") == report and page.locator("#trust-confusion img").count() == 1
     finally:
         page.close()
+
+
+@pytest.fixture(scope="module")
+def own_app(tmp_path_factory, tiny_checkpoints, cifar10, data_dir):
+    """The app with a pair of classes of its own in the slots (OWN_CLASSES, as a fine-tune on a zip of them
+    leaves it: cards of those classes, 60 held-out images of six of them) and no other models."""
+    root = tmp_path_factory.mktemp("own") / "checkpoints"
+    refs = own_pair(root, tiny_checkpoints, (cifar10.x_test[:60], np.arange(60) % 6))
+    proc, url, log = start_app(root, data_dir=data_dir,
+                               first_visit={"EXPLORER_MODEL_A": refs[0], "EXPLORER_MODEL_B": refs[1]})
+    yield url, log
+    stop(proc)
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_a_pair_of_classes_of_its_own_is_sampled_compared_and_judged_on_its_held_out_images(
+        browser, own_app, width):
+    """Issue #91 (a, b): Sample lists the pair's classes and draws its held-out images with their labels;
+    Compare checks both answers against those labels (a CIFAR image gets no verdict, and the reason); Trust
+    opens on the held-out images, its confusion over the pair's classes; no error, no toast."""
+    page = visit(browser, own_app[0], width)
+    try:
+        assert slot_options(page, "Test sample of class") == ["random", *OWN_CLASSES[:6]]
+        verdict = page.inner_text("#verdict")  # the first visit's example is a CIFAR-10 image
+        assert "not a class of these models, so no verdict" in verdict and "✔" not in verdict, verdict
+        for _ in range(2):
+            before = page.inner_text("#truth")
+            page.click("#sample")
+            page.wait_for_function("(b) => /held-out own test image #/.test(document.querySelector('#truth')"
+                                   ".innerText) && document.querySelector('#truth').innerText !== b",
+                                   arg=before, timeout=scaled(60_000))
+        label = re.search(r"True label: (\S+)", page.inner_text("#truth")).group(1)
+        assert label in OWN_CLASSES[:6]
+        wait_text(page, "#verdict", f"True label {label} · A [✔✘] · B [✔✘]", scaled(60_000))
+
+        page.get_by_role("tab", name="Trust").click()
+        wait_text(page, "#trust-summary", "only B on", scaled(120_000))
+        summary = page.inner_text("#trust-summary")
+        assert summary.startswith("held-out own test images") and "60 images" in summary, summary
+        page.wait_for_function("() => document.querySelectorAll('#trust-confusion img').length === 1",
+                               timeout=scaled(30_000))  # its box is shown once the report is in
+        rows = page.evaluate(ALL_ROWS, "#trust-classes")
+        assert [r[0] for r in rows] == OWN_CLASSES and sum(int(r[-1]) for r in rows) == 60, rows
+        assert page.locator(".toast-body").all_inner_texts() == []
+        assert "not measured" not in page.inner_text("#trust-corruptions-summary")
+        page.locator("#trust-reliability img").scroll_into_view_if_needed()
+        seen = measure(page)
+        assert {"trust-confusion", "trust-reliability"} <= {p["id"] for p in seen["pictures"]}, seen["pictures"]
+        small = [(p["id"], p["natural"], round(p["scale"], 2)) for p in seen["pictures"] if p["scale"] < 0.75]
+        assert not small, f"figures shown at under 0.75 of their drawn width: {small}"
+        wide = [t for t in seen["tables"] if t["right"] > t["box"] + 1 or t["hidden"] or t["broken"]]
+        assert not wide, f"tables wider than their box, or headers broken in a word: {wide}"
+        shown = page.evaluate("() => [...document.querySelectorAll('[role=tabpanel]')]"
+                              ".filter((e) => e.getBoundingClientRect().height > 0).map((e) => e.innerText).join()")
+        assert "⚠" not in shown, shown
+    finally:
+        page.close()
+    log = open(own_app[1]).read()
+    assert "Traceback" not in log, log[-3000:]
