@@ -37,6 +37,10 @@ def test_the_verdict_checks_an_answer_only_against_a_class_the_models_know():
     own = ["apple", "maple"]
     shown = verdict("apple", "maple", ("cifar10", 7, "cat"), own, own)
     assert "not a class of these models, so no verdict" in shown and "✘" not in shown and "✔" not in shown
+    # a pair of two class sets (A of CIFAR-10, B fine-tuned on its own): each side judged by its own classes
+    mixed = verdict("cat", "apple", ("held-out own", 3, "apple"), cifar, own)
+    assert mixed.endswith("True label **apple** · A – (not one of its classes) · B ✔"), mixed
+    assert verdict("cat", "apple", ("cifar10", 3, "cat"), cifar, own).endswith("A ✔ · B – (not one of its classes)")
 
 
 def test_results_are_cached_and_identical(ex, image_file):

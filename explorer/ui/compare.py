@@ -18,19 +18,20 @@ OTHER_MODELS = "_Another model in a slot: press **Find disagreements** for this 
 def verdict(pred_a: str, pred_b: str, truth: tuple[str, int, str] | None, classes_a: list[str],
             classes_b: list[str]) -> str:
     """Whether the two top-1 answers agree (a sign for agreeing, none for being right), and beside them each
-    one checked against the true label of a test image (`truth`: TestImages.identify's) when it is a class
-    of both models; an image of a class they do not know gets no verdict, and the line says why."""
+    one checked against the true label of a test image (`truth`: TestImages.identify's) by its own classes:
+    a model that does not know the label gets no verdict (a pair of different class sets: each side judged by
+    its own), and an image of a class neither knows gets none, the line saying why."""
     said = (f"= both say **{pred_a}**" if pred_a == pred_b
             else f"≠ they disagree: **{pred_a}** (A) vs **{pred_b}** (B)")
     if truth is None:
         return said
     source, index, label = truth
-    if label in classes_a and label in classes_b:
-        return (f"{said}\n\nTrue label **{label}** · A {'✔' if pred_a == label else '✘'} · "
-                f"B {'✔' if pred_b == label else '✘'}")
-    return (f"{said}\n\nTrue label **{label}** ({source} test image #{index}): not a class of "
-            f"{'these models' if label not in classes_a and label not in classes_b else 'both models'}, "
-            f"so no verdict (Sample draws images of their classes)")
+    if label not in classes_a and label not in classes_b:
+        return (f"{said}\n\nTrue label **{label}** ({source} test image #{index}): not a class of these models, "
+                f"so no verdict (Sample draws images of their classes)")
+    marks = [("✔" if pred == label else "✘") if label in classes else "– (not one of its classes)"
+             for pred, classes in ((pred_a, classes_a), (pred_b, classes_b))]
+    return f"{said}\n\nTrue label **{label}** · A {marks[0]} · B {marks[1]}"
 
 
 class CompareTab:
