@@ -339,3 +339,31 @@ def test_a_what_if_answer_is_marked_once_the_switches_no_longer_match_it():
     assert marked([1.0, "as learned", 1.0, "off"], shown) == "B: diagonal mask off"
     stale = marked([1.0, "as learned", 1.0, "as learned"], shown)
     assert stale.startswith(STALE) and stale.endswith("B: diagonal mask off")
+
+
+def test_a_mixed_pair_gets_each_tool_over_one_labelled_set_refused_in_place(tmp_path, tiny_checkpoints, cifar10,
+                                                                           data_dir):
+    """Issue #91 (c): A of CIFAR-10 beside B fine-tuned on classes of its own. Every tool that measures both
+    models on one labelled set says in place, as an answer (never an error), that it does not apply and why;
+    Compare judges each side by its own classes."""
+    from explorer.ui.trust import TEST, TrustTab
+    from tests.helpers import OWN_CLASSES, own_pair
+    root = pair_folder(tmp_path / "checkpoints", tiny_checkpoints)
+    own = own_pair(root, tiny_checkpoints, (cifar10.x_test[:30], np.arange(30) % 10))
+    state = AppState(root=root, data_dir=str(data_dir))
+    pair = (A, own[1])
+
+    def refused(text):
+        return "Not for this pair: A knows 10 classes (airplane," in text and "B 10 (apple, bicycle" in text
+    summary, table, gallery = ui(state).compare.disagreements(*pair, 100)
+    assert refused(summary) and table is None and gallery is None, summary
+    plot, table, summary = ui(state).evidence.robustness(*pair, 50, 2, "edge")
+    assert refused(summary) and plot is None and table is None, summary
+    tab = TrustTab(state)
+    for out in (tab.trust_report(*pair, TEST, None, 1000, progress=lambda *a, **k: None),
+                tab.trust_corruptions(*pair, 1000, progress=lambda *a, **k: None)):
+        assert refused(out[0]) and all(o is None for o in out[1:]), out[0]
+    sample = state.sample(None, own[1], seed=3)
+    assert sample.label in OWN_CLASSES
+    verdict = ui(state).compare.compare(sample.path, *pair)[2]
+    assert f"True label **{sample.label}** · A – (not one of its classes) · B " in verdict, verdict

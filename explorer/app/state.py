@@ -62,6 +62,20 @@ def own_classes(count: int, dataset: str) -> str:
             f"or a model from elsewhere). Trust's “{LABELLED_ZIP}” judges them on a zip of their classes.")
 
 
+def one_class_set(classes_a: list[str], classes_b: list[str]) -> None:
+    """Raises NotApplicable, saying why, when the two models know different classes: for a tool that measures
+    both on one labelled set (a mixed pair: A of CIFAR-10, B fine-tuned on classes of its own)."""
+    if list(classes_a) == list(classes_b):
+        return
+
+    def named(classes):
+        return ", ".join(classes[:4]) + (f" and {len(classes) - 4} more" if len(classes) > 4 else "")
+    raise NotApplicable(f"Not for this pair: A knows {len(classes_a)} classes ({named(classes_a)}), B "
+                        f"{len(classes_b)} ({named(classes_b)}), and this tool measures both on one labelled set "
+                        f"of the same classes. Put two models of the same classes in the slots; Compare, Patches "
+                        f"and Attention answer for each by its own.")
+
+
 class ExplorerState:
     """State shared by all sessions: the model cache, probe results, test images and the fine-tune runner;
     in shared mode (a public Space) also who each session is and what they may reach. `settings` (default:

@@ -8,7 +8,7 @@ import pandas as pd
 from explorer.analysis import reports
 from explorer.analysis.render import square
 from explorer.app.results import top_k
-from explorer.app.state import NotApplicable
+from explorer.app.state import NotApplicable, one_class_set
 from explorer.data.inputs import original_size, resize_note
 from explorer.ui.context import AppState, Page, in_place, initial, quiet
 
@@ -97,6 +97,7 @@ class CompareTab:
             raise gr.Error("choose at least one test image")
         a, b = self.app.pair(ref_a, ref_b, request)
         try:
+            one_class_set(a.class_names, b.class_names)
             ds = self.app.test_images(ref_b, int(count), request, progress)
         except NotApplicable as e:
             return str(e), None, None

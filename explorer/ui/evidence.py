@@ -10,7 +10,7 @@ import pandas as pd
 from explorer.analysis import evidence, robustness
 from explorer.analysis.render_evidence import plot_shift_robustness
 from explorer.app.attention import picture_title
-from explorer.app.state import NotApplicable
+from explorer.app.state import NotApplicable, one_class_set
 from explorer.core.formatting import pct
 from explorer.ui.context import AppState, Page, in_place, initial, quiet, shares
 from explorer.ui.pictures import as_pictures, picture
@@ -134,9 +134,8 @@ class EvidenceTab:
         count, max_shift = int(count or 0), int(max_shift or 0)
         if count < 1 or max_shift < 1:
             raise gr.Error("choose at least one test image and a shift of at least 1 pixel")
-        if a.class_names != b.class_names:
-            raise gr.Error("the two models predict different classes; compare models of one dataset")
         try:
+            one_class_set(a.class_names, b.class_names)
             ds = self.app.test_images(ref_b, count, request, progress)
         except NotApplicable as e:
             return None, None, str(e)

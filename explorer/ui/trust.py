@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from explorer.analysis import corruptions, faithfulness, render_trust, trust
-from explorer.app.state import LABELLED_ZIP, NotApplicable
+from explorer.app.state import LABELLED_ZIP, NotApplicable, one_class_set
 from explorer.core.formatting import pct
 from explorer.data.datasets import DatasetError
 from explorer.ui import trust_text
@@ -118,9 +118,8 @@ class TrustTab:
             right, the files to download, the report's key
         """
         a, b = self.app.pair(ref_a, ref_b, request)
-        if a.class_names != b.class_names:
-            raise gr.Error("the two models predict different classes; compare models of one dataset")
         try:
+            one_class_set(a.class_names, b.class_names)
             data = self._set(source, zip_file, count, ref_b, b.class_names, request, progress)
         except NotApplicable as e:  # nothing to judge these models by: said in place, as an answer
             return (f"_{e}_", *[None] * (REPORT_OUTPUTS - 1))
@@ -195,6 +194,7 @@ class TrustTab:
         """
         a, b = self.app.pair(ref_a, ref_b, request)
         try:
+            one_class_set(a.class_names, b.class_names)
             ds = self.app.test_images(ref_b, int(count or 1000), request, progress)
         except NotApplicable as e:
             return f"_{e}_", None, None, None
