@@ -292,3 +292,23 @@ def test_a_pair_fine_tuned_on_classes_of_its_own_answers_in_every_tool(client, c
         client.predict(handle_file(cifar), a, b, "the true label", "the image's mean colour", 1, api_name="/evidence")
     faith = client.predict(a, b, api_name="/trust_faithfulness")[0]
     assert "held-out own" in faith and "12 images" in faith, faith
+    corrupted = client.predict(a, b, 100, api_name="/trust_corruptions")
+    assert "held-out own" in corrupted[0] and "12 images" in corrupted[0] and len(corrupted[2]["data"]) == 30
+    # the tools of one image: each answers for the pair's classes
+    image = handle_file(path)
+    assert client.predict(image, a, b, api_name="/patches")[2]
+    maps = client.predict(image, a, b, 1, "head 1", 4.0, 30.0, api_name="/attention")
+    assert Image.open(maps[0]).width > 0
+    top_a, _, top_b, _, _, _, said = client.predict(image, a, b, 1, 16.0, 16.0, 0.25, "as learned", 1.0, "off",
+                                                    api_name="/what_if")
+    assert {c["label"] for c in top_a["confidences"] + top_b["confidences"]} <= set(OWN.values()), (top_a, said)
+    assert Image.open(client.predict(image, a, b, 2, "zero", api_name="/shift_strip")).width > 0
+    assert "tau" in client.predict(a, b, api_name="/tau")[3].lower()
+    # a mixed pair (A shipped CIFAR-10, B of its own classes): each side judged by its own labels in Compare,
+    # the tools over one labelled set say in place why they do not apply
+    verdict = client.predict(image, A, b, api_name="/compare")[2]
+    assert f"True label **{name}** · A – (not one of its classes) · B " in verdict, verdict
+    for endpoint, args, at in (("/trust_report", ("the CIFAR test set", None, 1000), 0), ("/disagreements", (100,), 0),
+                               ("/robustness", (50, 2, "edge"), 2)):
+        said = client.predict(A, b, *args, api_name=endpoint)[at]
+        assert "Not for this pair: A knows 10 classes" in said and "B 3 (hound, tabby, vessel)" in said, said
