@@ -519,3 +519,24 @@ def test_overlays_in_one_go_draw_what_each_overlay_draws(grid):
     drawn = render._overlays(base, maps, 0.6, (1, 2))
     for one, m in zip(drawn, maps, strict=True):
         np.testing.assert_array_equal(one, render._overlay(base, m, 0.6, None, (1, 2))[0])
+
+
+def test_trust_figures_keep_a_fine_tuned_models_long_title_over_its_own_panel():
+    """Issue #91: long class names push each confusion matrix right and a fine-tuned model's name is long;
+    each title wraps to stay over its own half of the figure, none cut at its right edge."""
+    from explorer.analysis import render_trust
+    from explorer.analysis.trust import Reliability
+    names = ["aquatic_mammals", "fish", "large_man-made_outdoor_things", "large_omnivores_and_herbivores"]
+    titles = [f"{t}: fine-tuned · cifar10-{v}-ft-cifar100-10-new-d0 · top-1 50.0 %" for t, v in
+              (("A", "vanilla"), ("B", "spt_lsa"))]
+    matrices = [RNG.integers(0, 5, (4, 4)) for _ in titles]
+    edges = np.linspace(0, 1, 16)
+    reliability = Reliability(edges, np.ones(15, np.int64), np.full(15, 0.5), np.full(15, 0.5), 0.1, 1.0)
+    for fig in (render_trust.confusion_figure(matrices, names, titles),
+                render_trust.reliability_figure([reliability] * 2, titles, 15)):
+        plots.figure_to_array(fig)
+        width = fig.bbox.width
+        for k, ax in enumerate(fig.axes[:2]):
+            box = ax.title.get_window_extent()
+            assert k * width / 2 - 1 <= box.x0 and box.x1 <= (k + 1) * width / 2 + 1, (k, box, width)
+            assert "\n" in ax.get_title() and "cifar10-" in ax.get_title().replace("\n", " ")

@@ -106,16 +106,18 @@ def _in_rows(handles, labels, n: int, groups: list[int]) -> tuple[list, list]:
     return [h for h, _ in ordered], [label for _, label in ordered]
 
 
-def _fitted_title(ax, text: str, share: float = 0.8, **kwargs) -> None:
-    """The axes' title wrapped to `share` of the figure's width: a longer one would narrow the axes (constrained
-    layout keeps a title inside the figure) or leave it."""
+def fitted_title(ax, text: str, share: float = 0.8, after: str = "", limit: float | None = None, **kwargs) -> None:
+    """The axes' title wrapped to `share` of the figure's width (or `limit` pixels): a longer one would narrow
+    the axes (constrained layout keeps a title inside the figure) or leave it. `after`: a last line of its own
+    (a measure's value)."""
     fig = ax.figure
     renderer = FigureCanvasAgg(fig).get_renderer()
-    limit, chars, shown = share * fig.bbox.width, len(text), text
-    title = ax.set_title(shown, **kwargs)
+    limit, chars = limit or share * fig.bbox.width, len(text)
+    tail = f"\n{after}" if after else ""
+    title = ax.set_title(text + tail, **kwargs)
     while (width := title.get_window_extent(renderer).width) > limit and chars > 12:
         chars = max(12, min(chars - 1, int(chars * limit / width)))
-        title.set_text(textwrap.fill(text, chars, break_on_hyphens=False))
+        title.set_text(textwrap.fill(text, chars, break_on_hyphens=False) + tail)
 
 
 def _per_layer_plot(per_model: dict[str, np.ndarray], ylabel: str, title: str) -> Figure:
@@ -296,7 +298,7 @@ def _mark_kept(ax, runs: dict[str, list[dict]], kept: dict[str, int]) -> None:
             ax.plot([epoch], [value], marker="*", markersize=14, color=MODEL_COLORS[k if label else 0],
                     markeredgecolor="black", linestyle="none", zorder=4, label=f"{label} kept: epoch {epoch}".strip())
     if none:
-        _fitted_title(ax, f"{' and '.join(none)} kept none of the fine-tuned epochs (the status says what it kept)",
+        fitted_title(ax, f"{' and '.join(none)} kept none of the fine-tuned epochs (the status says what it kept)",
                       fontsize="small", color="0.25")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from explorer.analysis.plots import figure_to_array, model_color
+from explorer.analysis.plots import figure_to_array, fitted_title, model_color
 
 # Inches (100 dpi): a figure of two panels is 880 px wide, shown at 0.8 of its size or more in the 704 px
 # that the tabs have in an 800 px window.
@@ -21,7 +21,7 @@ PAIR_WIDTH = 8.8
 def confusion_figure(matrices, class_names, titles) -> Figure:
     """Each model's confusion matrix (rows: true class; columns: its answer), as row shares, counts written in."""
     fig = Figure(figsize=(PAIR_WIDTH / 2 * len(matrices), 4.4), layout="constrained")
-    for k, (matrix, title) in enumerate(zip(matrices, titles, strict=True)):
+    for k, matrix in enumerate(matrices):
         ax = fig.add_subplot(1, len(matrices), k + 1)
         m = np.asarray(matrix, np.float64)
         shares = m / np.maximum(m.sum(1, keepdims=True), 1)
@@ -35,14 +35,27 @@ def confusion_figure(matrices, class_names, titles) -> Figure:
         ax.set_yticks(range(len(class_names)), class_names, fontsize=8)
         ax.set_xlabel("answer")
         ax.set_ylabel("true class")
-        ax.set_title(title, fontsize=9)
+    _titles_in_their_panels(fig, titles)
     return fig
+
+
+def _titles_in_their_panels(fig: Figure, titles: list[str], after: list[str] | None = None) -> None:
+    """Each axes' title (a model's name: long for a fine-tuned one) wrapped to stay over its own share of the
+    figure's width: centred over axes that long class names push right, it would otherwise leave the figure."""
+    fig.draw_without_rendering()  # constrained layout places the axes first
+    axes, width = fig.axes[:len(titles)], fig.bbox.width
+    share = width / len(axes)
+    for k, (ax, title) in enumerate(zip(axes, titles, strict=True)):
+        box = ax.get_window_extent()
+        centre = (box.x0 + box.x1) / 2
+        room = 0.95 * 2 * max(1.0, min(centre - k * share, (k + 1) * share - centre))
+        fitted_title(ax, title, after=after[k] if after else "", limit=room, fontsize=9)
 
 
 def reliability_figure(reliabilities, titles, bins: int) -> Figure:
     """Each model's reliability diagram: accuracy per confidence bin against the diagonal, ECE in the title."""
     fig = Figure(figsize=(PAIR_WIDTH / 2 * len(reliabilities), 3.6), layout="constrained")
-    for k, (r, title) in enumerate(zip(reliabilities, titles, strict=True)):
+    for k, r in enumerate(reliabilities):
         ax = fig.add_subplot(1, len(reliabilities), k + 1)
         centres = (r.edges[:-1] + r.edges[1:]) / 2
         width = r.edges[1] - r.edges[0]
@@ -54,8 +67,8 @@ def reliability_figure(reliabilities, titles, bins: int) -> Figure:
         ax.set_ylim(0, 1)
         ax.set_xlabel(f"confidence (top-1 probability, {bins} equal bins)")
         ax.set_ylabel("accuracy")
-        ax.set_title(f"{title}\nECE {100 * r.ece:.1f} %", fontsize=9)
         ax.legend(loc="upper left", fontsize=8)
+    _titles_in_their_panels(fig, titles, [f"ECE {100 * r.ece:.1f} %" for r in reliabilities])
     return fig
 
 

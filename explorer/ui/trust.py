@@ -133,7 +133,8 @@ class TrustTab:
         confusion = render_trust.picture(render_trust.confusion_figure([ma.confusion, mb.confusion], names, titles))
         reliability = render_trust.picture(render_trust.reliability_figure(
             [m.calibration.whole for m in report.models], titles, report.bins))
-        short = trust.short_names(names)
+        # A header breaks after an underscore or hyphen ("large_" over "omn") before it breaks inside a word.
+        short = [c.replace("_", "_\u200b").replace("-", "-\u200b") for c in trust.short_names(names)]
         tables = [pd.DataFrame(m.confusion, columns=short).assign(**{TRUE: names})[[TRUE, *short]]
                   for m in report.models]
         classes = pd.DataFrame([[ca.name, pct(ca.accuracy), _interval(ca), pct(cb.accuracy), _interval(cb), ca.total]
@@ -417,7 +418,7 @@ def build(app: AppState, page: Page) -> TrustTab:
                                  elem_classes="pic")
             # One above the other: ten classes' columns take the tabs' whole width in an 800 px window.
             table_a, table_b = (gr.Dataframe(label=f"{tag}'s answers (columns: the first letters of each class) · "
-                                                   f"click a cell to see its images", interactive=False,
+                                                   f"click a cell to see its images", interactive=False, wrap=True,
                                              elem_id=f"trust-c{tag.lower()}", elem_classes="trust-table")
                                 for tag in "AB")
             with gr.Column(visible=False) as cell_box:
