@@ -232,19 +232,20 @@ def pair_folder(root: Path, tiny_checkpoints: dict, **card) -> Path:
 OWN_CLASSES = ["apple", "bicycle", "castle", "dolphin", "elephant", "forest", "girl", "house", "lamp", "maple"]
 
 
-def own_pair(root: Path, tiny_checkpoints: dict, held_out: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
-    """The tiny pair under `root/finetuned/own-<variant>` as models of OWN_CLASSES (their cards say so: no
+def own_pair(root: Path, tiny_checkpoints: dict, held_out: tuple[np.ndarray, np.ndarray] | None,
+             classes: list[str] = OWN_CLASSES) -> list[str]:
+    """The tiny pair under `root/finetuned/own-<variant>` as models of `classes` (their cards say so: no
     training needed to ask what a tool makes of such a pair), each with the held-out images `held_out`
-    (images, labels in OWN_CLASSES) as a fine-tune writes them, or none. Returns their references."""
+    (images, labels in `classes`) as a fine-tune writes them, or none. Returns their references."""
     from explorer.checkpoints.held_out import write_held_out
     from explorer.checkpoints.store import update_card
     refs = []
     for variant, path in tiny_checkpoints.items():
         folder = root / "finetuned" / f"own-{variant}"
         shutil.copytree(path, folder)
-        update_card(folder, class_names=OWN_CLASSES, dataset={"name": "own", "num_classes": len(OWN_CLASSES)})
+        update_card(folder, class_names=list(classes), dataset={"name": "own", "num_classes": len(classes)})
         if held_out is not None:
-            write_held_out(folder, *held_out, OWN_CLASSES, "own")
+            write_held_out(folder, *held_out, list(classes), "own")
         refs.append(f"finetuned/own-{variant}")
     return refs
 

@@ -133,9 +133,9 @@ class TrustTab:
         confusion = render_trust.picture(render_trust.confusion_figure([ma.confusion, mb.confusion], names, titles))
         reliability = render_trust.picture(render_trust.reliability_figure(
             [m.calibration.whole for m in report.models], titles, report.bins))
-        # A header breaks after an underscore or hyphen ("large_" over "omn") before it breaks inside a word.
-        short = [c.replace("_", "_\u200b").replace("-", "-\u200b") for c in trust.short_names(names)]
-        tables = [pd.DataFrame(m.confusion, columns=short).assign(**{TRUE: names})[[TRUE, *short]]
+        short = [_breakable(c) for c in trust.short_names(names)]
+        rows = [_breakable(c) for c in names]
+        tables = [pd.DataFrame(m.confusion, columns=short).assign(**{TRUE: rows})[[TRUE, *short]]
                   for m in report.models]
         classes = pd.DataFrame([[ca.name, pct(ca.accuracy), _interval(ca), pct(cb.accuracy), _interval(cb), ca.total]
                                 for ca, cb in zip(ma.classes, mb.classes, strict=True)], columns=CLASS_COLUMNS)
@@ -354,6 +354,12 @@ def map_note(app: AppState, kinds: tuple[str, ...]):
 def _cards(a, b) -> dict[str, dict]:
     """Both slots' cards, as their checkpoints hold them (with the label the page shows)."""
     return {tag: {"label": m.label, **m.card.to_json()} for tag, m in zip("AB", (a, b), strict=True)}
+
+
+def _breakable(name: str) -> str:
+    """A class name that breaks after an underscore or hyphen ("large_" over "omnivores_") before inside a word:
+    a confusion table's headers and its first column, in an 800 px window."""
+    return name.replace("_", "_\u200b").replace("-", "-\u200b")
 
 
 def _range(interval) -> str:
