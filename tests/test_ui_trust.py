@@ -188,21 +188,22 @@ def test_a_pair_of_its_own_classes_is_judged_on_its_held_out_images_and_never_by
 
 def test_a_zip_that_cannot_judge_the_pair_is_said_under_it_naming_their_classes(tmp_path, tiny_checkpoints, cifar10,
                                                                                data_dir):
-    """Issue #91's bad input: a zip of other, more or no classes, an empty or a corrupt one gets one line
-    under the zip naming the pair's classes (the line itself when it is chosen; at Evaluate, the line and a
-    refusal that stops the report, so the one shown stays); a zip of some of their classes says which it lacks."""
+    """Issue #91's bad input: a zip of other, more, fewer or no classes, an empty or a corrupt one gets one
+    line under the zip naming the pair's classes (the line itself when it is chosen; at Evaluate, the line and
+    a refusal that stops the report, so the one shown stays); a zip of their classes says what it holds."""
     from explorer.ui.trust import quiet_note
     from tests.helpers import OWN_CLASSES, class_zip, own_pair
     root = tmp_path / "checkpoints"
     refs = own_pair(root, tiny_checkpoints, None)
     tab = TrustTab(AppState(root=root, data_dir=str(data_dir)))
-    x = cifar10.x_test[:12]
+    x = cifar10.x_test[:20]
+    right = class_zip(tmp_path / "right.zip", x, np.arange(20) % 10, OWN_CLASSES)
+    note = tab.zip_note(ZIP, str(right), *refs)
+    assert note.startswith("**right.zip**: 20 images of the models' 10 classes: **Evaluate"), note
+    assert tab.zip_note(TEST, str(right), *refs) == "" and tab.zip_note(ZIP, None, *refs) == ""
+    assert list(tab.zip_gate(ZIP, str(right), *refs)) == [note]  # it lets the report run
+    x = x[:12]
     some = class_zip(tmp_path / "some.zip", x, np.arange(12) % 3, OWN_CLASSES[:3])
-    note = tab.zip_note(ZIP, str(some), *refs)
-    assert note.startswith("**some.zip**: 12 images of 3 of the models' 10 classes"), note
-    assert f"no images of {', '.join(OWN_CLASSES[3:])}" in note
-    assert tab.zip_note(TEST, str(some), *refs) == "" and tab.zip_note(ZIP, None, *refs) == ""
-    assert list(tab.zip_gate(ZIP, str(some), *refs)) == [note]  # it lets the report run
     empty = tmp_path / "empty.zip"
     with __import__("zipfile").ZipFile(empty, "w"):
         pass
@@ -210,7 +211,7 @@ def test_a_zip_that_cannot_judge_the_pair_is_said_under_it_naming_their_classes(
     corrupt.write_bytes(some.read_bytes()[:200])
     bad = {"other": class_zip(tmp_path / "other.zip", x, np.arange(12) % 2, ["pumpkin", "apple"]),
            "more": class_zip(tmp_path / "more.zip", x, np.arange(12) % 11, [*OWN_CLASSES, "zebra"]),
-           "empty": empty, "corrupt": corrupt, "none": None}
+           "fewer": some, "empty": empty, "corrupt": corrupt, "none": None}
     for why, path in bad.items():
         shown = quiet_note(tab.zip_note)(ZIP, path and str(path), *refs)
         gate = tab.zip_gate(ZIP, path and str(path), *refs)
@@ -222,3 +223,4 @@ def test_a_zip_that_cannot_judge_the_pair_is_said_under_it_naming_their_classes(
         if path is not None:
             assert shown.startswith("**⚠ this zip cannot judge these models:**") and ", ".join(OWN_CLASSES) in shown
     assert "zebra" in next(tab.zip_gate(ZIP, str(bad["more"]), *refs))
+    assert f"no images of {', '.join(OWN_CLASSES[3:])}" in next(tab.zip_gate(ZIP, str(some), *refs))

@@ -67,7 +67,13 @@ class TrustTab:
         if not zip_file:
             raise gr.Error(f"choose a zip of class folders first, a folder per class ({', '.join(names)})")
         try:
-            return trust.read_labelled_zip(getattr(zip_file, "name", zip_file), names)
+            data = trust.read_labelled_zip(getattr(zip_file, "name", zip_file), names)
+            missing = trust.classes_without_images(data)
+            if missing:  # a confusion table, per-class accuracy and calibration need every class's images
+                raise ValueError(f"{data.name} has no images of {', '.join(missing)}: a zip for Trust holds a "
+                                 f"folder of images for each of the models' {len(names)} classes "
+                                 f"({', '.join(names)})")
+            return data
         except (DatasetError, ValueError) as e:
             reason = str(e)
             if ", ".join(names) not in reason:
@@ -75,18 +81,15 @@ class TrustTab:
             raise gr.Error(reason) from None
 
     def zip_note(self, source: str, zip_file, ref_a: str, ref_b: str, request: gr.Request = None) -> str:
-        """The line under the zip: what the chosen zip holds for the models in the slots (its images, and the
-        models' classes it has no images of), or why it cannot judge them; empty for the test set."""
+        """The line under the zip: what the chosen zip holds for the models in the slots, or why it cannot judge
+        them (a gr.Error naming their classes: a zip of other, more or fewer classes, an empty or a broken one);
+        empty for the test set."""
         if source != ZIP or not zip_file:
             return ""
         _, b = self.app.pair(ref_a, ref_b, request)
         data = self._zip(zip_file, b.class_names)
-        missing = trust.classes_without_images(data)
-        line = (f"**{data.name}**: {data.count:,} images of {len(b.class_names) - len(missing)} of the models' "
-                f"{len(b.class_names)} classes: **Evaluate both models** judges them on it")
-        if missing:
-            line += f" (no images of {', '.join(missing)}: their rows stay empty)"
-        return line
+        return (f"**{data.name}**: {data.count:,} images of the models' {len(b.class_names)} classes: **Evaluate "
+                f"both models** judges them on it")
 
     def zip_gate(self, source: str, zip_file, ref_a: str, ref_b: str, request: gr.Request = None):
         """Before a report on a zip: the note under it, and a refusal there (the report shown stays) when the
