@@ -114,3 +114,18 @@ def test_a_pair_of_its_own_classes_without_held_out_images_is_told_why(own):
     with pytest.raises(NotApplicable, match="10 classes of their own.*holds no held-out images.*labelled zip"):
         state.test_images(bare[1], 100)
     assert state.sample_classes(bare[1]) == []  # no CIFAR class of theirs to draw
+
+
+def test_the_line_under_sample_says_where_its_images_come_from_for_slot_b(own):
+    """Issue #91: with a pair of classes of its own, the data note names its held-out images (or says there are
+    none) instead of describing CIFAR's test images, which Sample no longer draws for it."""
+    from explorer.ui.images import ImagesColumn
+    state, refs, bare, _ = own
+    col = ImagesColumn(state)
+    held = col.data_note(refs[1])
+    assert "the 40 images slot B's fine-tune held out of own" in held and "10 classes of its own" in held, held
+    assert "CIFAR" not in held
+    none = col.data_note(bare[1])
+    assert "none for slot B's model" in none and "no held-out images" in none, none
+    assert col.data_note("cifar10-vanilla") == col.data_note(None) == state.tests.note(False)
+    assert "CIFAR-10" in col.data_note(None)

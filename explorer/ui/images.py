@@ -59,6 +59,19 @@ class ImagesColumn:
         truth = f"True label: **{sample.label}** ({sample.dataset} test image #{sample.index})"
         return sample.path, square(sample.image, PREVIEW), truth
 
+    def data_note(self, ref_b: str | None, request: gr.Request = None) -> str:
+        """Where Sample draws its images for slot B's model, in one line: its fine-tune's held-out images (a
+        model of classes of its own), none (such a model without them), or the CIFAR test set (where it is)."""
+        held = self.app.held_out(ref_b, request)
+        if held is not None:
+            source = held.name.removeprefix("held-out ")
+            return (f"_Test samples: the {len(held.y_test):,} images slot B's fine-tune held out of {source} "
+                    f"(never trained on), labelled in its {len(held.class_names)} classes of its own._")
+        if ref_b and not self.app.sample_classes(ref_b, request):
+            return ("_Test samples: none for slot B's model: it knows classes of its own, and its checkpoint holds "
+                    "no held-out images of them. Upload an image above._")
+        return self.app.tests.note(self.app.shared)
+
     def classes(self, ref_b: str | None, request: gr.Request = None):
         """The sample's class list for slot B's model: the test set's classes it knows."""
         return gr.update(choices=["random"] + self.app.sample_classes(ref_b, request), value="random")
@@ -95,9 +108,10 @@ def build(app: AppState, slot_b: gr.Dropdown, loaded: tuple, first: Example | No
     # Hidden in the page (always random there); API callers pass a seed to pick reproducibly.
     sample_seed = gr.Number(-1, visible=False, label="seed (-1: random)")
     truth = gr.Markdown(truth0, elem_id="truth")
-    gr.Markdown(app.tests.note(app.shared), elem_id="data-note")
+    data_note = gr.Markdown(col.data_note(app.initial_refs()[1]), elem_id="data-note")
     own.upload(lambda file: file, [own], [upload], api_name=False, queue=False)
     upload.change(col.take_image, [upload], [preview, image_note, truth], api_name="image", **UNLISTED)
     gr.on([state.change for state in loaded], col.classes, [loaded[1]], [sample_class], api_name=False, queue=False)
+    gr.on([state.change for state in loaded], col.data_note, [loaded[1]], [data_note], api_name=False, queue=False)
     sample_btn.click(col.sample, [sample_class, slot_b, sample_seed], [upload, preview, truth], api_name="sample")
     return upload

@@ -216,6 +216,8 @@ def test_a_pair_of_classes_of_its_own_is_sampled_compared_and_judged_on_its_held
     page = visit(browser, own_app[0], width)
     try:
         assert slot_options(page, "Test sample of class") == ["random", *OWN_CLASSES[:6]]
+        note = page.inner_text("#data-note")  # where Sample's images come from: not CIFAR's test set
+        assert "the 60 images slot B's fine-tune held out of own" in note and "CIFAR" not in note, note
         verdict = page.inner_text("#verdict")  # the first visit's example is a CIFAR-10 image
         assert "not a class of these models, so no verdict" in verdict and "✔" not in verdict, verdict
         for _ in range(2):
