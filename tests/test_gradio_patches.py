@@ -59,7 +59,8 @@ def test_install_twice_patches_once():
     assert originals() == before and set(before) == {"get_tool_to_endpoint", "_execute_tool_without_progress",
                                                       "get_input_schema", "save_pil_to_cache",
                                                       "SessionState.__setitem__", "Queue.__init__", "Queue.push",
-                                                      "Queue.process_events", "Queue.start_processing"}
+                                                      "Queue.process_events", "Queue.start_processing",
+                                                      "Blocks.process_api", "SessionState._update_value_in_config"}
 
 
 def test_gradio_makes_every_public_endpoint_a_tool_and_the_patch_leaves_out_the_run_endpoints(server):
@@ -173,6 +174,41 @@ def test_gradio_saves_an_updated_components_values_under_a_new_id_and_the_patch_
     patched = saved_values(patched=True)
     assert patched["after_input"] == {patched["id"]: "c"}
     assert patched["after_output"] == {patched["id"]: "b"}
+
+
+def value_after_a_late_event(patched: bool) -> str:
+    """What a link to the view would save for an upload after a Sample put "second.png" in it while an analysis
+    of "first.png" still waited in the queue: the Sample joined the queue after the analysis, ran first (the
+    analysis waited behind a concurrency limit), and the analysis ran last with its older input."""
+    from types import SimpleNamespace
+
+    from gradio.blocks import Blocks
+    from gradio.state_holder import SessionState
+    with gr.Blocks() as demo:
+        upload = gr.Textbox()
+        shown = gr.Textbox()
+        gr.Button().click(lambda: "second.png", None, upload)  # Sample
+        upload.change(lambda path: path, upload, shown)  # an analysis of the image
+    demo.queue()
+    sample, analysis = demo.fns.values()
+    demo._queue.event_ids_to_events.update({"analysis": SimpleNamespace(enqueue_time=1.0),
+                                            "sample": SimpleNamespace(enqueue_time=2.0)})
+    process_api, update = Blocks.process_api, SessionState._update_value_in_config
+    if not patched:
+        Blocks.process_api = originals()["Blocks.process_api"]
+        SessionState._update_value_in_config = originals()["SessionState._update_value_in_config"]
+    try:
+        state = SessionState(demo)
+        asyncio.run(demo.process_api(sample, [], state, event_id="sample"))
+        asyncio.run(demo.process_api(analysis, ["first.png"], state, event_id="analysis"))
+        return next(c["props"]["value"] for c in state.components if c["id"] == upload._id)
+    finally:
+        Blocks.process_api, SessionState._update_value_in_config = process_api, update
+
+
+def test_gradio_saves_the_input_of_an_earlier_event_that_ran_late_and_the_patch_the_newest_value():
+    assert value_after_a_late_event(patched=False) == "first.png"
+    assert value_after_a_late_event(patched=True) == "second.png"
 
 
 def test_gradio_polls_an_idle_queue_every_millisecond_and_the_patch_every_20_ms():

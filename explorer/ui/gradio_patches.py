@@ -7,6 +7,8 @@ against (6.31) by a test in tests/test_gradio_patches.py that fails when Gradio'
 - the image cache writes atomically, encodes PNG fast and encodes a picture once;
 - a component a handler has updated (its choices, say) keeps its id in the session, so a link to the view
   (gr.DeepLinkButton) saves what the component shows;
+- a component's value saved for such a link is the one the newest event gave it: an event that joined the
+  queue earlier and runs later (behind a concurrency limit) no longer writes its older input over it;
 - the queue, when it has nothing to do, looks for work every 20 ms instead of every millisecond, and is woken
   at once when an event joins it or ends.
 
@@ -16,6 +18,7 @@ the queue's wake-up explorer.core.wake.Wake's."""
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import time
 from collections.abc import Callable
@@ -24,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from gradio import mcp as gradio_mcp
 from gradio import processing_utils as pu
-from gradio.blocks import Block
+from gradio.blocks import Block, Blocks
 from gradio.components import State
 from gradio.mcp import GradioMCPServer
 from gradio.queueing import Queue
@@ -56,7 +59,8 @@ def originals() -> dict[str, Callable]:
            "get_input_schema": GradioMCPServer.get_input_schema, "save_pil_to_cache": pu.save_pil_to_cache,
            "SessionState.__setitem__": SessionState.__setitem__, "Queue.__init__": Queue.__init__,
            "Queue.push": Queue.push, "Queue.process_events": Queue.process_events,
-           "Queue.start_processing": Queue.start_processing}
+           "Queue.start_processing": Queue.start_processing, "Blocks.process_api": Blocks.process_api,
+           "SessionState._update_value_in_config": SessionState._update_value_in_config}
     return {name: getattr(function, REPLACED) for name, function in now.items() if _patched(function)}
 
 
@@ -67,6 +71,7 @@ def install() -> None:
     install_mcp_outputs()
     install_mcp_schemas()
     install_session_ids()
+    install_value_order()
     install_idle_queue()
 
 
@@ -196,6 +201,46 @@ def install_session_ids() -> None:
         original(self, key, value)
 
     SessionState.__setitem__ = _patch(__setitem__, original)
+
+
+# The event being processed: when it joined the queue (time.monotonic(); an event outside the queue: when it began).
+_EVENT_ORDER: contextvars.ContextVar[float | None] = contextvars.ContextVar("explorer_event_order", default=None)
+WRITTEN = "_explorer_written"  # a session's {component id: the order of the event that last gave it its value}
+
+
+def install_value_order() -> None:
+    """Gradio 6.31 saves, for a link to the view (gr.DeepLinkButton), each component's value as the last event
+    *processed* gave it, as an input or an output. Events are processed out of the order they were sent in:
+    one that waits behind a concurrency limit runs after later ones. So after a Sample (its output: a new
+    image in the upload), an analysis the previous image had queued still wrote that image back as its input,
+    and a link copied then reopened the previous image. Here an event's write of a value counts only if no
+    event that joined the queue later has written that component's value (events outside the queue are
+    ordered by when they began, which is when they were sent)."""
+    if _patched(Blocks.process_api):
+        return
+    process_api, update = Blocks.process_api, SessionState._update_value_in_config
+
+    async def ordered_process_api(self, *args, **kwargs):
+        event_id = kwargs.get("event_id")
+        queue = getattr(self, "_queue", None)
+        event = queue.event_ids_to_events.get(event_id) if queue is not None and event_id else None
+        token = _EVENT_ORDER.set(event.enqueue_time if event is not None else time.monotonic())
+        try:
+            return await process_api(self, *args, **kwargs)
+        finally:
+            _EVENT_ORDER.reset(token)
+
+    def _update_value_in_config(self, key: int, value) -> None:
+        order = _EVENT_ORDER.get()
+        if order is not None:
+            written = self.__dict__.setdefault(WRITTEN, {})
+            if written.get(key, float("-inf")) > order:
+                return  # a later event's value stays
+            written[key] = order
+        update(self, key, value)
+
+    Blocks.process_api = _patch(ordered_process_api, process_api)
+    SessionState._update_value_in_config = _patch(_update_value_in_config, update)
 
 
 # How often an idle queue looks for work and for progress to send (s): Gradio 6.31's own on Linux (pinned by

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from tests.e2e.pages import measure, slot_options, visit
+from tests.e2e.pages import measure, slot_options, slot_value, visit
 from tests.helpers import own_pair, scaled, start_app, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -212,7 +212,8 @@ def test_a_pair_of_classes_of_its_own_is_sampled_compared_and_judged_on_its_held
         browser, own_app, width):
     """Issue #91 (a, b): Sample lists the pair's classes and draws its held-out images with their labels;
     Compare checks both answers against those labels (a CIFAR image gets no verdict, and the reason); Trust
-    opens on the held-out images, its confusion over the pair's classes; no error, no toast."""
+    opens on the held-out images, its confusion over the pair's classes; no error, no toast. At 1280 px every
+    other tab opens without an error, and a copied link reopens the view with the same answers."""
     page = visit(browser, own_app[0], width)
     try:
         assert slot_options(page, "Test sample of class") == ["random", *OWN_CLASSES[:6]]
@@ -256,7 +257,35 @@ def test_a_pair_of_classes_of_its_own_is_sampled_compared_and_judged_on_its_held
                 shown = page.evaluate(VISIBLE_PANEL)
                 assert "⚠" not in shown and "Error" not in shown, (name, shown)
             assert page.locator(".toast-body").all_inner_texts() == []
+            reopened(browser, page, label)
     finally:
         page.close()
     log = open(own_app[1]).read()
     assert "Traceback" not in log, log[-3000:]
+
+
+def reopened(browser, page, label: str) -> None:
+    """A copied link to the own-class pair's Compare view (on a held-out image of `label`): a new page holds the
+    same models, the image and its verdict against the pair's own label, Sample's classes and the line on where
+    its images come from, and its Trust tab reports on the held-out images; nothing says an error."""
+    from tests.e2e.test_browser_link import copied_link
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    link = copied_link(page)
+    other = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        other.goto(link)
+        try:
+            wait_text(other, "#verdict", f"True label {label} · A [✔✘] · B [✔✘]", scaled(90_000))
+        except Exception as error:
+            said = other.evaluate("() => ['#verdict', '#truth', '#upload', '#card-b'].map((s) => "
+                                  "(document.querySelector(s) || {innerText: '(none)'}).innerText).join(' | ')")
+            raise AssertionError(f"the link {link} to a {label} image shows: {said}") from error
+        assert [slot_value(other, s) for s in ("Model A", "Model B")] == [slot_value(page, s)
+                                                                          for s in ("Model A", "Model B")]
+        assert slot_options(other, "Test sample of class") == ["random", *OWN_CLASSES[:6]]
+        assert "held out of own" in other.inner_text("#data-note")
+        other.get_by_role("tab", name="Trust").click()
+        wait_text(other, "#trust-summary", "^held-out own test images 0-59, 60 images.*only B on", scaled(120_000))
+        assert "⚠" not in other.evaluate(VISIBLE_PANEL) and other.locator(".toast-body").all_inner_texts() == []
+    finally:
+        other.close()
