@@ -136,7 +136,7 @@ class TrustTab:
         confusion = render_trust.picture(render_trust.confusion_figure([ma.confusion, mb.confusion], names, titles))
         reliability = render_trust.picture(render_trust.reliability_figure(
             [m.calibration.whole for m in report.models], titles, report.bins))
-        short = [_breakable(c) for c in trust.short_names(names)]
+        short = trust.short_names(names)  # upright in the page (page.css): never broken
         rows = [_breakable(c) for c in names]
         tables = [pd.DataFrame(m.confusion, columns=short).assign(**{TRUE: rows})[[TRUE, *short]]
                   for m in report.models]
@@ -361,7 +361,7 @@ def _cards(a, b) -> dict[str, dict]:
 
 def _breakable(name: str) -> str:
     """A class name that breaks after an underscore or hyphen ("large_" over "omnivores_") before inside a word:
-    a confusion table's headers and its first column, in an 800 px window."""
+    a confusion table's first column, in an 800 px window."""
     return name.replace("_", "_\u200b").replace("-", "-\u200b")
 
 
