@@ -37,6 +37,9 @@ def main():
     p.add_argument("--steps-per-call", type=int, default=16)
     p.add_argument("--only", help="comma-separated setting names to run, in this order (default: all)")
     p.add_argument("--json", help="write the rows to this file too")
+    p.add_argument("--randaugment", type=float, help="RandAugment's magnitude in every setting's step (default: the "
+                                                     "paper recipe's; 0 leaves it out, as a rehearsal of the "
+                                                     "stage may: it takes most of a tiny step's compiling)")
     args = p.parse_args()
     if args.epochs < 2:
         p.error("--epochs must be at least 2: the first compiles and is not timed")
@@ -52,6 +55,8 @@ def main():
     from explorer.training.recipe import RECIPES, TrainConfig
 
     paper = {k: v for k, v in RECIPES["paper"].items() if k not in ("epochs", "batch_size", "repeats")}
+    if args.randaugment is not None:
+        paper["randaugment"] = args.randaugment
     settings = {
         "host float32": dict(batch_size=128),
         "device float32": dict(batch_size=128, device_data=True),

@@ -302,11 +302,15 @@ def free_port() -> int:
 TEST_PAIR = {"EXPLORER_MODEL_A": "cifar10-vanilla", "EXPLORER_MODEL_B": "cifar10-spt_lsa"}
 
 
-def start_app(checkpoints, env_extra=None, timeout=120, data_dir=None, first_visit=TEST_PAIR):
+def start_app(checkpoints, env_extra=None, timeout=120, data_dir=None, first_visit=TEST_PAIR, prewarm=True):
     """`python app.py` on a free port; with `data_dir` its CIFAR comes from there ($EXPLORER_DATA_DIR); its first
-    visit's pair `first_visit` (None: the app's default)."""
+    visit's pair `first_visit` (None: the app's default). `prewarm=False`: for an app whose tests never fine-tune,
+    no fine-tuning worker started in advance (EXPLORER_PREWARM=0): its imports cost about 4 CPU-seconds, and its
+    idle wait more on a slow host."""
     port = free_port()
     data = {"EXPLORER_DATA_DIR": str(data_dir)} if data_dir else {}
+    if not prewarm:
+        data["EXPLORER_PREWARM"] = "0"
     # The tester's own MCP settings and first pair never decide what is tested (the MCP server is on by default).
     inherited = {k: v for k, v in os.environ.items()
                  if k not in ("GRADIO_MCP_SERVER", "EXPLORER_MCP", *TEST_PAIR)}
@@ -362,16 +366,18 @@ def serving(root: Path, data_dir, **kwargs):
         stop(proc)
 
 
-def tiny_pair_served(tmp_path_factory, tiny_checkpoints, data_dir):
-    """The app with the tiny pair as the 45,000-image pair (as the shipped pair is): (URL, its checkpoints)."""
+def tiny_pair_served(tmp_path_factory, tiny_checkpoints, data_dir, **kwargs):
+    """The app with the tiny pair as the 45,000-image pair (as the shipped pair is): (URL, its checkpoints).
+    `kwargs`: start_app's."""
     root = pair_folder(tmp_path_factory.mktemp("first-hour") / "checkpoints", tiny_checkpoints,
                        dataset={"train_images": 45000})
-    return serving(root, data_dir, timeout=300)
+    return serving(root, data_dir, timeout=300, **kwargs)
 
 
-def shipped_served(tmp_path_factory, data_dir):
-    """The app on copies of the shipped checkpoints, the small-data study's included: (URL, its checkpoints)."""
-    return serving(shipped_copy(tmp_path_factory.mktemp("second-pass")), data_dir, timeout=300)
+def shipped_served(tmp_path_factory, data_dir, **kwargs):
+    """The app on copies of the shipped checkpoints, the small-data study's included: (URL, its checkpoints).
+    `kwargs`: start_app's."""
+    return serving(shipped_copy(tmp_path_factory.mktemp("second-pass")), data_dir, timeout=300, **kwargs)
 
 
 def stored_run(store, owner: str, name: str, ended: float, run_id: str | None = None, source=None) -> str:

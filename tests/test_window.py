@@ -268,10 +268,12 @@ def test_the_gpu_sessions_script_measures_then_trains_a_window(tmp_path, packed)
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                JAX_PLATFORMS="cpu", XLA_FLAGS=JAX_CPU_XLA_FLAGS,  # as run_on_jax compiles
                BENCH_PRESET="tiny", BENCH_ONLY="device bf16 x16,host float32", BENCH_STEPS="2",
-               # The window without RandAugment: a step with it compiles five times as long, and the window's
-               # part here is the script's stage, not the recipe (the bench's rows have RandAugment).
-               BENCH_S="300", WINDOW_ARGS=f"--preset tiny --train-on-all --subset 64 --epochs 1 --dataset {packed} "
-                                          f"--work {tmp_path / 'work'} --randaugment 0",
+               # The bench and the window without RandAugment: a tiny step with it compiles five times as long
+               # (the bench's stage 105 to 19 CPU-seconds), and their part here is the script's stages, not the
+               # recipe: tests/test_step_augment.py compiles RandAugment into a step on JAX.
+               BENCH_ARGS="--randaugment 0", BENCH_S="300",
+               WINDOW_ARGS=f"--preset tiny --train-on-all --subset 64 --epochs 1 --dataset {packed} "
+                           f"--work {tmp_path / 'work'} --randaugment 0",
                CACHE=str(tmp_path / "cache"), CACHE_TAR=str(tmp_path / "no-cache-yet.tar"))
     done = subprocess.run(["bash", "tools/gpu_session.sh", "both", str(state), "vanilla", "500"], env=env,
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=900)

@@ -26,8 +26,9 @@
 # PROFILE_S=1: the window also traces a second of its steps after its first epoch (JAX's profiler), prints where
 # the device's time went and sends the trace back as $OUT/profile.trace.json.gz (in the cache's place when the
 # state takes 6 files); read it anywhere with `python tools/window.py profile FILE`.
-# BENCH_PRESET, BENCH_STEPS, BENCH_EPOCHS, BENCH_ONLY and WINDOW_ARGS (flags given after the window's own, so
-# they win) shrink a stage for a rehearsal on the CPU (tests/test_window.py runs one).
+# BENCH_PRESET, BENCH_STEPS, BENCH_EPOCHS, BENCH_ONLY, BENCH_ARGS (flags given after the bench's own) and
+# WINDOW_ARGS (flags given after the window's own, so they win) shrink a stage for a rehearsal on the CPU
+# (tests/test_window.py runs one).
 # What comes back under $OUT: session.log (fast_path.json's rows in it), the window's state under $OUT/state and
 # jax-cache.tar; `python tools/window.py collect <files_at>/state STATE` puts the state into the committed one.
 # What travels must stay under 64 MiB: `python tools/travel.py` (docs/paper-scale.md, "A GPU session, step by
@@ -72,7 +73,8 @@ if [[ $what == bench || $what == both || $what == all ]]; then
   rows=$(mktemp --suffix=.json)  # a fresh file: a bench that fails before its first row prints nothing stale
   stage bench "${BENCH_S:-150}" python bench/fast_path.py --preset "${BENCH_PRESET:-paper}" --variant spt_lsa \
     --epochs "${BENCH_EPOCHS:-2}" --steps "${BENCH_STEPS:-256}" --json "$rows" \
-    --only "${BENCH_ONLY:-host float32,device bf16 x16,device bf16 x16 batch 256,device float32,device bf16}"
+    --only "${BENCH_ONLY:-host float32,device bf16 x16,device bf16 x16 batch 256,device float32,device bf16}" \
+    ${BENCH_ARGS:-}
   [[ -s $rows ]] && cat "$rows" && echo  # into the log: at most 8 files come back, the state takes 6
 fi
 if [[ $what == finetune || $what == all ]]; then

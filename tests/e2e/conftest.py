@@ -5,7 +5,8 @@ Each app is one for the end-to-end tests (package-scoped: stopped once they end,
 tests/e2e run), shared by every module that only reads what it serves: an app takes about 11 CPU-seconds to start
 and more to warm its caches, which a slow host pays once instead of once a module.
 A module whose tests change what an app serves (a fine-tune adds models to every visitor's lists) starts its
-own: `tiny_pair_served` and `shipped_served` in a module-scoped fixture of the same name."""
+own: `tiny_pair_served` and `shipped_served` in a module-scoped fixture of the same name. The shared ones serve
+no fine-tune, so they start no fine-tuning worker in advance (start_app's `prewarm`)."""
 
 from __future__ import annotations
 
@@ -59,13 +60,13 @@ def browser():
 
 @pytest.fixture(scope="package")
 def tiny_pair_app(tmp_path_factory, tiny_checkpoints, data_dir):
-    with tiny_pair_served(tmp_path_factory, tiny_checkpoints, data_dir) as served:
+    with tiny_pair_served(tmp_path_factory, tiny_checkpoints, data_dir, prewarm=False) as served:
         yield served
 
 
 @pytest.fixture(scope="package")
 def shipped_app(tmp_path_factory, data_dir):
-    with shipped_served(tmp_path_factory, data_dir) as served:
+    with shipped_served(tmp_path_factory, data_dir, prewarm=False) as served:
         yield served
 
 

@@ -203,7 +203,7 @@ def test_a_training_set_size_puts_its_pair_in_the_slots_and_the_tabs_follow(brow
     (root / "study" / "results.csv").write_text("train_images,variant,seed,test_top1,trial\n" + "".join(
         f"1000,{v},{s},{0.3 + (0.05 if v == 'spt_lsa' else 0) + s / 100},t{v}{s}\n"
         for v in ("vanilla", "spt_lsa") for s in range(3)))
-    proc, url, log = start_app(root, data_dir=data_dir)
+    proc, url, log = start_app(root, data_dir=data_dir, prewarm=False)
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(url)

@@ -119,7 +119,7 @@ def default_app(tmp_path_factory, data_dir):
     """The app on copies of the shipped checkpoints with its own first-visit pair (no test pins it)."""
     from tests.helpers import shipped_copy, start_app, stop
     root = shipped_copy(tmp_path_factory.mktemp("first-visit"))
-    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300, first_visit=None)
+    proc, url, _ = start_app(root, data_dir=data_dir, timeout=300, first_visit=None, prewarm=False)
     yield url
     stop(proc)
 

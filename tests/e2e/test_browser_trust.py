@@ -201,7 +201,7 @@ def own_app(tmp_path_factory, tiny_checkpoints, cifar10, data_dir):
     leaves it: cards of those classes, 60 held-out images of six of them) and no other models."""
     root = tmp_path_factory.mktemp("own") / "checkpoints"
     refs = own_pair(root, tiny_checkpoints, (cifar10.x_test[:60], np.arange(60) % 6), OWN_CLASSES)
-    proc, url, log = start_app(root, data_dir=data_dir,
+    proc, url, log = start_app(root, data_dir=data_dir, prewarm=False,
                                first_visit={"EXPLORER_MODEL_A": refs[0], "EXPLORER_MODEL_B": refs[1]})
     yield url, log
     stop(proc)

@@ -130,7 +130,7 @@ def test_a_bad_reference_is_a_tool_error_with_a_reason(app_url, example):
 
 
 def test_off_with_the_flag(app_checkpoints, tmp_path):
-    proc, url, _ = start_app(app_checkpoints, env_extra={"EXPLORER_MCP": "0"})
+    proc, url, _ = start_app(app_checkpoints, env_extra={"EXPLORER_MCP": "0"}, prewarm=False)
     try:
         import urllib.error
         import urllib.request
@@ -149,7 +149,7 @@ def test_shared_mode_tools_see_what_a_new_visitor_sees(tmp_path, tiny_checkpoint
     visitor_id = "v" * 24
     mine = f"finetuned/{owner_key(visitor_id)}/mine"
     shutil.copytree(tiny_checkpoints["vanilla"], root / mine)
-    proc, url, _ = start_app(root, data_dir=data_dir, env_extra={"EXPLORER_SHARED": "1",
+    proc, url, _ = start_app(root, data_dir=data_dir, prewarm=False, env_extra={"EXPLORER_SHARED": "1",
                                                                   "EXPLORER_BROWSER_SECRET": "test-secret"})
     try:
         owner = Client(url, verbose=False)
