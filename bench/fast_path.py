@@ -41,6 +41,8 @@ def main():
                                                      "paper recipe's; 0 leaves it out, as a rehearsal of the "
                                                      "stage may: it takes most of a tiny step's compiling)")
     args = p.parse_args()
+    if args.randaugment is not None and args.randaugment < 0:
+        p.error("--randaugment must be 0 (none) or a positive magnitude")
     if args.epochs < 2:
         p.error("--epochs must be at least 2: the first compiles and is not timed")
 

@@ -22,6 +22,13 @@ import pytest
 ROWS: list[dict] = []
 
 
+def pytest_configure(config):
+    cgroup = os.environ.get("CPU_CGROUP", "")
+    if not os.path.isfile(os.path.join(cgroup, "cpuacct.usage")):
+        raise pytest.UsageError(f"suite_cpu: CPU_CGROUP={cgroup!r} is not a cgroup v1 cpuacct folder holding this "
+                                "run (see bench/suite_cpu.py's docstring)")
+
+
 def _usage() -> float:
     with open(os.path.join(os.environ["CPU_CGROUP"], "cpuacct.usage")) as f:
         return int(f.read()) / 1e9
